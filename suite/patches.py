@@ -1,0 +1,510 @@
+"""Patch sets: versioned, strictly applied changes to the vLLM package.
+
+A patch set lives in ``patches/<name>/``: ``manifest.yaml`` (a :class:`PatchSetManifest`) and one unified diff
+per vLLM version, ``<version>.diff``, with paths relative to the directory holding the ``vllm/`` package
+(``a/vllm/model_executor/...``). For each version the manifest says how the set relates to it:
+
+* ``forward``: the change is not in that vLLM; the diff adds it.
+* ``present``: upstream already has the change; the diff is the change as upstream made it, so the "before"
+  arm applies it in reverse (``PatchRef(reverse=True)`` / ``-name`` in a matrix). A forward ref is a
+  verified no-op (the reverse must apply cleanly, which proves the change is really there).
+* a version not listed: the set does not apply (``PatchError``).
+
+Application is strict: every hunk must match its context exactly at its stated line (no fuzz, no offset);
+all hunks of all sets are checked in memory before anything is written, so a conflict leaves the target
+unchanged. Changed files are written as new files (temp file + ``os.replace``), so a hard-linked overlay
+(:func:`make_overlay`) never alters the installation it was linked from.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from suite.errors import SuiteError
+
+PATCHES_DIR = Path(os.environ.get("SUITE_PATCHES_DIR") or Path(__file__).resolve().parent.parent / "patches")
+
+State = Literal["forward", "present"]
+
+
+class PatchError(SuiteError):
+    """A patch set is unknown, malformed, does not fit the vLLM version, or a hunk does not apply."""
+
+
+def patches_dir() -> Path:
+    """The patch-set directory (env ``SUITE_PATCHES_DIR`` read at call time, for tests and tools)."""
+    env = os.environ.get("SUITE_PATCHES_DIR")
+    return Path(env) if env else PATCHES_DIR
+
+
+def base_version(version: str) -> str:
+    """``0.32.0+cpu`` -> ``0.32.0`` (the local suffix names a build, not different source)."""
+    return version.strip().split("+", 1)[0]
+
+
+# ---------------------------------------------------------------- manifest
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class VersionSupport(_Strict):
+    state: State = Field(description="forward: the diff adds the change; present: upstream has it already")
+    diff: str | None = Field(None, description="diff file in the set's directory; default <version>.diff")
+    note: str | None = None
+
+
+class PatchSetManifest(_Strict):
+    title: str
+    upstream: str | None = Field(None, description="upstream PR / commit, or why there is none")
+    description: str
+    platforms: list[Literal["cuda", "rocm", "cpu"]] = Field(min_length=1)
+    models: list[str] = []
+    mechanism: str = Field(
+        description="why this set is a diff against the vLLM package (rather than an out-of-tree override)"
+    )
+    versions: dict[str, VersionSupport] = Field(min_length=1)
+
+    @field_validator("versions", mode="before")
+    @classmethod
+    def _shorthand(cls, value: object) -> object:
+        # `"0.33.0": forward` is shorthand for `"0.33.0": {state: forward}`.
+        if isinstance(value, dict):
+            return {str(k): ({"state": v} if isinstance(v, str) else v) for k, v in value.items()}
+        return value
+
+    @field_validator("versions")
+    @classmethod
+    def _plain_versions(cls, value: dict[str, VersionSupport]) -> dict[str, VersionSupport]:
+        for v in value:
+            if not re.fullmatch(r"\d+(\.\d+)*", v):
+                raise ValueError(f"version {v!r} must be a plain release number such as 0.33.0")
+        return value
+
+
+@dataclass(frozen=True)
+class PatchSet:
+    name: str
+    path: Path
+    manifest: PatchSetManifest
+
+    def support(self, vllm_version: str) -> VersionSupport | None:
+        return self.manifest.versions.get(base_version(vllm_version))
+
+    def require(self, vllm_version: str) -> VersionSupport:
+        support = self.support(vllm_version)
+        if support is None:
+            known = ", ".join(sorted(self.manifest.versions)) or "none"
+            raise PatchError(
+                f"patch set {self.name!r} does not apply to vLLM {base_version(vllm_version)} "
+                f"(its manifest lists: {known})"
+            )
+        return support
+
+    def diff_path(self, vllm_version: str) -> Path:
+        support = self.require(vllm_version)
+        return self.path / (support.diff or f"{base_version(vllm_version)}.diff")
+
+    def diff_bytes(self, vllm_version: str) -> bytes:
+        path = self.diff_path(vllm_version)
+        try:
+            return path.read_bytes()
+        except OSError as exc:
+            raise PatchError(f"patch set {self.name!r}: cannot read {path}: {exc.strerror}") from None
+
+
+def _load_set(path: Path) -> PatchSet:
+    manifest_file = path / "manifest.yaml"
+    try:
+        data = yaml.safe_load(manifest_file.read_text())
+    except OSError as exc:
+        raise PatchError(f"{manifest_file}: cannot read: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise PatchError(f"{manifest_file}: YAML: {exc}") from None
+    try:
+        manifest = PatchSetManifest.model_validate(data)
+    except ValidationError as exc:
+        msgs = "; ".join(f"{'.'.join(map(str, e['loc'])) or '(top)'}: {e['msg']}" for e in exc.errors())
+        raise PatchError(f"{manifest_file}: {msgs}") from None
+    return PatchSet(name=path.name, path=path, manifest=manifest)
+
+
+def list_patch_sets() -> list[PatchSet]:
+    root = patches_dir()
+    if not root.is_dir():
+        return []
+    return [_load_set(p) for p in sorted(root.iterdir()) if (p / "manifest.yaml").is_file()]
+
+
+def get_patch_set(name: str) -> PatchSet:
+    root = patches_dir()
+    if "/" not in name and name not in ("", ".", "..") and (root / name / "manifest.yaml").is_file():
+        return _load_set(root / name)
+    known = ", ".join(s.name for s in list_patch_sets()) or "none"
+    raise PatchError(f"unknown patch set {name!r} (known: {known})")
+
+
+# ---------------------------------------------------------------- unified diff: parse + strict apply
+
+
+@dataclass
+class Hunk:
+    header: str  # the "@@ -a,b +c,d @@ ..." line, for error messages
+    old_start: int
+    old_len: int
+    new_start: int
+    new_len: int
+    lines: list[tuple[str, bytes]]  # (' ' | '-' | '+', line bytes including its line ending, if any)
+
+    def reversed(self) -> Hunk:
+        flip = {" ": " ", "-": "+", "+": "-"}
+        lines = [(flip[op], text) for op, text in self.lines]
+        # Keep each run of changed lines in '-' then '+' order (cosmetic; the result is the same).
+        header = f"@@ -{self.new_start},{self.new_len} +{self.old_start},{self.old_len} @@ (reversed)"
+        return Hunk(header, self.new_start, self.new_len, self.old_start, self.old_len, lines)
+
+    def old_lines(self) -> list[bytes]:
+        return [t for op, t in self.lines if op in " -"]
+
+    def new_lines(self) -> list[bytes]:
+        return [t for op, t in self.lines if op in " +"]
+
+
+@dataclass
+class FilePatch:
+    old_path: str | None  # None for /dev/null (file created)
+    new_path: str | None  # None for /dev/null (file deleted)
+    hunks: list[Hunk] = field(default_factory=list)
+
+    def reversed(self) -> FilePatch:
+        return FilePatch(self.new_path, self.old_path, [h.reversed() for h in self.hunks])
+
+    @property
+    def path(self) -> str:
+        p = self.new_path or self.old_path
+        assert p is not None
+        return p
+
+
+_HUNK_RE = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+
+
+def _strip_path(raw: bytes) -> str | None:
+    text = raw.split(b"\t", 1)[0].strip().decode()
+    if text == "/dev/null":
+        return None
+    parts = text.split("/", 1)  # -p1
+    if len(parts) != 2 or not parts[1]:
+        raise PatchError(f"diff path {text!r} has no a/ or b/ prefix")
+    path = parts[1]
+    if path.startswith("/") or ".." in Path(path).parts or not path.startswith("vllm/"):
+        raise PatchError(f"diff path {text!r} must lie inside the vllm/ package")
+    return path
+
+
+def parse_unified_diff(data: bytes, source: str = "<diff>") -> list[FilePatch]:
+    """Parse a unified diff (git or diff -u). Anything between file sections (git headers, text) is ignored."""
+    lines = data.splitlines(keepends=True)
+    files: list[FilePatch] = []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if not (line.startswith(b"--- ") and i + 1 < len(lines) and lines[i + 1].startswith(b"+++ ")):
+            if line.startswith(b"@@"):
+                raise PatchError(f"{source}:{i + 1}: hunk outside a file section")
+            i += 1
+            continue
+        fp = FilePatch(_strip_path(line[4:]), _strip_path(lines[i + 1][4:]))
+        if fp.old_path is None and fp.new_path is None:
+            raise PatchError(f"{source}:{i + 1}: both sides are /dev/null")
+        i += 2
+        while i < len(lines) and lines[i].startswith(b"@@"):
+            m = _HUNK_RE.match(lines[i])
+            if not m:
+                raise PatchError(f"{source}:{i + 1}: malformed hunk header {lines[i].decode().strip()!r}")
+            hunk = Hunk(
+                header=lines[i].decode(errors="replace").rstrip("\r\n"),
+                old_start=int(m.group(1)),
+                old_len=int(m.group(2)) if m.group(2) is not None else 1,
+                new_start=int(m.group(3)),
+                new_len=int(m.group(4)) if m.group(4) is not None else 1,
+                lines=[],
+            )
+            i += 1
+            old_seen = new_seen = 0
+            while old_seen < hunk.old_len or new_seen < hunk.new_len:
+                if i >= len(lines):
+                    raise PatchError(f"{source}: hunk {hunk.header!r} is truncated")
+                body = lines[i]
+                op = body[:1].decode(errors="replace")
+                if body in (b"\n", b"\r\n"):  # some editors strip the space of an empty context line
+                    op, body = " ", b" " + body
+                if op not in (" ", "-", "+"):
+                    raise PatchError(f"{source}:{i + 1}: unexpected line in hunk {hunk.header!r}")
+                hunk.lines.append((op, body[1:]))
+                old_seen += op in " -"
+                new_seen += op in " +"
+                i += 1
+                if i < len(lines) and lines[i].startswith(b"\\"):  # "\ No newline at end of file"
+                    last_op, last_text = hunk.lines[-1]
+                    hunk.lines[-1] = (last_op, last_text.rstrip(b"\r\n"))
+                    i += 1
+            if old_seen != hunk.old_len or new_seen != hunk.new_len:
+                raise PatchError(f"{source}: hunk {hunk.header!r} line counts do not match its header")
+            fp.hunks.append(hunk)
+        if not fp.hunks and fp.old_path is not None and fp.new_path is not None:
+            raise PatchError(f"{source}: file section for {fp.path} has no hunks")
+        files.append(fp)
+    if not files:
+        raise PatchError(f"{source}: no file sections found (not a unified diff?)")
+    return files
+
+
+class HunkError(Exception):
+    def __init__(self, hunk: Hunk, detail: str):
+        super().__init__(detail)
+        self.hunk = hunk
+        self.detail = detail
+
+
+def apply_hunks(original: bytes | None, fp: FilePatch) -> bytes | None:
+    """Apply one file's hunks exactly: each hunk's old lines must equal the file at the hunk's stated line
+    (shifted only by the line-count changes of the hunks before it). Returns None when the file is deleted."""
+    if fp.old_path is None:
+        if original is not None:
+            raise HunkError(fp.hunks[0], "the diff creates this file but it already exists")
+        src: list[bytes] = []
+    else:
+        if original is None:
+            raise HunkError(fp.hunks[0], "file does not exist")
+        src = original.splitlines(keepends=True)
+    out: list[bytes] = []
+    pos = 0  # next unconsumed index in src
+    for hunk in fp.hunks:
+        old = hunk.old_lines()
+        start = hunk.old_start - 1 if hunk.old_len else hunk.old_start  # len 0: insert *after* old_start
+        if start < pos:
+            raise HunkError(hunk, "hunks overlap or are out of order")
+        actual = src[start : start + len(old)]
+        if actual != old:
+            bad = next((k for k, (a, b) in enumerate(zip(actual, old, strict=False)) if a != b), len(actual))
+            want = old[bad].decode(errors="replace").rstrip("\r\n") if bad < len(old) else "<end>"
+            got = actual[bad].decode(errors="replace").rstrip("\r\n") if bad < len(actual) else "<end of file>"
+            raise HunkError(hunk, f"line {start + bad + 1}: expected {want!r}, found {got!r}")
+        out.extend(src[pos:start])
+        out.extend(hunk.new_lines())
+        pos = start + len(old)
+    out.extend(src[pos:])
+    if fp.new_path is None:
+        if out:
+            raise HunkError(fp.hunks[-1], "the diff deletes this file but content would remain")
+        return None
+    return b"".join(out)
+
+
+# ---------------------------------------------------------------- applying patch sets
+
+
+@dataclass
+class AppliedPatch:
+    name: str
+    reverse: bool
+    sha256: str  # of the exact diff bytes (for a verified no-op: of the diff that proved it present)
+    files: list[str]  # paths relative to target_root that were written (empty for a no-op)
+    action: Literal["applied", "reversed", "present"] = "applied"
+
+
+def _ref_parts(ref: object) -> tuple[str, bool]:
+    if isinstance(ref, str):
+        return (ref[1:], True) if ref.startswith("-") else (ref, False)
+    name, reverse = getattr(ref, "name", None), getattr(ref, "reverse", None)
+    if not isinstance(name, str) or not isinstance(reverse, bool):
+        raise PatchError(f"not a patch reference: {ref!r}")
+    return name, reverse
+
+
+@dataclass(frozen=True)
+class _Plan:
+    name: str
+    reverse: bool
+    action: Literal["applied", "reversed", "present"]
+    diff: bytes
+    source: str
+    files: list[FilePatch]  # already oriented (reversed when the set is undone or checked as present)
+
+
+def _plan(refs: Iterable[object], vllm_version: str) -> list[_Plan]:
+    plans = []
+    seen: set[str] = set()
+    for ref in refs:
+        name, reverse = _ref_parts(ref)
+        if name in seen:
+            raise PatchError(f"patch set {name!r} is listed twice")
+        seen.add(name)
+        pset = get_patch_set(name)
+        support = pset.require(vllm_version)
+        diff = pset.diff_bytes(vllm_version)
+        source = f"{name}/{pset.diff_path(vllm_version).name}"
+        parsed = parse_unified_diff(diff, source)
+        version = base_version(vllm_version)
+        if support.state == "forward" and reverse:
+            raise PatchError(
+                f"patch set {name!r} is not part of vLLM {version} (manifest: forward), so there is nothing "
+                f"to reverse; drop the '-' to apply it"
+            )
+        if support.state == "present":
+            # Forward on a version that already has the change: a no-op, but verified by checking that the
+            # reverse applies (the change is really there). Reverse: recreate the "before" code.
+            action = "reversed" if reverse else "present"
+            parsed = [fp.reversed() for fp in parsed]
+        else:
+            action = "applied"
+        plans.append(_Plan(name, reverse, action, diff, source, parsed))
+    return plans
+
+
+def _read(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except IsADirectoryError:
+        raise PatchError(f"{path} is a directory") from None
+
+
+def _compute(plans: Sequence[_Plan], target_root: Path) -> tuple[dict[str, bytes | None], dict[str, bytes | None]]:
+    """Apply every plan in memory, in order. Returns (new contents to write, original contents)."""
+    originals: dict[str, bytes | None] = {}
+    current: dict[str, bytes | None] = {}
+    for plan in plans:
+        staged = dict(current)  # a no-op ("present") check must not leak its reversed content
+        for fp in plan.files:
+            rel = fp.path
+            if rel not in originals:
+                originals[rel] = _read(target_root / rel)
+                current.setdefault(rel, originals[rel])
+                staged.setdefault(rel, originals[rel])
+            try:
+                staged[rel] = apply_hunks(staged[rel], fp)
+            except HunkError as exc:
+                what = {
+                    "applied": "does not apply",
+                    "reversed": "does not apply in reverse",
+                    "present": "is not present (its reverse does not apply)",
+                }[plan.action]
+                raise PatchError(
+                    f"patch set {plan.name!r} ({plan.source}) {what} to {rel}: hunk {exc.hunk.header!r}: "
+                    f"{exc.detail}"
+                ) from None
+        if plan.action != "present":
+            current = staged
+    changed = {rel: data for rel, data in current.items() if data != originals[rel]}
+    return changed, originals
+
+
+def _write_new_file(path: Path, data: bytes, like: Path | None) -> None:
+    """Write data as a new inode (temp + rename): a hard-linked original keeps its content."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.suite-{os.getpid()}.tmp")
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+    mode = like.stat().st_mode & 0o7777 if like is not None and like.exists() else 0o644
+    os.chmod(tmp, mode)
+    os.replace(tmp, path)
+
+
+def _drop_bytecode(path: Path) -> None:
+    # A stale .pyc would be revalidated by mtime/size anyway; removing it (unlink: the original's hard link
+    # is unaffected) makes sure no interpreter ever runs the pre-patch bytecode.
+    cache = path.parent / "__pycache__"
+    if path.suffix == ".py" and cache.is_dir():
+        for pyc in cache.glob(f"{path.stem}.*.pyc"):
+            pyc.unlink(missing_ok=True)
+
+
+def apply_patch_sets(refs: Iterable[object], target_root: Path, vllm_version: str) -> list[AppliedPatch]:
+    """Apply patch sets (``suite.matrix.PatchRef`` or ``"name"`` / ``"-name"``) in order to the ``vllm/``
+    package under ``target_root``. All-or-nothing: a failing hunk raises PatchError naming the set, the file
+    and the hunk, and nothing has been written."""
+    target_root = Path(target_root)
+    if not (target_root / "vllm").is_dir():
+        raise PatchError(f"{target_root} holds no vllm/ package")
+    plans = _plan(refs, vllm_version)
+    changed, originals = _compute(plans, target_root)
+    for rel, data in sorted(changed.items()):
+        path = target_root / rel
+        if data is None:
+            path.unlink()
+        else:
+            _write_new_file(path, data, path if originals[rel] is not None else None)
+        _drop_bytecode(path)
+    return [
+        AppliedPatch(
+            name=p.name,
+            reverse=p.reverse,
+            sha256=hashlib.sha256(p.diff).hexdigest(),
+            files=[] if p.action == "present" else sorted({fp.path for fp in p.files}),
+            action=p.action,
+        )
+        for p in plans
+    ]
+
+
+def check_patch_sets(refs: Iterable[object], target_root: Path, vllm_version: str) -> dict[str, bytes | None]:
+    """Dry run: the new contents apply_patch_sets would write (PatchError if it would fail)."""
+    changed, _ = _compute(_plan(refs, vllm_version), Path(target_root))
+    return changed
+
+
+def patch_fingerprint(refs: Iterable[object], vllm_version: str) -> str:
+    """sha256 identifying what apply_patch_sets(refs, ..., vllm_version) writes; keys cached overlays."""
+    h = hashlib.sha256(f"suite-patches-v1\0{base_version(vllm_version)}\0".encode())
+    for plan in _plan(refs, vllm_version):
+        h.update(f"{plan.name}\0{int(plan.reverse)}\0{plan.action}\0".encode())
+        h.update(hashlib.sha256(plan.diff).digest())
+    return h.hexdigest()
+
+
+# ---------------------------------------------------------------- overlays
+
+
+def make_overlay(src_site_packages: Path, dest: Path) -> None:
+    """Hard-link copy of ``<src>/vllm`` into ``<dest>/vllm`` (like ``cp -al``; files copied where linking
+    is impossible, e.g. across file systems). Built beside dest and renamed into place, so dest either does
+    not exist or is complete. dest may be missing or an empty directory."""
+    src = Path(src_site_packages) / "vllm"
+    dest = Path(dest)
+    if not src.is_dir():
+        raise PatchError(f"{src_site_packages} holds no vllm/ package")
+    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+        raise PatchError(f"overlay destination {dest} exists and is not empty")
+    tmp = dest.with_name(f"{dest.name}.tmp-{os.getpid()}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+
+    def link(s: str, d: str) -> None:
+        try:
+            os.link(s, d)
+        except OSError:
+            shutil.copy2(s, d)
+
+    try:
+        shutil.copytree(src, tmp / "vllm", symlinks=True, copy_function=link)
+        if dest.exists():
+            dest.rmdir()
+        os.rename(tmp, dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
