@@ -1,0 +1,1 @@
+"""One module per `suite` subcommand: NAME, HELP, add_arguments(parser), run(args) -> exit status."""

@@ -1,0 +1,30 @@
+from __future__ import annotations
+
+import argparse
+
+from rich.console import Console
+
+from suite.errors import MatrixError
+from suite.matrix import load_matrix
+
+NAME = "validate"
+HELP = "Validate matrix files; errors are reported as file:line: field: message."
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("matrices", nargs="+", metavar="MATRIX")
+
+
+def run(args: argparse.Namespace) -> int:
+    console = Console()
+    errors = []
+    for path in args.matrices:
+        try:
+            m = load_matrix(path)
+        except MatrixError as exc:
+            errors.append(str(exc))
+            continue
+        console.print(f"[green]ok[/green] {path}: {m.name} ({len(m.arms)} arms, {len(m.serve)} serve blocks)")
+    if errors:
+        raise MatrixError("\n".join(errors))
+    return 0

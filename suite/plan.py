@@ -1,0 +1,194 @@
+"""Expand a matrix into an ordered plan: sessions (one server lifetime of one arm) holding jobs.
+
+Pure: no I/O, no processes. ``format_plan`` prints it for ``suite run --dry-run``.
+
+Orders:
+- ``blocked``: one server per arm; inside it, repeat r runs every point before repeat r+1.
+- ``abba``: every repeat is a fresh server per arm, and the arm order alternates between rounds
+  (A B, B A, A B, ...), so slow drift of the machine cancels out of the difference.
+The A/A mode adds an arm ``<baseline>.aa`` that is the baseline again; the drift check repeats the first
+serve point at the end of every session.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from suite.matrix import ArmSpec, Matrix
+
+AA_SUFFIX = ".aa"
+JobKind = Literal["serve", "equivalence", "accuracy", "probe", "profile", "latency", "kernel"]
+SERVER_KINDS = {"serve", "equivalence", "accuracy", "probe", "profile"}
+
+
+class Job(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: JobKind
+    arm: str
+    session: int
+    point: str
+    repeat: int = 0
+    tag: str = ""
+    params: dict[str, Any] = {}
+    hash: str
+
+    @property
+    def key(self) -> str:
+        """Path-safe id of the job inside its arm: ``serve/isl128-osl32-c4-n12/rep-0``."""
+        suffix = f"-{self.tag}" if self.tag else ""
+        return f"{self.kind}/{self.point}/rep-{self.repeat}{suffix}"
+
+
+class Session(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    arm: str
+    index: int
+    needs_server: bool
+    jobs: list[Job]
+
+
+class Plan(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    matrix: str
+    order: str
+    arms: dict[str, ArmSpec]
+    baseline: str
+    sessions: list[Session]
+
+    @property
+    def jobs(self) -> list[Job]:
+        return [j for s in self.sessions for j in s.jobs]
+
+
+def serve_point_id(isl: int, osl: int, concurrency: int, num_prompts: int) -> str:
+    return f"isl{isl}-osl{osl}-c{concurrency}-n{num_prompts}"
+
+
+def serve_points(matrix: Matrix) -> list[tuple[str, dict[str, Any]]]:
+    points: dict[str, dict[str, Any]] = {}
+    for block in matrix.serve:
+        for conc in block.concurrency:
+            n = block.prompts_for(conc)
+            pid = serve_point_id(block.isl, block.osl, conc, n)
+            if pid in points:
+                continue
+            points[pid] = {
+                "isl": block.isl,
+                "osl": block.osl,
+                "concurrency": conc,
+                "num_prompts": n,
+                "random_range_ratio": block.random_range_ratio,
+                "request_rate": block.request_rate,
+                "num_warmups": block.num_warmups,
+                "seed": block.seed,
+            }
+    return list(points.items())
+
+
+def effective_arms(matrix: Matrix) -> dict[str, ArmSpec]:
+    arms = dict(matrix.arms)
+    if matrix.aa:
+        base = matrix.baseline_arm
+        arms = {base: arms[base], base + AA_SUFFIX: arms[base], **{k: v for k, v in arms.items() if k != base}}
+    return arms
+
+
+def _hash(matrix: Matrix, arm: ArmSpec, kind: str, params: dict[str, Any]) -> str:
+    content = {
+        "model": matrix.model.model_dump(mode="json"),
+        "serve_args": matrix.serve_args,
+        "env": matrix.env,
+        "arm": arm.model_dump(mode="json"),
+        "kind": kind,
+        "params": params,
+    }
+    return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _job(matrix: Matrix, arms: dict[str, ArmSpec], kind: str, arm: str, session: int, point: str,
+         params: dict[str, Any], repeat: int = 0, tag: str = "") -> Job:
+    return Job(kind=kind, arm=arm, session=session, point=point, repeat=repeat, tag=tag, params=params,
+               hash=_hash(matrix, arms[arm], kind, params))
+
+
+def _server_jobs(matrix: Matrix, arms: dict[str, ArmSpec], arm: str, session: int, repeats: range,
+                 first_session: bool) -> list[Job]:
+    points = serve_points(matrix)
+    jobs: list[Job] = []
+    if first_session and matrix.probe:
+        jobs.append(_job(matrix, arms, "probe", arm, session, "gate-paths", {}))
+    for r in repeats:
+        for pid, params in points:
+            jobs.append(_job(matrix, arms, "serve", arm, session, pid, params, repeat=r))
+    if matrix.drift_check and points:
+        pid, params = points[0]
+        jobs.append(_job(matrix, arms, "serve", arm, session, pid, params, repeat=repeats[-1], tag="drift"))
+    if first_session and matrix.accuracy is not None:
+        acc = matrix.accuracy.model_dump(mode="json")
+        if matrix.accuracy.equivalence_prompts:
+            jobs.append(_job(matrix, arms, "equivalence", arm, session, "greedy", acc))
+        jobs.append(_job(matrix, arms, "accuracy", arm, session, matrix.accuracy.task, acc))
+    return jobs
+
+
+def _offline_jobs(matrix: Matrix, arms: dict[str, ArmSpec], arm: str, session: int) -> list[Job]:
+    jobs: list[Job] = []
+    for block in matrix.latency:
+        for bs in block.batch_size:
+            params = block.model_dump(mode="json") | {"batch_size": bs}
+            pid = f"in{block.input_len}-out{block.output_len}-bs{bs}"
+            jobs.append(_job(matrix, arms, "latency", arm, session, pid, params))
+    if matrix.kernel is not None:
+        params = matrix.kernel.model_dump(mode="json")
+        jobs.append(_job(matrix, arms, "kernel", arm, session, f"h{params['hidden']}-e{params['experts']}", params))
+    return jobs
+
+
+def build_plan(matrix: Matrix) -> Plan:
+    arms = effective_arms(matrix)
+    names = list(arms)
+    has_server_work = bool(matrix.serve or matrix.accuracy or matrix.probe)
+    sessions: list[Session] = []
+    counters = dict.fromkeys(names, 0)
+
+    def add(arm: str, jobs: list[Job], needs_server: bool) -> None:
+        if jobs:
+            sessions.append(Session(arm=arm, index=counters[arm], needs_server=needs_server, jobs=jobs))
+            counters[arm] += 1
+
+    if has_server_work:
+        if matrix.order == "blocked":
+            for arm in names:
+                add(arm, _server_jobs(matrix, arms, arm, counters[arm], range(matrix.repeats), True), True)
+        else:  # abba: one fresh server per arm per repeat, arm order alternating between rounds
+            for r in range(matrix.repeats):
+                for arm in names if r % 2 == 0 else list(reversed(names)):
+                    add(arm, _server_jobs(matrix, arms, arm, counters[arm], range(r, r + 1), r == 0), True)
+    for arm in names:
+        add(arm, _offline_jobs(matrix, arms, arm, counters[arm]), False)
+    if matrix.profile is not None:
+        for arm in names:
+            params = matrix.profile.model_dump(mode="json")
+            add(arm, [_job(matrix, arms, "profile", arm, counters[arm], "decode-window", params)], True)
+    return Plan(matrix=matrix.name, order=matrix.order, arms=arms, baseline=matrix.baseline_arm,
+                sessions=sessions)
+
+
+def format_plan(plan: Plan) -> str:
+    lines = [f"plan for {plan.matrix}: {len(plan.sessions)} sessions, {len(plan.jobs)} jobs, order {plan.order}"]
+    for arm, spec in plan.arms.items():
+        patches = ", ".join(("-" if p.reverse else "") + p.name for p in spec.patches) or "none"
+        lines.append(f"  arm {arm}: vLLM {spec.vllm}; patches: {patches}")
+    for s in plan.sessions:
+        what = "server" if s.needs_server else "offline"
+        lines.append(f"  session {s.arm}#{s.index} ({what}, {len(s.jobs)} jobs)")
+        for j in s.jobs:
+            lines.append(f"    {j.key}")
+    return "\n".join(lines)
