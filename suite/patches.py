@@ -10,7 +10,8 @@ per vLLM version, ``<version>.diff``, with paths relative to the directory holdi
   verified no-op (the reverse must apply cleanly, which proves the change is really there).
 * a version not listed: the set does not apply (``PatchError``).
 
-Application is strict: every hunk must match its context exactly at its stated line (no fuzz, no offset);
+Application is strict: every hunk's context and removed lines must match exactly (no fuzz; an offset is
+accepted only so that two sets touching one file compose, and only to an exact occurrence);
 all hunks of all sets are checked in memory before anything is written, so a conflict leaves the target
 unchanged. Changed files are written as new files (temp file + ``os.replace``), so a hard-linked overlay
 (:func:`make_overlay`) never alters the installation it was linked from.
@@ -278,9 +279,20 @@ class HunkError(Exception):
         self.detail = detail
 
 
+def _unique_block(src: list[bytes], block: list[bytes], lo: int) -> int | None:
+    hits = [
+        i
+        for i in range(lo, len(src) - len(block) + 1)
+        if src[i] == block[0] and src[i : i + len(block)] == block
+    ]
+    # Only an unambiguous block may move: two exact occurrences would make the placement a guess.
+    return hits[0] if len(hits) == 1 else None
+
+
 def apply_hunks(original: bytes | None, fp: FilePatch) -> bytes | None:
-    """Apply one file's hunks exactly: each hunk's old lines must equal the file at the hunk's stated line
-    (shifted only by the line-count changes of the hunks before it). Returns None when the file is deleted."""
+    """Apply one file's hunks with zero fuzz: each hunk's old lines (context and removed) must occur exactly,
+    at the stated line or, when an earlier set moved them, at their only exact occurrence after the previous
+    hunk. Returns None when the file is deleted."""
     if fp.old_path is None:
         if original is not None:
             raise HunkError(fp.hunks[0], "the diff creates this file but it already exists")
@@ -297,10 +309,18 @@ def apply_hunks(original: bytes | None, fp: FilePatch) -> bytes | None:
         if start < pos:
             raise HunkError(hunk, "hunks overlap or are out of order")
         actual = src[start : start + len(old)]
+        if actual != old and old:
+            # Exact content is required, but another set applied earlier to the same file may have moved it:
+            # accept the block's one exact occurrence after the previous hunk (an offset, never fuzz).
+            found = _unique_block(src, old, pos)
+            if found is not None:
+                start, actual = found, old
         if actual != old:
             bad = next((k for k, (a, b) in enumerate(zip(actual, old, strict=False)) if a != b), len(actual))
             want = old[bad].decode(errors="replace").rstrip("\r\n") if bad < len(old) else "<end>"
-            got = actual[bad].decode(errors="replace").rstrip("\r\n") if bad < len(actual) else "<end of file>"
+            got = (
+                actual[bad].decode(errors="replace").rstrip("\r\n") if bad < len(actual) else "<end of file>"
+            )
             raise HunkError(hunk, f"line {start + bad + 1}: expected {want!r}, found {got!r}")
         out.extend(src[pos:start])
         out.extend(hunk.new_lines())
@@ -383,7 +403,9 @@ def _read(path: Path) -> bytes | None:
         raise PatchError(f"{path} is a directory") from None
 
 
-def _compute(plans: Sequence[_Plan], target_root: Path) -> tuple[dict[str, bytes | None], dict[str, bytes | None]]:
+def _compute(
+    plans: Sequence[_Plan], target_root: Path
+) -> tuple[dict[str, bytes | None], dict[str, bytes | None]]:
     """Apply every plan in memory, in order. Returns (new contents to write, original contents)."""
     originals: dict[str, bytes | None] = {}
     current: dict[str, bytes | None] = {}
