@@ -1,0 +1,354 @@
+"""Statistics core: summaries, Δ% with a confidence interval, A/A noise floor, paired accuracy.
+
+Pure functions over plain values; no I/O. See docs/statistics.md for the method and its measured coverage.
+
+Δ% is the ratio of geometric means, candidate over baseline, minus one. The interval is a t interval on the
+difference of mean log values: Welch (unequal variances, Welch-Satterthwaite df) for independent repeats,
+or a one-sample t on per-repeat log ratios when ``paired=True`` (ABBA pairs run back to back). The point
+estimate, interval and p-value all come from the same log-scale t statistic, so "interval excludes 0" and
+"p < 1 - confidence" always agree.
+
+Errors stay errors: malformed input (empty, NaN/inf, negative, unequal paired lengths, bad confidence)
+raises ``ValueError``. A comparison that is well formed but cannot support a verdict (one repeat, zero
+values, no spread, huge spread) returns verdict ``unreliable`` with the reason, never "better"/"worse".
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from scipy.special import stdtr, stdtrit
+from scipy.stats import binomtest
+
+POWER = 0.80  # power used for the minimum detectable effect
+MAX_CV = 0.50  # default: above this coefficient of variation an arm's repeats are "unreliable"
+ZERO_SE = 1e-12  # a log-scale standard error below this is rounding noise: no spread
+
+
+# --------------------------------------------------------------------------- metric registry
+
+
+@dataclass(frozen=True)
+class MetricInfo:
+    key: str  # key in the `vllm bench serve` result JSON
+    label: str
+    unit: str
+    higher_is_better: bool
+
+
+def _build_metrics() -> dict[str, MetricInfo]:
+    metrics = {
+        "output_throughput": MetricInfo("output_throughput", "Output throughput", "tok/s", True),
+        "request_throughput": MetricInfo("request_throughput", "Request throughput", "req/s", True),
+        "total_token_throughput": MetricInfo(
+            "total_token_throughput", "Total token throughput", "tok/s", True
+        ),
+    }
+    names = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2el": "E2E latency"}
+    stats = {"mean": "Mean", "median": "Median", "p99": "P99"}
+    for lat, lat_label in names.items():
+        for stat, stat_label in stats.items():
+            key = f"{stat}_{lat}_ms"
+            metrics[key] = MetricInfo(key, f"{stat_label} {lat_label}", "ms", False)
+    return metrics
+
+
+METRICS: dict[str, MetricInfo] = _build_metrics()
+
+
+# --------------------------------------------------------------------------- summaries
+
+
+@dataclass(frozen=True)
+class Summary:
+    n: int
+    mean: float
+    median: float
+    stdev: float | None  # sample stdev (n-1); None when n == 1
+    cv: float | None  # stdev / |mean|; None when n == 1 or mean == 0
+    min: float
+    max: float
+
+
+def _check_values(values: Sequence[float], what: str = "values") -> list[float]:
+    xs = [float(v) for v in values]
+    if not xs:
+        raise ValueError(f"{what}: empty input")
+    bad = [x for x in xs if not math.isfinite(x)]
+    if bad:
+        raise ValueError(f"{what}: non-finite value(s) {bad}")
+    return xs
+
+
+def summarize(values: Sequence[float]) -> Summary:
+    xs = sorted(_check_values(values))
+    n = len(xs)
+    mean = math.fsum(xs) / n
+    mid = n // 2
+    median = xs[mid] if n % 2 else (xs[mid - 1] + xs[mid]) / 2
+    stdev = cv = None
+    if n >= 2:
+        stdev = math.sqrt(math.fsum((x - mean) ** 2 for x in xs) / (n - 1))
+        cv = stdev / abs(mean) if mean != 0 else None
+    return Summary(n=n, mean=mean, median=median, stdev=stdev, cv=cv, min=xs[0], max=xs[-1])
+
+
+# --------------------------------------------------------------------------- comparison
+
+
+class Verdict(StrEnum):
+    BETTER = "better"
+    WORSE = "worse"
+    NOT_SIGNIFICANT = "not significant"
+    UNRELIABLE = "unreliable"
+
+
+@dataclass(frozen=True)
+class Comparison:
+    baseline: Summary
+    candidate: Summary
+    higher_is_better: bool
+    ratio: float | None  # geometric mean of candidate / geometric mean of baseline
+    delta_pct: float | None  # 100 * (ratio - 1)
+    ci_low_pct: float | None
+    ci_high_pct: float | None
+    p_value: float | None
+    df: float | None
+    noise_floor_pct: float | None
+    min_detectable_effect_pct: float | None  # |Δ%| detectable with POWER at this spread and n
+    confidence: float
+    paired: bool
+    method: str
+    verdict: Verdict
+    reason: str
+
+    @property
+    def significant(self) -> bool:
+        return self.verdict in (Verdict.BETTER, Verdict.WORSE)
+
+
+def _pct(log_ratio: float) -> float:
+    return 100.0 * math.expm1(log_ratio)
+
+
+def _mean_var(xs: Sequence[float]) -> tuple[float, float]:
+    m = math.fsum(xs) / len(xs)
+    return m, math.fsum((x - m) ** 2 for x in xs) / (len(xs) - 1)
+
+
+def _log_t(lb: list[float], lc: list[float], paired: bool) -> tuple[float, float, float]:
+    """(difference of mean logs, its standard error, degrees of freedom); needs n >= 2 per arm."""
+    if paired:
+        diffs = [c - b for b, c in zip(lb, lc, strict=True)]
+        d, var = _mean_var(diffs)
+        return d, math.sqrt(var / len(diffs)), len(diffs) - 1.0
+    mb, varb = _mean_var(lb)
+    mc, varc = _mean_var(lc)
+    vb, vc = varb / len(lb), varc / len(lc)
+    se2 = vb + vc
+    denom = vb * vb / (len(lb) - 1) + vc * vc / (len(lc) - 1)
+    df = se2 * se2 / denom if denom > 0 else float(len(lb) + len(lc) - 2)
+    return mc - mb, math.sqrt(se2), df
+
+
+def compare(
+    baseline: Sequence[float],
+    candidate: Sequence[float],
+    *,
+    higher_is_better: bool,
+    noise_floor_pct: float | None = None,
+    confidence: float = 0.95,
+    paired: bool = False,
+    max_cv: float = MAX_CV,
+) -> Comparison:
+    """Compare repeats of one metric at one point: Δ% of candidate vs baseline with an interval and a verdict.
+
+    ``paired=True``: ``baseline[i]`` and ``candidate[i]`` were measured together (one ABBA round); the test
+    uses per-pair log ratios, which cancels drift between rounds.
+    """
+    b = _check_values(baseline, "baseline")
+    c = _check_values(candidate, "candidate")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    if noise_floor_pct is not None and not (math.isfinite(noise_floor_pct) and noise_floor_pct >= 0):
+        raise ValueError(f"noise_floor_pct must be finite and >= 0, got {noise_floor_pct}")
+    if min(b + c) < 0:
+        raise ValueError("negative values: throughputs and latencies cannot be negative")
+    if paired and len(b) != len(c):
+        raise ValueError(f"paired comparison needs equal repeats, got {len(b)} baseline, {len(c)} candidate")
+
+    method = "paired t on log ratios" if paired else "Welch t on log values"
+    base = dict(
+        baseline=summarize(b),
+        candidate=summarize(c),
+        higher_is_better=higher_is_better,
+        noise_floor_pct=noise_floor_pct,
+        confidence=confidence,
+        paired=paired,
+        method=method,
+    )
+    empty = dict(
+        ratio=None,
+        delta_pct=None,
+        ci_low_pct=None,
+        ci_high_pct=None,
+        p_value=None,
+        df=None,
+        min_detectable_effect_pct=None,
+    )
+
+    def unreliable(reason: str, **known: float | None) -> Comparison:
+        return Comparison(**base, **{**empty, **known}, verdict=Verdict.UNRELIABLE, reason=reason)
+
+    if min(b + c) == 0:
+        return unreliable("zero value(s) in repeats: ratio undefined")
+    lb, lc = [math.log(x) for x in b], [math.log(x) for x in c]
+    log_ratio = math.fsum(lc) / len(lc) - math.fsum(lb) / len(lb)
+    point = dict(ratio=math.exp(log_ratio), delta_pct=_pct(log_ratio))
+    if min(len(b), len(c)) < 2:
+        return unreliable(f"1 repeat: no interval (baseline n={len(b)}, candidate n={len(c)})", **point)
+
+    d, se, df = _log_t(lb, lc, paired)
+    if se <= ZERO_SE:  # identical values up to rounding of the logs
+        return unreliable("no spread across repeats (identical values): interval undefined", **point)
+    tcrit = float(stdtrit(df, 0.5 + confidence / 2))
+    p_value = float(2 * stdtr(df, -abs(d) / se))
+    mde_log = (tcrit + float(stdtrit(df, POWER))) * se
+    stats = dict(
+        ci_low_pct=_pct(d - tcrit * se),
+        ci_high_pct=_pct(d + tcrit * se),
+        p_value=p_value,
+        df=df,
+        min_detectable_effect_pct=_pct(mde_log),
+        **point,
+    )
+    if not all(math.isfinite(v) for v in stats.values()):
+        return unreliable(f"non-finite statistics {stats}", **point)
+
+    summaries = (("baseline", base["baseline"]), ("candidate", base["candidate"]))
+    noisy = [f"{name} CV {s.cv:.0%}" for name, s in summaries if s.cv is not None and s.cv > max_cv]
+    if noisy:
+        return unreliable(f"{', '.join(noisy)} > {max_cv:.0%}: spread too large for an interval", **stats)
+
+    lo, hi, delta = stats["ci_low_pct"], stats["ci_high_pct"], stats["delta_pct"]
+    level = f"{confidence:.0%}"
+    if lo <= 0 <= hi:
+        verdict, reason = Verdict.NOT_SIGNIFICANT, f"{level} interval includes 0 (p={p_value:.3g})"
+    elif noise_floor_pct is not None and abs(delta) <= noise_floor_pct:
+        verdict = Verdict.NOT_SIGNIFICANT
+        reason = f"|Δ| {abs(delta):.2f}% within the A/A noise floor {noise_floor_pct:.2f}%"
+    else:
+        verdict = Verdict.BETTER if (delta > 0) == higher_is_better else Verdict.WORSE
+        floor = f", |Δ| above noise floor {noise_floor_pct:.2f}%" if noise_floor_pct is not None else ""
+        reason = f"{level} interval excludes 0 (p={p_value:.3g}){floor}"
+    return Comparison(**base, **stats, verdict=verdict, reason=reason)
+
+
+def compare_metric(key: str, baseline: Sequence[float], candidate: Sequence[float], **kwargs) -> Comparison:
+    """`compare` with the direction taken from ``METRICS[key]``."""
+    if key not in METRICS:
+        raise ValueError(f"unknown metric {key!r}; known: {', '.join(METRICS)}")
+    return compare(baseline, candidate, higher_is_better=METRICS[key].higher_is_better, **kwargs)
+
+
+# --------------------------------------------------------------------------- A/A noise floor
+
+
+def noise_floor_pct(
+    aa_pairs: Sequence[tuple[Sequence[float], Sequence[float]]], *, quantile: float = 0.95
+) -> float:
+    """Noise floor of one metric from A/A comparisons (the baseline against itself).
+
+    Each pair is (repeats of arm A, repeats of arm A'); its |Δ%| is the same geometric-mean-ratio estimate
+    that `compare` reports. The floor is the ``quantile`` of |Δ%| over the pairs (linear interpolation;
+    with one pair it is that pair's |Δ%|). Pool pairs across points of the same metric for a stable floor.
+    """
+    if not aa_pairs:
+        raise ValueError("noise floor needs at least one A/A pair")
+    if not 0 <= quantile <= 1:
+        raise ValueError(f"quantile must be in [0, 1], got {quantile}")
+    deltas = []
+    for i, (a, a2) in enumerate(aa_pairs):
+        xa, xa2 = _check_values(a, f"A/A pair {i} arm A"), _check_values(a2, f"A/A pair {i} arm A'")
+        if min(xa + xa2) <= 0:
+            raise ValueError(f"A/A pair {i}: non-positive value(s), ratio undefined")
+        log_ratio = math.fsum(map(math.log, xa2)) / len(xa2) - math.fsum(map(math.log, xa)) / len(xa)
+        deltas.append(abs(_pct(log_ratio)))
+    deltas.sort()
+    pos = quantile * (len(deltas) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(deltas) - 1)
+    return deltas[lo] + (deltas[hi] - deltas[lo]) * (pos - lo)
+
+
+# --------------------------------------------------------------------------- accuracy
+
+
+def mcnemar(b01: int, b10: int) -> float:
+    """Exact two-sided McNemar p-value from the discordant counts (binomial test at 1/2)."""
+    if b01 < 0 or b10 < 0:
+        raise ValueError(f"discordant counts must be >= 0, got {b01}, {b10}")
+    if b01 + b10 == 0:
+        return 1.0
+    return float(binomtest(b01, b01 + b10, 0.5, alternative="two-sided").pvalue)
+
+
+@dataclass(frozen=True)
+class PairedAccuracy:
+    n: int
+    acc_base: float
+    acc_cand: float
+    stderr_base: float  # sample stdev / sqrt(n), as lm-eval reports it
+    stderr_cand: float
+    delta: float  # acc_cand - acc_base
+    delta_stderr: float  # stderr of the paired per-question difference
+    flipped_to_correct: int  # wrong in baseline, right in candidate
+    flipped_to_wrong: int  # right in baseline, wrong in candidate
+    p_value: float  # exact McNemar
+
+
+def _stderr(xs: Sequence[float]) -> float:
+    return math.sqrt(_mean_var(xs)[1] / len(xs)) if len(xs) > 1 else 0.0
+
+
+def paired_accuracy(base: Mapping[Hashable, bool], cand: Mapping[Hashable, bool]) -> PairedAccuracy:
+    """Per-question paired accuracy; both arms must cover exactly the same questions."""
+    if not base:
+        raise ValueError("paired accuracy: no questions")
+    if base.keys() != cand.keys():
+        only_b, only_c = len(base.keys() - cand.keys()), len(cand.keys() - base.keys())
+        raise ValueError(
+            f"paired accuracy: question sets differ ({only_b} only in baseline, {only_c} only in candidate)"
+        )
+    keys = list(base)
+    xb = [float(bool(base[k])) for k in keys]
+    xc = [float(bool(cand[k])) for k in keys]
+    up = sum(1 for x, y in zip(xb, xc, strict=True) if y > x)
+    down = sum(1 for x, y in zip(xb, xc, strict=True) if y < x)
+    n = len(keys)
+    return PairedAccuracy(
+        n=n,
+        acc_base=sum(xb) / n,
+        acc_cand=sum(xc) / n,
+        stderr_base=_stderr(xb),
+        stderr_cand=_stderr(xc),
+        delta=(sum(xc) - sum(xb)) / n,
+        delta_stderr=_stderr([y - x for x, y in zip(xb, xc, strict=True)]),
+        flipped_to_correct=up,
+        flipped_to_wrong=down,
+        p_value=mcnemar(up, down),
+    )
+
+
+# --------------------------------------------------------------------------- across points
+
+
+def geometric_mean_ratio(ratios: Sequence[float]) -> float:
+    """Geometric mean of positive ratios (e.g. per-point candidate/baseline), for an across-points summary."""
+    xs = _check_values(ratios, "ratios")
+    if min(xs) <= 0:
+        raise ValueError("geometric mean needs positive ratios")
+    return math.exp(math.fsum(map(math.log, xs)) / len(xs))
