@@ -123,7 +123,109 @@ def probe_ll_bf16() -> dict:
     }
 
 
-PROBES = {"ll_bf16": probe_ll_bf16}
+def _fake_rocm_gfx950() -> None:
+    """Make vLLM's dispatch code see ROCm gfx950 with AITER linear ops on, on a CPU build of torch.
+
+    vllm.platforms.rocm cannot be imported without a HIP torch, so a stand-in module with on_gfx950() takes
+    its place; current_platform.is_rocm() answers True; AITER's "found and supported" check passes. Call it
+    after importing gate_linear, so its custom ops are registered for the CPU dispatch key."""
+    import types
+
+    import vllm._aiter_ops as aiter_ops
+    from vllm.platforms import current_platform
+
+    rocm = types.ModuleType("vllm.platforms.rocm")
+    rocm.on_gfx950 = lambda: True
+    sys.modules["vllm.platforms.rocm"] = rocm
+    current_platform.is_rocm = lambda: True
+    aiter_ops.is_aiter_found_and_supported = lambda: True
+    aiter_ops.rocm_aiter_ops._AITER_ENABLED = True
+    aiter_ops.rocm_aiter_ops._LINEAR_ENABLED = True
+
+
+def probe_aiter() -> dict:
+    """Seed 001: Nemotron-H-style gate (force_fp32_compute, fp32 logits) on a faked ROCm gfx950 with AITER.
+
+    aiter.tuned_gemm is a stand-in module whose tgemm.mm records the dtypes it gets. Checks the weight dtype
+    chosen at construction, then eager forwards and a guard-free compiled forward (traced at M=64, run at M=4
+    with recompiles forbidden): an opaque op is called with the runtime M each time."""
+    import importlib.machinery
+    import types
+
+    import torch
+
+    _init_vllm()
+    import vllm.model_executor.layers.fused_moe.router.gate_linear  # noqa: F401  (ops registered for CPU)
+    from vllm.model_executor.layers.fused_moe.router.gate_linear import GateLinear
+
+    _fake_rocm_gfx950()
+    calls: list[list] = []
+
+    class TunedGemm:
+        def mm(self, x, w, bias=None, otype=None, **kwargs):
+            calls.append(
+                [int(x.shape[0]), str(x.dtype).removeprefix("torch."), str(w.dtype).removeprefix("torch.")]
+            )
+            return (x.float() @ w.float().T).to(otype or x.dtype)
+
+    aiter = types.ModuleType("aiter")
+    aiter.__spec__ = importlib.machinery.ModuleSpec("aiter", None)
+    tuned = types.ModuleType("aiter.tuned_gemm")
+    tuned.tgemm = TunedGemm()
+    aiter.tuned_gemm = tuned
+    sys.modules.update({"aiter": aiter, "aiter.tuned_gemm": tuned})
+
+    layer = GateLinear(
+        H,
+        E,
+        bias=False,
+        out_dtype=torch.float32,
+        params_dtype=torch.bfloat16,
+        force_fp32_compute=True,
+        prefix="gate",
+    )
+    gen = torch.Generator().manual_seed(0)
+    weight = (torch.randn(E, H, generator=gen) * 0.05).to(layer.weight.dtype)
+    layer.weight.data.copy_(weight)
+    errors = []
+    out_dtypes = []
+
+    def check(out, x):
+        out_dtypes.append(str(out.dtype).removeprefix("torch."))
+        if not torch.allclose(out.float(), x.float() @ weight.float().T, atol=1e-2, rtol=1e-2):
+            errors.append(f"M={x.shape[0]}: wrong logits")
+
+    for m in (4, 64):
+        x = torch.randn(m, H, generator=gen).to(torch.bfloat16)
+        check(layer(x)[0], x)
+    eager_calls = list(calls)
+    calls.clear()
+    compiled = torch.compile(
+        layer,
+        fullgraph=True,
+        dynamic=True,
+        backend="aot_eager",
+        options={"guard_filter_fn": lambda entries: [False] * len(entries)},
+    )
+    try:
+        compiled(torch.randn(64, H, generator=gen).to(torch.bfloat16))
+        with torch.compiler.set_stance("fail_on_recompile"):
+            x = torch.randn(4, H, generator=gen).to(torch.bfloat16)
+            check(compiled(x)[0], x)
+    except Exception as exc:  # unpatched: the fp32 weight takes the bf16x3 tier, whose split needs a GPU
+        errors.append(f"compiled: {type(exc).__name__}")
+    return {
+        "gate_linear": _where(),
+        "weight_dtype": str(layer.weight.dtype).removeprefix("torch."),
+        "allow_aiter_router_gemm": getattr(layer, "allow_aiter_router_gemm", None),
+        "eager_calls": eager_calls,
+        "compiled_calls": calls,
+        "out_dtypes": out_dtypes,
+        "errors": errors,
+    }
+
+
+PROBES = {"ll_bf16": probe_ll_bf16, "aiter": probe_aiter}
 
 
 # ================================================================ test side
@@ -196,6 +298,26 @@ if __name__ != "__main__":
         assert r["eager_fast"] == [["ll_bf16", 4]]  # eager is fine ...
         assert r["compiled_fast"] == []  # ... but compiled, M <= 16 never reaches the kernel
         assert r["mm_dtype"] == [64, 1, 4, 16]
+
+    # ------------------------------------------------------------ (2) rocm-aiter-router-gemm
+
+    AITER = PatchRef(name="rocm-aiter-router-gemm")
+
+    def test_aiter_router_gemm_reached_with_bf16_weight(overlay_for, tmp_path):
+        r = run_probe("aiter", overlay_for(AITER), tmp_path)
+        assert r["errors"] == []
+        assert r["weight_dtype"] == "bfloat16"  # not promoted by force_fp32_compute
+        assert r["allow_aiter_router_gemm"] is True
+        assert r["eager_calls"] == [[4, "bfloat16", "bfloat16"], [64, "bfloat16", "bfloat16"]]
+        # opaque to torch.compile: called at run time with the runtime M (64 = the trace-size call)
+        assert r["compiled_calls"] == [[64, "bfloat16", "bfloat16"], [4, "bfloat16", "bfloat16"]]
+        assert set(r["out_dtypes"]) == {"float32"}  # the bf16 GEMM output is cast
+
+    def test_aiter_without_the_set_weight_promoted_and_aiter_never_called(tmp_path):
+        r = run_probe("aiter", None, tmp_path)
+        assert r["weight_dtype"] == "float32"
+        assert r["allow_aiter_router_gemm"] is None
+        assert r["eager_calls"] == [] and r["compiled_calls"] == []
 
 
 if __name__ == "__main__":
