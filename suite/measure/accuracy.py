@@ -1,0 +1,276 @@
+"""Run lm-eval (the real ``lm-eval run`` CLI) against one arm's live vLLM server.
+
+The hub dataset (``openai/gsm8k``) is used as lm-eval ships it. A local directory with ``train.jsonl`` and
+``test.jsonl`` runs offline: a task YAML is generated that *includes* lm-eval's own task file (prompt,
+filters, metrics unchanged) and only swaps the data source for local JSON files (FACTS §5).
+
+lm-eval's raw outputs (``results_*.json``, ``samples_*.jsonl``) stay under ``out_dir`` exactly as lm-eval
+writes them; beside them ``suite-accuracy.json`` records the command, the dataset, which files this run
+produced and how long it took. ``suite.accuracy_summary`` reads them back.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from suite.errors import SuiteError
+from suite.gsm8k import is_synthetic_dataset
+from suite.matrix import AccuracySpec
+
+SIDECAR = "suite-accuracy.json"
+SCHEMA = "suite.accuracy/1"
+TASK_DIR = "task"
+LOCAL_TASK_PREFIX = "suite_local_"
+HUB_DATASET = "openai/gsm8k"
+OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+
+
+def is_local_dataset(dataset: str) -> bool:
+    """True when ``dataset`` names an existing directory (else it is a hub id)."""
+    return Path(dataset).is_dir()
+
+
+def local_task_name(task: str) -> str:
+    return LOCAL_TASK_PREFIX + task
+
+
+def lm_eval_task_yaml(task: str) -> Path:
+    """lm-eval's own YAML that defines ``task`` (found inside the installed lm_eval package)."""
+    spec = importlib.util.find_spec("lm_eval")
+    if spec is None or spec.origin is None:
+        raise SuiteError("lm-eval is not installed in this Python environment (pip install 'lm-eval[api]')")
+    tasks_root = Path(spec.origin).parent / "tasks"
+    pattern = re.compile(rf"^task:\s*['\"]?{re.escape(task)}['\"]?\s*$", re.M)
+    for path in sorted(tasks_root.rglob(f"{task}.yaml")) + sorted(tasks_root.rglob("*.yaml")):
+        try:
+            if pattern.search(path.read_text()):
+                return path
+        except OSError:
+            continue
+    raise SuiteError(f"lm-eval has no task {task!r} under {tasks_root}")
+
+
+def write_local_task(spec: AccuracySpec, include_dir: Path) -> str:
+    """Write a task YAML reading ``spec.dataset``'s local JSON files; returns the task name."""
+    data = Path(spec.dataset).resolve()
+    files = {split: data / f"{split}.jsonl" for split in ("train", "test")}
+    missing = [str(p) for p in files.values() if not p.is_file()]
+    if missing:
+        raise SuiteError(
+            f"accuracy dataset {data}: missing {', '.join(missing)} (need train.jsonl and test.jsonl)"
+        )
+    name = local_task_name(spec.task)
+    include_dir.mkdir(parents=True, exist_ok=True)
+    body = {
+        "include": str(lm_eval_task_yaml(spec.task)),
+        "task": name,
+        "tag": [],
+        "dataset_path": "json",
+        "dataset_name": None,
+        "dataset_kwargs": {"data_files": {k: str(v) for k, v in files.items()}},
+        "training_split": "train",
+        "fewshot_split": "train",
+        "test_split": "test",
+    }
+    # JSON is valid YAML; it keeps paths with odd characters quoted correctly.
+    (include_dir / f"{name}.yaml").write_text(json.dumps(body, indent=2) + "\n")
+    return name
+
+
+def _endpoint_url(base_url: str, endpoint: str) -> str:
+    root = base_url.rstrip("/")
+    root = root.removesuffix("/v1")
+    return f"{root}/v1/chat/completions" if endpoint == "chat" else f"{root}/v1/completions"
+
+
+def _model_args(base_url: str, served_name: str, tokenizer: str, spec: AccuracySpec) -> str:
+    for label, value in (("served name", served_name), ("tokenizer", tokenizer), ("base_url", base_url)):
+        if "," in value:
+            raise SuiteError(f"lm-eval model_args cannot carry a {label} containing ',': {value!r}")
+    args = {
+        "model": served_name,
+        "base_url": _endpoint_url(base_url, spec.endpoint),
+        "num_concurrent": str(spec.concurrency),
+        "max_retries": "3",
+        "seed": str(spec.seed),
+    }
+    if Path(tokenizer).is_dir():  # a local tokenizer: absolute, so lm-eval never mistakes it for a hub id
+        tokenizer = str(Path(tokenizer).resolve())
+    if spec.endpoint == "completions":
+        args |= {"tokenizer": tokenizer, "tokenizer_backend": "huggingface", "tokenized_requests": "False"}
+    return ",".join(f"{k}={v}" for k, v in args.items())
+
+
+def lm_eval_command(
+    *,
+    base_url: str,
+    served_name: str,
+    tokenizer: str,
+    spec: AccuracySpec,
+    out_dir: Path,
+    include_dir: Path | None,
+) -> list[str]:
+    """The exact ``lm-eval run`` command line for one arm (pure: writes nothing).
+
+    ``include_dir`` holds the generated local task (see ``write_local_task``); ``None`` = lm-eval's own task
+    (hub dataset).
+    """
+    task = local_task_name(spec.task) if include_dir is not None else spec.task
+    cmd = [
+        sys.executable, "-m", "lm_eval", "run",
+        "--model", "local-chat-completions" if spec.endpoint == "chat" else "local-completions",
+        "--model_args", _model_args(base_url, served_name, tokenizer, spec),
+        "--tasks", task,
+        "--num_fewshot", str(spec.num_fewshot),
+        "--seed", str(spec.seed),
+        "--gen_kwargs", f"max_gen_toks={spec.max_gen_toks}",
+        "--output_path", str(out_dir),
+        "--log_samples",
+    ]  # fmt: skip
+    if spec.limit is not None:
+        cmd += ["--limit", str(spec.limit)]
+    if spec.endpoint == "chat":
+        cmd += ["--apply_chat_template"]
+    if include_dir is not None:
+        cmd += ["--include_path", str(include_dir)]
+    return cmd
+
+
+def _tail(path: Path, n: int = 40) -> str:
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return "(no log)"
+    return "\n".join(lines[-n:])
+
+
+def _outputs(out_dir: Path) -> set[Path]:
+    return {p for pat in ("results_*.json", "samples_*.jsonl") for p in out_dir.rglob(pat)}
+
+
+def _stop_group(proc: subprocess.Popen[bytes]) -> None:
+    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _write_json_atomic(path: Path, data: object) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def run_accuracy(
+    *,
+    base_url: str,
+    served_name: str,
+    tokenizer: str,
+    spec: AccuracySpec,
+    out_dir: Path,
+    log_path: Path,
+    env: dict | None = None,
+    timeout_s: float | None = None,
+) -> Path:
+    """Run lm-eval on the live server at ``base_url``; returns ``out_dir`` holding its raw outputs.
+
+    Raises ``SuiteError`` (with the command and the log tail) when lm-eval fails, times out or writes no
+    samples.
+    """
+    out_dir = Path(out_dir).resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    log_path = Path(log_path)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    local = is_local_dataset(spec.dataset)
+    include_dir = out_dir / TASK_DIR if local else None
+    if include_dir is not None:
+        write_local_task(spec, include_dir)
+    elif spec.dataset != HUB_DATASET:
+        raise SuiteError(
+            f"accuracy dataset {spec.dataset!r} is neither an existing local directory nor lm-eval's own "
+            f"{HUB_DATASET!r}; give a directory with train.jsonl and test.jsonl"
+        )
+    cmd = lm_eval_command(
+        base_url=base_url, served_name=served_name, tokenizer=tokenizer, spec=spec, out_dir=out_dir,
+        include_dir=include_dir,
+    )  # fmt: skip
+    run_env = dict(os.environ if env is None else env)
+    run_env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    hf_cache: tempfile.TemporaryDirectory[str] | None = None
+    if local:
+        run_env |= OFFLINE_ENV
+        # A private datasets cache: the local JSON files are re-read every run, never served stale.
+        hf_cache = tempfile.TemporaryDirectory(prefix="suite-lmeval-ds-")
+        run_env["HF_DATASETS_CACHE"] = hf_cache.name
+    before = _outputs(out_dir)
+    started = datetime.now(UTC)
+    t0 = time.monotonic()
+    try:
+        with log_path.open("ab") as log:
+            log.write(f"$ {shlex.join(cmd)}\n".encode())
+            log.flush()
+            proc = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, env=run_env, start_new_session=True,
+                stdin=subprocess.DEVNULL,
+            )  # fmt: skip
+            try:
+                rc = proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                _stop_group(proc)
+                raise SuiteError(
+                    f"lm-eval timed out after {timeout_s:.0f} s\n$ {shlex.join(cmd)}\n--- {log_path} (tail)\n"
+                    f"{_tail(log_path)}"
+                ) from None
+            except BaseException:
+                _stop_group(proc)
+                raise
+    finally:
+        if hf_cache is not None:
+            hf_cache.cleanup()
+    duration = time.monotonic() - t0
+    new = sorted(_outputs(out_dir) - before)
+    samples = [p for p in new if p.name.startswith("samples_")]
+    results = [p for p in new if p.name.startswith("results_")]
+    if rc != 0 or not samples or not results:
+        why = f"exit status {rc}" if rc != 0 else "no results/samples file written"
+        raise SuiteError(
+            f"lm-eval failed ({why})\n$ {shlex.join(cmd)}\n--- {log_path} (tail)\n{_tail(log_path)}"
+        )
+    sidecar = {
+        "schema": SCHEMA,
+        "command": cmd,
+        "offline_env": OFFLINE_ENV if local else {},
+        "task": spec.task,
+        "lm_eval_task": local_task_name(spec.task) if local else spec.task,
+        "spec": spec.model_dump(mode="json"),
+        "dataset": {
+            "source": "local" if local else "hub",
+            "path": str(Path(spec.dataset).resolve()) if local else spec.dataset,
+            "synthetic": bool(local and is_synthetic_dataset(spec.dataset)),
+        },
+        "served_name": served_name,
+        "base_url": base_url,
+        "results_files": [str(p.relative_to(out_dir)) for p in results],
+        "samples_files": [str(p.relative_to(out_dir)) for p in samples],
+        "started_at": started.isoformat(),
+        "duration_s": round(duration, 3),
+    }
+    _write_json_atomic(out_dir / SIDECAR, sidecar)
+    return out_dir
