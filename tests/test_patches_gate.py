@@ -225,7 +225,65 @@ def probe_aiter() -> dict:
     }
 
 
-PROBES = {"ll_bf16": probe_ll_bf16, "aiter": probe_aiter}
+def probe_fse() -> dict:
+    """Seed 002: MoERunner._forward_impl with fused shared experts on a faked ROCm platform.
+
+    The runner is a stand-in object carrying what _forward_impl touches before routing (the real method and
+    the real _maybe_fuse_gate_weights run on it); the steps after the gate record the logits and stop there.
+    vLLM's rocm_unquantized_gemm is wrapped by a recorder (it sends CPU tensors to F.linear)."""
+    import contextlib
+    import types
+
+    import torch
+    import vllm.model_executor.layers.fused_moe.runner.moe_runner as mr
+    import vllm.model_executor.layers.utils as lu
+    from vllm.platforms import current_platform
+
+    current_platform.is_rocm = lambda: True
+    calls: list[list] = []
+    real = lu.rocm_unquantized_gemm
+
+    def recording_rocm_gemm(layer, x, weight, bias=None):
+        calls.append([type(layer).__name__, list(x.shape), list(weight.shape)])
+        return real(layer, x, weight, bias)
+
+    lu.rocm_unquantized_gemm = recording_rocm_gemm
+
+    gen = torch.Generator().manual_seed(0)
+    gate = torch.nn.Linear(H, E, bias=False, dtype=torch.bfloat16)
+    shared_gate = torch.nn.Linear(H, 1, bias=False, dtype=torch.bfloat16)
+    seen: dict = {}
+
+    def record_logits(hidden_states, router_logits):
+        seen["logits"] = router_logits
+        return hidden_states, router_logits
+
+    runner = types.SimpleNamespace(
+        routed_experts=types.SimpleNamespace(_ensure_moe_quant_config_init=lambda: None),
+        _shared_experts=None,
+        gate=gate,
+        shared_expert_gate=shared_gate,
+        _fse_fuse_gate=True,
+        _combined_gate_weight=None,
+        _sequence_parallel_context=contextlib.nullcontext,
+        _maybe_dispatch=record_logits,
+        _apply_quant_method=lambda **kw: (None, kw["hidden_states"]),
+        _maybe_combine=lambda shared, h: h,
+    )
+    runner._maybe_fuse_gate_weights = types.MethodType(mr.MoERunner._maybe_fuse_gate_weights, runner)
+    x = torch.randn(4, H, generator=gen).to(torch.bfloat16)
+    mr.MoERunner._forward_impl(runner, x, None, None)
+    logits = seen["logits"]
+    ref = x.float() @ torch.cat([gate.weight, shared_gate.weight]).float().T
+    return {
+        "gate_linear": mr.__file__,
+        "calls": calls,
+        "logits_shape": list(logits.shape),
+        "logits_ok": bool(torch.allclose(logits.float(), ref, atol=2e-2, rtol=2e-2)),
+    }
+
+
+PROBES = {"ll_bf16": probe_ll_bf16, "aiter": probe_aiter, "fse": probe_fse}
 
 
 # ================================================================ test side
@@ -318,6 +376,22 @@ if __name__ != "__main__":
         assert r["weight_dtype"] == "float32"
         assert r["allow_aiter_router_gemm"] is None
         assert r["eager_calls"] == [] and r["compiled_calls"] == []
+
+    # ------------------------------------------------------------ (3) fse-fused-gate-dispatch
+
+    FSE_BEFORE = PatchRef(name="fse-fused-gate-dispatch", reverse=True)
+
+    def test_fse_fused_gate_goes_through_dispatch_unquantized_gemm(overlay_for, tmp_path):
+        """vLLM 0.32.0 has the change (manifest: present); apply_patch_sets verifies it and writes nothing."""
+        r = run_probe("fse", overlay_for(PatchRef(name="fse-fused-gate-dispatch")), tmp_path)
+        assert r["logits_ok"] and r["logits_shape"] == [4, E + 1]
+        assert r["calls"] == [["SimpleNamespace", [4, H], [E + 1, H]]]  # the fused [E + 1, H] weight, once
+
+    def test_fse_before_arm_uses_bare_linear(overlay_for, tmp_path):
+        """The set applied in reverse (the "before" arm): the fused gate never reaches rocm_unquantized_gemm."""
+        r = run_probe("fse", overlay_for(FSE_BEFORE), tmp_path)
+        assert r["logits_ok"] and r["logits_shape"] == [4, E + 1]
+        assert r["calls"] == []
 
 
 if __name__ == "__main__":
