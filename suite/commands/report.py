@@ -1,0 +1,25 @@
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.console import Console
+
+NAME = "report"
+HELP = "Regenerate report.md of a run directory from its raw files."
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_dir", metavar="RUN_DIR", type=Path)
+    p.add_argument("--print", action="store_true", dest="show", help="print the report")
+
+
+def run(args: argparse.Namespace) -> int:
+    from suite.report import build_report
+
+    path = build_report(args.run_dir)
+    console = Console()
+    if args.show:
+        print(path.read_text())
+    console.print(f"report: {path}")
+    return 0

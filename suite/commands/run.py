@@ -1,0 +1,42 @@
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.console import Console
+
+from suite.errors import SuiteError
+
+NAME = "run"
+HELP = "Run a matrix: every arm's server, every point, stored raw results and one report."
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("matrix", metavar="MATRIX", type=Path)
+    p.add_argument("--out", type=Path, default=Path("runs"), help="base directory for run directories (runs/)")
+    p.add_argument("--dry-run", action="store_true", help="print the plan and exit")
+    p.add_argument("--resume", type=Path, metavar="RUN_DIR", help="run only the jobs missing from RUN_DIR")
+    p.add_argument("--no-report", action="store_true", help="do not write the report at the end")
+
+
+def run(args: argparse.Namespace) -> int:
+    from suite.report import build_report
+    from suite.runner import dry_run, execute, prepare
+
+    console = Console(stderr=False)
+    if args.dry_run:
+        console.print(dry_run(args.matrix), highlight=False, markup=False)
+        return 0
+    ctx = prepare(args.matrix, args.out, args.resume, console)
+    console.print(f"run directory: {ctx.store.root}")
+    try:
+        counts = execute(ctx)
+    finally:
+        if not args.no_report:
+            try:
+                path = build_report(ctx.store.root)
+                console.print(f"report: {path}")
+            except SuiteError as exc:
+                console.print(f"[red]report not written: {exc}[/red]")
+    console.print(f"jobs: {counts['ok']} ok, {counts['failed']} failed, {counts['missing']} missing")
+    return 0 if counts["failed"] == 0 and counts["missing"] == 0 else 1

@@ -1,0 +1,104 @@
+"""What every runtime shares: the server spec, health polling and the arm environment."""
+
+from __future__ import annotations
+
+import socket
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from suite.errors import ServerError
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    """One `vllm serve` lifetime of one arm: the exact command, its environment and where it logs."""
+
+    arm: str
+    argv: list[str]
+    env: dict[str, str]
+    log_path: Path
+    host: str
+    port: int
+    startup_timeout_s: float
+    cwd: Path | None = None
+    redact: list[str] = field(default_factory=list)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class ArmEnv:
+    """An arm made ready to serve: where its (patched) vLLM is and what was applied."""
+
+    arm: str
+    vllm_version: str
+    pythonpath: Path | None = None  # local runtime: an overlay holding the patched vllm/
+    image: str | None = None  # docker runtime: the image to run
+    patches: list[dict] = field(default_factory=list)  # name, reverse, sha256, files
+
+
+class Server(Protocol):
+    spec: ServerSpec
+
+    @property
+    def base_url(self) -> str: ...
+    def alive(self) -> bool: ...
+    def reset_prefix_cache(self) -> bool: ...
+    def log_tail(self, n: int = 40) -> str: ...
+    def __enter__(self) -> Server: ...
+    def __exit__(self, *exc: object) -> None: ...
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def port_in_use(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(0.5)
+        return s.connect_ex((host, port)) == 0
+
+
+def http_ok(url: str, method: str = "GET", timeout: float = 5.0) -> bool:
+    req = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return 200 <= resp.status < 300
+    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+        return False
+
+
+def read_tail(path: Path, n: int = 40, redact: list[str] | None = None) -> str:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, 2)
+            size = fh.tell()
+            fh.seek(max(0, size - 64 * 1024))
+            lines = fh.read().decode(errors="replace").splitlines()[-n:]
+    except OSError:
+        return "(no log)"
+    text = "\n".join(lines)
+    for s in redact or []:
+        if s:
+            text = text.replace(s, "<redacted>")
+    return text
+
+
+def wait_healthy(base_url: str, timeout_s: float, still_running, describe) -> None:
+    """Poll /health until 200; raise ServerError as soon as the server exits, or at the timeout."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not still_running():
+            raise ServerError(describe("exited before it became healthy"))
+        if http_ok(f"{base_url}/health", timeout=2.0):
+            return
+        time.sleep(1.0)
+    raise ServerError(describe(f"not healthy after {timeout_s:.0f} s"))

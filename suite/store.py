@@ -1,0 +1,209 @@
+"""The run directory: atomic writes, the manifest (provenance) and per-job records (resume).
+
+Layout::
+
+    runs/<utc>-<matrix>/
+      manifest.json                          schema, suite version, host, resolved matrix, arms, patches
+      <arm>/server-<n>.log                   server log of session n
+      <arm>/serve/<point>/rep-<r>.json       raw `vllm bench serve` result, as the tool wrote it
+      <arm>/serve/<point>/rep-<r>.job.json   job record: hash, status, command, timings, error
+      <arm>/accuracy/<task>/rep-0/...        raw lm-eval output
+      report.md
+
+Every file is written to a temporary name in the same directory and renamed into place, so a kill at any
+moment leaves either the old file or the new one, never a truncated one.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import platform
+import re
+import socket
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from suite import __version__
+from suite.errors import SuiteError
+from suite.plan import Job
+
+SCHEMA_VERSION = 1
+SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|APIKEY|CREDENTIAL|PRIVATE)", re.I)
+REDACTED = "<redacted>"
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_json(path: Path, obj: Any) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def read_json(path: Path) -> Any:
+    return json.loads(path.read_text())
+
+
+def redact_env(env: dict[str, str]) -> dict[str, str]:
+    return {k: (REDACTED if SECRET_NAME.search(k) else v) for k, v in env.items()}
+
+
+def redact_text(text: str, secrets: list[str]) -> str:
+    for s in secrets:
+        if s and len(s) >= 4:
+            text = text.replace(s, REDACTED)
+    return text
+
+
+def secret_values(env: dict[str, str] | None = None) -> list[str]:
+    env = dict(os.environ) if env is None else env
+    return [v for k, v in env.items() if SECRET_NAME.search(k) and v]
+
+
+def utc_now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
+@dataclass(frozen=True)
+class RunStore:
+    root: Path
+
+    # ------------------------------------------------------------------ creation
+    @classmethod
+    def create(cls, out_base: Path, matrix_name: str) -> RunStore:
+        stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+        root = out_base / f"{stamp}-{matrix_name}"
+        n = 1
+        while root.exists():
+            n += 1
+            root = out_base / f"{stamp}-{matrix_name}-{n}"
+        root.mkdir(parents=True)
+        return cls(root)
+
+    @classmethod
+    def open(cls, run_dir: Path) -> RunStore:
+        if not (run_dir / "manifest.json").is_file():
+            raise SuiteError(f"{run_dir}: not a run directory (no manifest.json)")
+        return cls(run_dir)
+
+    # ------------------------------------------------------------------ manifest
+    @property
+    def manifest_path(self) -> Path:
+        return self.root / "manifest.json"
+
+    def manifest(self) -> dict[str, Any]:
+        return read_json(self.manifest_path) if self.manifest_path.is_file() else {}
+
+    def write_manifest(self, manifest: dict[str, Any]) -> None:
+        atomic_write_json(self.manifest_path, manifest)
+
+    def update_manifest(self, **fields: Any) -> dict[str, Any]:
+        manifest = self.manifest() | fields
+        self.write_manifest(manifest)
+        return manifest
+
+    # ------------------------------------------------------------------ paths
+    def arm_dir(self, arm: str) -> Path:
+        return self.root / arm
+
+    def job_dir(self, job: Job) -> Path:
+        return self.arm_dir(job.arm) / job.kind / job.point
+
+    def job_stem(self, job: Job) -> str:
+        return job.key.rsplit("/", 1)[1]
+
+    def result_path(self, job: Job) -> Path:
+        """Where the raw tool output of a job goes (a file, or a directory for lm-eval)."""
+        if job.kind == "accuracy":
+            return self.job_dir(job) / self.job_stem(job)
+        return self.job_dir(job) / f"{self.job_stem(job)}.json"
+
+    def record_path(self, job: Job) -> Path:
+        return self.job_dir(job) / f"{self.job_stem(job)}.job.json"
+
+    def log_path(self, job: Job) -> Path:
+        return self.job_dir(job) / f"{self.job_stem(job)}.log"
+
+    def server_log(self, arm: str, session: int, attempt: int = 0) -> Path:
+        suffix = f"-restart{attempt}" if attempt else ""
+        return self.arm_dir(arm) / f"server-{session}{suffix}.log"
+
+    def cache_dir(self, arm: str) -> Path:
+        return self.arm_dir(arm) / "cache"
+
+    # ------------------------------------------------------------------ job records
+    def record(self, job: Job) -> dict[str, Any] | None:
+        path = self.record_path(job)
+        if not path.is_file():
+            return None
+        try:
+            return read_json(path)
+        except (OSError, json.JSONDecodeError):
+            return None
+
+    def is_done(self, job: Job) -> bool:
+        rec = self.record(job)
+        return bool(rec and rec.get("status") == "ok" and rec.get("hash") == job.hash
+                    and self.result_path(job).exists())
+
+    def write_record(self, job: Job, status: str, **fields: Any) -> None:
+        rec = {
+            "schema_version": SCHEMA_VERSION,
+            "job": job.model_dump(mode="json"),
+            "hash": job.hash,
+            "status": status,
+            "written": utc_now(),
+        } | fields
+        atomic_write_json(self.record_path(job), rec)
+
+    def records(self) -> list[dict[str, Any]]:
+        out = []
+        for path in sorted(self.root.glob("*/*/*/*.job.json")):
+            try:
+                out.append(read_json(path))
+            except (OSError, json.JSONDecodeError):
+                continue
+        return out
+
+
+def host_info() -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpu_count": os.cpu_count(),
+    }
+    try:
+        with open("/proc/meminfo") as fh:
+            info["mem_total_kb"] = int(fh.readline().split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return info
+
+
+def new_manifest(matrix_path: str, matrix_dump: dict[str, Any], plan_dump: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "suite_version": __version__,
+        "created": utc_now(),
+        "matrix_path": matrix_path,
+        "matrix": matrix_dump,
+        "plan": plan_dump,
+        "host": host_info(),
+        "arms": {},
+        "status": "running",
+    }
