@@ -17,6 +17,7 @@ import math
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from scipy.stats import binomtest
@@ -457,7 +458,7 @@ def render_accuracy_md(
         ]
         if run.max_gen_toks is not None:
             bits.append(f"max_gen_toks {run.max_gen_toks}")
-        title = f"## Accuracy: {s.task} ({', '.join(b for b in bits if b)})"
+        title = f"## Accuracy: {s.task}, {s.base_label} vs {s.cand_label} ({', '.join(b for b in bits if b)})"
         out += [title + (" — SYNTHETIC data" if s.synthetic else ""), ""]
         if s.synthetic:
             out += [
@@ -508,3 +509,70 @@ def _gate_text(g: GateResult, s: AccuracyComparison) -> str:
     if g.name == "max_drop":
         return f"drop {_pct(g.value)} pp ≤ {_pct(g.threshold)} pp: {g.status}"
     return f"{g.name}: {g.status}"
+
+
+# ---------------------------------------------------------------- report hook (suite.report)
+
+
+def _job_output(root: Path, job: dict[str, Any]) -> Path:
+    suffix = f"-{job['tag']}" if job.get("tag") else ""
+    stem = root / job["arm"] / job["kind"] / job["point"] / f"rep-{job['repeat']}{suffix}"
+    return stem if job["kind"] == "accuracy" else stem.with_name(stem.name + ".json")
+
+
+def report_section(run: Any) -> str:
+    """The accuracy + equivalence section of a run's report (``suite.report`` calls this when present).
+
+    ``run`` is ``suite.report.RunData`` (``root``, ``records``, ``baseline``, ``candidates``). Raw files are
+    found from the job records; an arm whose job did not finish is named, never skipped silently.
+    """
+    found: dict[tuple[str, str], tuple[Path | None, dict[str, Any]]] = {}
+    for rec in getattr(run, "records", []):
+        job = rec.get("job", {})
+        if job.get("kind") not in ("accuracy", "equivalence") or job.get("tag"):
+            continue
+        path = _job_output(Path(run.root), job) if rec.get("status") == "ok" else None
+        found[(job["kind"], job["arm"])] = (path if path is not None and path.exists() else None, rec)
+    if not found:
+        return ""
+    out: list[str] = []
+    base = run.baseline
+    for cand in run.candidates:
+        acc: AccuracyComparison | None = None
+        eq: EquivalenceSummary | None = None
+        problems: list[str] = []
+        for kind in ("accuracy", "equivalence"):
+            b, c = found.get((kind, base)), found.get((kind, cand))
+            if b is None and c is None:
+                continue
+            missing = [arm for arm, got in ((base, b), (cand, c)) if got is None or got[0] is None]
+            if missing:
+                status = {
+                    arm: (got[1].get("status") if got else "not run") for arm, got in ((base, b), (cand, c))
+                }
+                problems.append(f"{kind}: no result for {', '.join(f'{a} ({status[a]})' for a in missing)}")
+                continue
+            try:
+                if kind == "accuracy":
+                    params = b[1]["job"].get("params", {})
+                    gates = SimpleNamespace(
+                        min_accuracy=params.get("min_accuracy"), max_drop=params.get("max_drop")
+                    )
+                    acc = summarize_accuracy(b[0], c[0], gates, base_label=base, cand_label=cand)
+                else:
+                    eq = summarize_equivalence(b[0], c[0])
+            except SuiteError as exc:
+                problems.append(f"{kind}: cannot compare {base} and {cand}: {exc}")
+        if acc is None and eq is not None:
+            out += [f"## Greedy equivalence: {base} vs {cand}", ""]
+        text = render_accuracy_md(acc, eq)
+        if acc is None and eq is not None:
+            text = text.replace("### Greedy equivalence\n\n", "", 1)
+        if text:
+            out.append(text.rstrip())
+            out.append("")
+        if problems:
+            if acc is None and eq is None:
+                out += [f"## Accuracy: {base} vs {cand}", ""]
+            out += [f"- **missing**: {p}" for p in problems] + [""]
+    return "\n".join(out).rstrip() + "\n" if out else ""

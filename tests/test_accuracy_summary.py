@@ -1,0 +1,302 @@
+"""Paired accuracy / equivalence arithmetic on hand-made lm-eval-format files (no server)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from suite.accuracy_summary import (
+    first_divergence,
+    mcnemar_exact_p,
+    mean_stderr,
+    render_accuracy_md,
+    report_section,
+    summarize_accuracy,
+    summarize_equivalence,
+)
+from suite.errors import SuiteError
+from suite.matrix import AccuracySpec
+
+STAMP = "2026-11-29T10-00-00.000000"
+
+
+def write_arm(
+    d: Path,
+    flex: list[int],
+    strict: list[int] | None = None,
+    *,
+    stamp: str = STAMP,
+    sidecar: bool = True,
+    synthetic: bool = True,
+    doc_hash: dict[int, str] | None = None,
+) -> Path:
+    """An accuracy dir shaped like run_accuracy's: lm-eval samples + results, and the sidecar."""
+    strict = strict if strict is not None else [0] * len(flex)
+    sub = d / "tiny-moe"
+    sub.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for filt, vals in (("strict-match", strict), ("flexible-extract", flex)):
+        for doc_id, v in enumerate(vals):
+            row = {
+                "doc_id": doc_id,
+                "filter": filt,
+                "exact_match": float(v),
+                "doc_hash": (doc_hash or {}).get(doc_id, f"d{doc_id}"),
+                "prompt_hash": f"p{doc_id}",
+                "resps": [["x"]],
+                "filtered_resps": ["1"],
+            }
+            lines.append(json.dumps(row))
+    samples = sub / f"samples_suite_local_gsm8k_{stamp}.jsonl"
+    samples.write_text("\n".join(lines) + "\n")
+    results = sub / f"results_{stamp}.json"
+    entry = {}
+    for filt, vals in (("strict-match", strict), ("flexible-extract", flex)):
+        entry[f"exact_match,{filt}"] = sum(vals) / len(vals)
+        entry[f"exact_match_stderr,{filt}"] = mean_stderr([float(v) for v in vals])
+    results.write_text(json.dumps({"results": {"suite_local_gsm8k": entry}}))
+    if sidecar:
+        side = {
+            "task": "gsm8k",
+            "lm_eval_task": "suite_local_gsm8k",
+            "spec": {"num_fewshot": 5, "limit": len(flex), "max_gen_toks": 32},
+            "dataset": {"source": "local", "path": "data", "synthetic": synthetic},
+            "results_files": [str(results.relative_to(d))],
+            "samples_files": [str(samples.relative_to(d))],
+            "duration_s": 12.5,
+        }
+        (d / "suite-accuracy.json").write_text(json.dumps(side))
+    return d
+
+
+# 20 questions. flexible-extract: base right on 0-11 (12/20); candidate right on 0-7 and 12-13 (10/20)
+# -> lost (right -> wrong) 8, 9, 10, 11; gained (wrong -> right) 12, 13; both right 8; both wrong 6.
+BASE_FLEX = [1] * 12 + [0] * 8
+CAND_FLEX = [1] * 8 + [0] * 4 + [1] * 2 + [0] * 6
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> tuple[Path, Path]:
+    return write_arm(tmp_path / "base", BASE_FLEX), write_arm(tmp_path / "cand", CAND_FLEX)
+
+
+@pytest.mark.parametrize(
+    ("lost", "gained", "p"),
+    [
+        (0, 0, 1.0),
+        (1, 0, 1.0),
+        (5, 5, 1.0),
+        (3, 1, 0.625),  # 2 * (1 + 4) / 16
+        (6, 0, 0.03125),  # 2 / 64
+        (4, 2, 0.6875),  # 2 * (1 + 6 + 15) / 64
+        (10, 2, 2 * (1 + 12 + 66) / 4096),
+        (0, 12, 2 / 4096),
+    ],
+)
+def test_mcnemar_exact_known_values(lost: int, gained: int, p: float) -> None:
+    assert mcnemar_exact_p(lost, gained) == pytest.approx(p)
+    assert mcnemar_exact_p(gained, lost) == pytest.approx(p)
+
+
+def test_stderr_matches_lm_eval_formula() -> None:
+    # sample stdev (n-1) / sqrt(n): p = 0.6, n = 20 -> sqrt(0.24 * 20 / 19) / sqrt(20)
+    assert mean_stderr([1.0] * 12 + [0.0] * 8) == pytest.approx((0.24 * 20 / 19) ** 0.5 / 20**0.5)
+    assert mean_stderr([1.0] * 5) == 0.0
+
+
+def test_paired_numbers(pair: tuple[Path, Path]) -> None:
+    s = summarize_accuracy(*pair, AccuracySpec(min_accuracy=0.45, max_drop=0.1))
+    flex = s.by_filter("flexible-extract")
+    assert (flex.n_paired, flex.both_correct, flex.both_wrong, flex.lost, flex.gained) == (20, 8, 6, 4, 2)
+    assert flex.lost_doc_ids == (8, 9, 10, 11) and flex.gained_doc_ids == (12, 13)
+    assert (flex.base.acc, flex.cand.acc) == (0.6, 0.5)
+    assert flex.delta == pytest.approx(-0.1)
+    assert flex.mcnemar_p == pytest.approx(0.6875)
+    assert flex.base.stderr == pytest.approx(flex.base.reported_stderr)
+    assert flex.cand.acc == flex.cand.reported_acc
+    strict = s.by_filter("strict-match")
+    assert (strict.base.acc, strict.cand.acc, strict.lost, strict.gained, strict.mcnemar_p) == (
+        0,
+        0,
+        0,
+        0,
+        1.0,
+    )
+    assert [f.filter for f in s.filters] == ["strict-match", "flexible-extract"]
+    assert s.n_questions == 20 and s.task == "gsm8k" and s.synthetic
+    # drop exactly at the threshold passes; the floor holds
+    assert {g.name: g.passed for g in s.gates} == {"min_accuracy": True, "max_drop": True}
+    assert s.verdict == "PASS"
+
+
+@pytest.mark.parametrize(
+    ("min_accuracy", "max_drop", "verdict", "failed"),
+    [
+        (None, None, "NO GATES", set()),
+        (0.55, None, "FAIL", {"min_accuracy"}),
+        (None, 0.05, "FAIL", {"max_drop"}),
+        (0.55, 0.05, "FAIL", {"min_accuracy", "max_drop"}),
+        (0.5, 0.2, "PASS", set()),
+    ],
+)
+def test_gates(pair: tuple[Path, Path], min_accuracy, max_drop, verdict: str, failed: set[str]) -> None:
+    s = summarize_accuracy(*pair, AccuracySpec(min_accuracy=min_accuracy, max_drop=max_drop))
+    assert s.verdict == verdict
+    assert {g.name for g in s.gates if not g.passed} == failed
+    drop = next((g for g in s.gates if g.name == "max_drop"), None)
+    if drop is not None:
+        assert drop.value == pytest.approx(0.1)
+
+
+def test_gain_never_fails_max_drop(tmp_path: Path) -> None:
+    s = summarize_accuracy(
+        write_arm(tmp_path / "b", CAND_FLEX), write_arm(tmp_path / "c", BASE_FLEX), AccuracySpec(max_drop=0.0)
+    )
+    assert s.verdict == "PASS" and s.by_filter("flexible-extract").delta == pytest.approx(0.1)
+
+
+def test_without_sidecar_takes_the_newest_run(tmp_path: Path) -> None:
+    base = write_arm(tmp_path / "b", [0] * 20, sidecar=False, stamp="2026-01-01T00-00-00.000000")
+    write_arm(tmp_path / "b", BASE_FLEX, sidecar=False, stamp="2026-02-01T00-00-00.000000")
+    cand = write_arm(tmp_path / "c", CAND_FLEX, sidecar=False)
+    s = summarize_accuracy(base, cand, None)
+    assert s.by_filter("flexible-extract").base.acc == 0.6
+    assert s.verdict == "NO GATES" and not s.synthetic
+
+
+def test_different_questions_are_an_error(tmp_path: Path) -> None:
+    base = write_arm(tmp_path / "b", BASE_FLEX)
+    with pytest.raises(SuiteError, match="different questions"):
+        summarize_accuracy(base, write_arm(tmp_path / "c", CAND_FLEX[:15]), None)
+    with pytest.raises(SuiteError, match="doc_hash differs"):
+        summarize_accuracy(base, write_arm(tmp_path / "h", CAND_FLEX, doc_hash={3: "other"}), None)
+    with pytest.raises(SuiteError, match="does not exist"):
+        summarize_accuracy(base, tmp_path / "missing", None)
+
+
+def test_bad_samples_are_an_error(tmp_path: Path) -> None:
+    base = write_arm(tmp_path / "b", BASE_FLEX)
+    cand = write_arm(tmp_path / "c", CAND_FLEX)
+    samples = next((cand / "tiny-moe").glob("samples_*.jsonl"))
+    first = samples.read_text().splitlines()[0]
+    samples.write_text(samples.read_text() + first + "\n")
+    with pytest.raises(SuiteError, match="duplicate sample"):
+        summarize_accuracy(base, cand, None)
+    samples.write_text('{"doc_id": 0}\n')
+    with pytest.raises(SuiteError, match=r"samples_.*:1: not an lm-eval sample"):
+        summarize_accuracy(base, cand, None)
+
+
+# ---------------------------------------------------------------- equivalence
+
+
+def write_eq(
+    path: Path, outputs: list[list[int] | None], texts: list[str] | None = None, sha: str = "s"
+) -> Path:
+    rows = [
+        {"index": i, "prompt": f"prompt {i}", "token_ids": ids, "text": (texts or [""] * len(outputs))[i]}
+        for i, ids in enumerate(outputs)
+    ]
+    path.write_text(json.dumps({"prompt_set_sha256": sha, "max_tokens": 8, "results": rows}))
+    return path
+
+
+def test_first_divergence() -> None:
+    assert first_divergence([1, 2, 3], [1, 2, 3]) is None
+    assert first_divergence([1, 2, 3], [1, 9, 3]) == 1
+    assert first_divergence([5], [6]) == 0
+    assert first_divergence([1, 2], [1, 2, 3]) == 2  # one stops early: diverges where it stops
+    assert first_divergence("abc", "abd") == 2
+
+
+def test_equivalence_summary(tmp_path: Path) -> None:
+    base = write_eq(tmp_path / "a.json", [[1, 2, 3, 4], [1, 2, 3, 4], [7, 7], [1, 2, 3, 4], [9]])
+    cand = write_eq(tmp_path / "b.json", [[1, 2, 3, 4], [1, 2, 0, 4], [7, 7, 7], [0, 2, 3, 4], [9]])
+    e = summarize_equivalence(base, cand)
+    assert (e.n, e.n_identical, e.unit) == (5, 2, "tokens")
+    assert e.share_identical == pytest.approx(0.4)
+    assert e.first_divergence == (None, 2, 2, 0, None)
+    assert e.median_first_divergence == 2.0
+    same = summarize_equivalence(base, base)
+    assert (same.share_identical, same.median_first_divergence) == (1.0, None)
+
+
+def test_equivalence_text_fallback_and_mismatch(tmp_path: Path) -> None:
+    a = write_eq(tmp_path / "a.json", [None, None], texts=["hello world", "same"])
+    b = write_eq(tmp_path / "b.json", [None, None], texts=["hello there", "same"])
+    e = summarize_equivalence(a, b)
+    assert (e.unit, e.n_identical, e.first_divergence) == ("chars", 1, (6, None))
+    other = write_eq(tmp_path / "c.json", [None, None], texts=["x", "y"], sha="different")
+    with pytest.raises(SuiteError, match="prompt_set_sha256"):
+        summarize_equivalence(a, other)
+
+
+# ---------------------------------------------------------------- markdown (golden)
+
+GOLDEN = """\
+## Accuracy: gsm8k, baseline vs patched (5-shot, 20 questions, max_gen_toks 32) — SYNTHETIC data
+
+> **SYNTHETIC data**: template-generated problems in GSM8K's format (suite.gsm8k), not GSM8K. These numbers only show the pipeline works; they say nothing about GSM8K accuracy.
+
+Verdict: **FAIL** (patched flexible-extract 50.0 % ≥ floor 45.0 %: PASS; drop 10.0 pp ≤ 5.0 pp: FAIL)
+
+| filter | baseline | patched | Δ (pp) | right→wrong | wrong→right | McNemar p | n |
+|---|---:|---:|---:|---:|---:|---:|---:|
+| strict-match | 0.0 ± 0.0 % (0/20) | 0.0 ± 0.0 % (0/20) | +0.0 | 0 | 0 | 1 | 20 |
+| flexible-extract | 60.0 ± 11.2 % (12/20) | 50.0 ± 11.5 % (10/20) | -10.0 | 4 | 2 | 0.688 | 20 |
+
+Accuracy ± standard error, recomputed from lm-eval's per-question samples; pairs matched on (doc_id, filter); McNemar: exact two-sided binomial test on the questions that flipped.
+
+- flexible-extract: right→wrong doc_ids 8, 9, 10, 11; wrong→right 12, 13
+- lm-eval wall time: baseline 12.5 s, patched 12.5 s
+
+### Greedy equivalence
+
+5 fixed prompts at temperature 0, up to 8 tokens each: **2/5 identical (40.0 %)**.
+Median first divergence among the 3 differing completions: token 2 (0 = the first generated token).
+"""
+
+
+def test_render_golden(pair: tuple[Path, Path], tmp_path: Path) -> None:
+    s = summarize_accuracy(*pair, AccuracySpec(min_accuracy=0.45, max_drop=0.05))
+    base = write_eq(tmp_path / "a.json", [[1, 2, 3, 4], [1, 2, 3, 4], [7, 7], [1, 2, 3, 4], [9]])
+    cand = write_eq(tmp_path / "b.json", [[1, 2, 3, 4], [1, 2, 0, 4], [7, 7, 7], [0, 2, 3, 4], [9]])
+    assert render_accuracy_md(s, summarize_equivalence(base, cand)) == GOLDEN
+    assert render_accuracy_md(None, None) == ""
+
+
+def test_report_section_from_run_records(tmp_path: Path) -> None:
+    """The hook suite.report calls: finds each arm's raw files from the job records of a run directory."""
+    from suite.report import RunData
+
+    params = AccuracySpec(max_drop=0.2).model_dump(mode="json")
+
+    def rec(arm: str, kind: str, point: str, status: str = "ok") -> dict:
+        job = {"kind": kind, "arm": arm, "point": point, "repeat": 0, "tag": None, "params": params}
+        return {"job": job, "status": status}
+
+    write_arm(tmp_path / "baseline" / "accuracy" / "gsm8k" / "rep-0", BASE_FLEX)
+    write_arm(tmp_path / "patched" / "accuracy" / "gsm8k" / "rep-0", CAND_FLEX)
+    for arm, out in (("baseline", [[1, 2], [3]]), ("patched", [[1, 2], [4]])):
+        (tmp_path / arm / "equivalence" / "greedy").mkdir(parents=True)
+        write_eq(tmp_path / arm / "equivalence" / "greedy" / "rep-0.json", out)
+    records = [
+        rec(a, k, p)
+        for a in ("baseline", "patched")
+        for k, p in (("accuracy", "gsm8k"), ("equivalence", "greedy"))
+    ]
+    run = RunData(
+        root=tmp_path,
+        manifest={"plan": {"arms": ["baseline", "patched"], "baseline": "baseline"}},
+        records=records,
+        points={},
+    )
+    text = report_section(run)
+    assert "## Accuracy: gsm8k, baseline vs patched" in text and "Verdict: **PASS**" in text
+    assert "**1/2 identical (50.0 %)**" in text
+    # a failed job is named, not skipped
+    records[2] = rec("patched", "accuracy", "gsm8k", status="failed")
+    text = report_section(RunData(root=tmp_path, manifest=run.manifest, records=records, points={}))
+    assert "no result for patched (failed)" in text and "Greedy equivalence" in text
