@@ -41,14 +41,44 @@ class DockerSpec(Strict):
     hf_cache: str | None = Field(None, description="host HF cache mounted into the container")
 
 
+SLURM_TIME = re.compile(r"^(UNLIMITED|INFINITE|\d+(:\d{1,2}){0,2}|\d+-\d{1,2}(:\d{1,2}){0,2})$")
+
+
 class SlurmSpec(Strict):
-    partition: str | None = None
-    gpus_per_job: int = Field(0, ge=0)
+    """runtime.kind: slurm. Each session (one arm's server lifetime) becomes one `sbatch` job."""
+
+    partition: str | None = Field(None, description="--partition; None = the cluster's default partition")
+    gpus_per_job: int = Field(0, ge=0, description="--gres=gpu[:TYPE]:N; 0 = no GPU request")
     gres_type: str | None = Field(None, description="GPU type in --gres=gpu:TYPE:N")
-    time_limit: str = "01:00:00"
+    cpus_per_task: int | None = Field(None, gt=0, description="--cpus-per-task (size it so that only as many "
+                                      "servers share a node as you want)")
+    mem: str | None = Field(None, description="--mem, e.g. 64G")
+    exclusive: bool = Field(False, description="--exclusive: a whole node per job")
+    time_limit: str = Field("01:00:00", description="--time: MM, HH:MM:SS, D-HH:MM:SS or UNLIMITED")
     container: Literal["none", "pyxis", "apptainer"] = "none"
-    max_resubmits: int = Field(1, ge=0)
-    extra_sbatch: list[str] = []
+    image: str | None = Field(None, description="pyxis/apptainer image (an arm's `image` overrides it)")
+    container_mounts: list[str] = Field([], description="extra SRC[:DST] mounts into the container")
+    gpu_vendor: Literal["cuda", "rocm"] = Field("cuda", description="apptainer: --nv (cuda) or --rocm")
+    max_resubmits: int = Field(1, ge=0, description="resubmissions of a session whose job did not complete")
+    parallel: bool = Field(True, description="submit independent sessions together (False: one at a time)")
+    poll_interval_s: float = Field(3.0, gt=0, description="squeue polling interval of the driver")
+    extra_sbatch: list[str] = Field([], description="more sbatch options, e.g. [--account=abc, --qos=high]")
+
+    @field_validator("time_limit", mode="before")
+    @classmethod
+    def _time_limit(cls, value: Any) -> Any:
+        value = str(value).strip() if isinstance(value, int | str) else value
+        if isinstance(value, str) and not SLURM_TIME.match(value):
+            raise ValueError("time_limit must be a Slurm time: MM, MM:SS, HH:MM:SS, D-HH[:MM[:SS]] or UNLIMITED")
+        return value
+
+    @field_validator("extra_sbatch")
+    @classmethod
+    def _extra(cls, value: list[str]) -> list[str]:
+        for opt in value:
+            if not opt.startswith("-") or "\n" in opt:
+                raise ValueError(f"extra_sbatch entries are single sbatch options starting with '-': {opt!r}")
+        return value
 
 
 class RuntimeSpec(Strict):
@@ -163,7 +193,11 @@ class AccuracySpec(Strict):
     max_gen_toks: int = Field(256, gt=0)
     concurrency: int = Field(8, gt=0)
     seed: int = 1234
-    dataset: str = Field("openai/gsm8k", description="hub id, or a directory with train.jsonl and test.jsonl")
+    dataset: str = Field(
+        "openai/gsm8k",
+        description="hub id, a directory with train.jsonl and test.jsonl, or 'synthetic' (GSM8K-format problems "
+        "generated into the run directory, labelled synthetic; for the CPU demo and tests)",
+    )
     min_accuracy: float | None = Field(None, ge=0, le=1, description="gate: absolute floor (flexible-extract)")
     max_drop: float | None = Field(None, ge=0, le=1, description="gate: largest allowed drop vs baseline")
     equivalence_prompts: int = Field(16, ge=0, description="greedy-equivalence prompts (0 = off)")
@@ -292,16 +326,23 @@ def _clean_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple(p for p in loc if not (isinstance(p, str) and ("[" in p or p in {"int", "str"})))
 
 
+POINT_PREFIX = re.compile(r"^(serve|latency)\[(\d+)\]: ")
+
+
 def parse_matrix(text: str, source: str = "<matrix>", base_dir: Path | None = None) -> Matrix:
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark else 0
+        line = mark.line + 1 if mark else 1
         raise MatrixError(f"{source}:{line}: YAML syntax: {exc.problem or exc}") from None
-    except yaml.YAMLError as exc:
-        raise MatrixError(f"{source}: YAML: {exc}") from None
+    except yaml.YAMLError as exc:  # e.g. a reader error (control character): it has a position, not a mark
+        pos = getattr(exc, "position", None)
+        line = text.count("\n", 0, pos) + 1 if isinstance(pos, int) else 1
+        raise MatrixError(f"{source}:{line}: YAML: {exc}") from None
+    except RecursionError:
+        raise MatrixError(f"{source}:1: YAML: nested too deeply") from None
     if not isinstance(data, dict):
         raise MatrixError(f"{source}:1: a matrix must be a mapping at the top level")
     try:
@@ -312,6 +353,10 @@ def parse_matrix(text: str, source: str = "<matrix>", base_dir: Path | None = No
             loc = _clean_loc(tuple(err["loc"]))
             line = _node_line(root, loc) or 1
             msg = err["msg"].removeprefix("Value error, ")
+            where = POINT_PREFIX.match(msg) if not loc else None
+            if where:  # a whole-matrix check about one point: point at that point's line
+                loc, msg = (where.group(1), int(where.group(2))), msg[where.end():]
+                line = _node_line(root, loc) or 1
             if err["type"] == "extra_forbidden":
                 msg = "unknown field"
             lines.append(f"{source}:{line}: {_format_loc(loc)}: {msg}")
@@ -338,7 +383,12 @@ def resolve_local_paths(matrix: Matrix, base_dir: Path) -> Matrix:
 def load_matrix(path: str | Path) -> Matrix:
     path = Path(path)
     try:
-        text = path.read_text()
+        raw = path.read_bytes()
     except OSError as exc:
         raise MatrixError(f"{path}: cannot read: {exc.strerror}") from None
+    try:
+        text = raw.decode()
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise MatrixError(f"{path}:{line}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     return parse_matrix(text, source=str(path), base_dir=path.parent.resolve())

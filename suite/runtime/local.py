@@ -8,6 +8,7 @@ the API server and every worker process inherit.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib.metadata
 import json
 import os
@@ -16,6 +17,7 @@ import signal
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -25,6 +27,28 @@ from suite.matrix import ArmSpec
 from suite.runtime.base import ArmEnv, ServerSpec, http_ok, read_tail, wait_healthy
 
 STOP_GRACE_S = 30.0
+
+
+def _parent_death_hook():
+    """Linux: a preexec hook so the server gets SIGTERM when `suite` itself dies (kill -9, OOM killer);
+    otherwise a server in its own session would outlive it and hold the GPU. prctl is resolved here, in the
+    parent, so the hook in the child only makes one libc call."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def hook() -> None:
+        prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG (fires when the parent *thread* ends: start from main)
+        if os.getppid() != parent:  # the parent died before prctl: do not start orphaned
+            os._exit(1)
+
+    return hook
 
 
 def installed_vllm_version() -> str:
@@ -100,7 +124,8 @@ class LocalServer:
         log = open(self.spec.log_path, "ab")
         try:
             self.proc = subprocess.Popen(self.spec.argv, env=self.spec.env, stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, start_new_session=True, cwd=self.spec.cwd)
+                                         stdin=subprocess.DEVNULL, start_new_session=True, cwd=self.spec.cwd,
+                                         preexec_fn=_parent_death_hook())
         except OSError as exc:
             raise ServerError(f"arm {self.spec.arm}: cannot start {self.spec.argv[0]}: {exc}") from None
         finally:
@@ -170,6 +195,17 @@ def wait_group_gone(pgid: int, timeout_s: float) -> bool:
             return False
         time.sleep(0.2)
 
+def short_tmpdir(key: Path) -> Path:
+    """A per-arm TMPDIR short enough for vLLM's ZMQ IPC sockets (unix socket paths < 108 bytes)."""
+    name = "suite-" + hashlib.sha256(str(key).encode()).hexdigest()[:12]
+    base = Path(tempfile.gettempdir())
+    if len(str(base)) > 40:
+        base = Path("/tmp")
+    tmp = base / name
+    tmp.mkdir(parents=True, exist_ok=True)
+    return tmp
+
+
 class LocalRuntime:
     """Arms as overlays of the installed vLLM; servers as local process groups."""
 
@@ -184,8 +220,8 @@ class LocalRuntime:
 
     def arm_env_vars(self, env: ArmEnv, cache_dir: Path) -> dict[str, str]:
         """Environment of the arm's processes: per-arm caches and temp dir, overlay first on PYTHONPATH."""
-        tmp = cache_dir / "tmp"
-        tmp.mkdir(parents=True, exist_ok=True)
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        tmp = short_tmpdir(cache_dir)
         out = {
             "TMPDIR": str(tmp),
             "VLLM_CACHE_ROOT": str(cache_dir / "vllm"),

@@ -1,0 +1,70 @@
+"""Shared fixtures. The tiny MoE model is generated once into models/tiny-moe (git-ignored)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SUITE = [sys.executable, "-m", "suite"]
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return REPO
+
+
+@pytest.fixture(scope="session")
+def tiny_model() -> Path:
+    from suite.models import generate_tiny_moe
+
+    return generate_tiny_moe(REPO / "models" / "tiny-moe")
+
+
+def run_suite(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: float = 1800,
+              check: bool = False) -> subprocess.CompletedProcess:
+    """Run the real `suite` CLI in a subprocess (as a user would) and capture its output."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    full_env.setdefault("COLUMNS", "200")
+    proc = subprocess.run([*SUITE, *args], cwd=cwd or REPO, env=full_env, capture_output=True, text=True,
+                          timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"suite {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def vllm_serve_processes(marker: str | None = None) -> list[str]:
+    """Command lines of live `vllm serve` processes (optionally only those mentioning marker)."""
+    out = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        text = b" ".join(args).decode(errors="replace")
+        if "vllm" in text and " serve " in text and (marker is None or marker in text):
+            out.append(text)
+    return out
+
+
+def processes_mentioning(value: str) -> list[int]:
+    """PIDs of live processes whose command line or environment mentions value (e.g. a run directory:
+    every server process of a run carries TMPDIR/VLLM_CACHE_ROOT under it, whatever it renamed itself to)."""
+    pids = []
+    needle = value.encode()
+    for proc in Path("/proc").glob("[0-9]*"):
+        if int(proc.name) == os.getpid():
+            continue
+        try:
+            if (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                continue
+            if needle in (proc / "cmdline").read_bytes() or needle in (proc / "environ").read_bytes():
+                pids.append(int(proc.name))
+        except (OSError, IndexError):
+            continue
+    return pids

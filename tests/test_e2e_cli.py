@@ -1,0 +1,114 @@
+"""End to end through the CLI with the real `vllm serve` / `vllm bench serve` on the tiny MoE (CPU).
+
+One module-scoped run (two arms: the installed vLLM and an overlay with a seed patch set), then checks on
+what a user gets: exit status, report numbers equal to the raw JSONs, provenance, no process left, resume.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+
+import pytest
+
+from suite.report import fmt
+from tests.conftest import REPO, processes_mentioning, run_suite
+
+pytestmark = pytest.mark.e2e
+
+MATRIX = """\
+name: e2e-cli
+model: {{id: {model}, served_name: tiny-moe, max_model_len: 1024}}
+runtime: {{kind: local, startup_timeout_s: 600}}
+serve_args: [--dtype, bfloat16, --max-num-seqs, "4", --enforce-eager]
+env: {{VLLM_CPU_KVCACHE_SPACE: "1"}}
+arms:
+  baseline: {{vllm: "0.32.0"}}
+  patched: {{vllm: "0.32.0", patches: [ll-bf16-router-gemm-dispatch]}}
+serve:
+  - {{isl: 64, osl: 16, concurrency: [1, 4], num_prompts: 2x}}
+"""
+
+
+@pytest.fixture(scope="module")
+def e2e_run(tmp_path_factory, tiny_model):
+    base = tmp_path_factory.mktemp("e2e")
+    matrix = base / "m.yaml"
+    matrix.write_text(MATRIX.format(model=tiny_model))
+    proc = run_suite("run", str(matrix), "--out", str(base / "runs"))
+    runs = sorted((base / "runs").iterdir())
+    assert len(runs) == 1, proc.stdout + proc.stderr
+    return matrix, runs[0], proc
+
+
+def test_run_succeeds_and_stores_raw_results(e2e_run):
+    _, run_dir, proc = e2e_run
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "jobs: 4 ok, 0 failed, 0 missing" in proc.stdout
+    for arm in ("baseline", "patched"):
+        assert (run_dir / arm / "server-0.log").is_file()
+        for point in ("isl64-osl16-c1-n2", "isl64-osl16-c4-n8"):
+            raw = json.loads((run_dir / arm / "serve" / point / "rep-0.json").read_text())
+            assert raw["completed"] == raw["num_prompts"] and raw["failed"] == 0
+            assert len(raw["ttfts"]) == raw["num_prompts"]  # --save-detailed
+            rec = json.loads((run_dir / arm / "serve" / point / "rep-0.job.json").read_text())
+            assert rec["status"] == "ok" and "--ignore-eos" in rec["command"]
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "complete"
+
+
+def test_report_numbers_equal_the_raw_json(e2e_run):
+    _, run_dir, _ = e2e_run
+    report = (run_dir / "report.md").read_text()
+    for point, conc, n in (("isl64-osl16-c1-n2", 1, 2), ("isl64-osl16-c4-n8", 4, 8)):
+        b = json.loads((run_dir / "baseline" / "serve" / point / "rep-0.json").read_text())
+        p = json.loads((run_dir / "patched" / "serve" / point / "rep-0.json").read_text())
+        row = next(line for line in report.splitlines() if line.startswith(f"| 64 | 16 | {conc} | {n} |"))
+        for key in ("output_throughput", "mean_ttft_ms", "mean_tpot_ms", "mean_e2el_ms"):
+            delta = (p[key] / b[key] - 1) * 100
+            assert f"{fmt(b[key])} → {fmt(p[key])} ({delta:+.1f}%)" in row, (key, row)
+
+
+def test_manifest_has_provenance_and_patch_sha256(e2e_run):
+    _, run_dir, _ = e2e_run
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["arms"]["baseline"]["patches"] == []
+    (patch,) = manifest["arms"]["patched"]["patches"]
+    diff = REPO / "patches" / "ll-bf16-router-gemm-dispatch" / "0.32.0.diff"
+    assert patch["sha256"] == hashlib.sha256(diff.read_bytes()).hexdigest()
+    assert manifest["arms"]["patched"]["vllm_version"].startswith("0.32.0")
+    assert manifest["suite_version"] and manifest["host"]["cpu_count"]
+    assert "ll-bf16-router-gemm-dispatch" in (run_dir / "report.md").read_text()
+
+
+def test_patched_server_imported_the_overlay(e2e_run):
+    _, run_dir, _ = e2e_run
+    # the server of the patched arm ran with the overlay first on PYTHONPATH: its workers registered the op
+    rec = json.loads((run_dir / "manifest.json").read_text())["arms"]["patched"]
+    assert rec["patches"][0]["files"] == ["vllm/model_executor/layers/fused_moe/router/gate_linear.py"]
+
+
+def test_no_process_is_left(e2e_run):
+    _, run_dir, _ = e2e_run
+    assert processes_mentioning(str(run_dir)) == []
+
+
+def test_report_regenerates_identically_and_resume_runs_nothing(e2e_run):
+    matrix, run_dir, _ = e2e_run
+    before = (run_dir / "report.md").read_text()
+    proc = run_suite("report", str(run_dir))
+    assert proc.returncode == 0, proc.stderr
+    assert (run_dir / "report.md").read_text() == before
+    again = run_suite("run", str(matrix), "--resume", str(run_dir))
+    assert again.returncode == 0, again.stderr
+    assert "resume: 4 jobs already done, 0 to run" in again.stdout
+    assert not list(run_dir.glob("*/server-1.log"))
+
+
+def test_dry_run_prints_the_plan(e2e_run):
+    matrix, _, _ = e2e_run
+    proc = run_suite("run", str(matrix), "--dry-run")
+    assert proc.returncode == 0
+    assert re.search(r"plan for e2e-cli: 2 sessions, 4 jobs", proc.stdout)
+    assert "arm patched: vLLM 0.32.0; patches: ll-bf16-router-gemm-dispatch" in proc.stdout

@@ -1,0 +1,66 @@
+from __future__ import annotations
+
+from suite.matrix import parse_matrix
+from suite.plan import build_plan, format_plan
+
+BASE = """\
+name: t
+model: {id: some/model}
+arms:
+  A: {vllm: "0.32.0"}
+  B: {vllm: "0.32.0", patches: [x]}
+serve:
+  - {isl: 64, osl: 16, concurrency: [1, 2], num_prompts: 4}
+"""
+
+
+def plan_of(extra: str = ""):
+    return build_plan(parse_matrix(BASE + extra))
+
+
+def test_blocked_one_server_per_arm_repeats_inside():
+    plan = plan_of("repeats: 2\n")
+    assert [(s.arm, s.index) for s in plan.sessions] == [("A", 0), ("B", 0)]
+    keys = [j.key for j in plan.sessions[0].jobs]
+    assert keys == ["serve/isl64-osl16-c1-n4/rep-0", "serve/isl64-osl16-c2-n4/rep-0",
+                    "serve/isl64-osl16-c1-n4/rep-1", "serve/isl64-osl16-c2-n4/rep-1"]
+
+
+def test_abba_alternates_arms_with_fresh_servers():
+    plan = plan_of("repeats: 4\norder: abba\n")
+    assert [(s.arm, s.index) for s in plan.sessions] == [
+        ("A", 0), ("B", 0), ("B", 1), ("A", 1), ("A", 2), ("B", 2), ("B", 3), ("A", 3)]
+    assert {j.repeat for j in plan.sessions[2].jobs} == {1}
+
+
+def test_aa_arm_and_drift_check():
+    plan = plan_of("aa: true\ndrift_check: true\n")
+    assert list(plan.arms) == ["A", "A.aa", "B"]
+    assert plan.arms["A.aa"] == plan.arms["A"]
+    last = plan.sessions[0].jobs[-1]
+    assert last.tag == "drift" and last.point == "isl64-osl16-c1-n4"
+
+
+def test_job_hash_is_stable_and_follows_the_arm():
+    a, b = plan_of(), plan_of()
+    assert [j.hash for j in a.jobs] == [j.hash for j in b.jobs]
+    changed = build_plan(parse_matrix(BASE.replace("patches: [x]", "patches: [y]")))
+    ha = {(j.arm, j.key): j.hash for j in a.jobs}
+    hc = {(j.arm, j.key): j.hash for j in changed.jobs}
+    assert all(ha[k] == hc[k] for k in ha if k[0] == "A")
+    assert all(ha[k] != hc[k] for k in ha if k[0] == "B")
+
+
+def test_accuracy_jobs_follow_serving_in_the_first_session():
+    plan = plan_of("repeats: 2\norder: abba\naccuracy: {limit: 10}\n")
+    kinds = [j.kind for j in plan.sessions[0].jobs]
+    assert kinds == ["serve", "serve", "equivalence", "accuracy"]
+    assert all(j.kind == "serve" for j in plan.sessions[2].jobs)
+
+
+def test_format_plan_lists_every_job():
+    plan = plan_of("repeats: 2\n")
+    text = format_plan(plan)
+    assert "2 sessions, 8 jobs, order blocked" in text
+    assert "arm B: vLLM 0.32.0; patches: x" in text
+    assert text.count("serve/isl64") == 8
