@@ -9,6 +9,7 @@ the session goes on; Ctrl-C / SIGTERM stop the servers, mark the manifest interr
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import time
@@ -65,7 +66,9 @@ def make_runtime(matrix: Matrix, cache_root: Path) -> Any:
 
         return DockerRuntime(matrix, cache_root)
     if kind == "slurm":
-        raise SuiteError("runtime 'slurm' is driven by `suite run` through suite.runtime.slurm (not available)")
+        from suite.runtime.slurm import SlurmRuntime
+
+        return SlurmRuntime(matrix, cache_root)
     raise SuiteError(f"unknown runtime {kind!r}")
 
 
@@ -90,6 +93,10 @@ def _serve(ctx: RunContext, job: Job, server: Any) -> dict[str, Any]:
                         metadata={"arm": job.arm, "point": job.point, "repeat": str(job.repeat)})
     run_serve(cmd, result_path=result, log_path=ctx.store.log_path(job), env=ctx.client_env(),
               timeout_s=max(600.0, 10.0 * job.params["num_prompts"] * job.params["osl"] / 8))
+    raw = json.loads(result.read_text())
+    if not raw.get("completed"):  # the tool exits 0 even when every request failed (e.g. the server died)
+        raise SuiteError(f"`vllm bench serve` completed no request ({raw.get('failed')} failed); raw output "
+                         f"kept in {result.name}\n  command: {' '.join(cmd)}")
     return {"command": cmd, "prefix_cache_reset": reset}
 
 
@@ -127,11 +134,27 @@ def _equivalence(ctx: RunContext, job: Job, server: Any) -> dict[str, Any]:
     return {}
 
 
-EXECUTORS: dict[str, Callable[[RunContext, Job, Any], dict[str, Any]]] = {
+EXECUTORS: dict[str, Callable[[RunContext, Job, Any], dict[str, Any]] | str] = {
     "serve": _serve,
     "accuracy": _accuracy,
     "equivalence": _equivalence,
+    # stage modules, imported when a plan has such jobs: "module:function(ctx, job, server) -> record fields"
+    "latency": "suite.measure.latency:execute",
+    "kernel": "suite.measure.kernel_job:execute",
+    "profile": "suite.measure.profile:execute",
+    "probe": "suite.measure.probe:execute",
 }
+
+
+def executor_for(kind: str) -> Callable[[RunContext, Job, Any], dict[str, Any]] | None:
+    fn = EXECUTORS.get(kind)
+    if isinstance(fn, str):
+        import importlib
+
+        module, name = fn.split(":")
+        fn = getattr(importlib.import_module(module), name)
+        EXECUTORS[kind] = fn
+    return fn
 
 
 def register_executor(kind: str, fn: Callable[[RunContext, Job, Any], dict[str, Any]]) -> None:
@@ -161,7 +184,7 @@ def _signals_as_interrupt() -> Iterator[None]:
 
 
 def _run_job(ctx: RunContext, job: Job, server: Any) -> bool:
-    execute = EXECUTORS.get(job.kind)
+    execute = executor_for(job.kind)
     started = utc_now()
     t0 = time.monotonic()
     if execute is None:
@@ -169,6 +192,8 @@ def _run_job(ctx: RunContext, job: Job, server: Any) -> bool:
         return False
     try:
         extra = execute(ctx, job, server)
+        if server is not None and not server.alive():
+            raise ServerError("the server died during the job; its output is kept but not used")
     except SuiteError as exc:
         fields: dict[str, Any] = {"error": str(exc)}
         if server is not None and not server.alive():
@@ -276,19 +301,41 @@ def prepare(matrix_path: Path, out_base: Path, resume: Path | None, console: Con
     store.update_manifest(
         runtime=matrix.runtime.kind,
         arms={a: {"vllm_version": e.vllm_version, "image": e.image, "patches": e.patches,
-                  "env": redact_env({**matrix.env, **plan.arms[a].env})} for a, e in arm_envs.items()},
+                  "env": redact_env({**matrix.env, **plan.arms[a].env}),
+                  **(runtime.arm_info(a) if hasattr(runtime, "arm_info") else {})} for a, e in arm_envs.items()},
     )
     return RunContext(matrix=matrix, plan=plan, store=store, runtime=runtime, arm_envs=arm_envs,
                       console=console, secrets=secret_values())
 
 
+def job_counts(ctx: RunContext) -> dict[str, int]:
+    counts = {"ok": 0, "failed": 0, "missing": 0}
+    for job in ctx.plan.jobs:
+        rec = ctx.store.record(job)
+        if rec is None or rec.get("hash") != job.hash:
+            counts["missing"] += 1
+        else:
+            counts["ok" if rec.get("status") == "ok" else "failed"] += 1
+    return counts
+
+
 def execute(ctx: RunContext) -> dict[str, int]:
+    if ctx.matrix.runtime.kind == "slurm":  # sessions become sbatch jobs; see suite.slurm_driver
+        from suite.slurm_driver import execute_slurm
+
+        return execute_slurm(ctx)
     todo = [(s, [j for j in s.jobs if not ctx.store.is_done(j)]) for s in ctx.plan.sessions]
     total = sum(len(p) for _, p in todo)
     skipped = len(ctx.plan.jobs) - total
     if skipped:
         ctx.console.print(f"resume: {skipped} jobs already done, {total} to run")
-    ctx.store.update_manifest(status="running", started=utc_now())
+    # the manifest tells what is incomplete at any moment, even after a kill -9: counts kept per job
+    ctx.store.update_manifest(status="running", started=utc_now(), job_counts=job_counts(ctx))
+
+    def advance() -> None:
+        progress.advance(task)
+        ctx.store.update_manifest(job_counts=job_counts(ctx))
+
     status = "complete"
     try:
         with _signals_as_interrupt(), Progress(
@@ -300,18 +347,12 @@ def execute(ctx: RunContext) -> dict[str, int]:
                 if not pending:
                     continue
                 progress.update(task, description=f"{ctx.matrix.name}: {session.arm}#{session.index}")
-                run_session(ctx, session, pending, lambda: progress.advance(task))
+                run_session(ctx, session, pending, advance)
     except KeyboardInterrupt:
         status = "interrupted"
         raise
     finally:
-        counts = {"ok": 0, "failed": 0, "missing": 0}
-        for job in ctx.plan.jobs:
-            rec = ctx.store.record(job)
-            if rec is None or rec.get("hash") != job.hash:
-                counts["missing"] += 1
-            else:
-                counts["ok" if rec.get("status") == "ok" else "failed"] += 1
+        counts = job_counts(ctx)
         if status == "complete" and (counts["failed"] or counts["missing"]):
             status = "incomplete"
         ctx.store.update_manifest(status=status, finished=utc_now(), job_counts=counts)

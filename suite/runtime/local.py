@@ -245,5 +245,16 @@ class LocalRuntime:
                           port=port, startup_timeout_s=self.matrix.runtime.startup_timeout_s, cwd=cache_dir,
                           redact=redact)
 
+    def offline_env(self, env: ArmEnv, cache_dir: Path) -> dict[str, str]:
+        """Full environment for an offline tool (vllm bench latency, kernel timing) in the arm's vLLM."""
+        full_env = dict(os.environ)
+        full_env.update(self.arm_env_vars(env, cache_dir))
+        full_env.update(self.matrix.env)
+        return full_env
+
+    def offline_argv(self, env: ArmEnv, argv: list[str]) -> list[str]:
+        """The command line that runs argv (a Python or vllm tool) in the arm's environment."""
+        return argv
+
     def server(self, spec: ServerSpec) -> LocalServer:
         return LocalServer(spec)
