@@ -1,0 +1,258 @@
+"""The Slurm driver: `suite run` of a `runtime: slurm` matrix, on the login node.
+
+After ``suite.runner.prepare`` (arms prepared, manifest written) it writes one batch script per session with
+work left, checks the request against the cluster (partition, GPUs, ``sbatch --test-only``) before anything
+is submitted, submits the sessions (together, or one at a time with ``parallel: false``), follows them with
+``squeue`` (final states from ``sacct``, else the job-completion log through ``sacct -c``), resubmits a
+session whose job ended without completing (bounded by ``max_resubmits``; the worker skips what is done),
+cancels every job of the run on Ctrl-C / SIGTERM and waits until they are gone, and returns the job counts
+so ``suite run`` writes the report. Every submission is kept in ``<run>/slurm/jobs.json``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from suite.errors import SuiteError
+from suite.plan import Job, Session
+from suite.runner import REPO_ROOT, RunContext, _signals_as_interrupt
+from suite.runtime.slurm import (
+    LEDGER,
+    JobScript,
+    JobState,
+    SlurmRuntime,
+    cancel,
+    final_states,
+    job_script,
+    queue_states,
+    report_section,
+    require_commands,
+    spec_of,
+    submit,
+)
+from suite.store import atomic_write_json, atomic_write_text, utc_now
+
+CANCEL_WAIT_S = 180.0
+UNKNOWN_POLLS = 5  # polls a job may be missing from squeue and accounting before it counts as lost
+
+
+@dataclass
+class Tracked:
+    session: Session
+    script: JobScript
+    attempt: int = 0
+    job_id: str = ""
+    state: str = ""
+    unknown_polls: int = 0
+    entry: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def sid(self) -> str:
+        return self.script.session
+
+
+class SlurmDriver:
+    def __init__(self, ctx: RunContext):
+        self.ctx = ctx
+        self.spec = spec_of(ctx.matrix)
+        self.console = ctx.console
+        self.run_dir = ctx.store.root.resolve()
+        self.ledger: list[dict[str, Any]] = []
+        self.active: dict[str, Tracked] = {}
+        self.waiting: list[Tracked] = []
+        self.done_count = -1
+
+    # ------------------------------------------------------------------ setup
+    def matrix_path(self) -> Path:
+        path = Path(self.ctx.store.manifest().get("matrix_path", "")).resolve()
+        if not path.is_file():
+            raise SuiteError(f"the run's matrix file {path} is gone; the jobs load it on the nodes")
+        return path
+
+    def scripts(self, sessions: list[Session]) -> list[Tracked]:
+        runtime = self.ctx.runtime
+        matrix_path = self.matrix_path()
+        out = []
+        for s in sessions:
+            image = runtime.image_for(self.ctx.plan.arms[s.arm]) if isinstance(runtime, SlurmRuntime) else None
+            js = job_script(self.ctx.matrix, arm=s.arm, index=s.index, image=image, run_dir=self.run_dir,
+                            matrix_path=matrix_path, repo_root=REPO_ROOT, workdir=Path.cwd())
+            atomic_write_text(js.path, js.text)
+            js.path.chmod(0o755)
+            out.append(Tracked(session=s, script=js))
+        return out
+
+    def save_ledger(self) -> None:
+        atomic_write_json(self.run_dir / LEDGER, {"schema_version": 1, "submissions": self.ledger})
+
+    # ------------------------------------------------------------------ submission
+    def submit(self, t: Tracked) -> None:
+        t.job_id = submit(t.script.path)
+        t.state, t.unknown_polls = "SUBMITTED", 0
+        t.entry = {"session": t.sid, "attempt": t.attempt, "job_id": t.job_id, "submitted": utc_now(),
+                   "state": "PENDING", "output": t.script.output.replace("%j", t.job_id)}
+        self.ledger.append(t.entry)
+        self.save_ledger()
+        self.active[t.job_id] = t
+        again = f" (resubmission {t.attempt} of at most {self.spec.max_resubmits})" if t.attempt else ""
+        self.console.print(f"submitted {t.sid} ({len(t.session.jobs)} jobs) as Slurm job {t.job_id}{again}")
+
+    def missing(self, t: Tracked) -> list[Job]:
+        return [j for j in t.session.jobs if not self.ctx.store.is_done(j)]
+
+    def finish(self, t: Tracked, st: JobState) -> None:
+        del self.active[t.job_id]
+        acct = final_states([t.job_id]).get(t.job_id) if not st.exit_code else None
+        if acct is not None and acct.state != "UNKNOWN":
+            st = JobState(t.job_id, acct.state, st.reason, acct.node or st.node, acct.exit_code,
+                          acct.start or st.start, acct.end or st.end)
+        missing = self.missing(t)
+        t.entry.update(state=st.state, exit_code=st.exit_code, node=st.node, start=st.start, end=st.end,
+                       missing_after=len(missing))
+        self.save_ledger()
+        total = len(t.session.jobs)
+        if st.state == "COMPLETED":
+            self.console.print(f"{t.sid}: Slurm job {t.job_id} completed on {st.node}; "
+                               f"{total - len(missing)}/{total} jobs ok")
+            self.give_up(t, missing, st, "completed without finishing it")
+            return
+        self.console.print(f"[red]{t.sid}: Slurm job {t.job_id} ended {st.state}"
+                           f"{' (exit ' + st.exit_code + ')' if st.exit_code else ''}"
+                           f"{' on ' + st.node if st.node else ''}; {len(missing)} of {total} jobs not done; "
+                           f"log {t.entry['output']}[/red]", highlight=False)
+        if missing and t.attempt < self.spec.max_resubmits:
+            t.attempt += 1
+            self.submit(t)
+        else:
+            self.give_up(t, missing, st, "ended before it ran")
+
+    def give_up(self, t: Tracked, missing: list[Job], st: JobState, how: str) -> None:
+        """Jobs the session leaves without any record get a failed one naming the Slurm job, for the report."""
+        for job in missing:
+            if self.ctx.store.record(job) is None:
+                self.ctx.store.write_record(job, "failed", slurm_job=t.job_id, slurm_state=st.state,
+                                            error=f"Slurm job {t.job_id} ({t.sid}) {how} "
+                                                  f"({st.state}; {t.attempt} resubmissions)")
+        if not self.spec.parallel and self.waiting and not self.active:
+            self.submit(self.waiting.pop(0))
+
+    # ------------------------------------------------------------------ tracking
+    def poll(self) -> None:
+        ids = list(self.active)
+        states = queue_states(ids)
+        gone = [i for i in ids if i not in states]
+        if gone:
+            states |= final_states(gone)
+        for job_id in ids:
+            t = self.active[job_id]
+            st = states.get(job_id)
+            if st is None:
+                t.unknown_polls += 1
+                if t.unknown_polls >= UNKNOWN_POLLS:
+                    self.finish(t, JobState(job_id, "UNKNOWN"))
+                continue
+            if st.active:
+                if st.state != t.state:
+                    where = f" on {st.node}" if st.state == "RUNNING" and st.node else ""
+                    why = f" ({st.reason})" if st.state == "PENDING" and st.reason not in ("", "None") else ""
+                    self.console.print(f"{t.sid}: Slurm job {job_id} {st.state}{where}{why}", highlight=False)
+                    t.state = st.state
+                    t.entry.update(state=st.state, node=st.node)
+                    if st.state == "RUNNING":
+                        t.entry["start"] = st.start
+                    self.save_ledger()
+                continue
+            self.finish(t, st)
+        done = sum(self.ctx.store.is_done(j) for j in self.ctx.plan.jobs)
+        if done != self.done_count:
+            if self.done_count >= 0:
+                self.console.print(f"progress: {done}/{len(self.ctx.plan.jobs)} jobs done")
+            self.done_count = done
+
+    def cancel_all(self) -> None:
+        ids = list(self.active)
+        if not ids:
+            return
+        self.console.print(f"[yellow]cancelling Slurm jobs {', '.join(ids)} ...[/yellow]")
+        cancel(ids)
+        deadline = time.monotonic() + CANCEL_WAIT_S
+        left = ids
+        while time.monotonic() < deadline:
+            left = [i for i, st in queue_states(ids).items() if st.active]
+            if not left:
+                break
+            time.sleep(1.0)
+        for job_id in ids:
+            t = self.active.pop(job_id)
+            t.entry.update(state="CANCELLED", cancelled_by="suite", end=utc_now())
+        self.save_ledger()
+        if left:
+            self.console.print(f"[red]jobs {', '.join(left)} still shown by squeue after "
+                               f"{CANCEL_WAIT_S:.0f} s[/red]")
+        else:
+            self.console.print("all Slurm jobs of this run are gone")
+
+    # ------------------------------------------------------------------ the run
+    def run(self) -> None:
+        sessions = [s for s in self.ctx.plan.sessions if any(not self.ctx.store.is_done(j) for j in s.jobs)]
+        require_commands()
+        tracked = self.scripts(sessions)
+        if not tracked:
+            return
+        old = Path(self.run_dir / LEDGER)
+        if old.is_file():  # resume: keep the earlier submissions
+            from suite.runtime.slurm import read_ledger
+
+            self.ledger = read_ledger(self.run_dir)
+        try:
+            with _signals_as_interrupt():
+                if self.spec.parallel:
+                    for t in tracked:
+                        self.submit(t)
+                else:
+                    self.waiting = tracked[1:]
+                    self.submit(tracked[0])
+                while self.active:
+                    time.sleep(self.spec.poll_interval_s)
+                    self.poll()
+        except BaseException:
+            with _signals_as_interrupt():
+                self.cancel_all()
+                for t in self.waiting:
+                    self.console.print(f"{t.sid}: not submitted")
+            raise
+
+
+def execute_slurm(ctx: RunContext) -> dict[str, int]:
+    """`execute` for runtime slurm: same contract as ``suite.runner.execute`` (job counts; manifest status)."""
+    from suite.report import register_section
+
+    register_section("suite.runtime.slurm", report_section)
+    skipped = sum(ctx.store.is_done(j) for j in ctx.plan.jobs)
+    if skipped:
+        ctx.console.print(f"resume: {skipped} jobs already done, {len(ctx.plan.jobs) - skipped} to run")
+    ctx.store.update_manifest(status="running", started=utc_now(), slurm=spec_of(ctx.matrix).model_dump())
+    status = "complete"
+    try:
+        SlurmDriver(ctx).run()
+    except KeyboardInterrupt:
+        status = "interrupted"
+        raise
+    except BaseException:
+        status = "failed"
+        raise
+    finally:
+        counts = {"ok": 0, "failed": 0, "missing": 0}
+        for job in ctx.plan.jobs:
+            rec = ctx.store.record(job)
+            if rec is None or rec.get("hash") != job.hash:
+                counts["missing"] += 1
+            else:
+                counts["ok" if rec.get("status") == "ok" else "failed"] += 1
+        if status == "complete" and (counts["failed"] or counts["missing"]):
+            status = "incomplete"
+        ctx.store.update_manifest(status=status, finished=utc_now(), job_counts=counts)
+    return counts
