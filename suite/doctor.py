@@ -1,0 +1,291 @@
+"""`suite doctor`: is this machine ready to run a matrix? Each check says what it found and what to do.
+
+Checks: vLLM (import, version, the `vllm` CLI), the Docker engine (docker SDK ping + version), GPUs
+(nvidia-smi / rocm-smi, torch.cuda), free disk in the runs directory and the caches, a bindable port, memory.
+A check is *required* when a run cannot work without it; only a failed required check fails the doctor.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Literal
+
+Status = Literal["ok", "warn", "fail"]
+GIB = 1024**3
+MIN_RUN_DISK_GIB, WARN_RUN_DISK_GIB = 1.0, 10.0
+MIN_CACHE_DISK_GIB, WARN_CACHE_DISK_GIB = 2.0, 50.0
+MIN_MEM_GIB, WARN_MEM_GIB = 2.0, 8.0
+PROBE_TIMEOUT_S = 180.0
+
+# Run in a fresh interpreter: a broken or shadowed vLLM (PYTHONPATH, overlay) shows up as it would in a server.
+VLLM_PROBE = """\
+import json, sys
+out = {}
+try:
+    import torch
+    out["torch"] = torch.__version__
+    out["cuda"] = bool(torch.cuda.is_available())
+    out["devices"] = torch.cuda.device_count() if out["cuda"] else 0
+    out["names"] = [torch.cuda.get_device_name(i) for i in range(out["devices"])]
+    out["hip"] = getattr(torch.version, "hip", None)
+except Exception as exc:
+    out["torch_error"] = f"{type(exc).__name__}: {exc}"
+try:
+    import vllm
+    out["vllm"] = vllm.__version__
+    out["vllm_path"] = vllm.__file__
+except Exception as exc:
+    out["vllm_error"] = f"{type(exc).__name__}: {exc}"
+print("SUITE-DOCTOR " + json.dumps(out))
+"""
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: Status
+    detail: str
+    hint: str = ""
+    required: bool = True
+
+    @property
+    def failed(self) -> bool:
+        return self.required and self.status == "fail"
+
+
+@dataclass(frozen=True)
+class Options:
+    runs_dir: Path = Path("runs")
+    cache_dirs: tuple[Path, ...] = ()
+    port: int = 0
+    host: str = "127.0.0.1"
+    need_docker: bool = False
+    need_gpu: bool = False
+    only: frozenset[str] = frozenset()  # subset of GROUPS; empty = all
+
+    def wants(self, group: str) -> bool:
+        return not self.only or group in self.only
+
+
+GROUPS = ("vllm", "docker", "gpu", "disk", "port", "memory")
+
+
+def _nearest_existing(path: Path) -> Path:
+    path = path.absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def _gib(n: float) -> str:
+    return f"{n / GIB:.1f} GiB"
+
+
+# ------------------------------------------------------------------------------------------------ checks
+
+
+def _probe_vllm() -> subprocess.Popen:
+    env = {**os.environ, "VLLM_LOGGING_LEVEL": "ERROR"}
+    return subprocess.Popen([sys.executable, "-c", VLLM_PROBE], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, text=True, env=env)
+
+
+def _vllm_cli() -> subprocess.Popen | str:
+    exe = Path(sys.executable).parent / "vllm"
+    found = str(exe) if exe.is_file() else shutil.which("vllm")
+    if not found:
+        return "not found next to this Python nor on PATH"
+    try:
+        return subprocess.Popen([found, "--version"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, text=True, env={**os.environ, "VLLM_LOGGING_LEVEL": "ERROR"})
+    except OSError as exc:
+        return f"{found}: {exc.strerror}"
+
+
+def _communicate(proc: subprocess.Popen) -> tuple[int | None, str, str]:
+    try:
+        out, err = proc.communicate(timeout=PROBE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        return None, out or "", err or ""
+    return proc.returncode, out or "", err or ""
+
+
+def check_vllm(probe: subprocess.Popen) -> tuple[list[Check], dict]:
+    code, out, err = _communicate(probe)
+    line = next((x for x in out.splitlines() if x.startswith("SUITE-DOCTOR ")), None)
+    info = json.loads(line.removeprefix("SUITE-DOCTOR ")) if line else {}
+    if code is None:
+        return [Check("vLLM import", "fail", f"`import vllm` did not finish in {PROBE_TIMEOUT_S:.0f} s",
+                      "check for a hung filesystem or a broken install (`make setup`)")], info
+    if "vllm" not in info:
+        why = info.get("vllm_error") or (err.strip().splitlines() or [f"exit status {code}"])[-1]
+        return [Check("vLLM import", "fail", why[:300],
+                      "install vLLM into this environment (`make setup`); if PYTHONPATH is set, check that it "
+                      "does not shadow the installed package")], info
+    origin = info.get("vllm_path", "")
+    shadow = f" (from {origin})" if "site-packages" not in origin else ""
+    return [Check("vLLM import", "warn" if shadow else "ok", f"vllm {info['vllm']}{shadow}",
+                  "PYTHONPATH shadows the installed vLLM; unset it" if shadow else "")], info
+
+
+def check_vllm_cli(cli: subprocess.Popen | str) -> Check:
+    if isinstance(cli, str):
+        return Check("vllm CLI", "fail", cli, "install vLLM (`make setup`) or put its `vllm` script on PATH")
+    code, out, _ = _communicate(cli)
+    last = (out.strip().splitlines() or [""])[-1]
+    if code != 0:
+        return Check("vllm CLI", "fail", f"`{cli.args[0]} --version` exit status {code}: {last[:200]}",
+                     "reinstall vLLM (`make setup`); the suite runs `vllm serve` and `vllm bench serve`")
+    return Check("vllm CLI", "ok", f"{cli.args[0]} ({last})")
+
+
+def check_docker(required: bool) -> Check:
+    where = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+    try:
+        import docker
+    except ImportError:
+        return Check("Docker engine", "fail" if required else "warn", "the docker SDK is not installed",
+                     "pip install 'router-gate-suite[docker]' (only needed for runtime: docker)", required)
+    try:
+        client = docker.from_env(timeout=5)
+        client.ping()
+        ver = client.version()
+    except Exception as exc:  # the SDK raises DockerException, requests errors, OSError...
+        reason = str(exc).splitlines()[0][:200]
+        return Check("Docker engine", "fail" if required else "warn", f"cannot reach {where}: {reason}",
+                     "start the engine (`sudo systemctl start docker`), or point DOCKER_HOST at it; "
+                     "only needed for runtime: docker", required)
+    runtimes = ""
+    try:
+        names = sorted((client.info().get("Runtimes") or {}).keys())
+        runtimes = f"; runtimes {', '.join(names)}" if names else ""
+    except Exception:  # noqa: BLE001  (info is a nicety)
+        pass
+    return Check("Docker engine", "ok", f"{where}: engine {ver.get('Version')}, API {ver.get('ApiVersion')}"
+                 f"{runtimes}", required=required)
+
+
+def _run_smi(argv: list[str]) -> str | None:
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def check_gpus(info: dict, required: bool) -> list[Check]:
+    checks = []
+    smi = None
+    if shutil.which("nvidia-smi"):
+        smi = _run_smi(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"])
+        checks.append(Check("nvidia-smi", "ok" if smi else "warn",
+                            "; ".join(smi.splitlines()) if smi else "present but failed (driver not loaded?)",
+                            "" if smi else "check the NVIDIA driver (`nvidia-smi`)", required=False))
+    if shutil.which("rocm-smi"):
+        smi = _run_smi(["rocm-smi", "--showproductname"])
+        checks.append(Check("rocm-smi", "ok" if smi else "warn", "present" + ("" if smi else " but failed"),
+                            "" if smi else "check the ROCm driver (`rocm-smi`)", required=False))
+    if "torch_error" in info:
+        checks.append(Check("torch GPUs", "fail" if required else "warn", info["torch_error"][:200],
+                            "install torch for your platform (`make setup`)", required))
+    elif info.get("cuda"):
+        kind = f"ROCm {info['hip']}" if info.get("hip") else "CUDA"
+        checks.append(Check("torch GPUs", "ok", f"{info['devices']} {kind} device(s): "
+                            f"{', '.join(info.get('names', []))}", required=required))
+    else:
+        hint = ("a driver is present but torch sees no GPU: install a CUDA/ROCm build of torch"
+                if smi else "CPU only: fine for the CPU smoke matrices; GPU matrices need a GPU host")
+        checks.append(Check("torch GPUs", "fail" if required else "warn",
+                            f"no GPU visible to torch {info.get('torch', '?')}", hint, required))
+    return checks
+
+
+def check_disk(name: str, path: Path, minimum_gib: float, warn_gib: float) -> Check:
+    where = _nearest_existing(path)
+    try:
+        usage = shutil.disk_usage(where)
+    except OSError as exc:
+        return Check(name, "fail", f"{path}: {exc.strerror}", "create the directory or pick another one")
+    free = usage.free
+    detail = f"{path}: {_gib(free)} free of {_gib(usage.total)}"
+    if free < minimum_gib * GIB:
+        return Check(name, "fail", detail, f"free space (at least {minimum_gib:g} GiB) or use another directory"
+                     + (" (--out)" if name.startswith("disk: runs") else ""))
+    if free < warn_gib * GIB:
+        return Check(name, "warn", detail, f"less than {warn_gib:g} GiB free: large runs or models may not fit")
+    return Check(name, "ok", detail)
+
+
+def check_port(host: str, port: int) -> Check:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            hint = (f"port {port} is taken: stop what holds it (`ss -ltnp 'sport = :{port}'`) or set "
+                    "runtime.port: 0 to pick a free one") if port else "check the network configuration"
+            return Check("port", "fail", f"cannot bind {host}:{port}: {exc.strerror}", hint)
+        got = s.getsockname()[1]
+    return Check("port", "ok", f"{host}:{port} can be bound" if port else f"{host}: a free port ({got}) can be bound")
+
+
+def check_memory() -> Check:
+    try:
+        with open("/proc/meminfo") as fh:
+            meminfo = {k: int(v.split()[0]) * 1024 for k, v in (line.split(":", 1) for line in fh)}
+        avail, total = meminfo["MemAvailable"], meminfo["MemTotal"]
+    except (OSError, KeyError, ValueError):
+        try:
+            total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+            avail = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+        except (OSError, ValueError):
+            return Check("memory", "warn", "cannot read the memory size", required=False)
+    detail = f"{_gib(avail)} available of {_gib(total)}"
+    if avail < MIN_MEM_GIB * GIB:
+        return Check("memory", "fail", detail, "stop other servers or jobs: a vLLM server needs a few GiB of RAM")
+    if avail < WARN_MEM_GIB * GIB:
+        return Check("memory", "warn", detail, "little free RAM: large models may not load (CPU KV cache, "
+                     "weights staging)")
+    return Check("memory", "ok", detail)
+
+
+def default_cache_dirs(repo_root: Path) -> tuple[Path, ...]:
+    hf = Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface")
+    return (repo_root / ".cache", hf)
+
+
+def run_checks(opts: Options) -> list[Check]:
+    # the two slow probes (each imports vLLM; the GPU check reads torch from the first) run side by side
+    probe = _probe_vllm() if opts.wants("vllm") or opts.wants("gpu") else None
+    cli = _vllm_cli() if opts.wants("vllm") else None
+    docker = [check_docker(opts.need_docker)] if opts.wants("docker") else []
+    rest: list[Check] = []
+    if opts.wants("disk"):
+        rest.append(check_disk("disk: runs", opts.runs_dir, MIN_RUN_DISK_GIB, WARN_RUN_DISK_GIB))
+        rest += [check_disk(f"disk: cache {i + 1}", d, MIN_CACHE_DISK_GIB, WARN_CACHE_DISK_GIB)
+                 for i, d in enumerate(opts.cache_dirs)]
+    if opts.wants("port"):
+        rest.append(check_port(opts.host, opts.port))
+    if opts.wants("memory"):
+        rest.append(check_memory())
+    head: list[Check] = []
+    info: dict = {}
+    if probe is not None:
+        vllm_checks, info = check_vllm(probe)
+        head += vllm_checks if opts.wants("vllm") else []
+    if cli is not None:
+        head.append(check_vllm_cli(cli))
+    gpu = check_gpus(info, opts.need_gpu) if opts.wants("gpu") else []
+    return [*head, *docker, *gpu, *rest]
+
+
+def as_json(checks: list[Check]) -> str:
+    return json.dumps([asdict(c) | {"failed": c.failed} for c in checks], indent=2)
