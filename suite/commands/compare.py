@@ -1,0 +1,212 @@
+"""`suite compare RUN_A RUN_B`: one arm across two runs of the same matrix (tonight vs last night), or arm X
+of run A against arm Y of run B, with the same statistics and the same report (md + html).
+
+The comparison is itself a run directory: the chosen arms' raw results and job records are linked (or
+copied) under ``OUT/<name>/<label-arm>/...`` with a manifest whose plan names the run-A arm the baseline, so
+`suite.report` and `suite.report_html` render it unchanged and `suite report` can re-render it later. Runs
+are independent, so the intervals are Welch (never paired across runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from suite.errors import SuiteError
+
+NAME = "compare"
+HELP = "Compare an arm across two runs of the same matrix (or arm X of run A vs arm Y of run B): md + html report."
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_a", metavar="RUN_A", help="run directory (or run id in the history index): the before")
+    p.add_argument("run_b", metavar="RUN_B", help="run directory (or run id in the history index): the after")
+    p.add_argument("--arm", action="append", default=[], metavar="ARM",
+                   help="once: this arm in both runs; twice: arm of RUN_A then arm of RUN_B; "
+                        "omitted: every arm the two runs share, each compared on its own")
+    p.add_argument("--label-a", help="label of RUN_A's arms (default: its run id's timestamp)")
+    p.add_argument("--label-b", help="label of RUN_B's arms (default: its run id's timestamp)")
+    p.add_argument("--out", type=Path, help="output directory (default: runs/compare-<a>-vs-<b>)")
+    p.add_argument("--runs", type=Path, default=Path("runs"), help="where run ids are looked up (default runs/)")
+    p.add_argument("--db", type=Path, help="history index for run ids (default: RUNS/history.sqlite)")
+    p.add_argument("--allow-other-matrix", action="store_true", help="compare runs of different matrices")
+    p.add_argument("--fail-on-regression", action="store_true",
+                   help="exit 1 when any point × metric is significantly worse")
+    p.add_argument("--min-effect", type=float, default=0.0, metavar="PCT",
+                   help="with --fail-on-regression: ignore regressions with |Δ| below PCT percent (default 0)")
+
+
+def resolve_run(ref: str, runs: Path, db: Path | None) -> Path:
+    path = Path(ref)
+    if (path / "manifest.json").is_file():
+        return path
+    if (runs / ref / "manifest.json").is_file():
+        return runs / ref
+    from suite.history import default_db, find_run
+
+    row = find_run(db or default_db(runs), ref)
+    if row is not None and (Path(row.path) / "manifest.json").is_file():
+        return Path(row.path)
+    raise SuiteError(f"{ref}: not a run directory and not an indexed run id")
+
+
+def default_label(run_dir: Path) -> str:
+    return run_dir.name.split("-", 1)[0]
+
+
+def safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._@+-]+", "_", name)
+
+
+def _link_or_copy(src: Path, dst: Path) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    if src.is_dir():
+        shutil.copytree(src, dst, copy_function=_link_file, dirs_exist_ok=True)
+    else:
+        _link_file(src, dst)
+
+
+def _link_file(src: str | Path, dst: str | Path) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def merge_runs(run_a: Path, arm_a: str, label_a: str, run_b: Path, arm_b: str, label_b: str,
+               out: Path) -> Path:
+    """Write a run directory at ``out`` holding ``arm_a`` of run A (as the baseline) and ``arm_b`` of run B."""
+    from suite.plan import Job
+    from suite.store import RunStore, atomic_write_json, utc_now
+
+    sa, sb = RunStore.open(run_a), RunStore.open(run_b)
+    ma, mb = sa.manifest(), sb.manifest()
+    for run, m, arm in ((run_a, ma, arm_a), (run_b, mb, arm_b)):
+        if arm not in m.get("arms", {}) and arm not in m.get("plan", {}).get("arms", []):
+            known = ", ".join(m.get("plan", {}).get("arms") or m.get("arms", {}))
+            raise SuiteError(f"{run}: no arm {arm!r} (arms: {known})")
+    la, lb = safe(f"{arm_a}@{label_a}"), safe(f"{arm_b}@{label_b}")
+    if la == lb:
+        raise SuiteError(f"both sides are {la!r}: give different --label-a/--label-b")
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    store = RunStore(out)
+    counts = {"ok": 0, "failed": 0, "missing": 0}
+    for src_store, m, arm, label in ((sa, ma, arm_a, la), (sb, mb, arm_b, lb)):
+        seen = set()
+        for rec in src_store.records():
+            job = rec.get("job", {})
+            if job.get("arm") != arm:
+                continue
+            old = Job.model_validate(job)
+            seen.add((old.key, old.hash))
+            new = old.model_copy(update={"arm": label})
+            for src, dst in ((src_store.result_path(old), store.result_path(new)),
+                             (src_store.log_path(old), store.log_path(new))):
+                if src.exists():
+                    _link_or_copy(src, dst)
+            atomic_write_json(store.record_path(new), rec | {"job": new.model_dump(mode="json")})
+            counts["ok" if rec.get("status") == "ok" else "failed"] += 1
+        # planned jobs of this arm that never wrote a record stay visible as missing
+        counts["missing"] += sum(1 for j in m.get("plan", {}).get("jobs", [])
+                                 if j.get("arm") == arm and (j.get("key"), j.get("hash")) not in seen)
+    matrix = dict(mb.get("matrix", {}))
+    matrix["description"] = (f"{arm_b} of run {run_b.name} against {arm_a} of run {run_a.name}. "
+                             + (matrix.get("description") or ""))
+    statuses = {ma.get("status"), mb.get("status")}
+    store.write_manifest({
+        "schema_version": mb.get("schema_version", 1),
+        "suite_version": mb.get("suite_version"),
+        "created": utc_now(),
+        "finished": utc_now(),
+        "matrix_path": mb.get("matrix_path"),
+        "matrix": matrix,
+        "plan": {"order": "independent runs", "baseline": la, "arms": [la, lb], "jobs": []},
+        "host": mb.get("host", {}),
+        "runtime": mb.get("runtime"),
+        "arms": {la: ma.get("arms", {}).get(arm_a, {}), lb: mb.get("arms", {}).get(arm_b, {})},
+        "status": "complete" if statuses == {"complete"} else "/".join(sorted(str(s) for s in statuses)),
+        "job_counts": counts,
+        "compare": {
+            "a": {"run": run_a.name, "arm": arm_a, "label": la, "created": ma.get("created"),
+                  "host": ma.get("host", {}).get("hostname"), "status": ma.get("status")},
+            "b": {"run": run_b.name, "arm": arm_b, "label": lb, "created": mb.get("created"),
+                  "host": mb.get("host", {}).get("hostname"), "status": mb.get("status")},
+        },
+    })
+    return out
+
+
+def arm_pairs(args: argparse.Namespace, ma: dict[str, Any], mb: dict[str, Any]) -> list[tuple[str, str]]:
+    if len(args.arm) > 2:
+        raise SuiteError("--arm at most twice (arm of RUN_A, arm of RUN_B)")
+    if len(args.arm) == 2:
+        return [(args.arm[0], args.arm[1])]
+    if len(args.arm) == 1:
+        return [(args.arm[0], args.arm[0])]
+    arms_a = list(ma.get("plan", {}).get("arms") or ma.get("arms", {}))
+    arms_b = set(mb.get("plan", {}).get("arms") or mb.get("arms", {}))
+    shared = [a for a in arms_a if a in arms_b and not a.endswith(".aa")]
+    if not shared:
+        raise SuiteError("the runs share no arm: name them with --arm A --arm B")
+    return [(a, a) for a in shared]
+
+
+def run(args: argparse.Namespace) -> int:
+    from suite.report import build_report, load_run
+    from suite.report_html import build_html, summarize_candidates
+    from suite.stats import Verdict
+    from suite.store import atomic_write_text, read_json
+
+    console = Console()
+    run_a, run_b = resolve_run(args.run_a, args.runs, args.db), resolve_run(args.run_b, args.runs, args.db)
+    ma, mb = read_json(run_a / "manifest.json"), read_json(run_b / "manifest.json")
+    name_a, name_b = ma.get("matrix", {}).get("name"), mb.get("matrix", {}).get("name")
+    if name_a != name_b and not args.allow_other_matrix:
+        raise SuiteError(f"{run_a.name} is matrix {name_a!r}, {run_b.name} is {name_b!r} "
+                         "(--allow-other-matrix to compare anyway)")
+    label_a = args.label_a or default_label(run_a)
+    label_b = args.label_b or default_label(run_b)
+    if label_a == label_b and run_a.resolve() != run_b.resolve():
+        label_a, label_b = f"{label_a}-a", f"{label_b}-b"
+    out = args.out or args.runs / f"compare-{safe(run_a.name)}-vs-{safe(run_b.name)}"
+    summary = [f"# suite compare: {name_b}", "",
+               f"`{run_a.name}` ({label_a}, {ma.get('status')}) → `{run_b.name}` ({label_b}, {mb.get('status')})", ""]
+    failing = []
+    for arm_a, arm_b in arm_pairs(args, ma, mb):
+        sub = out / safe(arm_a if arm_a == arm_b else f"{arm_a}-vs-{arm_b}")
+        merged = merge_runs(run_a, arm_a, label_a, run_b, arm_b, label_b, sub)
+        md, page = build_report(merged), build_html(merged)
+        for s in summarize_candidates(load_run(merged)):
+            bad = [(p, k, c) for p, k, c in s.regressions if abs(c.delta_pct or 0) >= args.min_effect]
+            failing += [(s.candidate, p, k, c) for p, k, c in bad]
+            geo = f"{s.geomean_throughput_pct:+.1f}%" if s.geomean_throughput_pct is not None else "n/a"
+            line = (f"- **{s.candidate} vs {s.baseline}: {s.overall}** — output throughput (geomean) {geo}; "
+                    f"{s.counts[Verdict.BETTER]} better, {s.counts[Verdict.WORSE]} worse, "
+                    f"{s.counts[Verdict.NOT_SIGNIFICANT]} not significant, {s.counts[Verdict.UNRELIABLE]} unreliable "
+                    f"([report]({md.relative_to(out)}), [html]({page.relative_to(out)}))")
+            summary.append(line)
+            for p, k, c in bad:
+                summary.append(f"  - ▼ {p} {k}: {c.baseline.median:.4g} → {c.candidate.median:.4g} "
+                               f"({c.delta_pct:+.1f}%, 95% interval [{c.ci_low_pct:+.1f}%, {c.ci_high_pct:+.1f}%])")
+        console.print(f"{arm_a}@{label_a} → {arm_b}@{label_b}: {md} · {page}")
+    summary.append("")
+    if failing:
+        summary.append(f"**{len(failing)} significant regression(s)**"
+                       + (f" with |Δ| ≥ {args.min_effect:g}%" if args.min_effect else "") + ".")
+    else:
+        summary.append("No significant regression" + (f" with |Δ| ≥ {args.min_effect:g}%" if args.min_effect else "")
+                       + ".")
+    text = "\n".join(summary) + "\n"
+    atomic_write_text(out / "summary.md", text)
+    console.print(text, markup=False, highlight=False)
+    console.print(f"summary: {out / 'summary.md'}")
+    return 1 if failing and args.fail_on_regression else 0
+
