@@ -305,8 +305,8 @@ def register_section(name: str, fn: Section) -> None:
 def _load_extra_sections() -> None:
     import importlib
 
-    for module in ("suite.accuracy_summary", "suite.kernel_report", "suite.measure.latency",
-                   "suite.measure.profile", "suite.measure.probe"):
+    for module in ("suite.measure.probe", "suite.accuracy_summary", "suite.measure.kernel_job", "suite.measure.latency",
+                   "suite.measure.profile"):
         try:
             mod = importlib.import_module(module)
         except ImportError:
