@@ -225,6 +225,10 @@ def _start_server(ctx: RunContext, session: Session, attempt: int) -> Any:
         extra_args = profiler_args(ctx.store.arm_dir(session.arm) / "profile" / f"session-{session.index}")
     arm_spec = ctx.plan.arms[session.arm]
     extra_env = {**ctx.matrix.env, **arm_spec.env}
+    if any(j.kind == "probe" for j in session.jobs):  # the in-server gate probe (suite.measure.probe)
+        from suite.measure.probe import probe_server_env
+
+        extra_env.update(probe_server_env(ctx, session.arm, extra_env))
     spec = ctx.runtime.server_spec(
         ctx.arm_envs[session.arm],
         argv_tail=server_argv_tail(ctx.matrix, session.arm, ctx.plan, port, extra_args),
@@ -233,6 +237,14 @@ def _start_server(ctx: RunContext, session: Session, attempt: int) -> Any:
     server = ctx.runtime.server(spec)
     server.__enter__()
     return server
+
+
+def _error_brief(message: str, tail_lines: int = 5) -> str:
+    """The command and the last lines of the log tail of a server error (the full text is in the records)."""
+    lines = message.splitlines()
+    cmd = [line for line in lines if line.strip().startswith(("command:", "log:"))]
+    tail = lines[lines.index("--- log tail ---") + 1:][-tail_lines:] if "--- log tail ---" in lines else []
+    return "\n".join(cmd + [f"  | {line}" for line in tail])
 
 
 def _fail_all(ctx: RunContext, jobs: list[Job], error: str) -> None:
@@ -267,6 +279,7 @@ def run_session(ctx: RunContext, session: Session, pending: list[Job], advance: 
                 except ServerError as exc:
                     _fail_all(ctx, pending[i:], str(exc))
                     ctx.console.print(f"[red]{str(exc).splitlines()[0]}[/red]")
+                    ctx.console.print(_error_brief(str(exc)), markup=False, highlight=False)
                     return
             _run_job(ctx, job, server)
             advance()
@@ -360,5 +373,25 @@ def execute(ctx: RunContext) -> dict[str, int]:
 
 
 def dry_run(matrix_path: Path) -> str:
+    """The plan, then the exact server and client command lines (port and paths shown as placeholders)."""
+    from suite.measure.serve import serve_command
+
     matrix = load_matrix(matrix_path)
-    return format_plan(build_plan(matrix))
+    plan = build_plan(matrix)
+    lines = [format_plan(plan), "", f"commands (runtime {matrix.runtime.kind}; PORT is picked at start):"]
+    for arm, spec in plan.arms.items():
+        env = " ".join(f"{k}={v}" for k, v in redact_env({**matrix.env, **spec.env}).items())
+        overlay = " PYTHONPATH=<overlay with patches>" if spec.patches else ""
+        tail = server_argv_tail(matrix, arm, plan, 0)
+        tail[tail.index("--port") + 1] = "PORT"
+        lines.append(f"  [{arm}] server: {env}{overlay} vllm serve {' '.join(tail)}".replace("  vllm", " vllm"))
+    seen = set()
+    for job in plan.jobs:
+        if job.kind != "serve" or job.point in seen:
+            continue
+        seen.add(job.point)
+        cmd = serve_command(vllm="vllm", base_url=f"http://{matrix.runtime.host}:PORT", served_name=matrix.model.name,
+                            tokenizer=matrix.model.tokenizer or matrix.model.id, params=job.params,
+                            result_dir=Path("<run>/<arm>/serve") / job.point, result_filename="rep-<r>.json")
+        lines.append(f"  [{job.point}] client: {' '.join(cmd)}")
+    return "\n".join(lines)

@@ -25,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
 
     console = Console(stderr=False)
     if args.dry_run:
-        console.print(dry_run(args.matrix), highlight=False, markup=False)
+        print(dry_run(args.matrix))
         return 0
     ctx = prepare(args.matrix, args.out, args.resume, console)
     console.print(f"run directory: {ctx.store.root}")
