@@ -128,7 +128,7 @@ def markdown_to_html(text: str, heading_offset: int = 0) -> str:
     lines = text.splitlines()
     out: list[str] = []
     i = 0
-    sep = re.compile(r"^\s*\|?\s*:?-{3,}:?\s*(\|\s*:?-{3,}:?\s*)*\|?\s*$")
+    sep = re.compile(r"^\s*\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?\s*$")
     while i < len(lines):
         line = lines[i]
         stripped = line.strip()
@@ -146,16 +146,29 @@ def markdown_to_html(text: str, heading_offset: int = 0) -> str:
             i += 1
         elif stripped.startswith("|") and i + 1 < len(lines) and sep.match(lines[i + 1]):
             head = _table_cells(stripped)
+            align = ["right" if c.endswith(":") and not c.startswith(":") else "center" if c.startswith(":")
+                     and c.endswith(":") else "left" for c in _table_cells(lines[i + 1])]
+
+            def td(k: int, c: str, tag: str = "td", align: list[str] = align) -> str:
+                a = align[k] if k < len(align) else "left"
+                return f"<{tag} style='text-align:{a}'>{md_inline(c)}</{tag}>"
+
             rows = []
             j = i + 2
             while j < len(lines) and lines[j].strip().startswith("|"):
                 rows.append(_table_cells(lines[j]))
                 j += 1
-            out.append('<table class="md"><thead><tr>' + "".join(f"<th>{md_inline(c)}</th>" for c in head)
+            out.append('<table class="md"><thead><tr>' + "".join(td(k, c, "th") for k, c in enumerate(head))
                        + "</tr></thead><tbody>"
-                       + "".join("<tr>" + "".join(f"<td>{md_inline(c)}</td>" for c in r) + "</tr>" for r in rows)
+                       + "".join("<tr>" + "".join(td(k, c) for k, c in enumerate(r)) + "</tr>" for r in rows)
                        + "</tbody></table>")
             i = j
+        elif stripped.startswith(">"):
+            quote = []
+            while i < len(lines) and lines[i].strip().startswith(">"):
+                quote.append(lines[i].strip()[1:].strip())
+                i += 1
+            out.append(f"<blockquote>{md_inline(' '.join(quote))}</blockquote>")
         elif re.match(r"^[-*]\s+", stripped):
             items = []
             while i < len(lines) and re.match(r"^\s*[-*]\s+", lines[i]):
@@ -170,7 +183,7 @@ def markdown_to_html(text: str, heading_offset: int = 0) -> str:
         else:
             para = [stripped]
             i += 1
-            while i < len(lines) and lines[i].strip() and not re.match(r"^(#|\||```|[-*]\s)", lines[i].strip()):
+            while i < len(lines) and lines[i].strip() and not re.match(r"^(#|\||```|>|[-*]\s)", lines[i].strip()):
                 para.append(lines[i].strip())
                 i += 1
             out.append(f"<p>{md_inline(' '.join(para))}</p>")
@@ -441,7 +454,10 @@ def section_extra(run: RunData) -> str:
         if not text:
             continue
         anchor = name.rsplit(".", 1)[-1].replace("_", "-")
-        out.append(f"<section id='{esc(anchor)}' class='extra'>{markdown_to_html(text)}</section>")
+        heading = re.search(r"^#+\s+(.+)$", text, re.M)
+        label = (heading.group(1).split(":")[0].strip("*` ") if heading else anchor)[:32]
+        out.append(f"<section id='{esc(anchor)}' class='extra' data-label='{esc(label)}'>"
+                   f"{markdown_to_html(text)}</section>")
     return "\n".join(out)
 
 
@@ -596,7 +612,7 @@ table.heat tbody th{white-space:nowrap;font-weight:normal}
 details{margin:4px 0}
 summary{cursor:pointer;font-weight:600;padding:3px 0}
 .note{margin:2px 0 8px;color:rgb(150,90,0);font-size:13px}
-.extra table.md td,.extra table.md th{text-align:left}
+blockquote{margin:8px 0;padding:6px 12px;border-left:4px solid rgb(230,171,2);background:#fff8e6}
 .prov{display:flex;gap:16px;flex-wrap:wrap}
 table.kv th{text-align:left;background:var(--soft);font-weight:600}
 table.kv td{text-align:left;max-width:700px;word-break:break-word}
@@ -613,7 +629,8 @@ def render_html(run: RunData) -> str:
     extra = section_extra(run)
     body = [section_header(run)]
     nav = [("verdict", "Verdict"), ("serving", "Before → after"), ("charts", "Charts"), ("heatmap", "Δ% heatmap")]
-    nav += [(m, m.replace("-", " ").capitalize()) for m in re.findall(r"<section id='([^']+)' class='extra'>", extra)]
+    nav += [(a, html.unescape(t)) for a, t in re.findall(r"<section id='([^']+)' class='extra' data-label='([^']*)'>",
+                                                          extra)]
     nav += [("details", "Statistics"), ("provenance", "Provenance")]
     body.append("<nav>" + "".join(f"<a href='#{esc(a)}'>{esc(t)}</a>" for a, t in nav) + "</nav>")
     body += [section_verdict(run, summaries), section_tables(run, floors), section_charts(run),

@@ -10,6 +10,8 @@ import pytest
 
 from suite.cli import main
 from suite.history import find_run, index_run, list_runs, previous_run
+from suite.report import load_run
+from suite.report_html import summarize_candidates
 from suite.store import RunStore
 from tests.test_report_html import build_run_dir
 
@@ -98,6 +100,11 @@ def test_compare_cross_arm_and_refusals(runs: Path, tmp_path: Path, capsys: pyte
     assert main(["compare", str(a), str(a), "--arm", "baseline", "--arm", "patched", "--out", str(out)]) == 0
     assert (out / "baseline-vs-patched" / "report.html").is_file()
     assert "patched@20261128T010000Z vs baseline@20261128T010000Z" in (out / "summary.md").read_text()
+    # the same statistics as the run's own report: identical verdict counts and throughput geomean
+    (own,) = summarize_candidates(load_run(a))
+    (merged,) = summarize_candidates(load_run(out / "baseline-vs-patched"))
+    assert (merged.counts, merged.geomean_throughput_pct, merged.overall) == \
+        (own.counts, own.geomean_throughput_pct, own.overall)
     # run ids resolve through the history index
     index_run(a)
     index_run(runs / "20261129T010000Z-smoke-cpu")

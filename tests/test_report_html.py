@@ -266,7 +266,7 @@ def test_failures_and_extra_sections_are_shown(tmp_path: Path) -> None:
         return ("## Kernel microbenchmark\n\n| M | baseline (µs) | patched (µs) |\n|---|---|---|\n"
                 "| 1 | 6.54 | **2.59** |\n\n- path: `torch.mm` <b>\n")
 
-    register_section("tests.kernel", section)
+    register_section("tests.kernel", section)  # as suite.kernel_report / suite.measure.latency do
     try:
         page = render_html(load_run(run_dir))
     finally:
@@ -275,15 +275,19 @@ def test_failures_and_extra_sections_are_shown(tmp_path: Path) -> None:
         EXTRA_SECTIONS[:] = [(n, f) for n, f in EXTRA_SECTIONS if n != "tests.kernel"]
     assert "<h2>Failed jobs</h2>" in page and "server exited with code 1" in page
     assert "<h2>Kernel microbenchmark</h2>" in page
-    assert "<td><strong>2.59</strong></td>" in page and "<code>torch.mm</code> &lt;b&gt;" in page
+    assert "<td style='text-align:left'><strong>2.59</strong></td>" in page
+    assert "<code>torch.mm</code> &lt;b&gt;" in page
+    assert "<a href='#kernel'>Kernel microbenchmark</a>" in page  # listed in the page's navigation
     assert "NO DATA" in page  # the candidate has no results: said, not hidden
 
 
 def test_markdown_converter() -> None:
-    out = markdown_to_html("# T\n\nsome *x* and `a|b`\n\n| a | b |\n|---|:---:|\n| 1 | x \\| y |\n\n- one\n- two\n"
-                           "```\n<raw>\n```\n")
+    out = markdown_to_html("# T\n\nsome *x* and `a|b`\n\n| a | b | c |\n|---|:---:|--:|\n| 1 | x \\| y | 3 |\n\n"
+                           "- one\n- two\n\n> **note**: quoted\n\n```\n<raw>\n```\n")
     assert "<h1>T</h1>" in out and "<em>x</em>" in out and "<code>a|b</code>" in out
-    assert "<td>x | y</td>" in out and "<li>two</li>" in out and "<pre>&lt;raw&gt;</pre>" in out
+    assert "<td style='text-align:center'>x | y</td>" in out and "<td style='text-align:right'>3</td>" in out
+    assert "<li>two</li>" in out and "<pre>&lt;raw&gt;</pre>" in out
+    assert "<blockquote><strong>note</strong>: quoted</blockquote>" in out
 
 
 def test_nice_ticks() -> None:
