@@ -336,4 +336,7 @@ def build_report(run_dir: Path) -> Path:
         raise SuiteError(f"{run_dir}: cannot read the run: {exc}") from None
     path = run_dir / "report.md"
     atomic_write_text(path, render(run))
+    from suite.report_html import build_html
+
+    build_html(run_dir)
     return path

@@ -38,5 +38,11 @@ def run(args: argparse.Namespace) -> int:
                 console.print(f"report: {path}")
             except SuiteError as exc:
                 console.print(f"[red]report not written: {exc}[/red]")
+        from suite.history import index_run
+
+        try:
+            index_run(ctx.store.root)
+        except SuiteError as exc:
+            console.print(f"[yellow]run not added to the history index: {exc}[/yellow]")
     console.print(f"jobs: {counts['ok']} ok, {counts['failed']} failed, {counts['missing']} missing")
     return 0 if counts["failed"] == 0 and counts["missing"] == 0 else 1
