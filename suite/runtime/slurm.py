@@ -187,7 +187,8 @@ def job_script(matrix: Matrix, *, arm: str, index: int, image: str | None, run_d
              "# The worker serves the arm on this node and writes into the shared run directory; jobs already",
              "# done there are skipped, so a resubmission runs only what is missing.",
              "set -eu",
-             'echo "suite: slurm job ${SLURM_JOB_ID} on $(hostname), session ' + sid + '"']
+             'echo "suite: slurm job ${SLURM_JOB_ID} on $(hostname), session ' + sid
+             + ', gpus ${SLURM_JOB_GPUS:-none}"']
     if spec.container != "none":
         lines.append(f"export PYTHONPATH={shlex.quote(str(repo_root))}${{PYTHONPATH:+:$PYTHONPATH}}")
     lines.append("exec " + shlex.join(cmd))

@@ -1,0 +1,150 @@
+"""Slurm job scripts and request checks that need no cluster: the exact sbatch options and worker command
+lines of the three container modes (pyxis and apptainer cannot run on this machine), gres parsing, and the
+matrix fields. The cluster itself is exercised in test_slurm_cluster.py."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+
+from suite.errors import MatrixError
+from suite.matrix import parse_matrix
+from suite.runtime.slurm import (
+    container_mounts,
+    gres_request,
+    job_script,
+    node_gpus,
+    parse_session_id,
+    sbatch_options,
+    worker_command,
+)
+
+BASE = """
+name: t
+model: {id: /models/m, max_model_len: 512}
+runtime:
+  kind: slurm
+  slurm: %s
+arms:
+  baseline: {vllm: "0.33.0"}
+  patched: {vllm: "0.33.0", patches: [ll-bf16-router-gemm-dispatch], image: "registry#vllm/vllm-openai:v0.33.0"}
+serve:
+  - {isl: 64, osl: 16, concurrency: [1]}
+"""
+
+RUN, REPO, WORK, MATRIX = Path("/shared/runs/r1"), Path("/shared/suite"), Path("/shared/work"), Path("/shared/m.yaml")
+
+
+def matrix(slurm: str):
+    return parse_matrix(BASE % slurm)
+
+
+def test_sbatch_options_from_the_spec() -> None:
+    m = matrix("{partition: gpu, gpus_per_job: 8, gres_type: h200, cpus_per_task: 16, mem: 200G, exclusive: true,"
+               " time_limit: '02:00:00', extra_sbatch: [--account=bench, --qos=high]}")
+    opts = sbatch_options(m, name="suite:t:baseline#0", output="/o/%j.out", workdir=WORK)
+    assert opts == ["--job-name=suite:t:baseline#0", "--output=/o/%j.out", "--time=02:00:00", "--nodes=1",
+                    "--ntasks=1", "--chdir=/shared/work", "--export=ALL", "--partition=gpu", "--gres=gpu:h200:8",
+                    "--cpus-per-task=16", "--mem=200G", "--exclusive", "--account=bench", "--qos=high"]
+
+
+def test_gres_request_forms() -> None:
+    assert gres_request(matrix("{}").runtime.slurm) is None
+    assert gres_request(matrix("{gpus_per_job: 2}").runtime.slurm) == "gpu:2"
+    assert gres_request(matrix("{gpus_per_job: 4, gres_type: mi355x}").runtime.slurm) == "gpu:mi355x:4"
+
+
+def test_container_none_runs_the_login_nodes_python() -> None:
+    m = matrix("{container: none}")
+    cmd = worker_command(m, image=None, run_dir=RUN, matrix_path=MATRIX, session="baseline#0", repo_root=REPO,
+                         workdir=WORK, python="/shared/suite/.venv/bin/python")
+    assert cmd == ["/shared/suite/.venv/bin/python", "-m", "suite.slurm_worker", "/shared/runs/r1", "--matrix",
+                   "/shared/m.yaml", "--session", "baseline#0"]
+
+
+def test_pyxis_command_line() -> None:
+    m = matrix("{container: pyxis, image: 'nvcr.io#vllm/vllm-openai:v0.33.0', gpus_per_job: 8, "
+               "container_mounts: [/scratch/hf:/root/.cache/huggingface, /data]}")
+    cmd = worker_command(m, image="nvcr.io#vllm/vllm-openai:v0.33.0", run_dir=RUN, matrix_path=MATRIX,
+                         session="patched#1", repo_root=REPO, workdir=WORK)
+    assert cmd[:3] == ["srun", "--ntasks=1", "--container-image=nvcr.io#vllm/vllm-openai:v0.33.0"]
+    assert cmd[3] == ("--container-mounts=/shared/runs/r1:/shared/runs/r1,/shared/suite:/shared/suite,"
+                      "/shared/work:/shared/work,/models/m:/models/m,/scratch/hf:/root/.cache/huggingface,"
+                      "/data:/data")
+    assert cmd[4] == "--container-workdir=/shared/work"
+    assert cmd[5:] == ["python3", "-m", "suite.slurm_worker", "/shared/runs/r1", "--matrix", "/shared/m.yaml",
+                       "--session", "patched#1", "--overlays", "node-local"]
+
+
+@pytest.mark.parametrize(("vendor", "gpus", "flag"), [("cuda", 8, ["--nv"]), ("rocm", 8, ["--rocm"]),
+                                                       ("cuda", 0, [])])
+def test_apptainer_command_line(vendor: str, gpus: int, flag: list[str]) -> None:
+    m = matrix(f"{{container: apptainer, image: /images/vllm.sif, gpu_vendor: {vendor}, gpus_per_job: {gpus}}}")
+    cmd = worker_command(m, image="/images/vllm.sif", run_dir=RUN, matrix_path=MATRIX, session="baseline#0",
+                         repo_root=REPO, workdir=WORK)
+    assert cmd == ["apptainer", "exec", *flag, "--bind",
+                   "/shared/runs/r1:/shared/runs/r1,/shared/suite:/shared/suite,/shared/work:/shared/work,"
+                   "/models/m:/models/m", "--pwd", "/shared/work", "/images/vllm.sif", "python3", "-m",
+                   "suite.slurm_worker", "/shared/runs/r1", "--matrix", "/shared/m.yaml", "--session",
+                   "baseline#0", "--overlays", "node-local"]
+
+
+def test_job_script_is_a_valid_batch_script(tmp_path: Path) -> None:
+    m = matrix("{container: pyxis, image: 'img:1', partition: gpu, gpus_per_job: 1}")
+    js = job_script(m, arm="patched", index=2, image="img:2", run_dir=RUN, matrix_path=MATRIX, repo_root=REPO,
+                    workdir=WORK)
+    lines = js.text.splitlines()
+    assert lines[0] == "#!/bin/bash"
+    directives = [line.removeprefix("#SBATCH ") for line in lines if line.startswith("#SBATCH ")]
+    assert "--job-name=suite:t:patched#2" in directives
+    assert "--output=/shared/runs/r1/slurm/patched-s2.%j.out" in directives
+    assert "--gres=gpu:1" in directives and "--partition=gpu" in directives
+    assert "export PYTHONPATH=/shared/suite${PYTHONPATH:+:$PYTHONPATH}" in lines
+    exec_line = lines[-1]
+    assert exec_line.startswith("exec srun ")
+    assert "--container-image=img:2" in shlex.split(exec_line)  # the arm's image overrides slurm.image
+    assert js.path == RUN / "slurm" / "patched-s2.sbatch"
+    script = tmp_path / "s.sh"
+    script.write_text(js.text)
+    import subprocess
+
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+
+
+def test_container_mounts_keep_each_path_once() -> None:
+    m = matrix("{container: apptainer, image: x.sif, container_mounts: [/shared/runs/r1]}")
+    mounts = container_mounts(m, RUN, REPO, REPO)
+    assert mounts == ["/shared/runs/r1:/shared/runs/r1", "/shared/suite:/shared/suite", "/models/m:/models/m"]
+
+
+@pytest.mark.parametrize(("gres", "typ", "n"), [
+    ("gpu:h200:8", "h200", 8), ("gpu:h200:8(S:0-1)", "h200", 8), ("gpu:h200:8(S:0-1)", None, 8),
+    ("gpu:h200:4(S:0),gpu:a100:2(S:1)", None, 6), ("gpu:h200:4,gpu:a100:2", "a100", 2), ("gpu:8", None, 8),
+    ("gpu:8", "h200", 0), ("(null)", None, 0), ("gpu:mi355x:8(S:0-7)", "h200", 0),
+])
+def test_node_gpus(gres: str, typ: str | None, n: int) -> None:
+    assert node_gpus(gres, typ) == n
+
+
+def test_session_ids() -> None:
+    assert parse_session_id("baseline.aa#3") == ("baseline.aa", 3)
+    with pytest.raises(Exception, match="ARM#N"):
+        parse_session_id("baseline")
+
+
+@pytest.mark.parametrize("value", ["abc", "1:2:3:4", "01:00:00x"])
+def test_bad_time_limit_is_a_matrix_error(value: str) -> None:
+    with pytest.raises(MatrixError, match=r"<matrix>:6: runtime\.slurm\.time_limit: time_limit must be"):
+        matrix(f"{{time_limit: '{value}'}}")
+
+
+@pytest.mark.parametrize("value", ["30", "01:00:00", "2-00:00:00", "1-12", "UNLIMITED"])
+def test_good_time_limits(value: str) -> None:
+    assert matrix(f"{{time_limit: '{value}'}}").runtime.slurm.time_limit == value
+
+
+def test_unknown_slurm_field_is_refused() -> None:
+    with pytest.raises(MatrixError, match=r"runtime\.slurm\.gpus: unknown field"):
+        matrix("{gpus: 8}")
