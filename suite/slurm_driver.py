@@ -23,11 +23,13 @@ from suite.runtime.slurm import (
     LEDGER,
     JobScript,
     JobState,
+    SlurmError,
     SlurmRuntime,
     cancel,
     final_states,
     job_script,
     queue_states,
+    read_ledger,
     report_section,
     require_commands,
     spec_of,
@@ -37,6 +39,7 @@ from suite.store import atomic_write_json, atomic_write_text, utc_now
 
 CANCEL_WAIT_S = 180.0
 UNKNOWN_POLLS = 5  # polls a job may be missing from squeue and accounting before it counts as lost
+MAX_POLL_FAILURES = 20  # consecutive failed squeue/sacct polls before the driver gives up (and cancels)
 
 
 @dataclass
@@ -125,9 +128,12 @@ class SlurmDriver:
                            f"log {t.entry['output']}[/red]", highlight=False)
         if missing and t.attempt < self.spec.max_resubmits:
             t.attempt += 1
-            self.submit(t)
-        else:
-            self.give_up(t, missing, st, "ended before it ran")
+            try:
+                self.submit(t)
+                return
+            except SlurmError as exc:
+                self.console.print(f"[red]{t.sid}: resubmission refused: {exc}[/red]", highlight=False)
+        self.give_up(t, missing, st, "ended before it ran")
 
     def give_up(self, t: Tracked, missing: list[Job], st: JobState, how: str) -> None:
         """Jobs the session leaves without any record get a failed one naming the Slurm job, for the report."""
@@ -204,8 +210,6 @@ class SlurmDriver:
             return
         old = Path(self.run_dir / LEDGER)
         if old.is_file():  # resume: keep the earlier submissions
-            from suite.runtime.slurm import read_ledger
-
             self.ledger = read_ledger(self.run_dir)
         try:
             with _signals_as_interrupt():
@@ -215,9 +219,17 @@ class SlurmDriver:
                 else:
                     self.waiting = tracked[1:]
                     self.submit(tracked[0])
+                failures = 0
                 while self.active:
                     time.sleep(self.spec.poll_interval_s)
-                    self.poll()
+                    try:
+                        self.poll()
+                        failures = 0
+                    except SlurmError as exc:  # slurmctld busy or restarting: keep following, within bounds
+                        failures += 1
+                        if failures >= MAX_POLL_FAILURES:
+                            raise
+                        self.console.print(f"[yellow]{exc} (retrying)[/yellow]", highlight=False)
         except BaseException:
             with _signals_as_interrupt():
                 self.cancel_all()

@@ -148,3 +148,27 @@ def test_good_time_limits(value: str) -> None:
 def test_unknown_slurm_field_is_refused() -> None:
     with pytest.raises(MatrixError, match=r"runtime\.slurm\.gpus: unknown field"):
         matrix("{gpus: 8}")
+
+
+def test_slurm_scripts_command_prints_every_session(tmp_path: Path) -> None:
+    from tests.conftest import run_suite
+
+    path = tmp_path / "m.yaml"
+    path.write_text((BASE % "{container: apptainer, image: /img/base.sif, gpus_per_job: 2}") + "order: abba\nrepeats: 2\n")
+    proc = run_suite("slurm-scripts", str(path), "--out", str(tmp_path / "runs"), check=True)
+    heads = [line for line in proc.stdout.splitlines() if line.startswith("# ---- ")]
+    assert [h.split("/slurm/")[1].split(" ")[0] for h in heads] == [
+        "baseline-s0.sbatch", "patched-s0.sbatch", "patched-s1.sbatch", "baseline-s1.sbatch"]  # A B B A
+    execs = [line for line in proc.stdout.splitlines() if line.startswith("exec ")]
+    assert all(e.startswith("exec apptainer exec --nv --bind ") for e in execs)
+    assert "registry#vllm/vllm-openai:v0.33.0" in execs[1] and "/img/base.sif" in execs[0]
+    assert not (tmp_path / "runs").exists()
+
+
+def test_slurm_scripts_refuses_other_runtimes(tmp_path: Path) -> None:
+    from tests.conftest import run_suite
+
+    path = tmp_path / "m.yaml"
+    path.write_text((BASE % "{}").replace("kind: slurm", "kind: local"))
+    proc = run_suite("slurm-scripts", str(path))
+    assert proc.returncode == 2 and "not 'slurm'" in proc.stderr
