@@ -1,0 +1,375 @@
+"""Patch-activation proof: which router-gate path ran for each batch-size bucket, per arm.
+
+With ``probe: true`` the first server session of each arm starts with the in-server probe
+(``suite.gate_probe``, a vLLM general plugin: see that module) on its PYTHONPATH and
+``SUITE_GATE_PROBE_DIR`` naming a fresh directory, where every vLLM process that builds a GateLinear writes
+its counters as ``<pid>.json``. The probe job (:func:`execute`, first job of the session) snapshots those
+counters once startup (profile run, warmup) is over, sends a fixed set of requests whose prefill and
+decode steps cover the buckets reachable with the server's ``--max-num-seqs``, waits for the next flush,
+and stores the difference, merged over processes, in ``<arm>/probe/gate-paths/rep-0.json``. Then it drops a
+``STOP`` file, so the serve jobs after it run without the Python-level wrappers.
+
+:func:`report_section` turns the stored results into a table arm x bucket -> path(s) with call counts and
+says when the arms' paths differ, when a patched arm's new op never ran, and which buckets ran frozen
+inside a compiled graph (steps seen, no ``GateLinear.forward`` call at run time).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from suite.errors import SuiteError
+from suite.gate_probe import BUCKET_LABELS, ENV_DIR, ENV_FLUSH, SEP, STOP_FILE, bucket
+from suite.store import atomic_write_json, atomic_write_text, read_json
+
+PLUGIN_NAME = "suite_gate_probe"
+PLUGIN_VERSION = "1"
+FROZEN = "compiled graph (frozen: torch.mm/F.linear inside the graph)"
+NOT_EXERCISED = "not exercised"
+FLUSH_S = 0.5
+__all__ = ["bucket", "BUCKET_LABELS", "execute", "report_section", "probe_server_env", "install_probe_site"]
+
+
+# ---------------------------------------------------------------------------------------- into the server
+
+
+def install_probe_site(dest: Path) -> Path:
+    """A directory that, on PYTHONPATH, makes vLLM load the probe: the package plus a dist-info whose
+    entry point (group ``vllm.general_plugins``) importlib.metadata finds."""
+    src = Path(__file__).resolve().parent.parent / "gate_probe" / "__init__.py"
+    pkg = dest / PLUGIN_NAME
+    pkg.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(src, pkg / "__init__.py")
+    info = dest / f"{PLUGIN_NAME}-{PLUGIN_VERSION}.dist-info"
+    info.mkdir(exist_ok=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {PLUGIN_NAME}\nVersion: {PLUGIN_VERSION}\n")
+    (info / "entry_points.txt").write_text(f"[vllm.general_plugins]\n{PLUGIN_NAME} = {PLUGIN_NAME}:register\n")
+    (info / "RECORD").write_text("")
+    return dest
+
+
+def probe_server_env(ctx: Any, arm: str, extra_env: dict[str, str]) -> dict[str, str]:
+    """Environment additions for a server whose session holds the probe job (called by the runner).
+
+    Local runtime only: the site directory goes on PYTHONPATH after the arm's overlay; each server start
+    gets a fresh output directory (a restart never mixes its counters with the last one's). Once the
+    probe job of the arm is done (a restart later in the session, or a resume) nothing is added."""
+    if ctx.matrix.runtime.kind != "local":
+        return {}
+    if any(j.kind == "probe" and j.arm == arm and ctx.store.is_done(j) for j in ctx.plan.jobs):
+        return {}
+    base = ctx.store.arm_dir(arm) / "probe"
+    site = install_probe_site(base / "site")
+    procs = base / "procs"
+    procs.mkdir(parents=True, exist_ok=True)
+    n = 0
+    while (procs / f"server-{n}").exists():
+        n += 1
+    out = procs / f"server-{n}"
+    out.mkdir()
+    arm_vars = ctx.runtime.arm_env_vars(ctx.arm_envs[arm], ctx.store.cache_dir(arm))
+    pythonpath = extra_env.get("PYTHONPATH") or arm_vars.get("PYTHONPATH") or os.environ.get("PYTHONPATH", "")
+    env = {ENV_DIR: str(out), ENV_FLUSH: str(FLUSH_S),
+           "PYTHONPATH": os.pathsep.join(p for p in (pythonpath, str(site)) if p)}
+    plugins = extra_env.get("VLLM_PLUGINS", os.environ.get("VLLM_PLUGINS"))
+    if plugins is not None and PLUGIN_NAME not in plugins.split(","):  # an allowlist: add ourselves
+        env["VLLM_PLUGINS"] = ",".join(p for p in (plugins, PLUGIN_NAME) if p)
+    return env
+
+
+# ---------------------------------------------------------------------------------------- requests
+
+
+@dataclass(frozen=True)
+class Burst:
+    concurrency: int
+    prompt_len: int
+    max_tokens: int
+
+    def describe(self) -> str:
+        return f"{self.concurrency} x (prompt {self.prompt_len} tokens, {self.max_tokens} out)"
+
+
+def request_plan(max_num_seqs: int | None, max_model_len: int) -> list[Burst]:
+    """Single requests whose prefill alone fills a bucket (12, 24, 100, 200 tokens: 9-16, 17-32, 33-128,
+    >128; their decode steps have M = 1), then bursts of c simultaneous requests whose decode steps have
+    M = c (2-4, 5-8, 9-16, 17-32). Concurrency above max_num_seqs is left out (unreachable)."""
+    cap = max_num_seqs or 256
+    room = max(1, max_model_len - 8)
+    bursts = [Burst(1, min(n, room), 2) for n in (12, 24, 100, 200)]
+    levels = [c for c in (2, 4, 8, 16, 32) if c <= cap]
+    if cap < 32 and cap not in levels:
+        levels.append(cap)
+    bursts += [Burst(c, min(16, room), 8) for c in sorted(levels)]
+    return bursts
+
+
+def _prompt(seed: int, length: int) -> list[int]:
+    """Distinct token ids per request (no prefix-cache hits), fixed across arms and runs; ids below 1100
+    (the tiny MoE has 1688)."""
+    return [100 + (seed * 131 + i * 17) % 1000 for i in range(length)]
+
+
+def _post(url: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        return json.loads(resp.read())
+
+
+def send_requests(base_url: str, served_name: str, bursts: list[Burst], timeout: float = 300.0) -> list[dict]:
+    done = []
+    seed = 0
+    for burst in bursts:
+        bodies = []
+        for _ in range(burst.concurrency):
+            seed += 1
+            bodies.append({"model": served_name, "prompt": _prompt(seed, burst.prompt_len),
+                           "max_tokens": burst.max_tokens, "temperature": 0, "ignore_eos": True})
+        with ThreadPoolExecutor(max_workers=burst.concurrency) as pool:
+            try:
+                out = list(pool.map(lambda b: _post(f"{base_url}/v1/completions", b, timeout), bodies))
+            except urllib.error.HTTPError as exc:
+                body = exc.read().decode(errors="replace")[:500]
+                raise SuiteError(f"probe request failed ({burst.describe()}): {exc}: {body}") from None
+            except (urllib.error.URLError, OSError, TimeoutError, json.JSONDecodeError) as exc:
+                raise SuiteError(f"probe request failed ({burst.describe()}): {exc}") from None
+        tokens = sum(int(o.get("usage", {}).get("completion_tokens", 0)) for o in out)
+        done.append({"concurrency": burst.concurrency, "prompt_len": burst.prompt_len,
+                     "max_tokens": burst.max_tokens, "completion_tokens": tokens})
+    return done
+
+
+# ---------------------------------------------------------------------------------------- counters
+
+
+def read_procs(out_dir: Path) -> dict[str, dict[str, Any]]:
+    procs = {}
+    for path in sorted(out_dir.glob("*.json")):
+        try:
+            procs[path.stem] = read_json(path)
+        except (OSError, json.JSONDecodeError):
+            continue  # written atomically: only a foreign file can be unreadable
+    return procs
+
+
+def _key(c: dict[str, Any]) -> tuple[str, str, str]:
+    return c["kind"], c["bucket"], c["path"]
+
+
+def diff_counts(before: Iterable[dict], after: Iterable[dict]) -> list[dict]:
+    """after - before, per (kind, bucket, path); entries that did not grow are left out."""
+    old = {_key(c): c["count"] for c in before}
+    out = []
+    for c in after:
+        n = c["count"] - old.get(_key(c), 0)
+        if n > 0:
+            out.append({**c, "count": n})
+    return out
+
+
+def merge_counts(lists: Iterable[Iterable[dict]]) -> list[dict]:
+    total: dict[tuple[str, str, str], int] = {}
+    for counts in lists:
+        for c in counts:
+            total[_key(c)] = total.get(_key(c), 0) + c["count"]
+    return [{"kind": k, "bucket": b, "path": p, "count": n} for (k, b, p), n in sorted(total.items())]
+
+
+def summarize(counts: list[dict]) -> dict[str, dict[str, Any]]:
+    """Per bucket: steps (model forward passes), GateLinear.forward calls by path, custom-op calls made
+    with no GateLinear.forward running, and a verdict."""
+    out: dict[str, dict[str, Any]] = {}
+    for label in BUCKET_LABELS:
+        steps = sum(c["count"] for c in counts if c["kind"] == "steps" and c["bucket"] == label)
+        paths = {c["path"]: c["count"] for c in counts if c["kind"] == "gate" and c["bucket"] == label}
+        outside = {c["path"]: c["count"] for c in counts if c["kind"] == "outside" and c["bucket"] == label}
+        calls = sum(paths.values())
+        if calls:
+            verdict = "eager (GateLinear.forward ran)"
+        elif steps:
+            verdict = FROZEN
+        elif outside:
+            verdict = "custom op only"
+        else:
+            verdict = NOT_EXERCISED
+        out[label] = {"steps": steps, "forward_calls": calls, "paths": paths, "outside": outside,
+                      "verdict": verdict}
+    return out
+
+
+def merge_processes(before: dict[str, dict], after: dict[str, dict]) -> dict[str, Any]:
+    """The requests' share of every process's counters, merged; plus what each process reported."""
+    run = merge_counts(diff_counts(before.get(pid, {}).get("counts", []), data.get("counts", []))
+                       for pid, data in after.items())
+    startup = merge_counts(data.get("counts", []) for data in before.values())
+    processes = [{"pid": data.get("pid"), "argv": data.get("argv"), "platform": data.get("platform"),
+                  "gates": data.get("gates", []), "present_ops": data.get("present_ops", []),
+                  "instrumented": data.get("instrumented", []), "errors": data.get("errors", [])}
+                 for data in after.values()]
+    ops = sorted({op for p in processes for op in p["present_ops"]})
+    return {"buckets": summarize(run), "counts": run, "startup_counts": startup, "processes": processes,
+            "present_ops": ops}
+
+
+def _wait_flush(out_dir: Path, since: float, timeout: float, need_gates: bool) -> dict[str, dict]:
+    """Wait until every probe file was written after `since` (at least one file; with need_gates, one
+    that saw a GateLinear)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        procs = read_procs(out_dir)
+        ok = procs and all(p.get("written_at", 0) > since for p in procs.values())
+        if ok and need_gates:
+            ok = any(p.get("gates") for p in procs.values())
+        if ok:
+            return procs
+        if time.monotonic() >= deadline:
+            seen = ", ".join(f"{k}.json (written {p.get('written_at', 0) - since:+.1f} s)"
+                             for k, p in procs.items()) or "no file"
+            raise SuiteError(f"gate probe: no fresh report from the server in {out_dir} after {timeout:.0f} s "
+                             f"({seen}); was the plugin loaded? (server log: 'suite_gate_probe', VLLM_PLUGINS)")
+        time.sleep(0.2)
+
+
+def _max_num_seqs(argv: list[str]) -> int | None:
+    for i, a in enumerate(argv):
+        if a == "--max-num-seqs" and i + 1 < len(argv):
+            return int(argv[i + 1])
+        if a.startswith("--max-num-seqs="):
+            return int(a.split("=", 1)[1])
+    return None
+
+
+def execute(ctx: Any, job: Any, server: Any) -> dict[str, Any]:
+    spec = getattr(server, "spec", None)
+    out_dir = Path(spec.env.get(ENV_DIR, "")) if spec is not None and spec.env.get(ENV_DIR) else None
+    if out_dir is None:
+        raise SuiteError(f"gate probe: the server of arm {job.arm!r} was started without the probe plugin "
+                         f"(runtime {ctx.matrix.runtime.kind!r}: the probe supports the local runtime)")
+    t0 = time.time()
+    _wait_flush(out_dir, t0, timeout=60.0, need_gates=True)
+    before = read_procs(out_dir)
+    max_seqs = _max_num_seqs(spec.argv)
+    bursts = request_plan(max_seqs, ctx.matrix.model.max_model_len)
+    sent = send_requests(server.base_url, ctx.matrix.model.name, bursts)
+    t_done = time.time()
+    after = _wait_flush(out_dir, t_done, timeout=30.0, need_gates=True)
+    atomic_write_text(out_dir / STOP_FILE, f"probe job done at {t_done}\n")
+    merged = merge_processes(before, after)
+    result = {"arm": job.arm, "max_num_seqs": max_seqs, "requests": sent, "probe_dir": out_dir.name, **merged}
+    atomic_write_json(ctx.store.result_path(job), result)
+    exercised = [b for b, s in merged["buckets"].items() if s["verdict"] != NOT_EXERCISED]
+    return {"buckets_exercised": exercised, "processes": len(after)}
+
+
+# ---------------------------------------------------------------------------------------- report
+
+
+def _load(run: Any) -> dict[str, dict[str, Any]]:
+    ok = {(r["job"]["arm"], r["job"]["point"]) for r in run.records
+          if r.get("job", {}).get("kind") == "probe" and r.get("status") == "ok"}
+    out = {}
+    for arm in run.arms:
+        path = run.root / arm / "probe" / "gate-paths" / "rep-0.json"
+        if (arm, "gate-paths") in ok and path.is_file():
+            try:
+                out[arm] = read_json(path)
+            except (OSError, json.JSONDecodeError):
+                continue
+    return out
+
+
+def _cell(b: dict[str, Any]) -> str:
+    parts = [f"`{p}` ×{n}" for p, n in sorted(b["paths"].items(), key=lambda kv: -kv[1])]
+    if b["verdict"] == FROZEN:
+        parts.append(FROZEN)
+    parts += [f"`{p}` ×{n} (no GateLinear.forward: from a compiled graph)" for p, n in b["outside"].items()]
+    if not parts:
+        return "—"
+    steps = b["steps"]
+    return "<br>".join(parts) + (f" ({steps} step{'s' if steps != 1 else ''})" if steps else "")
+
+
+def _op_calls(result: dict[str, Any], op: str) -> int:
+    label = f"torch.ops.vllm.{op}"
+    return sum(c["count"] for c in result["counts"] if c["kind"] in ("gate", "outside")
+               and label in c["path"].split(SEP))
+
+
+def _eligibility(result: dict[str, Any]) -> str:
+    gates = [g for p in result["processes"] for g in p["gates"]]
+    if not gates:
+        return "no GateLinear seen"
+    flags = sorted({k for g in gates for k in g if k.startswith("allow_")})
+    on = [f"{k} on {sum(g.get(k) == 'True' for g in gates)}/{len(gates)}" for k in flags
+          if any(g.get(k) == "True" for g in gates)]
+    platform = next((p["platform"] for p in result["processes"] if p.get("platform")), "?")
+    dtypes = sorted({f"{g.get('weight_dtype')}→{g.get('out_dtype')}" for g in gates})
+    return (f"{len(gates)} gates on {platform}, weight→out {', '.join(dtypes)}; "
+            + ("eligible: " + ", ".join(on) if on else "no specialized tier eligible (every allow_* is False)"))
+
+
+def report_section(run: Any) -> str:
+    results = _load(run)
+    if not results:
+        return ""
+    arms = list(results)
+    lines = ["## Gate paths (probe)", "",
+             "Which router-gate implementation ran per batch-size bucket (M = tokens in the step), counted "
+             "inside each vLLM process while the probe's fixed requests ran. A path lists the instrumented "
+             "implementations inside one `GateLinear.forward` call, outermost first.", "",
+             "| M | " + " | ".join(arms) + " |", "|---|" + "---|" * len(arms)]
+    for label in BUCKET_LABELS:
+        cells = [_cell(results[a]["buckets"][label]) for a in arms]
+        if all(c == "—" for c in cells):
+            continue
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines.append("")
+    for arm in arms:
+        r = results[arm]
+        ops = ", ".join(f"`{o}`" for o in r["present_ops"]) or "none"
+        lines.append(f"- `{arm}`: {_eligibility(r)}; gate custom ops registered: {ops}.")
+    # differences between arms
+    base = run.baseline if run.baseline in results else arms[0]
+    for arm in arms:
+        if arm == base:
+            continue
+        differ = [b for b in BUCKET_LABELS
+                  if set(results[arm]["buckets"][b]["paths"]) != set(results[base]["buckets"][b]["paths"])
+                  or set(results[arm]["buckets"][b]["outside"]) != set(results[base]["buckets"][b]["outside"])]
+        if differ:
+            lines.append(f"- **Gate paths differ** between `{base}` and `{arm}` in buckets {', '.join(differ)}.")
+        else:
+            lines.append(f"- Gate paths are the same in `{base}` and `{arm}` in every bucket.")
+        new_ops = [o for o in results[arm]["present_ops"] if o not in results[base]["present_ops"]]
+        for op in new_ops:
+            n = _op_calls(results[arm], op)
+            if n == 0:
+                lines.append(f"- **⚠ `{arm}`: its fast path never ran**: `torch.ops.vllm.{op}` is registered in "
+                             f"that arm but was called 0 times ({_eligibility(results[arm])}).")
+            else:
+                where = [b for b in BUCKET_LABELS if any(
+                    f"torch.ops.vllm.{op}" in p.split(SEP) for p in (*results[arm]["buckets"][b]["paths"],
+                                                                    *results[arm]["buckets"][b]["outside"]))]
+                lines.append(f"- `{arm}`: `torch.ops.vllm.{op}` ran {n} times (buckets {', '.join(where)}).")
+        if not new_ops and results[arm]["present_ops"] == results[base]["present_ops"] and not differ:
+            lines.append(f"- `{arm}`: no gate path of its own was observed.")
+    for arm in arms:
+        frozen = [b for b, s in results[arm]["buckets"].items() if s["verdict"] == FROZEN]
+        if frozen:
+            lines.append(f"- `{arm}`: buckets {', '.join(frozen)} ran as a {FROZEN}: steps were processed "
+                         "but no `GateLinear.forward` call happened at run time.")
+        errors = sorted({e for p in results[arm]["processes"] for e in p["errors"]})
+        if errors:
+            lines.append(f"- `{arm}`: probe errors: " + "; ".join(errors))
+    return "\n".join(lines) + "\n"
