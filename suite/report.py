@@ -171,6 +171,9 @@ def section_header(run: RunData) -> str:
         f"- model: `{matrix.get('model', {}).get('id')}`; runtime: {m.get('runtime', 'local')}; "
         f"order: {m.get('plan', {}).get('order')}; repeats: {matrix.get('repeats', 1)}",
         f"- baseline: **{run.baseline}**; candidates: {', '.join(run.candidates) or '(none)'}",
+        *(["- order **blocked**: each arm ran on its own server at its own time, so machine drift between arms is "
+            "not cancelled and the interval covers within-server noise only; use `order: abba` for verdicts"]
+          if m.get("plan", {}).get("order") == "blocked" and matrix.get("repeats", 1) > 1 else []),
         "- cells: median over repeats before → after (Δ% = ratio of geometric means); "
         "▲ significantly better, ▼ significantly worse, · not significant, ? unreliable (see Statistics)",
         "",

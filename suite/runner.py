@@ -25,7 +25,15 @@ from suite.errors import ServerError, SuiteError
 from suite.matrix import Matrix, load_matrix
 from suite.plan import Job, Plan, Session, build_plan, format_plan
 from suite.runtime.base import ArmEnv, free_port, port_in_use
-from suite.store import RunStore, new_manifest, redact_env, secret_values, utc_now
+from suite.store import (
+    RunStore,
+    atomic_write_json,
+    new_manifest,
+    redact_env,
+    redact_text,
+    secret_values,
+    utc_now,
+)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -235,7 +243,12 @@ def _start_server(ctx: RunContext, session: Session, attempt: int) -> Any:
         extra_env=extra_env, cache_dir=ctx.store.cache_dir(session.arm),
         log_path=ctx.store.server_log(session.arm, session.index, attempt), port=port, redact=ctx.secrets)
     server = ctx.runtime.server(spec)
+    started, t0 = utc_now(), time.monotonic()
     server.__enter__()
+    atomic_write_json(spec.log_path.with_suffix(".json"), {
+        "arm": session.arm, "session": session.index, "attempt": attempt, "started": started,
+        "healthy_after_s": round(time.monotonic() - t0, 3), "port": port,
+        "argv": [redact_text(a, ctx.secrets) for a in spec.argv]})
     return server
 
 
