@@ -172,3 +172,27 @@ def test_slurm_scripts_refuses_other_runtimes(tmp_path: Path) -> None:
     path.write_text((BASE % "{}").replace("kind: slurm", "kind: local"))
     proc = run_suite("slurm-scripts", str(path))
     assert proc.returncode == 2 and "not 'slurm'" in proc.stderr
+
+
+def test_report_section_lists_every_submission(tmp_path: Path) -> None:
+    import json
+    from types import SimpleNamespace
+
+    from suite.runtime.slurm import report_section
+
+    assert report_section(SimpleNamespace(root=tmp_path)) == ""
+    (tmp_path / "slurm").mkdir()
+    subs = [
+        {"session": "baseline#0", "attempt": 0, "job_id": "7", "node": "n1", "state": "TIMEOUT", "exit_code": "0:15",
+         "start": "s0", "end": "e0", "missing_after": 2},
+        {"session": "patched#0", "attempt": 0, "job_id": "8", "node": "n2", "state": "COMPLETED", "exit_code": "0:0",
+         "start": "s1", "end": "e1", "missing_after": 0},
+        {"session": "baseline#0", "attempt": 1, "job_id": "9", "node": "n1", "state": "COMPLETED",
+         "exit_code": "0:0", "start": "s2", "end": "e2", "missing_after": 0},
+    ]
+    (tmp_path / "slurm" / "jobs.json").write_text(json.dumps({"schema_version": 1, "submissions": subs}))
+    text = report_section(SimpleNamespace(root=tmp_path))
+    assert "| baseline#0 | 0 | 7 | n1 | TIMEOUT (0:15) | s0 | e0 | 2 |" in text
+    assert "| baseline#0 | 1 | 9 | n1 | COMPLETED (0:0) | s2 | e2 | 0 |" in text
+    assert "Resubmitted sessions: baseline#0" in text
+    assert "Sessions ran on 2 nodes (n1, n2)" in text
