@@ -365,7 +365,7 @@ def report_section(run: Any) -> str:
         if not new_ops and results[arm]["present_ops"] == results[base]["present_ops"] and not differ:
             lines.append(f"- `{arm}`: no gate path of its own was observed.")
     for arm in arms:
-        frozen = [b for b, s in results[arm]["buckets"].items() if s["verdict"] == FROZEN]
+        frozen = [b for b in BUCKET_LABELS if results[arm]["buckets"][b]["verdict"] == FROZEN]
         if frozen:
             lines.append(f"- `{arm}`: buckets {', '.join(frozen)} ran as a {FROZEN}: steps were processed "
                          "but no `GateLinear.forward` call happened at run time.")
