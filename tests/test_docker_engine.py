@@ -52,6 +52,10 @@ def bookworm(engine):
 def smoke_matrix(tmp: Path, model: Path, name: str = "smoke-docker-test") -> Path:
     text = (REPO / "matrices" / "smoke-docker.yaml").read_text()
     text = text.replace("id: ../models/tiny-moe", f"id: {model}").replace("name: smoke-docker", f"name: {name}")
+    # a small delay makes the patched arm's gate log itself: proof that the patched image is what served
+    text = text.replace("    patches: [synthetic-gate-delay]\n",
+                        "    patches: [synthetic-gate-delay]\n    env: {SUITE_GATE_DELAY_US: \"20\"}\n")
+    assert "SUITE_GATE_DELAY_US" in text
     path = tmp / f"{name}.yaml"
     path.write_text(text)
     return path
@@ -72,6 +76,10 @@ def cpu_images(engine, bookworm, tiny_model, tmp_path_factory):
     return matrix, tags, time.monotonic() - t0, proc.stdout
 
 
+def run_dirs(out: Path) -> list[Path]:
+    return sorted(p.parent for p in out.glob("*/manifest.json")) if out.is_dir() else []
+
+
 def containers_of(engine, run_id: str) -> list:
     return engine.containers.list(all=True, filters={"label": f"suite.run-id={run_id}"})
 
@@ -83,7 +91,7 @@ def docker_run(engine, cpu_images, tmp_path_factory):
     env = {"HF_TOKEN": "hf_docker_test_secret_4711"}
     t0 = time.monotonic()
     proc = run_suite("run", str(matrix), "--out", str(out), env=env, timeout=1800)
-    runs = sorted(out.iterdir())
+    runs = run_dirs(out)
     assert len(runs) == 1, proc.stdout + proc.stderr
     return runs[0], proc, time.monotonic() - t0
 
@@ -136,7 +144,8 @@ def test_smoke_matrix_runs_end_to_end_in_containers(engine, docker_run):
     (patch,) = manifest["arms"]["patched"]["patches"]
     diff = REPO / "patches" / "synthetic-gate-delay" / "0.32.0.diff"
     assert patch["sha256"] == hashlib.sha256(diff.read_bytes()).hexdigest()
-    assert "synthetic-gate-delay" in (run_dir / "patched" / "server-0.log").read_text()
+    assert "synthetic-gate-delay: GateLinear.forward spins 20.0 us" in (run_dir / "patched" / "server-0.log").read_text()
+    assert "synthetic-gate-delay" not in (run_dir / "baseline" / "server-0.log").read_text()
 
 
 def test_report_numbers_equal_the_raw_json(docker_run):
@@ -165,15 +174,18 @@ def test_secret_reaches_the_container_by_name(engine, bookworm, monkeypatch):
 
     monkeypatch.setenv("HF_TOKEN", "hf_by_name_0815")
     cfg = ContainerConfig(name=f"suite-test-secret-{os.getpid()}", image=LOCAL_BOOKWORM,
-                          entrypoint=["sh", "-c"], command=['test "$HF_TOKEN" = hf_by_name_0815'],
+                          entrypoint=["sh", "-c"], command=['printf %s "$HF_TOKEN" | sha256sum'],
                           pass_env=["HF_TOKEN"], labels={"suite.managed": "1"})
-    assert "hf_by_name_0815" not in cfg.cli()
+    assert "hf_by_name_0815" not in cfg.cli() and "-e HF_TOKEN " in cfg.cli()
     container = engine.containers.create(**cfg.sdk_kwargs())
     try:
         container.start()
         assert container.wait(timeout=60)["StatusCode"] == 0
+        out = container.logs().decode()
     finally:
         remove_container(engine, cfg.name)
+    assert out.split()[0] == hashlib.sha256(b"hf_by_name_0815").hexdigest()
+    assert engine.containers.list(all=True, filters={"name": cfg.name}) == []
 
 
 def test_sigterm_removes_the_container(engine, cpu_images, tmp_path):
@@ -186,7 +198,7 @@ def test_sigterm_removes_the_container(engine, cpu_images, tmp_path):
         deadline = time.monotonic() + 300
         run_id = None
         while time.monotonic() < deadline and run_id is None:
-            runs = list(out.glob("*")) if out.is_dir() else []
+            runs = run_dirs(out)
             if runs and containers_of(engine, runs[0].name):
                 run_id = runs[0].name
             time.sleep(0.5)
@@ -240,7 +252,7 @@ serve:
 
 @pytest.mark.parametrize("vendor,patches", [
     ("cuda", ["ll-bf16-router-gemm-dispatch", "-fse-fused-gate-dispatch"]),
-    ("rocm", ["rocm-aiter-router-gemm", "ll-bf16-router-gemm-dispatch"]),
+    ("rocm", ["rocm-aiter-router-gemm", "-fse-fused-gate-dispatch"]),
 ])
 def test_vendor_patch_layer_applies_and_labels(engine, standin, tmp_path, vendor, patches):
     from suite.patches import apply_patch_sets, make_overlay, vllm_source_tree
