@@ -445,11 +445,11 @@ def build_image(client: Any, plan: ImagePlan, cache_root: Path,
                         on_event(BuildEvent("log", line))
         except DockerException as exc:
             error = str(exc)
+    if not keep_context:
+        shutil.rmtree(context, ignore_errors=True)  # the build log keeps what went wrong
     if error is not None:
         raise SuiteError(f"building {plan.tag} failed: {error}\n  log: {log_path}\n--- log tail ---\n"
                          + "\n".join(tail[-25:]))
-    if not keep_context:
-        shutil.rmtree(context, ignore_errors=True)
     image = existing_image(client, plan)
     if image is None:
         raise SuiteError(f"built {plan.tag} but it does not carry the identity label {plan.identity}")
