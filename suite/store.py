@@ -17,6 +17,7 @@ moment leaves either the old file or the new one, never a truncated one.
 from __future__ import annotations
 
 import datetime as dt
+import errno
 import json
 import os
 import platform
@@ -37,16 +38,21 @@ REDACTED = "<redacted>"
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = ""
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         with os.fdopen(fd, "w") as fh:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+    except BaseException as exc:
+        if tmp:
+            Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+            raise SuiteError(f"cannot write {path}: {exc.strerror}; the file there before is unchanged "
+                             "(free space, or pass --out / --resume on another filesystem)") from None
         raise
 
 

@@ -27,6 +27,7 @@ from suite.matrix import ArmSpec
 from suite.runtime.base import ArmEnv, ServerSpec, http_ok, read_tail, wait_healthy
 
 STOP_GRACE_S = 30.0
+LOG_MARK = "--- suite: vllm serve started "
 
 
 def _parent_death_hook():
@@ -93,9 +94,13 @@ def prepare_local_arm(arm: str, spec: ArmSpec, overlays_dir: Path) -> ArmEnv:
     if not record.is_file():
         tmp = overlay.with_name(overlay.name + f".tmp{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
-        make_overlay(site_packages(), tmp)
-        applied = [asdict(a) for a in apply_patch_sets(spec.patches, tmp, installed)]
-        (tmp / "applied.json").write_text(json.dumps(applied, indent=2))
+        try:
+            make_overlay(site_packages(), tmp)
+            applied = [asdict(a) for a in apply_patch_sets(spec.patches, tmp, installed)]
+            (tmp / "applied.json").write_text(json.dumps(applied, indent=2))
+        except BaseException:  # a patch that does not apply (or Ctrl-C) leaves no half-built overlay behind
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
         shutil.rmtree(overlay, ignore_errors=True)
         tmp.rename(overlay)
     applied = json.loads(record.read_text())
@@ -123,6 +128,9 @@ class LocalServer:
         self.spec.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.spec.log_path, "ab")
         try:
+            # a resumed run appends to the same log: mark where this server starts, so its tail is its own
+            log.write(f"{LOG_MARK}{time.strftime('%Y-%m-%dT%H:%M:%S%z')} ---\n".encode())
+            log.flush()
             self.proc = subprocess.Popen(self.spec.argv, env=self.spec.env, stdout=log, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, start_new_session=True, cwd=self.spec.cwd,
                                          preexec_fn=_parent_death_hook())
@@ -153,7 +161,10 @@ class LocalServer:
         return http_ok(f"{self.base_url}/reset_prefix_cache", method="POST", timeout=30.0)
 
     def log_tail(self, n: int = 40) -> str:
-        return read_tail(self.spec.log_path, n, self.spec.redact)
+        lines = read_tail(self.spec.log_path, n + 1, self.spec.redact).splitlines()
+        starts = [i for i, line in enumerate(lines) if line.startswith(LOG_MARK)]
+        lines = lines[starts[-1] + 1:] if starts else lines
+        return "\n".join(lines[-n:]) or "(the server has not logged anything yet)"
 
     def stop(self) -> None:
         if self.proc is None:
