@@ -394,10 +394,12 @@ def dry_run(matrix_path: Path) -> str:
     lines = [format_plan(plan), "", f"commands (runtime {matrix.runtime.kind}; PORT is picked at start):"]
     for arm, spec in plan.arms.items():
         env = " ".join(f"{k}={v}" for k, v in redact_env({**matrix.env, **spec.env}).items())
-        overlay = " PYTHONPATH=<overlay with patches>" if spec.patches else ""
+        where = ("PYTHONPATH=<overlay with patches>" if spec.patches and matrix.runtime.kind != "docker"
+                 else "(in the arm's image: see `suite build --dry-run`)" if matrix.runtime.kind == "docker" else "")
         tail = server_argv_tail(matrix, arm, plan, 0)
         tail[tail.index("--port") + 1] = "PORT"
-        lines.append(f"  [{arm}] server: {env}{overlay} vllm serve {' '.join(tail)}".replace("  vllm", " vllm"))
+        words = [w for w in (env, where, "vllm serve", " ".join(tail)) if w]
+        lines.append(f"  [{arm}] server: {' '.join(words)}")
     seen = set()
     for job in plan.jobs:
         if job.kind != "serve" or job.point in seen:
