@@ -309,7 +309,7 @@ def _load_extra_sections() -> None:
     import importlib
 
     for module in ("suite.measure.probe", "suite.accuracy_summary", "suite.measure.kernel_job", "suite.measure.latency",
-                   "suite.measure.profile"):
+                   "suite.measure.profile", "suite.runtime.slurm"):
         try:
             mod = importlib.import_module(module)
         except ImportError:
