@@ -214,9 +214,16 @@ class KernelSpec(Strict):
 
 
 class ProfileSpec(Strict):
+    """A short decode-heavy window under vLLM's torch profiler (suite.measure.profile)."""
+
     isl: int = Field(128, gt=0)
     osl: int = Field(64, gt=0)
     concurrency: int = Field(4, gt=0)
+    num_prompts: int | None = Field(None, gt=0, description="requests in the profiled window; default: "
+                                    "concurrency (all start together: one prefill round, then decode steps)")
+    warmup_prompts: int | None = Field(None, ge=0, description="requests sent before /start_profile; "
+                                       "default: concurrency; 0 = no warm-up")
+    seed: int = 0
     families: dict[str, str] = Field(
         default_factory=lambda: {
             "wvSplitK": "wvSplitK",
@@ -226,8 +233,29 @@ class ProfileSpec(Strict):
             "cutlass": "cutlass",
             "triton": "triton",
             "gemm (other)": "gemm|mm",
-        }
+        },
+        description="family label -> regex searched in kernel (GPU) or op (CPU) names; first match wins",
     )
+
+    @field_validator("families")
+    @classmethod
+    def _families(cls, value: dict[str, str]) -> dict[str, str]:
+        for label, pattern in value.items():
+            if label == "other":
+                raise ValueError("family label 'other' is reserved for what no pattern matches")
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"family {label!r}: bad regex {pattern!r}: {exc}") from None
+        return value
+
+    @property
+    def num_prompts_or_default(self) -> int:
+        return self.concurrency if self.num_prompts is None else self.num_prompts
+
+    @property
+    def warmup_prompts_or_default(self) -> int:
+        return self.concurrency if self.warmup_prompts is None else self.warmup_prompts
 
 
 class Matrix(Strict):

@@ -1,0 +1,166 @@
+"""End to end through the CLI: `latency:` points (real `vllm bench latency`) and a `profile:` block (real
+`vllm serve --profiler-config`, /start_profile, `vllm bench serve`, /stop_profile, trace parsing) on the tiny
+MoE, two arms: the installed vLLM and an overlay with the synthetic gate delay (2 ms per gate call, 2 gate
+layers), which must show as higher latency and as gate-delay time per decode step.
+
+`vllm bench latency` sends random token ids below 10000, so the tiny MoE is used with its embedding and
+lm_head padded to a 10240-token vocabulary (the tokenizer is unchanged; padded logits are 0).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import statistics
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import processes_mentioning, run_suite
+
+pytestmark = pytest.mark.e2e
+
+DELAY_US = 2000
+GATE_LAYERS = 2  # the tiny MoE's MoE layers, each with one GateLinear call per step
+
+MATRIX = """\
+name: latency-profile-e2e
+model: {{id: {model}, served_name: tiny-moe, max_model_len: 1024}}
+runtime: {{kind: local, startup_timeout_s: 900}}
+serve_args: [--dtype, bfloat16, --max-num-seqs, "4", --enforce-eager]
+env: {{VLLM_CPU_KVCACHE_SPACE: "1"}}
+arms:
+  baseline: {{vllm: "0.32.0"}}
+  gate-delay: {{vllm: "0.32.0", patches: [synthetic-gate-delay], env: {{SUITE_GATE_DELAY_US: "{delay}"}}}}
+latency:
+  - {{input_len: 32, output_len: 8, batch_size: [1, 4], num_iters_warmup: 1, num_iters: 3}}
+profile:
+  isl: 32
+  osl: 16
+  concurrency: 4
+  warmup_prompts: 2
+  families:
+    gate delay: suite_gate_delay
+    oneDNN GEMM: onednn_mm
+    fused MoE: fused_moe
+    attention: attention|attn
+"""
+
+
+def pad_vocab(src: Path, dst: Path, vocab: int) -> Path:
+    """Copy a checkpoint and grow its vocabulary: new embedding rows repeat existing ones, new lm_head rows
+    are 0 (their logit is 0, below the real tokens' under greedy decoding)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(src, dst)
+    cfg = json.loads((src / "config.json").read_text())
+    old = cfg["vocab_size"]
+    (weights,) = dst.glob("*.safetensors")
+    tensors = load_file(weights)
+    emb = tensors["model.embed_tokens.weight"]
+    tensors["model.embed_tokens.weight"] = emb[torch.arange(vocab) % old].contiguous()
+    head = tensors["lm_head.weight"]
+    tensors["lm_head.weight"] = torch.cat([head, head.new_zeros(vocab - old, head.shape[1])])
+    save_file(tensors, weights, metadata={"format": "pt"})
+    cfg["vocab_size"] = vocab
+    (dst / "config.json").write_text(json.dumps(cfg, indent=2))
+    return dst
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, tiny_model):
+    base = tmp_path_factory.mktemp("latprof")
+    model = pad_vocab(Path(tiny_model), base / "tiny-moe-v10240", 10240)
+    matrix = base / "m.yaml"
+    matrix.write_text(MATRIX.format(model=model, delay=DELAY_US))
+    proc = run_suite("run", str(matrix), "--out", str(base / "runs"), timeout=2400)
+    runs = sorted(d for d in (base / "runs").iterdir() if d.is_dir())
+    assert len(runs) == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return runs[0], proc
+
+
+def latencies_ms(run_dir: Path, arm: str, bs: int) -> list[float]:
+    raw = json.loads((run_dir / arm / "latency" / f"in32-out8-bs{bs}" / "rep-0.json").read_text())
+    assert len(raw["latencies"]) == 3 and set(raw) >= {"avg_latency", "percentiles"}  # the tool's own JSON
+    return [x * 1000 for x in raw["latencies"]]
+
+
+def test_run_succeeds(run):
+    run_dir, proc = run
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert "jobs: 6 ok, 0 failed, 0 missing" in proc.stdout
+    assert json.loads((run_dir / "manifest.json").read_text())["status"] == "complete"
+    assert not processes_mentioning(str(run_dir)), "a vLLM process of the run is still alive"
+
+
+def test_latency_jobs_ran_the_real_tool_in_the_arms_environment(run):
+    run_dir, _ = run
+    for arm in ("baseline", "gate-delay"):
+        for bs in (1, 4):
+            point = run_dir / arm / "latency" / f"in32-out8-bs{bs}"
+            rec = json.loads((point / "rep-0.job.json").read_text())
+            assert rec["status"] == "ok"
+            cmd = rec["command"]
+            assert cmd[1:3] == ["bench", "latency"] and cmd[cmd.index("--batch-size") + 1] == str(bs)
+            assert "--enforce-eager" in cmd and cmd[cmd.index("--max-model-len") + 1] == "1024"
+            assert rec["dropped_serve_args"] == []
+            assert not list(point.glob(".*partial*"))
+        log = (run_dir / arm / "latency" / "in32-out8-bs1" / "rep-0.log").read_text()
+        # the patched overlay is what ran: the patch logs its delay at import (engine process)
+        assert ("synthetic-gate-delay: GateLinear.forward spins" in log) == (arm == "gate-delay")
+
+
+def test_latency_shows_the_gate_delay(run):
+    run_dir, _ = run
+    report = (run_dir / "report.md").read_text()
+    assert "## End-to-end latency (`vllm bench latency`)" in report
+    for bs in (1, 4):
+        base, slow = latencies_ms(run_dir, "baseline", bs), latencies_ms(run_dir, "gate-delay", bs)
+        # 8 output tokens = 1 prefill + 7 decode steps, each through 2 gates of 2 ms: +32 ms per iteration at
+        # least; half of it leaves room for a noisy baseline median on a shared 2-core box
+        added = statistics.median(slow) - statistics.median(base)
+        assert added > 0.5 * 8 * GATE_LAYERS * DELAY_US / 1000, (bs, base, slow)
+        row = next(line for line in report.splitlines() if line.startswith(f"| {bs} | 32 / 8 |"))
+        assert f"{statistics.median(base):,.2f} (" in row and f"{statistics.median(slow):,.2f} (" in row
+        assert f"{added:+,.2f}" in row
+
+
+def test_profile_traces_and_summary(run):
+    run_dir, _ = run
+    per100 = {}
+    for arm in ("baseline", "gate-delay"):
+        summary = json.loads((run_dir / arm / "profile" / "decode-window" / "rep-0.json").read_text())
+        assert summary["mode"] == "cpu" and summary["ranks"] == 1
+        # 4 requests started together, 16 tokens each: 15 decode steps at batch 4 (more if requests split)
+        assert summary["decode_steps"] >= 15 and summary["steps"]["prefill"] >= 1
+        for rel in summary["trace_files"]:
+            trace = run_dir / rel
+            assert trace.parent.name == "session-1" and trace.name.endswith(".pt.trace.json.gz")
+            with gzip.open(trace) as fh:
+                assert json.load(fh)["vllm_version"].startswith("0.32")
+        per100[arm] = summary["per_100_decode_steps_ms"]
+        assert summary["total_per_100_decode_steps_ms"] == pytest.approx(sum(per100[arm].values()), abs=0.01)
+        assert per100[arm]["oneDNN GEMM"] > 0 and per100[arm]["fused MoE"] > 0
+        calls = summary["calls_per_decode_step"]
+        assert calls["gate delay"] == (GATE_LAYERS if arm == "gate-delay" else 0)  # one per MoE layer per step
+        assert calls["fused MoE"] == GATE_LAYERS
+    assert per100["baseline"]["gate delay"] == 0
+    # 2 gates x 2 ms spin per decode step = at least 400 ms per 100 decode steps; more when the box is busy
+    # (a 2 ms spin uses up the thread's time slice on a contended core and waits for the others)
+    assert per100["gate-delay"]["gate delay"] >= 0.98 * 100 * GATE_LAYERS * DELAY_US / 1000
+
+
+def test_report_has_the_profile_table(run):
+    run_dir, _ = run
+    report = (run_dir / "report.md").read_text()
+    assert "## Profile: time per 100 decode steps by kernel family" in report
+    assert "CPU self time of torch ops" in report
+    header = next(line for line in report.splitlines() if line.startswith("| Arm | Decode steps | Total |"))
+    assert "gate delay" in header and "oneDNN GEMM" in header and "other" in header
+    summary = json.loads((run_dir / "gate-delay" / "profile" / "decode-window" / "rep-0.json").read_text())
+    row = next(line for line in report.splitlines() if line.startswith("| gate-delay |"))
+    assert f"| {summary['total_per_100_decode_steps_ms']:,.1f} |" in row
+    assert f"| {summary['per_100_decode_steps_ms']['gate delay']:,.1f} |" in row
+
