@@ -348,7 +348,9 @@ def analyze(out: Path, n: int, trials: int, seed: int) -> dict[str, Any]:
     ok = [k for k in METRIC_KEYS if table["aa"][k]["fp"] <= 0.05]
     table["fp_ok"] = bool(ok)
     ok = ok or list(METRIC_KEYS)
-    table["best_metric"] = max(ok, key=lambda k: tuple(r[k]["detect"] for r in table["levels"]))
+    # ties (e.g. nothing detected): the metric with fewer "unreliable" verdicts
+    table["best_metric"] = max(ok, key=lambda k: (tuple(r[k]["detect"] for r in table["levels"]),
+                                                  -sum(r[k]["unreliable"] for r in table["levels"])))
     return table
 
 
