@@ -39,8 +39,20 @@ def _corpus(n_lines: int, seed: int) -> list[str]:
     return lines
 
 
+GENERATOR_VERSION = 2
+# `vllm bench latency` feeds random token ids below 10,000: the embedding is padded past the tokenizer's
+# vocabulary so every tool of vLLM's runs on the tiny model.
+MIN_MODEL_VOCAB = 10240
+
+
 def is_tiny_moe(path: Path) -> bool:
-    return all((path / f).is_file() for f in TINY_MOE_FILES) and any(path.glob("*.safetensors"))
+    if not (all((path / f).is_file() for f in TINY_MOE_FILES) and any(path.glob("*.safetensors"))):
+        return False
+    try:
+        meta = json.loads((path / "suite-tiny-moe.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return meta.get("version") == GENERATOR_VERSION
 
 
 def generate_tiny_moe(
@@ -85,7 +97,7 @@ def generate_tiny_moe(
 
     torch.manual_seed(seed)
     config = MixtralConfig(
-        vocab_size=len(fast),
+        vocab_size=max(len(fast), MIN_MODEL_VOCAB),
         hidden_size=hidden_size,
         intermediate_size=hidden_size,
         num_hidden_layers=num_layers,
@@ -104,7 +116,8 @@ def generate_tiny_moe(
     model = MixtralForCausalLM(config).to(torch.bfloat16)
     model.save_pretrained(tmp, safe_serialization=True)
     (tmp / "suite-tiny-moe.json").write_text(
-        json.dumps({"generator": "suite.models.generate_tiny_moe", "seed": seed, "synthetic": True}, indent=2)
+        json.dumps({"generator": "suite.models.generate_tiny_moe", "version": GENERATOR_VERSION, "seed": seed,
+                    "synthetic": True, "tokenizer_vocab": len(fast)}, indent=2)
     )
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)

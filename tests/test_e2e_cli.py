@@ -38,7 +38,7 @@ def e2e_run(tmp_path_factory, tiny_model):
     matrix = base / "m.yaml"
     matrix.write_text(MATRIX.format(model=tiny_model))
     proc = run_suite("run", str(matrix), "--out", str(base / "runs"))
-    runs = sorted((base / "runs").iterdir())
+    runs = sorted(p for p in (base / "runs").iterdir() if p.is_dir())
     assert len(runs) == 1, proc.stdout + proc.stderr
     return matrix, runs[0], proc
 
