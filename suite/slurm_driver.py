@@ -18,7 +18,7 @@ from typing import Any
 
 from suite.errors import SuiteError
 from suite.plan import Job, Session
-from suite.runner import REPO_ROOT, RunContext, _signals_as_interrupt
+from suite.runner import REPO_ROOT, RunContext, _signals_as_interrupt, job_counts
 from suite.runtime.slurm import (
     LEDGER,
     JobScript,
@@ -257,13 +257,7 @@ def execute_slurm(ctx: RunContext) -> dict[str, int]:
         status = "failed"
         raise
     finally:
-        counts = {"ok": 0, "failed": 0, "missing": 0}
-        for job in ctx.plan.jobs:
-            rec = ctx.store.record(job)
-            if rec is None or rec.get("hash") != job.hash:
-                counts["missing"] += 1
-            else:
-                counts["ok" if rec.get("status") == "ok" else "failed"] += 1
+        counts = job_counts(ctx)
         if status == "complete" and (counts["failed"] or counts["missing"]):
             status = "incomplete"
         ctx.store.update_manifest(status=status, finished=utc_now(), job_counts=counts)
