@@ -432,5 +432,11 @@ class DockerRuntime:
                                 startup_timeout_s=self.matrix.runtime.startup_timeout_s, redact=redact,
                                 container=cfg)
 
+    def offline_env(self, env: ArmEnv, cache_dir: Path) -> dict[str, str]:
+        raise SuiteError(
+            f"arm {env.arm}: latency and kernel jobs run in the arm's own Python environment, which the docker "
+            "runtime does not provide yet; run them with `runtime: local` on a host with that vLLM installed "
+            "(see matrices/gemma4-below-serving.yaml) or with `suite kernel`")
+
     def server(self, spec: DockerServerSpec) -> DockerServer:
         return DockerServer(spec, self.client)
