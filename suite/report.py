@@ -181,30 +181,82 @@ def section_header(run: RunData) -> str:
     return "\n".join(lines)
 
 
+@dataclass
+class CandidateSummary:
+    """What a reader wants first: one word per candidate, the throughput geomean and the cell counts."""
+
+    candidate: str
+    baseline: str
+    overall: str
+    counts: dict[Verdict, int]
+    geomean_throughput_pct: float | None
+    points: int
+    regressions: list[tuple[str, str, Comparison]] = field(default_factory=list)  # (point, metric, comparison)
+    improvements: list[tuple[str, str, Comparison]] = field(default_factory=list)
+    family_alpha: float = 0.05
+
+
+def holm_survivors(cells: list[tuple[str, str, Comparison]], alpha: float) -> set[tuple[str, str]]:
+    """Holm-Bonferroni over every tested cell of one candidate: which significant cells stay significant when
+    the family-wise error rate over all points x metrics is held at alpha (many cells at 5% each would
+    otherwise produce "significant" cells by chance)."""
+    tested = sorted((c.p_value, point, key) for point, key, c in cells if c.p_value is not None)
+    survivors: set[tuple[str, str]] = set()
+    for i, (p, point, key) in enumerate(tested):
+        if p > alpha / (len(tested) - i):
+            break
+        survivors.add((point, key))
+    return survivors
+
+
+def summarize_candidates(run: RunData, floors: dict[str, float] | None = None,
+                         alpha: float = 0.05) -> list[CandidateSummary]:
+    """Per candidate: cell counts over every point x DETAIL metric, and the overall verdict: REGRESSION /
+    IMPROVEMENT only for headline cells (throughput, mean TTFT/TPOT/E2EL) that are significant on their own AND
+    survive the Holm correction over all of the candidate's headline cells."""
+    floors = noise_floors(run) if floors is None else floors
+    out = []
+    for cand in run.candidates:
+        counts = dict.fromkeys(Verdict, 0)
+        ratios: list[float] = []
+        cells: list[tuple[str, str, Comparison]] = []
+        for p in run.points.values():
+            for key in DETAIL:
+                c = compare_point(run, p, cand, key, floors)
+                if c is None:
+                    continue
+                counts[c.verdict] += 1
+                cells.append((p.point, key, c))
+                if key == "output_throughput" and c.ratio:
+                    ratios.append(c.ratio)
+        # the overall verdict: headline cells only (mean/median/p99 of one latency are one finding, not three)
+        keep = holm_survivors([cell for cell in cells if cell[1] in HEADLINE], alpha)
+        worse = [(p, k, c) for p, k, c in cells if c.verdict is Verdict.WORSE and (p, k) in keep]
+        better = [(p, k, c) for p, k, c in cells if c.verdict is Verdict.BETTER and (p, k) in keep]
+        total = sum(counts.values())
+        overall = ("REGRESSION" if worse else "IMPROVEMENT" if better
+                   else "NO DATA" if total == 0
+                   else "INCONCLUSIVE" if counts[Verdict.UNRELIABLE] == total
+                   else "NO SIGNIFICANT CHANGE")
+        geo = (geometric_mean_ratio(ratios) - 1) * 100 if ratios else None
+        out.append(CandidateSummary(cand, run.baseline, overall, counts, geo, len(ratios), worse, better, alpha))
+    return out
+
+
 def section_verdict(run: RunData, floors: dict[str, float]) -> str:
     lines = ["## Verdict", ""]
     if not run.points:
         return "\n".join(lines + ["No serving results.", ""])
-    for cand in run.candidates:
-        counts = dict.fromkeys(Verdict, 0)
-        ratios = []
-        for p in run.points.values():
-            for key in DETAIL:
-                c = compare_point(run, p, cand, key, floors)
-                if c is not None:
-                    counts[c.verdict] += 1
-            c = compare_point(run, p, cand, "output_throughput", floors)
-            if c is not None and c.ratio:
-                ratios.append(c.ratio)
-        geo = f"{(geometric_mean_ratio(ratios) - 1) * 100:+.1f}%" if ratios else "n/a"
-        total = sum(counts.values())
-        overall = ("REGRESSION" if counts[Verdict.WORSE] else "IMPROVEMENT" if counts[Verdict.BETTER]
-                   else "INCONCLUSIVE (no cell could be tested)" if counts[Verdict.UNRELIABLE] == total
-                   else "NO SIGNIFICANT CHANGE")
-        lines.append(f"- **{cand} vs {run.baseline}: {overall}** — geometric-mean output throughput {geo} over "
-                     f"{len(ratios)} points; metric×point cells: {counts[Verdict.BETTER]} better, "
-                     f"{counts[Verdict.WORSE]} worse, {counts[Verdict.NOT_SIGNIFICANT]} not significant, "
-                     f"{counts[Verdict.UNRELIABLE]} unreliable")
+    for s in summarize_candidates(run, floors):
+        geo = fmt_pct(s.geomean_throughput_pct) if s.geomean_throughput_pct is not None else "n/a"
+        lines.append(
+            f"- **{s.candidate} vs {s.baseline}: {s.overall}** — geometric-mean output throughput {geo} over "
+            f"{s.points} points; metric×point cells: {s.counts[Verdict.BETTER]} better, {s.counts[Verdict.WORSE]} "
+            f"worse, {s.counts[Verdict.NOT_SIGNIFICANT]} not significant, {s.counts[Verdict.UNRELIABLE]} unreliable; "
+            f"headline cells significant after Holm correction (family-wise α {s.family_alpha:g}): "
+            f"{len(s.improvements)} better, {len(s.regressions)} worse")
+        for point, key, c in s.regressions[:8]:
+            lines.append(f"  - worse: {point} {METRICS[key].label} {fmt_pct(c.delta_pct)} (p={c.p_value:.2g})")
     return "\n".join(lines + [""])
 
 

@@ -14,15 +14,16 @@ import json
 import math
 import re
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from suite.errors import SuiteError
-from suite.report import (
+from suite.report import (  # noqa: F401  (CandidateSummary, summarize_candidates: re-exported for callers)
     DETAIL,
     EXTRA_SECTIONS,
     HEADLINE,
+    CandidateSummary,
     PointResults,
     RunData,
     _load_extra_sections,
@@ -33,8 +34,9 @@ from suite.report import (
     metric_values,
     noise_floors,
     self_checks,
+    summarize_candidates,
 )
-from suite.stats import METRICS, Comparison, Verdict, geometric_mean_ratio
+from suite.stats import METRICS, Comparison, Verdict
 from suite.store import atomic_write_text
 
 ARM_COLORS = ("#4c78a8", "#e4572e", "#54a24b", "#b279a2", "#f2a93b", "#17becf")
@@ -49,47 +51,6 @@ def esc(value: Any) -> str:
 
 
 # ---------------------------------------------------------------------------------------- verdicts
-
-
-@dataclass
-class CandidateSummary:
-    """What a reader wants first: one word per candidate, the throughput geomean and the cell counts."""
-
-    candidate: str
-    baseline: str
-    overall: str
-    counts: dict[Verdict, int]
-    geomean_throughput_pct: float | None
-    points: int
-    regressions: list[tuple[str, str, Comparison]] = field(default_factory=list)  # (point, metric, comparison)
-
-
-def summarize_candidates(run: RunData, floors: dict[str, float] | None = None) -> list[CandidateSummary]:
-    """Per candidate: the overall verdict over every point × DETAIL metric (the rule report.md uses)."""
-    floors = noise_floors(run) if floors is None else floors
-    out = []
-    for cand in run.candidates:
-        counts = dict.fromkeys(Verdict, 0)
-        ratios: list[float] = []
-        regressions = []
-        for p in run.points.values():
-            for key in DETAIL:
-                c = compare_point(run, p, cand, key, floors)
-                if c is None:
-                    continue
-                counts[c.verdict] += 1
-                if c.verdict is Verdict.WORSE:
-                    regressions.append((p.point, key, c))
-                if key == "output_throughput" and c.ratio:
-                    ratios.append(c.ratio)
-        total = sum(counts.values())
-        overall = ("REGRESSION" if counts[Verdict.WORSE] else "IMPROVEMENT" if counts[Verdict.BETTER]
-                   else "NO DATA" if total == 0
-                   else "INCONCLUSIVE" if counts[Verdict.UNRELIABLE] == total
-                   else "NO SIGNIFICANT CHANGE")
-        geo = (geometric_mean_ratio(ratios) - 1) * 100 if ratios else None
-        out.append(CandidateSummary(cand, run.baseline, overall, counts, geo, len(ratios), regressions))
-    return out
 
 
 # ---------------------------------------------------------------------------------------- markdown

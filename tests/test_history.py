@@ -25,7 +25,7 @@ def runs(tmp_path: Path) -> Path:
     base = tmp_path / "runs"
     a = build_run_dir(base / "20261128T010000Z-smoke-cpu")
     set_created(a, "2026-11-28T01:00:00+00:00")
-    b = build_run_dir(base / "20261129T010000Z-smoke-cpu", scale={"patched": 0.5})
+    b = build_run_dir(base / "20261129T010000Z-smoke-cpu", scale={"patched": 0.1})
     set_created(b, "2026-11-29T01:00:00+00:00")
     return base
 
@@ -89,8 +89,8 @@ def test_compare_same_arm_across_runs(runs: Path, tmp_path: Path, capsys: pytest
     # without --fail-on-regression the regression is reported, exit 0; a high --min-effect ignores it
     assert main(["compare", str(a), str(b), "--out", str(tmp_path / "c2"), "--arm", "patched"]) == 0
     assert main(["compare", str(a), str(b), "--out", str(tmp_path / "c3"), "--arm", "patched",
-                 "--fail-on-regression", "--min-effect", "150"]) == 0
-    assert "No significant regression with |Δ| ≥ 150%" in (tmp_path / "c3" / "summary.md").read_text()
+                 "--fail-on-regression", "--min-effect", "1000"]) == 0
+    assert "No significant regression with |Δ| ≥ 1000%" in (tmp_path / "c3" / "summary.md").read_text()
 
 
 def test_compare_cross_arm_and_refusals(runs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

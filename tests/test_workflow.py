@@ -112,7 +112,7 @@ def test_compare_and_summary_steps_run(tmp_path: Path) -> None:
     (work / ".venv" / "bin").symlink_to(VENV_BIN)
     prev = build_run_dir(work / "previous" / "20261128T012300Z-smoke-cpu")
     build_report(prev)
-    tonight = build_run_dir(work / "runs" / "20261129T012300Z-smoke-cpu", scale={"patched": 0.5})
+    tonight = build_run_dir(work / "runs" / "20261129T012300Z-smoke-cpu", scale={"patched": 0.1})
     build_report(tonight)
     out, summary = tmp_path / "out.txt", tmp_path / "summary.md"
     env = {"RUN_DIR": "runs/20261129T012300Z-smoke-cpu", "MIN_EFFECT": "0", "ARTIFACT": "nightly-h100-smoke-cpu",
