@@ -234,8 +234,15 @@ def summarize_candidates(run: RunData, floors: dict[str, float] | None = None,
         worse = [(p, k, c) for p, k, c in cells if c.verdict is Verdict.WORSE and (p, k) in keep]
         better = [(p, k, c) for p, k, c in cells if c.verdict is Verdict.BETTER and (p, k) in keep]
         total = sum(counts.values())
+        headline = [c for _, k, c in cells if k in HEADLINE]
+        raw_worse = sum(c.verdict is Verdict.WORSE for c in headline)
+        raw_better = sum(c.verdict is Verdict.BETTER for c in headline)
         overall = ("REGRESSION" if worse else "IMPROVEMENT" if better
                    else "NO DATA" if total == 0
+                   else f"POSSIBLE REGRESSION ({raw_worse} headline cells worse; none survives Holm)"
+                   if raw_worse and not raw_better
+                   else f"POSSIBLE IMPROVEMENT ({raw_better} headline cells better; none survives Holm)"
+                   if raw_better and not raw_worse
                    else "INCONCLUSIVE" if counts[Verdict.UNRELIABLE] == total
                    else "NO SIGNIFICANT CHANGE")
         geo = (geometric_mean_ratio(ratios) - 1) * 100 if ratios else None
