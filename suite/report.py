@@ -154,6 +154,18 @@ def self_checks(point: PointResults, arm: str) -> list[str]:
     return sorted(set(notes))
 
 
+def drift_checks(point: PointResults) -> list[str]:
+    """Per arm: output throughput of the drift repeat (end of session) against the median of the repeats."""
+    lines = []
+    for arm, raw in point.drift.items():
+        reps = metric_values(point.reps.get(arm, []), "output_throughput")
+        if reps and raw.get("output_throughput"):
+            mid = statistics.median(reps)
+            lines.append(f"Drift check {arm}: output throughput at the end of the session "
+                         f"{fmt(raw['output_throughput'])} vs {fmt(mid)} ({(raw['output_throughput'] / mid - 1) * 100:+.1f}%)")
+    return lines
+
+
 # ---------------------------------------------------------------------------------------- sections
 
 
@@ -317,12 +329,7 @@ def section_details(run: RunData, floors: dict[str, float]) -> str:
             for arm, notes in checks.items():
                 if notes:
                     out.append(f"\nSelf-check {arm}: " + "; ".join(notes))
-            for arm, raw in p.drift.items():
-                reps = metric_values(p.reps.get(arm, []), "output_throughput")
-                if reps and raw.get("output_throughput"):
-                    drift = (raw["output_throughput"] / statistics.median(reps) - 1) * 100
-                    out.append(f"\nDrift check {arm}: output throughput at the end of the session "
-                               f"{fmt(raw['output_throughput'])} vs {fmt(statistics.median(reps))} ({drift:+.1f}%)")
+            out += [f"\n{line}" for line in drift_checks(p)]
             out.append("")
     return "\n".join(out)
 

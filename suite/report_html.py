@@ -28,6 +28,7 @@ from suite.report import (  # noqa: F401  (CandidateSummary, summarize_candidate
     RunData,
     _load_extra_sections,
     compare_point,
+    drift_checks,
     fmt,
     fmt_pct,
     load_run,
@@ -449,12 +450,7 @@ def section_details(run: RunData, floors: dict[str, float]) -> str:
                             f"<td>{esc(c.verdict.value)}: {esc(c.reason)}</td></tr>")
             notes = [f"Self-check {esc(a)}: {esc('; '.join(n))}" for a in (run.baseline, cand)
                      if (n := self_checks(p, a))]
-            for arm, raw in p.drift.items():
-                reps = metric_values(p.reps.get(arm, []), "output_throughput")
-                if reps and raw.get("output_throughput"):
-                    d = (raw["output_throughput"] / statistics.median(reps) - 1) * 100
-                    notes.append(f"Drift check {esc(arm)}: output throughput at the end of the session "
-                                 f"{fmt(raw['output_throughput'])} vs {fmt(statistics.median(reps))} ({d:+.1f}%)")
+            notes += [esc(line) for line in drift_checks(p)]
             note_html = "".join(f"<p class='note'>{n}</p>" for n in notes)
             out.append(f"<details><summary>{esc(p.point)}: {esc(run.baseline)} → {esc(cand)}</summary>"
                        "<table class='st'><thead><tr><th>Metric</th><th>Before</th><th>After</th><th>Δ%</th>"
