@@ -10,7 +10,7 @@ setup:
 	bash scripts/setup-venv.sh
 
 model: setup
-	$(PY) -c "from suite.models import generate_tiny_moe; print(generate_tiny_moe('models/tiny-moe'))"
+	$(PY) -c "from suite.fixtures.tiny_moe import generate_tiny_moe; print(generate_tiny_moe('models/tiny-moe'))"
 
 demo: setup
 	$(SUITE) demo

@@ -10,6 +10,10 @@ per vLLM version, ``<version>.diff``, with paths relative to the directory holdi
   verified no-op (the reverse must apply cleanly, which proves the change is really there).
 * a version not listed: the set does not apply (``PatchError``).
 
+A matrix may also name a diff file of its own (a "bring your own change" patch: a path ending in ``.diff`` or
+``.patch``, or containing ``/``; see :func:`is_diff_path`). It is applied exactly like a set's diff, with no
+manifest and so no version check: forward, or in reverse with a leading ``-``; its name is the file name.
+
 Application is strict: every hunk's context and removed lines must match exactly (no fuzz; an offset is
 accepted only so that two sets touching one file compose, and only to an exact occurrence);
 all hunks of all sets are checked in memory before anything is written, so a conflict leaves the target
@@ -46,6 +50,12 @@ def patches_dir() -> Path:
     """The patch-set directory (env ``SUITE_PATCHES_DIR`` read at call time, for tests and tools)."""
     env = os.environ.get("SUITE_PATCHES_DIR")
     return Path(env) if env else PATCHES_DIR
+
+
+def is_diff_path(ref: str) -> bool:
+    """A patch reference names a diff file (rather than a patch set) when it ends in .diff / .patch or holds a
+    '/'. Set names never hold a '/' (they are directory names under ``patches/``)."""
+    return ref.endswith((".diff", ".patch")) or "/" in ref
 
 
 def base_version(version: str) -> str:
@@ -345,13 +355,26 @@ class AppliedPatch:
     action: Literal["applied", "reversed", "present"] = "applied"
 
 
-def _ref_parts(ref: object) -> tuple[str, bool]:
+def _ref_parts(ref: object) -> tuple[str, bool, Path | None]:
+    """(name, reverse, diff file or None) of a ``PatchRef``-like object or a ``"name"`` / ``"-name"`` string."""
     if isinstance(ref, str):
-        return (ref[1:], True) if ref.startswith("-") else (ref, False)
+        reverse = ref.startswith("-")
+        text = ref[1:] if reverse else ref
+        if is_diff_path(text):
+            return Path(text).name, reverse, Path(text)
+        return text, reverse, None
     name, reverse = getattr(ref, "name", None), getattr(ref, "reverse", None)
-    if not isinstance(name, str) or not isinstance(reverse, bool):
+    path = getattr(ref, "path", None)
+    if not isinstance(name, str) or not isinstance(reverse, bool) or not isinstance(path, str | Path | None):
         raise PatchError(f"not a patch reference: {ref!r}")
-    return name, reverse
+    return name, reverse, Path(path) if path is not None else None
+
+
+def _read_diff_file(path: Path) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise PatchError(f"diff file {path}: cannot read: {exc.strerror}") from None
 
 
 @dataclass(frozen=True)
@@ -362,16 +385,26 @@ class _Plan:
     diff: bytes
     source: str
     files: list[FilePatch]  # already oriented (reversed when the set is undone or checked as present)
+    file: Path | None = None  # the matrix's own diff file (None for a patch set)
 
 
 def _plan(refs: Iterable[object], vllm_version: str) -> list[_Plan]:
     plans = []
     seen: set[str] = set()
     for ref in refs:
-        name, reverse = _ref_parts(ref)
-        if name in seen:
-            raise PatchError(f"patch set {name!r} is listed twice")
-        seen.add(name)
+        name, reverse, path = _ref_parts(ref)
+        key = str(path) if path is not None else name
+        if key in seen:
+            raise PatchError(f"patch {'file' if path is not None else 'set'} {key!r} is listed twice")
+        seen.add(key)
+        if path is not None:
+            # A diff file of the matrix's own: no manifest, so no version check; strict like a set's diff.
+            diff = _read_diff_file(path)
+            parsed = parse_unified_diff(diff, str(path))
+            if reverse:
+                parsed = [fp.reversed() for fp in parsed]
+            plans.append(_Plan(name, reverse, "reversed" if reverse else "applied", diff, str(path), parsed, path))
+            continue
         pset = get_patch_set(name)
         support = pset.require(vllm_version)
         diff = pset.diff_bytes(vllm_version)
@@ -392,6 +425,35 @@ def _plan(refs: Iterable[object], vllm_version: str) -> list[_Plan]:
             action = "applied"
         plans.append(_Plan(name, reverse, action, diff, source, parsed))
     return plans
+
+
+@dataclass(frozen=True)
+class ResolvedPatch:
+    """One patch reference resolved for a vLLM version: what would be applied, from which file."""
+
+    name: str  # the set's name, or the diff file's name
+    reverse: bool
+    action: Literal["applied", "reversed", "present"]
+    diff_path: Path  # the diff file (a set's <version>.diff, or the matrix's own file)
+    sha256: str  # of the diff bytes, as recorded in the run manifest
+    kind: Literal["set", "file"]
+
+
+def resolve_patches(refs: Iterable[object], vllm_version: str) -> list[ResolvedPatch]:
+    """Resolve and check patch references (sets and diff files) without applying them: unknown sets, versions
+    a set does not fit, a reversed forward set, duplicates and malformed diffs raise PatchError. For image
+    builds and job scripts that need each diff's file and sha256."""
+    return [
+        ResolvedPatch(
+            name=plan.name,
+            reverse=plan.reverse,
+            action=plan.action,
+            diff_path=plan.file if plan.file is not None else get_patch_set(plan.name).diff_path(vllm_version),
+            sha256=hashlib.sha256(plan.diff).hexdigest(),
+            kind="file" if plan.file is not None else "set",
+        )
+        for plan in _plan(refs, vllm_version)
+    ]
 
 
 def _read(path: Path) -> bytes | None:
@@ -425,8 +487,9 @@ def _compute(
                     "reversed": "does not apply in reverse",
                     "present": "is not present (its reverse does not apply)",
                 }[plan.action]
+                kind = "patch set" if plan.file is None else "diff file"
                 raise PatchError(
-                    f"patch set {plan.name!r} ({plan.source}) {what} to {rel}: hunk {exc.hunk.header!r}: "
+                    f"{kind} {plan.name!r} ({plan.source}) {what} to {rel}: hunk {exc.hunk.header!r}: "
                     f"{exc.detail}"
                 ) from None
         if plan.action != "present":
@@ -456,8 +519,8 @@ def _drop_bytecode(path: Path) -> None:
 
 
 def apply_patch_sets(refs: Iterable[object], target_root: Path, vllm_version: str) -> list[AppliedPatch]:
-    """Apply patch sets (``suite.matrix.PatchRef`` or ``"name"`` / ``"-name"``) in order to the ``vllm/``
-    package under ``target_root``. All-or-nothing: a failing hunk raises PatchError naming the set, the file
+    """Apply patch sets and diff files (``suite.matrix.PatchRef``, or ``"name"`` / ``"-name"`` /
+    ``"path/to/change.diff"``) in order to the ``vllm/`` package under ``target_root``. All-or-nothing: a failing hunk raises PatchError naming the set, the file
     and the hunk, and nothing has been written."""
     target_root = Path(target_root)
     if not (target_root / "vllm").is_dir():
@@ -492,6 +555,7 @@ def check_patch_sets(refs: Iterable[object], target_root: Path, vllm_version: st
 def patch_fingerprint(refs: Iterable[object], vllm_version: str) -> str:
     """sha256 identifying what apply_patch_sets(refs, ..., vllm_version) writes; keys cached overlays."""
     h = hashlib.sha256(f"suite-patches-v1\0{base_version(vllm_version)}\0".encode())
+    # a diff file is keyed by its name and content (not its path: moving the file changes nothing applied)
     for plan in _plan(refs, vllm_version):
         h.update(f"{plan.name}\0{int(plan.reverse)}\0{plan.action}\0".encode())
         h.update(hashlib.sha256(plan.diff).digest())

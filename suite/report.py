@@ -374,8 +374,8 @@ def register_section(name: str, fn: Section) -> None:
 def _load_extra_sections() -> None:
     import importlib
 
-    for module in ("suite.measure.probe", "suite.accuracy_summary", "suite.measure.kernel_job", "suite.measure.latency",
-                   "suite.measure.profile", "suite.runtime.slurm"):
+    for module in ("suite.stages.probe.run", "suite.stages.accuracy.summary", "suite.stages.kernel.run", "suite.stages.latency.run",
+                   "suite.stages.profile.run", "suite.runtime.slurm"):
         try:
             mod = importlib.import_module(module)
         except ImportError:

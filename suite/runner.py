@@ -21,6 +21,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from suite import REPO_ROOT
 from suite.errors import ServerError, SuiteError
 from suite.matrix import Matrix, load_matrix
 from suite.plan import Job, Plan, Session, build_plan, format_plan
@@ -34,8 +35,6 @@ from suite.store import (
     secret_values,
     utc_now,
 )
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 @dataclass
@@ -70,11 +69,11 @@ def make_runtime(matrix: Matrix, cache_root: Path) -> Any:
 
         return LocalRuntime(matrix, cache_root)
     if kind == "docker":
-        from suite.runtime.docker import DockerRuntime
+        from suite.runtime.docker.runtime import DockerRuntime
 
         return DockerRuntime(matrix, cache_root)
     if kind == "slurm":
-        from suite.runtime.slurm import SlurmRuntime
+        from suite.runtime.slurm.runtime import SlurmRuntime
 
         return SlurmRuntime(matrix, cache_root)
     raise SuiteError(f"unknown runtime {kind!r}")
@@ -90,8 +89,8 @@ def server_argv_tail(matrix: Matrix, arm: str, plan: Plan, port: int, extra: lis
 
 
 def _serve(ctx: RunContext, job: Job, server: Any) -> dict[str, Any]:
-    from suite.measure.serve import run_serve, serve_command
     from suite.runtime.local import vllm_executable
+    from suite.stages.serve.run import run_serve, serve_command
 
     reset = server.reset_prefix_cache()
     result = ctx.store.result_path(job)
@@ -113,7 +112,7 @@ def _accuracy_spec(ctx: RunContext, job: Job) -> Any:
 
     spec = AccuracySpec.model_validate(job.params)
     if spec.dataset == "synthetic":
-        from suite.gsm8k import write_synthetic_gsm8k
+        from suite.fixtures.gsm8k import write_synthetic_gsm8k
 
         data = ctx.store.root / "data" / "gsm8k-synthetic"
         if not (data / "test.jsonl").is_file():
@@ -123,7 +122,7 @@ def _accuracy_spec(ctx: RunContext, job: Job) -> Any:
 
 
 def _accuracy(ctx: RunContext, job: Job, server: Any) -> dict[str, Any]:
-    from suite.measure.accuracy import run_accuracy
+    from suite.stages.accuracy.run import run_accuracy
 
     out = ctx.store.result_path(job)
     run_accuracy(base_url=server.base_url, served_name=ctx.matrix.model.name, tokenizer=ctx.tokenizer,
@@ -133,7 +132,7 @@ def _accuracy(ctx: RunContext, job: Job, server: Any) -> dict[str, Any]:
 
 
 def _equivalence(ctx: RunContext, job: Job, server: Any) -> dict[str, Any]:
-    from suite.measure.equivalence import run_equivalence
+    from suite.stages.accuracy.equivalence import run_equivalence
 
     spec = _accuracy_spec(ctx, job)
     run_equivalence(base_url=server.base_url, served_name=ctx.matrix.model.name,
@@ -147,10 +146,10 @@ EXECUTORS: dict[str, Callable[[RunContext, Job, Any], dict[str, Any]] | str] = {
     "accuracy": _accuracy,
     "equivalence": _equivalence,
     # stage modules, imported when a plan has such jobs: "module:function(ctx, job, server) -> record fields"
-    "latency": "suite.measure.latency:execute",
-    "kernel": "suite.measure.kernel_job:execute",
-    "profile": "suite.measure.profile:execute",
-    "probe": "suite.measure.probe:execute",
+    "latency": "suite.stages.latency.run:execute",
+    "kernel": "suite.stages.kernel.run:execute",
+    "profile": "suite.stages.profile.run:execute",
+    "probe": "suite.stages.probe.run:execute",
 }
 
 
@@ -228,13 +227,13 @@ def _start_server(ctx: RunContext, session: Session, attempt: int) -> Any:
     port = _pick_port(ctx)
     extra_args: list[str] = []
     if any(j.kind == "profile" for j in session.jobs):
-        from suite.measure.profile import profiler_args
+        from suite.stages.profile.run import profiler_args
 
         extra_args = profiler_args(ctx.store.arm_dir(session.arm) / "profile" / f"session-{session.index}")
     arm_spec = ctx.plan.arms[session.arm]
     extra_env = {**ctx.matrix.env, **arm_spec.env}
-    if any(j.kind == "probe" for j in session.jobs):  # the in-server gate probe (suite.measure.probe)
-        from suite.measure.probe import probe_server_env
+    if any(j.kind == "probe" for j in session.jobs):  # the in-server gate probe (suite.stages.probe.run)
+        from suite.stages.probe.run import probe_server_env
 
         extra_env.update(probe_server_env(ctx, session.arm, extra_env))
     spec = ctx.runtime.server_spec(
@@ -346,8 +345,8 @@ def job_counts(ctx: RunContext) -> dict[str, int]:
 
 
 def execute(ctx: RunContext) -> dict[str, int]:
-    if ctx.matrix.runtime.kind == "slurm":  # sessions become sbatch jobs; see suite.slurm_driver
-        from suite.slurm_driver import execute_slurm
+    if ctx.matrix.runtime.kind == "slurm":  # sessions become sbatch jobs; see suite.runtime.slurm.driver
+        from suite.runtime.slurm.driver import execute_slurm
 
         return execute_slurm(ctx)
     todo = [(s, [j for j in s.jobs if not ctx.store.is_done(j)]) for s in ctx.plan.sessions]
@@ -387,7 +386,7 @@ def execute(ctx: RunContext) -> dict[str, int]:
 
 def dry_run(matrix_path: Path) -> str:
     """The plan, then the exact server and client command lines (port and paths shown as placeholders)."""
-    from suite.measure.serve import serve_command
+    from suite.stages.serve.run import serve_command
 
     matrix = load_matrix(matrix_path)
     plan = build_plan(matrix)

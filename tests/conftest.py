@@ -20,7 +20,7 @@ def repo_root() -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_model() -> Path:
-    from suite.models import generate_tiny_moe
+    from suite.fixtures.tiny_moe import generate_tiny_moe
 
     return generate_tiny_moe(REPO / "models" / "tiny-moe")
 

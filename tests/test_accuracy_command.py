@@ -15,10 +15,10 @@ import pytest
 import yaml
 
 from suite.errors import SuiteError
-from suite.gsm8k import write_synthetic_gsm8k
+from suite.fixtures.gsm8k import write_synthetic_gsm8k
 from suite.matrix import AccuracySpec
-from suite.measure.accuracy import lm_eval_command, lm_eval_task_yaml, run_accuracy, write_local_task
-from suite.measure.equivalence import equivalence_prompts, prompt_set_sha256, run_equivalence
+from suite.stages.accuracy.equivalence import equivalence_prompts, prompt_set_sha256, run_equivalence
+from suite.stages.accuracy.run import lm_eval_command, lm_eval_task_yaml, run_accuracy, write_local_task
 
 
 def _flag(cmd: list[str], name: str) -> str:

@@ -31,11 +31,11 @@ from types import SimpleNamespace
 import pytest
 from scipy.stats import binomtest
 
-from suite.accuracy_summary import render_accuracy_md, summarize_accuracy, summarize_equivalence
-from suite.gsm8k import write_synthetic_gsm8k
+from suite.fixtures.gsm8k import write_synthetic_gsm8k
 from suite.matrix import AccuracySpec
-from suite.measure.accuracy import SIDECAR, run_accuracy
-from suite.measure.equivalence import run_equivalence
+from suite.stages.accuracy.equivalence import run_equivalence
+from suite.stages.accuracy.run import SIDECAR, run_accuracy
+from suite.stages.accuracy.summary import render_accuracy_md, summarize_accuracy, summarize_equivalence
 
 pytestmark = pytest.mark.e2e
 
@@ -179,7 +179,7 @@ def _calibrated_dataset(src: Path, base_samples: dict, out: Path) -> tuple[Path,
 @pytest.fixture(scope="module")
 def tiny_model() -> Path:
     path = REPO / "models" / "tiny-moe"
-    from suite.models import generate_tiny_moe
+    from suite.fixtures.tiny_moe import generate_tiny_moe
 
     return generate_tiny_moe(path)  # returns at once when the model is already there
 

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from suite.accuracy_summary import (
+from suite.errors import SuiteError
+from suite.matrix import AccuracySpec
+from suite.stages.accuracy.summary import (
     first_divergence,
     mcnemar_exact_p,
     mean_stderr,
@@ -16,8 +18,6 @@ from suite.accuracy_summary import (
     summarize_accuracy,
     summarize_equivalence,
 )
-from suite.errors import SuiteError
-from suite.matrix import AccuracySpec
 
 STAMP = "2026-11-29T10-00-00.000000"
 
@@ -238,7 +238,7 @@ def test_equivalence_text_fallback_and_mismatch(tmp_path: Path) -> None:
 GOLDEN = """\
 ## Accuracy: gsm8k, baseline vs patched (5-shot, 20 questions, max_gen_toks 32) — SYNTHETIC data
 
-> **SYNTHETIC data**: template-generated problems in GSM8K's format (suite.gsm8k), not GSM8K. These numbers only show the pipeline works; they say nothing about GSM8K accuracy.
+> **SYNTHETIC data**: template-generated problems in GSM8K's format (suite.fixtures.gsm8k), not GSM8K. These numbers only show the pipeline works; they say nothing about GSM8K accuracy.
 
 Verdict: **FAIL** (patched flexible-extract 50.0 % ≥ floor 45.0 %: PASS; drop 10.0 pp ≤ 5.0 pp: FAIL)
 

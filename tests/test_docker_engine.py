@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from suite.images import DOCKER_DIR, LOCAL_BOOKWORM, docker_client
 from suite.report import fmt
+from suite.runtime.docker.images import DOCKER_DIR, LOCAL_BOOKWORM, docker_client
 from tests.conftest import REPO, SUITE, run_suite
 
 pytestmark = pytest.mark.docker
@@ -170,7 +170,7 @@ def test_no_container_left_and_no_secret_written(engine, docker_run):
 
 
 def test_secret_reaches_the_container_by_name(engine, bookworm, monkeypatch):
-    from suite.runtime.docker import ContainerConfig, remove_container
+    from suite.runtime.docker.runtime import ContainerConfig, remove_container
 
     monkeypatch.setenv("HF_TOKEN", "hf_by_name_0815")
     cfg = ContainerConfig(name=f"suite-test-secret-{os.getpid()}", image=LOCAL_BOOKWORM,

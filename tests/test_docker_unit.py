@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from dockerfile_parse import DockerfileParser
 
-from suite.images import DOCKER_DIR, compute_identity, context_files, plan_image, with_digest
 from suite.matrix import DockerSpec, parse_matrix
 from suite.runtime.base import ArmEnv
-from suite.runtime.docker import ContainerConfig, container_config, vendor_flags
+from suite.runtime.docker.images import DOCKER_DIR, compute_identity, context_files, plan_image, with_digest
+from suite.runtime.docker.runtime import ContainerConfig, container_config, vendor_flags
 from tests.conftest import REPO, run_suite
 
 DOCKERFILES = sorted(DOCKER_DIR.glob("*/Dockerfile"))
@@ -248,7 +248,7 @@ def test_cpu_vllm_layer_comes_before_the_patch_arguments():
 def test_cpu_image_lock_agrees_with_the_repo_lock():
     import re
 
-    from suite.images import CPU_LOCK
+    from suite.runtime.docker.images import CPU_LOCK
 
     def pins(path: Path) -> dict[str, str]:
         out = {}

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from suite.gsm8k import (
+from suite.fixtures.gsm8k import (
     MANIFEST,
     SYNTHETIC_MARKER,
     answer_value,
@@ -17,7 +17,7 @@ from suite.gsm8k import (
     synthetic_problems,
     write_synthetic_gsm8k,
 )
-from suite.measure.accuracy import lm_eval_task_yaml
+from suite.stages.accuracy.run import lm_eval_task_yaml
 
 CALC = re.compile(r"<<([^=>]+)=(-?\d+)>>(-?\d+)")
 

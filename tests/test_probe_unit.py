@@ -9,8 +9,9 @@ import sys
 
 import pytest
 
-from suite.gate_probe import BUCKET_LABELS, bucket
-from suite.measure.probe import (
+from suite.report import RunData
+from suite.stages.probe.plugin import BUCKET_LABELS, bucket
+from suite.stages.probe.run import (
     FROZEN,
     NOT_EXERCISED,
     PLUGIN_NAME,
@@ -22,7 +23,6 @@ from suite.measure.probe import (
     request_plan,
     summarize,
 )
-from suite.report import RunData
 
 TIER6 = "F.linear (tier 6: ReplicatedLinear) > dispatch_unquantized_gemm->cpu_unquantized_gemm"
 

@@ -4,7 +4,7 @@ MoE, two arms: the installed vLLM and an overlay with the synthetic gate delay (
 layers), which must show as higher latency and as gate-delay time per decode step.
 
 `vllm bench latency` sends random token ids below 10000: the tiny MoE's embedding is padded to 10240 by its
-generator (suite.models), so it runs as is.
+generator (suite.fixtures.tiny_moe), so it runs as is.
 """
 
 from __future__ import annotations

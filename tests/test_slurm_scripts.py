@@ -11,7 +11,7 @@ import pytest
 
 from suite.errors import MatrixError
 from suite.matrix import parse_matrix
-from suite.runtime.slurm import (
+from suite.runtime.slurm.runtime import (
     container_mounts,
     gres_request,
     job_script,
@@ -60,7 +60,7 @@ def test_container_none_runs_the_login_nodes_python() -> None:
     m = matrix("{container: none}")
     cmd = worker_command(m, image=None, run_dir=RUN, matrix_path=MATRIX, session="baseline#0", repo_root=REPO,
                          workdir=WORK, python="/shared/suite/.venv/bin/python")
-    assert cmd == ["/shared/suite/.venv/bin/python", "-m", "suite.slurm_worker", "/shared/runs/r1", "--matrix",
+    assert cmd == ["/shared/suite/.venv/bin/python", "-m", "suite.runtime.slurm.worker", "/shared/runs/r1", "--matrix",
                    "/shared/m.yaml", "--session", "baseline#0"]
 
 
@@ -74,7 +74,7 @@ def test_pyxis_command_line() -> None:
                       "/shared/work:/shared/work,/models/m:/models/m,/scratch/hf:/root/.cache/huggingface,"
                       "/data:/data")
     assert cmd[4] == "--container-workdir=/shared/work"
-    assert cmd[5:] == ["python3", "-m", "suite.slurm_worker", "/shared/runs/r1", "--matrix", "/shared/m.yaml",
+    assert cmd[5:] == ["python3", "-m", "suite.runtime.slurm.worker", "/shared/runs/r1", "--matrix", "/shared/m.yaml",
                        "--session", "patched#1", "--overlays", "node-local"]
 
 
@@ -87,7 +87,7 @@ def test_apptainer_command_line(vendor: str, gpus: int, flag: list[str]) -> None
     assert cmd == ["apptainer", "exec", *flag, "--bind",
                    "/shared/runs/r1:/shared/runs/r1,/shared/suite:/shared/suite,/shared/work:/shared/work,"
                    "/models/m:/models/m", "--pwd", "/shared/work", "/images/vllm.sif", "python3", "-m",
-                   "suite.slurm_worker", "/shared/runs/r1", "--matrix", "/shared/m.yaml", "--session",
+                   "suite.runtime.slurm.worker", "/shared/runs/r1", "--matrix", "/shared/m.yaml", "--session",
                    "baseline#0", "--overlays", "node-local"]
 
 
@@ -178,7 +178,7 @@ def test_report_section_lists_every_submission(tmp_path: Path) -> None:
     import json
     from types import SimpleNamespace
 
-    from suite.runtime.slurm import report_section
+    from suite.runtime.slurm.runtime import report_section
 
     assert report_section(SimpleNamespace(root=tmp_path)) == ""
     (tmp_path / "slurm").mkdir()

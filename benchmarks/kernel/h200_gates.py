@@ -1,4 +1,4 @@
-"""The two router-gate variants measured on the H200, for ``suite.measure.kernel --gate-factory``.
+"""The two router-gate variants measured on the H200, for ``suite.stages.kernel.bench --gate-factory``.
 
 Full vLLM cannot be installed on the GPU machine (no network, no matching wheel set), so these gates are
 built here around vLLM 0.33.0's real cuteDSL kernel (``vllm.model_executor.kernels.linear.cute_dsl.ll_bf16``,

@@ -34,10 +34,10 @@ from pathlib import Path
 from typing import Any
 
 from suite.matrix import ArmSpec, Matrix
-from suite.measure.serve import run_serve, serve_command
 from suite.plan import serve_points
 from suite.runtime.base import free_port
 from suite.runtime.local import LocalRuntime, installed_vllm_version, vllm_executable
+from suite.stages.serve.run import run_serve, serve_command
 from suite.stats import METRICS, Verdict, compare_metric, noise_floor_pct
 
 REPO = Path(__file__).resolve().parents[2]
@@ -76,7 +76,7 @@ class Setup:
 def make_setup(args: argparse.Namespace, out: Path) -> Setup:
     model = (REPO / args.model).resolve()
     if not (model / "config.json").is_file():
-        sys.exit(f"model {model} missing: .venv/bin/python -c \"from suite.models import generate_tiny_moe; "
+        sys.exit(f"model {model} missing: .venv/bin/python -c \"from suite.fixtures.tiny_moe import generate_tiny_moe; "
                  f"generate_tiny_moe('models/tiny-moe')\"")
     config = json.loads((model / "config.json").read_text())
     # one GateLinear per MoE layer; every layer of the tiny Mixtral is an MoE layer

@@ -27,9 +27,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from suite.errors import SuiteError
-    from suite.images import build_image, docker_client, plans_for, resolve_digest
     from suite.matrix import load_matrix
     from suite.runner import REPO_ROOT
+    from suite.runtime.docker.images import build_image, docker_client, plans_for, resolve_digest
 
     console = Console()
     matrix = load_matrix(args.matrix)
@@ -78,11 +78,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def dry_run_text(matrix, plans, client, cache_root: Path) -> str:
-    from suite.images import existing_image
     from suite.plan import build_plan
     from suite.runner import server_argv_tail
     from suite.runtime.base import ArmEnv
-    from suite.runtime.docker import container_config
+    from suite.runtime.docker.images import existing_image
+    from suite.runtime.docker.runtime import container_config
 
     plan_all = build_plan(matrix)
     port = matrix.runtime.port or DRY_RUN_PORT

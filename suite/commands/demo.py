@@ -20,7 +20,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from suite.models import generate_tiny_moe, is_tiny_moe
+    from suite.fixtures.tiny_moe import generate_tiny_moe, is_tiny_moe
     from suite.report import build_report
     from suite.runner import execute, prepare
 

@@ -1,7 +1,7 @@
 """`suite kernel`: router-gate microbenchmark, one process per arm, then a before -> after table.
 
 Each arm is ``NAME=DIR``: DIR (a directory holding that arm's ``vllm/`` package, e.g. a patched overlay) goes
-first on ``PYTHONPATH`` of a fresh ``python -m suite.measure.kernel`` process; an empty DIR uses the vLLM
+first on ``PYTHONPATH`` of a fresh ``python -m suite.stages.kernel.bench`` process; an empty DIR uses the vLLM
 installed in the interpreter. ``--arm-args NAME=ARGS`` passes extra measure flags to one arm (for instance
 ``--gate-factory`` or the CPU test aid ``--force-ll-bf16-fake``).
 
@@ -22,15 +22,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+from suite import REPO_ROOT
 from suite.errors import SuiteError
-from suite.kernel_report import comparison_rows, render_kernel_md, render_kernel_text
-from suite.measure.kernel import DEFAULT_M, DEFAULT_TRACE_M, atomic_write_json, parse_m_list
+from suite.stages.kernel.bench import DEFAULT_M, DEFAULT_TRACE_M, atomic_write_json, parse_m_list
+from suite.stages.kernel.summary import comparison_rows, render_kernel_md, render_kernel_text
 
 NAME = "kernel"
 HELP = "Time the MoE router gate per M in each arm's vLLM tree (guard-free compile, CUDA graphs); path per M."
 
 ARM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-SUITE_ROOT = Path(__file__).resolve().parents[2]
+SUITE_ROOT = REPO_ROOT
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -88,7 +89,7 @@ def arm_command(args: argparse.Namespace, name: str, json_path: Path, extra: lis
     return [
         args.python,
         "-m",
-        "suite.measure.kernel",
+        "suite.stages.kernel.bench",
         "--json",
         str(json_path),
         "--arm",

@@ -19,7 +19,7 @@ def run(args: argparse.Namespace) -> int:
     from suite.matrix import load_matrix
     from suite.plan import build_plan
     from suite.runner import REPO_ROOT
-    from suite.runtime.slurm import SlurmRuntime, job_script
+    from suite.runtime.slurm.runtime import SlurmRuntime, job_script
 
     matrix = load_matrix(args.matrix)
     if matrix.runtime.kind != "slurm":

@@ -1,6 +1,6 @@
 """The inside of a Slurm job: serve one session of a run on the allocated node, with the local runtime.
 
-    python -m suite.slurm_worker RUN_DIR --matrix MATRIX --session ARM#N [--overlays DIR|node-local]
+    python -m suite.runtime.slurm.worker RUN_DIR --matrix MATRIX --session ARM#N [--overlays DIR|node-local]
 
 Reuses the runner's own session loop (``suite.runner.run_session``): the same server lifecycle, restarts,
 job records and atomic raw files as a local run, written into the shared run directory. Jobs already done
@@ -27,7 +27,7 @@ from suite.matrix import load_matrix
 from suite.plan import Session, build_plan
 from suite.runner import REPO_ROOT, RunContext, _signals_as_interrupt, run_session
 from suite.runtime.local import LocalRuntime
-from suite.runtime.slurm import parse_session_id
+from suite.runtime.slurm.runtime import parse_session_id
 from suite.store import RunStore, secret_values
 
 
@@ -93,7 +93,7 @@ def serve_session(run_dir: Path, matrix_path: Path, session_text: str, cache: st
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m suite.slurm_worker", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m suite.runtime.slurm.worker", description=__doc__.split("\n\n")[0])
     p.add_argument("run_dir", type=Path)
     p.add_argument("--matrix", type=Path, required=True)
     p.add_argument("--session", required=True, metavar="ARM#N")

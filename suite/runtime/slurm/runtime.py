@@ -1,11 +1,11 @@
 """Slurm runtime: arms prepared on the login node, sessions as `sbatch` jobs, the Slurm command line wrapped.
 
 Each session (one arm's server lifetime: its block of jobs; under ABBA one repeat block) becomes one batch
-job. Its script runs ``python -m suite.slurm_worker`` on the allocated node, which serves the arm with the
+job. Its script runs ``python -m suite.runtime.slurm.worker`` on the allocated node, which serves the arm with the
 local runtime and writes raw results and job records into the shared run directory. This module builds the
 scripts (container modes ``none``, ``pyxis``, ``apptainer``), checks a request against the cluster before
 anything is submitted, and talks to Slurm only through its commands (``sbatch --parsable``, ``squeue``,
-``sacct`` / ``sacct -c`` for the job-completion log, ``scancel``). The driver loop is ``suite.slurm_driver``.
+``sacct`` / ``sacct -c`` for the job-completion log, ``scancel``). The driver loop is ``suite.runtime.slurm.driver``.
 """
 
 from __future__ import annotations
@@ -139,7 +139,7 @@ def worker_command(matrix: Matrix, *, image: str | None, run_dir: Path, matrix_p
                    repo_root: Path, workdir: Path, python: str | None = None) -> list[str]:
     """The command the batch script runs (after `exec`), per container mode."""
     spec = spec_of(matrix)
-    worker = ["-m", "suite.slurm_worker", str(run_dir), "--matrix", str(matrix_path), "--session", session]
+    worker = ["-m", "suite.runtime.slurm.worker", str(run_dir), "--matrix", str(matrix_path), "--session", session]
     if spec.container == "none":
         return [python or sys.executable, *worker]
     # In a container the image's Python runs the suite from the mounted source; overlays of the image's vLLM

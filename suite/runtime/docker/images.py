@@ -25,11 +25,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from suite import __version__
+from suite import REPO_ROOT, __version__
 from suite.errors import SuiteError
 from suite.matrix import ArmSpec, Matrix
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 DOCKER_DIR = REPO_ROOT / "docker"
 IMAGE_REPO = "suite-vllm"
 IDENTITY_SCHEMA = "suite-image-v1"

@@ -6,7 +6,7 @@ filters, metrics unchanged) and only swaps the data source for local JSON files 
 
 lm-eval's raw outputs (``results_*.json``, ``samples_*.jsonl``) stay under ``out_dir`` exactly as lm-eval
 writes them; beside them ``suite-accuracy.json`` records the command, the dataset, which files this run
-produced and how long it took. ``suite.accuracy_summary`` reads them back.
+produced and how long it took. ``suite.stages.accuracy.summary`` reads them back.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from suite.errors import SuiteError
-from suite.gsm8k import is_synthetic_dataset
+from suite.fixtures.gsm8k import is_synthetic_dataset
 from suite.matrix import AccuracySpec
 
 SIDECAR = "suite-accuracy.json"

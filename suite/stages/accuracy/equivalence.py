@@ -4,7 +4,7 @@ The prompt set is a pure function of ``(n_prompts, seed)`` -- identical on every
 GSM8K-style questions with short free-text prompts. Requests go one at a time, so every prompt runs in a
 batch of one on every arm (batch composition cannot differ between arms or between runs). Token ids come
 back through vLLM's ``return_token_ids``; a server that does not return them is compared on text instead
-(``unit: "chars"``). ``suite.accuracy_summary.summarize_equivalence`` compares two such files.
+(``unit: "chars"``). ``suite.stages.accuracy.summary.summarize_equivalence`` compares two such files.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from suite.errors import SuiteError
-from suite.gsm8k import synthetic_problems
+from suite.fixtures.gsm8k import synthetic_problems
 
 SCHEMA = "suite.equivalence/1"
 _WORDS = (

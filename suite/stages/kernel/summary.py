@@ -1,6 +1,6 @@
 """Markdown section for the router-gate kernel microbenchmark, rendered from stored results only.
 
-Input: the JSON objects written by ``suite.measure.kernel`` (one per arm), keyed by arm name. Standard
+Input: the JSON objects written by ``suite.stages.kernel.bench`` (one per arm), keyed by arm name. Standard
 library only, so it renders on any machine that holds the result files.
 """
 

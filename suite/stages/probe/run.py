@@ -1,7 +1,7 @@
 """Patch-activation proof: which router-gate path ran for each batch-size bucket, per arm.
 
 With ``probe: true`` the first server session of each arm starts with the in-server probe
-(``suite.gate_probe``, a vLLM general plugin: see that module) on its PYTHONPATH and
+(``suite.stages.probe.plugin``, a vLLM general plugin: see that module) on its PYTHONPATH and
 ``SUITE_GATE_PROBE_DIR`` naming a fresh directory, where every vLLM process that builds a GateLinear writes
 its counters as ``<pid>.json``. The probe job (:func:`execute`, first job of the session) snapshots those
 counters once startup (profile run, warmup) is over, sends a fixed set of requests whose prefill and
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from suite.errors import SuiteError
-from suite.gate_probe import BUCKET_LABELS, ENV_DIR, ENV_FLUSH, SEP, STOP_FILE, bucket
+from suite.stages.probe.plugin import BUCKET_LABELS, ENV_DIR, ENV_FLUSH, SEP, STOP_FILE, bucket
 from suite.store import atomic_write_json, atomic_write_text, read_json
 
 PLUGIN_NAME = "suite_gate_probe"
@@ -46,7 +46,7 @@ __all__ = ["bucket", "BUCKET_LABELS", "execute", "report_section", "probe_server
 def install_probe_site(dest: Path) -> Path:
     """A directory that, on PYTHONPATH, makes vLLM load the probe: the package plus a dist-info whose
     entry point (group ``vllm.general_plugins``) importlib.metadata finds."""
-    src = Path(__file__).resolve().parent.parent / "gate_probe" / "__init__.py"
+    src = Path(__file__).resolve().parent / "plugin.py"
     pkg = dest / PLUGIN_NAME
     pkg.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(src, pkg / "__init__.py")

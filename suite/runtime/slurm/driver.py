@@ -19,7 +19,7 @@ from typing import Any
 from suite.errors import SuiteError
 from suite.plan import Job, Session
 from suite.runner import REPO_ROOT, RunContext, _signals_as_interrupt, job_counts
-from suite.runtime.slurm import (
+from suite.runtime.slurm.runtime import (
     LEDGER,
     JobScript,
     JobState,

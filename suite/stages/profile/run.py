@@ -318,8 +318,8 @@ def bench_params(spec: Any, num_prompts: int) -> dict[str, Any]:
 def execute(ctx: Any, job: Any, server: Any) -> dict[str, Any]:
     """Executor of `profile` jobs: warm-up burst, profiled burst, traces parsed into the job's result JSON."""
     from suite.matrix import ProfileSpec
-    from suite.measure.serve import run_serve, serve_command
     from suite.runtime.local import vllm_executable
+    from suite.stages.serve.run import run_serve, serve_command
 
     spec = ProfileSpec.model_validate(job.params)
     trace_dir = session_trace_dir(ctx.store, job.arm, job.session)

@@ -1,6 +1,6 @@
 """Paired accuracy and greedy equivalence between two arms, recomputed from the raw tool outputs.
 
-Accuracy: each arm's directory is the ``out_dir`` of ``suite.measure.accuracy.run_accuracy`` (lm-eval's own
+Accuracy: each arm's directory is the ``out_dir`` of ``suite.stages.accuracy.run.run_accuracy`` (lm-eval's own
 ``results_*.json`` and ``samples_*.jsonl``). Samples are paired on ``(doc_id, filter)``; per filter we give
 accuracy ± stderr per arm (recomputed from the samples, the way lm-eval computes them), the difference, the
 questions that flipped each way and the exact McNemar p-value (two-sided binomial test on the discordant
@@ -26,7 +26,7 @@ from suite.errors import SuiteError
 
 FILTERS = ("strict-match", "flexible-extract")
 GATE_FILTER = "flexible-extract"
-SIDECAR = "suite-accuracy.json"  # written by suite.measure.accuracy.run_accuracy
+SIDECAR = "suite-accuracy.json"  # written by suite.stages.accuracy.run.run_accuracy
 MAX_LISTED_FLIPS = 20
 
 
@@ -462,7 +462,7 @@ def render_accuracy_md(
         out += [title + (" — SYNTHETIC data" if s.synthetic else ""), ""]
         if s.synthetic:
             out += [
-                "> **SYNTHETIC data**: template-generated problems in GSM8K's format (suite.gsm8k), not GSM8K. "
+                "> **SYNTHETIC data**: template-generated problems in GSM8K's format (suite.fixtures.gsm8k), not GSM8K. "
                 "These numbers only show the pipeline works; they say nothing about GSM8K accuracy.",
                 "",
             ]

@@ -1,7 +1,7 @@
 """In-server router-gate probe: a vLLM general plugin that records which GateLinear path ran per batch size.
 
 vLLM loads every ``vllm.general_plugins`` entry point in each of its processes (API server, engine core,
-workers) before the model is built. ``suite.measure.probe`` copies this package, self-contained (stdlib,
+workers) before the model is built. ``suite.stages.probe.run`` copies this package, self-contained (stdlib,
 torch and vLLM only; nothing from ``suite``), into a directory with a ``suite_gate_probe-*.dist-info``
 whose entry point names :func:`register`, and puts that directory on the server's PYTHONPATH.
 

@@ -2,7 +2,7 @@
 
 Run it as a standalone script in its own process, with the arm's vLLM tree first on ``PYTHONPATH``::
 
-    python -m suite.measure.kernel --json OUT.json --hidden 2816 --experts 128 --m 1,2,4,8,16,32
+    python -m suite.stages.kernel.bench --json OUT.json --hidden 2816 --experts 128 --m 1,2,4,8,16,32
 
 What it does, per process (one arm):
 
@@ -671,7 +671,7 @@ def parse_m_list(text: str) -> tuple[int, ...]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m suite.measure.kernel", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m suite.stages.kernel.bench", description=__doc__.split("\n")[0])
     p.add_argument("--json", required=True, help="where to write the result (atomically)")
     p.add_argument("--arm", default=None, help="arm label stored in the result")
     p.add_argument("--hidden", type=int, default=2816)

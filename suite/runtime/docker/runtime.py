@@ -1,4 +1,4 @@
-"""Docker runtime: each arm's vLLM server runs in its own image (built on demand by suite.images).
+"""Docker runtime: each arm's vLLM server runs in its own image (built on demand by suite.runtime.docker.images).
 
 The container gets the vendor's run flags (CUDA: --gpus, --ipc=host; ROCm: /dev/kfd, /dev/dri, video and
 render groups, --ipc=host, SYS_PTRACE, seccomp=unconfined; CPU: none), the HF cache as a volume, the arm's
@@ -341,7 +341,7 @@ def _remove_leftovers() -> None:
     """Last resort (an exception path that skipped __exit__): remove the containers this process started."""
     if not _LIVE:
         return
-    from suite.images import docker_client
+    from suite.runtime.docker.images import docker_client
 
     client = docker_client(required=False)
     if client is not None:
@@ -364,14 +364,14 @@ class DockerRuntime:
     @property
     def client(self) -> Any:
         if self._client is None:
-            from suite.images import docker_client
+            from suite.runtime.docker.images import docker_client
 
             self._client = docker_client(required=True)
         return self._client
 
     def prepare_arm(self, arm: str, spec: ArmSpec) -> ArmEnv:
         """The arm's image: `image:` as given, else the content-tagged image (built here when missing)."""
-        from suite.images import build_image, image_patches, plan_image, resolve_digest
+        from suite.runtime.docker.images import build_image, image_patches, plan_image, resolve_digest
 
         if spec.image:
             return self._given_image(arm, spec)
@@ -392,8 +392,8 @@ class DockerRuntime:
     def _given_image(self, arm: str, spec: ArmSpec) -> ArmEnv:
         from docker.errors import DockerException
 
-        from suite.images import image_patches
         from suite.patches import patch_fingerprint
+        from suite.runtime.docker.images import image_patches
 
         try:
             image = self.client.images.get(spec.image)

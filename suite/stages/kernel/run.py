@@ -1,6 +1,6 @@
 """The `kernel:` block of a matrix: the router-gate microbenchmark run in each arm's own environment.
 
-Each arm's job runs `python -m suite.measure.kernel` as a subprocess with the arm's (patched) vLLM first on
+Each arm's job runs `python -m suite.stages.kernel.bench` as a subprocess with the arm's (patched) vLLM first on
 PYTHONPATH and its own compile caches, so the gate is timed exactly as that arm's vLLM dispatches it.
 """
 
@@ -11,14 +11,14 @@ import sys
 from typing import Any
 
 from suite.errors import SuiteError
-from suite.kernel_report import render_kernel_md
 from suite.runtime.base import read_tail
+from suite.stages.kernel.summary import render_kernel_md
 from suite.store import read_json
 
 
 def kernel_command(params: dict[str, Any], out: str, arm: str) -> list[str]:
     return [
-        sys.executable, "-m", "suite.measure.kernel", "--json", out, "--arm", arm,
+        sys.executable, "-m", "suite.stages.kernel.bench", "--json", out, "--arm", arm,
         "--hidden", str(params["hidden"]), "--experts", str(params["experts"]),
         "--m", ",".join(str(m) for m in params["m"]), "--trace-m", str(params["trace_m"]),
         "--calls", str(params["iters"]), "--trials", str(params["trials"]),

@@ -1,0 +1,162 @@
+"""One way to run a tool: its own process group, a log file, a timeout that ends the whole group, and the
+log tail in the error when it fails.
+
+Every long-running tool the suite starts (`vllm serve`, `vllm bench serve|latency`, lm-eval, the kernel
+timer, `docker build`) goes through here, so a timeout, Ctrl-C or a dead `suite` never leaves an engine
+process behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from suite.errors import SuiteError
+
+STOP_GRACE_S = 10.0
+
+
+def read_tail(path: Path, n: int = 40, redact: list[str] | None = None) -> str:
+    """The last n lines of a log (read from its last 64 KiB), secrets replaced."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, 2)
+            size = fh.tell()
+            fh.seek(max(0, size - 64 * 1024))
+            lines = fh.read().decode(errors="replace").splitlines()[-n:]
+    except OSError:
+        return "(no log)"
+    text = "\n".join(lines)
+    for s in redact or []:
+        if s:
+            text = text.replace(s, "<redacted>")
+    return text
+
+
+def parent_death_hook():
+    """Linux: a preexec hook so the child gets SIGTERM when `suite` itself dies (kill -9, OOM killer);
+    otherwise a tool in its own session would outlive it and hold the GPU. prctl is resolved here, in the
+    parent, so the hook in the child only makes one libc call."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def hook() -> None:
+        prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG (fires when the parent *thread* ends: start from main)
+        if os.getppid() != parent:  # the parent died before prctl: do not start orphaned
+            os._exit(1)
+
+    return hook
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes of a process group, read from /proc."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            members.append(int(stat.parent.name))
+    return members
+
+
+def wait_group_gone(pgid: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if not group_members(pgid):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.2)
+
+
+def stop_group(proc: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> bool:
+    """SIGTERM to the whole process group of ``proc`` (a session leader), SIGKILL after ``grace_s``; True
+    when every member is gone."""
+    for sig, grace in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return True
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=max(grace, 0.1))
+        if wait_group_gone(proc.pid, max(grace, 2.0)):
+            return True
+    return False
+
+
+def start(cmd: list[str], *, env: dict[str, str] | None, log_path: Path, cwd: Path | None = None,
+          header: str | None = None, stdin: int | None = subprocess.DEVNULL,
+          stdout: int | None = None) -> subprocess.Popen:
+    """Start ``cmd`` in a new session with its output appended to ``log_path`` (``header`` written first).
+    ``stdout=subprocess.PIPE`` keeps stdout for a protocol and sends only stderr to the log."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        if header:
+            log.write(header.encode())
+            log.flush()
+        try:
+            return subprocess.Popen(cmd, env=env, cwd=cwd, stdin=stdin,
+                                    stdout=log if stdout is None else stdout, stderr=log,
+                                    start_new_session=True, preexec_fn=parent_death_hook())
+        except OSError as exc:
+            raise SuiteError(f"cannot start {cmd[0]}: {exc}\n  command: {shlex.join(cmd)}") from None
+
+
+def failure(what: str, why: str, cmd: list[str], log_path: Path, tail: int = 20) -> SuiteError:
+    """The error every failed tool raises: what failed and why, the command, the log tail."""
+    return SuiteError(f"{what} {why}\n  command: {shlex.join(cmd)}\n  log: {log_path}\n--- log tail ---\n"
+                      f"{read_tail(log_path, tail)}")
+
+
+def run_tool(cmd: list[str], *, env: dict[str, str] | None, log_path: Path, timeout_s: float | None, what: str,
+             cwd: Path | None = None, header: str | None = None) -> float:
+    """Run a tool to completion in its own process group; return its wall time in seconds.
+
+    On a timeout or an interrupt (Ctrl-C, SIGTERM turned into KeyboardInterrupt) the whole group is ended;
+    engine processes that outlive a finished tool are ended too. A non-zero exit raises `failure`."""
+    t0 = time.monotonic()
+    proc = start(cmd, env=env, log_path=log_path, cwd=cwd, header=header)
+    try:
+        code = proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        stop_group(proc)
+        raise failure(what, f"timed out after {timeout_s:.0f} s", cmd, log_path) from None
+    except BaseException:
+        stop_group(proc)
+        raise
+    finally:
+        stop_group(proc, grace_s=0.0)
+    if code != 0:
+        raise failure(what, f"failed (exit status {code})", cmd, log_path)
+    return time.monotonic() - t0
+
+
+@contextlib.contextmanager
+def signals_as_interrupt() -> Iterator[None]:
+    """SIGTERM/SIGHUP behave like Ctrl-C, so context managers stop servers on the way out."""
+
+    def handler(signum, frame):  # noqa: ARG001
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
