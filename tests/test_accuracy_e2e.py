@@ -34,8 +34,9 @@ from scipy.stats import binomtest
 from suite.fixtures.gsm8k import write_synthetic_gsm8k
 from suite.matrix import AccuracySpec
 from suite.stages.accuracy.equivalence import run_equivalence
+from suite.stages.accuracy.read import summarize_accuracy, summarize_equivalence
 from suite.stages.accuracy.run import SIDECAR, run_accuracy
-from suite.stages.accuracy.summary import render_accuracy_md, summarize_accuracy, summarize_equivalence
+from suite.stages.accuracy.summary import render_accuracy_md
 
 pytestmark = pytest.mark.e2e
 

@@ -9,15 +9,14 @@ import pytest
 
 from suite.errors import SuiteError
 from suite.matrix import AccuracySpec
-from suite.stages.accuracy.summary import (
+from suite.stages.accuracy.read import (
     first_divergence,
     mcnemar_exact_p,
     mean_stderr,
-    render_accuracy_md,
-    report_section,
     summarize_accuracy,
     summarize_equivalence,
 )
+from suite.stages.accuracy.summary import render_accuracy_md, report_section
 
 STAMP = "2026-11-29T10-00-00.000000"
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, run_suite
+from tests.conftest import run_suite
 
 DEAD_DOCKER = "unix:///nonexistent/docker.sock"
 
@@ -122,8 +122,6 @@ serve:
 """
 
 
-@pytest.mark.skipif(not (REPO / "suite" / "runtime" / "docker.py").is_file(),
-                    reason="suite.runtime.docker is not written yet (the doctor's docker check is tested above)")
 def test_run_on_docker_runtime_without_an_engine_is_a_clear_error(tmp_path):
     matrix = tmp_path / "m.yaml"
     matrix.write_text(DOCKER_MATRIX)

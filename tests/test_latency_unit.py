@@ -12,15 +12,15 @@ import pytest
 
 from suite.errors import SuiteError
 from suite.report import load_run
+from suite.stages.latency.read import quantile
 from suite.stages.latency.run import (
     PROMPT_ID_BOUND,
     check_vocab,
     engine_flags,
     latency_command,
-    quantile,
-    report_section,
     split_engine_args,
 )
+from suite.stages.latency.summary import report_section
 from suite.store import atomic_write_json
 
 

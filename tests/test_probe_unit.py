@@ -11,18 +11,17 @@ import pytest
 
 from suite.report import RunData
 from suite.stages.probe.plugin import BUCKET_LABELS, bucket
+from suite.stages.probe.read import FROZEN, NOT_EXERCISED
 from suite.stages.probe.run import (
-    FROZEN,
-    NOT_EXERCISED,
     PLUGIN_NAME,
     diff_counts,
     install_probe_site,
     merge_counts,
     merge_processes,
-    report_section,
     request_plan,
     summarize,
 )
+from suite.stages.probe.summary import report_section
 
 TIER6 = "F.linear (tier 6: ReplicatedLinear) > dispatch_unquantized_gemm->cpu_unquantized_gemm"
 

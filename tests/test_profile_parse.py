@@ -10,15 +10,8 @@ from pathlib import Path
 import pytest
 
 from suite.errors import SuiteError
-from suite.stages.profile.run import (
-    OTHER,
-    parse_trace,
-    profiler_args,
-    step_kind,
-    summarize,
-    wait_for_traces,
-    worker_traces,
-)
+from suite.stages.profile.read import OTHER, parse_trace, step_kind, summarize, worker_traces
+from suite.stages.profile.run import profiler_args, wait_for_traces
 
 DATA = Path(__file__).parent / "data" / "profile"
 CPU_TRACE = DATA / "vllm-cpu-gate-delay.pt.trace.json.gz"

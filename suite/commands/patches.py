@@ -58,9 +58,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     ap = sub.add_parser(
         "apply", help="apply patch sets to the vllm/ package under --target (strict, all or nothing)"
     )
-    ap.add_argument("names", nargs="*", metavar="NAME", help="sets to apply forward, in order")
     ap.add_argument(
-        "--reverse", action="append", default=[], metavar="NAME", help="set to apply in reverse (repeatable)"
+        "names", nargs="*", metavar="NAME",
+        help="sets to apply forward, in order; a path ending in .diff/.patch (or holding a '/') is a diff file",
+    )
+    ap.add_argument(
+        "--reverse", action="append", default=[], metavar="NAME",
+        help="set (or diff file) to apply in reverse, after the forward ones (repeatable)",
     )
     ap.add_argument(
         "--target", type=Path, required=True, help="directory holding vllm/ (site-packages or overlay)"

@@ -12,8 +12,6 @@ from typing import Any
 
 from suite.errors import SuiteError
 from suite.runtime.base import read_tail
-from suite.stages.kernel.summary import render_kernel_md
-from suite.store import read_json
 
 
 def kernel_command(params: dict[str, Any], out: str, arm: str) -> list[str]:
@@ -44,15 +42,3 @@ def execute(ctx: Any, job: Any, server: Any) -> dict[str, Any]:  # noqa: ARG001 
     return {"command": cmd}
 
 
-def report_section(run: Any) -> str:
-    results: dict[str, Any] = {}
-    for rec in run.records:
-        job = rec["job"]
-        if job["kind"] != "kernel" or rec.get("status") != "ok":
-            continue
-        path = run.root / job["arm"] / "kernel" / job["point"] / f"rep-{job['repeat']}.json"
-        if path.is_file():
-            results[job["arm"]] = read_json(path)
-    if not results or run.baseline not in results:
-        return ""
-    return "## Router-gate kernel (guard-free torch.compile, per arm)\n\n" + render_kernel_md(results, run.baseline)

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from suite.store import read_json
+
 
 def _fmt_us(r: Mapping[str, Any]) -> str:
     return f"{r['median_us']:.2f} [{r['p10_us']:.2f}–{r['p90_us']:.2f}]"
@@ -154,3 +156,17 @@ def render_kernel_text(results_by_arm: Mapping[str, Mapping[str, Any]], baseline
         )
         lines.append("  ".join(parts) + f"   | {paths}")
     return "\n".join(lines)
+
+
+def report_section(run: Any) -> str:
+    results: dict[str, Any] = {}
+    for rec in run.records:
+        job = rec["job"]
+        if job["kind"] != "kernel" or rec.get("status") != "ok":
+            continue
+        path = run.root / job["arm"] / "kernel" / job["point"] / f"rep-{job['repeat']}.json"
+        if path.is_file():
+            results[job["arm"]] = read_json(path)
+    if not results or run.baseline not in results:
+        return ""
+    return "## Router-gate kernel (guard-free torch.compile, per arm)\n\n" + render_kernel_md(results, run.baseline)
