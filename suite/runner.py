@@ -8,12 +8,9 @@ the session goes on; Ctrl-C / SIGTERM stop the servers, mark the manifest interr
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
-import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +22,14 @@ from suite import REPO_ROOT
 from suite.errors import ServerError, SuiteError
 from suite.matrix import Matrix, load_matrix
 from suite.plan import Job, Plan, Session, build_plan, format_plan
-from suite.runtime.base import ArmEnv, free_port, port_in_use
+from suite.proc import signals_as_interrupt
+from suite.runtime.base import ArmEnv, Runtime, Server, free_port, port_in_use
+from suite.runtime.docker.runtime import DockerRuntime
+from suite.runtime.local import LocalRuntime
+from suite.runtime.slurm.runtime import SlurmRuntime
+from suite.stages.base import JobEnv, SessionEnv, SessionScope
+from suite.stages.registry import STAGES
+from suite.stages.serve.run import serve_command
 from suite.store import (
     RunStore,
     atomic_write_json,
@@ -36,20 +40,18 @@ from suite.store import (
     utc_now,
 )
 
+RUNTIMES: dict[str, type] = {"local": LocalRuntime, "docker": DockerRuntime, "slurm": SlurmRuntime}
+
 
 @dataclass
 class RunContext:
     matrix: Matrix
     plan: Plan
     store: RunStore
-    runtime: Any
+    runtime: Runtime
     arm_envs: dict[str, ArmEnv]
     console: Console
     secrets: list[str] = field(default_factory=list)
-
-    @property
-    def tokenizer(self) -> str:
-        return self.matrix.model.tokenizer or self.matrix.model.id
 
     def client_env(self) -> dict[str, str]:
         """Environment of client tools (bench, lm-eval): the installed vLLM, never an arm's overlay."""
@@ -62,21 +64,11 @@ class RunContext:
         return env
 
 
-def make_runtime(matrix: Matrix, cache_root: Path) -> Any:
-    kind = matrix.runtime.kind
-    if kind == "local":
-        from suite.runtime.local import LocalRuntime
-
-        return LocalRuntime(matrix, cache_root)
-    if kind == "docker":
-        from suite.runtime.docker.runtime import DockerRuntime
-
-        return DockerRuntime(matrix, cache_root)
-    if kind == "slurm":
-        from suite.runtime.slurm.runtime import SlurmRuntime
-
-        return SlurmRuntime(matrix, cache_root)
-    raise SuiteError(f"unknown runtime {kind!r}")
+def make_runtime(matrix: Matrix, cache_root: Path) -> Runtime:
+    try:
+        return RUNTIMES[matrix.runtime.kind](matrix, cache_root)
+    except KeyError:
+        raise SuiteError(f"unknown runtime {matrix.runtime.kind!r}") from None
 
 
 def server_argv_tail(matrix: Matrix, arm: str, plan: Plan, port: int, extra: list[str] | None = None) -> list[str]:
@@ -85,120 +77,53 @@ def server_argv_tail(matrix: Matrix, arm: str, plan: Plan, port: int, extra: lis
             "--max-model-len", str(m.max_model_len), *matrix.serve_args, *plan.arms[arm].serve_args, *(extra or [])]
 
 
-# ---------------------------------------------------------------------------------------- job executors
+# ---------------------------------------------------------------------------------------- jobs
 
 
-def _serve(ctx: RunContext, job: Job, server: Any) -> dict[str, Any]:
-    from suite.runtime.local import vllm_executable
-    from suite.stages.serve.run import run_serve, serve_command
+@dataclass(frozen=True)
+class ServerView:
+    """The session's server as a stage sees it (suite.stages.base.ServerHandle)."""
 
-    reset = server.reset_prefix_cache()
-    result = ctx.store.result_path(job)
-    cmd = serve_command(vllm=vllm_executable(), base_url=server.base_url, served_name=ctx.matrix.model.name,
-                        tokenizer=ctx.tokenizer, params=job.params, result_dir=result.parent,
-                        result_filename=f".{result.name}.partial",
-                        metadata={"arm": job.arm, "point": job.point, "repeat": str(job.repeat)})
-    run_serve(cmd, result_path=result, log_path=ctx.store.log_path(job), env=ctx.client_env(),
-              timeout_s=max(600.0, 10.0 * job.params["num_prompts"] * job.params["osl"] / 8))
-    raw = json.loads(result.read_text())
-    if not raw.get("completed"):  # the tool exits 0 even when every request failed (e.g. the server died)
-        raise SuiteError(f"`vllm bench serve` completed no request ({raw.get('failed')} failed); raw output "
-                         f"kept in {result.name}\n  command: {' '.join(cmd)}")
-    return {"command": cmd, "prefix_cache_reset": reset}
+    server: Server
 
+    @property
+    def base_url(self) -> str:
+        return self.server.base_url
 
-def _accuracy_spec(ctx: RunContext, job: Job) -> Any:
-    from suite.matrix import AccuracySpec
+    @property
+    def argv(self) -> list[str]:
+        return self.server.spec.argv
 
-    spec = AccuracySpec.model_validate(job.params)
-    if spec.dataset == "synthetic":
-        from suite.fixtures.gsm8k import write_synthetic_gsm8k
+    @property
+    def env(self) -> dict[str, str]:
+        return self.server.spec.env
 
-        data = ctx.store.root / "data" / "gsm8k-synthetic"
-        if not (data / "test.jsonl").is_file():
-            write_synthetic_gsm8k(data, n_test=spec.limit or 50, seed=spec.seed)
-        spec = spec.model_copy(update={"dataset": str(data)})
-    return spec
+    def reset_prefix_cache(self) -> bool:
+        return self.server.reset_prefix_cache()
 
 
-def _accuracy(ctx: RunContext, job: Job, server: Any) -> dict[str, Any]:
-    from suite.stages.accuracy.run import run_accuracy
-
-    out = ctx.store.result_path(job)
-    run_accuracy(base_url=server.base_url, served_name=ctx.matrix.model.name, tokenizer=ctx.tokenizer,
-                 spec=_accuracy_spec(ctx, job), out_dir=out, log_path=ctx.store.log_path(job),
-                 env=ctx.client_env())
-    return {}
-
-
-def _equivalence(ctx: RunContext, job: Job, server: Any) -> dict[str, Any]:
-    from suite.stages.accuracy.equivalence import run_equivalence
-
-    spec = _accuracy_spec(ctx, job)
-    run_equivalence(base_url=server.base_url, served_name=ctx.matrix.model.name,
-                    n_prompts=spec.equivalence_prompts, max_tokens=spec.equivalence_max_tokens,
-                    out_path=ctx.store.result_path(job), seed=spec.seed)
-    return {}
+def job_env(ctx: RunContext, job: Job, server: Server | None, scope: SessionScope) -> JobEnv:
+    arm_env, arm_spec = ctx.arm_envs[job.arm], ctx.plan.arms[job.arm]
+    offline = server is None
+    return JobEnv(
+        job=job, model=ctx.matrix.model, serve_args=[*ctx.matrix.serve_args, *arm_spec.serve_args],
+        result=ctx.store.result_path(job), log=ctx.store.log_path(job), run_root=ctx.store.root,
+        arm_env=(ctx.runtime.tool_env(arm_env, ctx.store.cache_dir(job.arm)) | arm_spec.env) if offline else {},
+        wrap=lambda argv: ctx.runtime.tool_argv(arm_env, argv), vllm_root=arm_env.pythonpath,
+        client_env=ctx.client_env(), vllm="vllm", client_argv=lambda argv: ctx.runtime.client_argv(arm_env, argv),
+        server=None if offline else ServerView(server), scope=scope,
+        session_dir=ctx.store.session_dir(job.arm, job.kind, job.session))
 
 
-EXECUTORS: dict[str, Callable[[RunContext, Job, Any], dict[str, Any]] | str] = {
-    "serve": _serve,
-    "accuracy": _accuracy,
-    "equivalence": _equivalence,
-    # stage modules, imported when a plan has such jobs: "module:function(ctx, job, server) -> record fields"
-    "latency": "suite.stages.latency.run:execute",
-    "kernel": "suite.stages.kernel.run:execute",
-    "profile": "suite.stages.profile.run:execute",
-    "probe": "suite.stages.probe.run:execute",
-}
-
-
-def executor_for(kind: str) -> Callable[[RunContext, Job, Any], dict[str, Any]] | None:
-    fn = EXECUTORS.get(kind)
-    if isinstance(fn, str):
-        import importlib
-
-        module, name = fn.split(":")
-        fn = getattr(importlib.import_module(module), name)
-        EXECUTORS[kind] = fn
-    return fn
-
-
-def register_executor(kind: str, fn: Callable[[RunContext, Job, Any], dict[str, Any]]) -> None:
-    EXECUTORS[kind] = fn
-
-
-# ---------------------------------------------------------------------------------------- sessions
-
-
-class _Interrupted(Exception):
-    pass
-
-
-@contextlib.contextmanager
-def _signals_as_interrupt() -> Iterator[None]:
-    """SIGTERM/SIGHUP behave like Ctrl-C, so context managers stop servers on the way out."""
-
-    def handler(signum, frame):  # noqa: ARG001
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-
-
-def _run_job(ctx: RunContext, job: Job, server: Any) -> bool:
-    execute = executor_for(job.kind)
+def _run_job(ctx: RunContext, job: Job, server: Server | None, scope: SessionScope) -> bool:
     started = utc_now()
     t0 = time.monotonic()
-    if execute is None:
-        ctx.store.write_record(job, "failed", started=started, error=f"no executor for job kind {job.kind!r}")
+    stage = STAGES.get(job.kind)
+    if stage is None:
+        ctx.store.write_record(job, "failed", started=started, error=f"no stage for job kind {job.kind!r}")
         return False
     try:
-        extra = execute(ctx, job, server)
+        extra = stage.execute(job_env(ctx, job, server, scope))
         if server is not None and not server.alive():
             raise ServerError("the server died during the job; its output is kept but not used")
     except SuiteError as exc:
@@ -213,6 +138,9 @@ def _run_job(ctx: RunContext, job: Job, server: Any) -> bool:
     return True
 
 
+# ---------------------------------------------------------------------------------------- sessions
+
+
 def _pick_port(ctx: RunContext) -> int:
     port = ctx.matrix.runtime.port
     if port == 0:
@@ -225,21 +153,28 @@ def _pick_port(ctx: RunContext) -> int:
 
 def _start_server(ctx: RunContext, session: Session, attempt: int) -> Any:
     port = _pick_port(ctx)
-    extra_args: list[str] = []
-    if any(j.kind == "profile" for j in session.jobs):
-        from suite.stages.profile.run import profiler_args
-
-        extra_args = profiler_args(ctx.store.arm_dir(session.arm) / "profile" / f"session-{session.index}")
     arm_spec = ctx.plan.arms[session.arm]
     extra_env = {**ctx.matrix.env, **arm_spec.env}
-    if any(j.kind == "probe" for j in session.jobs):  # the in-server gate probe (suite.stages.probe.run)
-        from suite.stages.probe.run import probe_server_env
-
-        extra_env.update(probe_server_env(ctx, session.arm, extra_env))
+    cache_dir = ctx.store.cache_dir(session.arm)
+    pending = [j for j in session.jobs if not ctx.store.is_done(j)]
+    extra_args: list[str] = []
+    for kind in dict.fromkeys(j.kind for j in pending):  # stages shape the server of their session
+        hooks = STAGES[kind] if kind in STAGES else None
+        if hooks is None or not (hooks.server_args or hooks.server_env):
+            continue
+        senv = SessionEnv(arm=session.arm, index=session.index, runtime=ctx.runtime.kind,
+                          arm_dir=ctx.store.arm_dir(session.arm),
+                          session_dir=ctx.store.session_dir(session.arm, kind, session.index),
+                          base_env=ctx.runtime.arm_vars(ctx.arm_envs[session.arm], cache_dir) | extra_env,
+                          pending=[j for j in pending if j.kind == kind])
+        if hooks.server_args:
+            extra_args += hooks.server_args(senv)
+        if hooks.server_env:
+            extra_env.update(hooks.server_env(senv))
     spec = ctx.runtime.server_spec(
         ctx.arm_envs[session.arm],
         argv_tail=server_argv_tail(ctx.matrix, session.arm, ctx.plan, port, extra_args),
-        extra_env=extra_env, cache_dir=ctx.store.cache_dir(session.arm),
+        extra_env=extra_env, cache_dir=cache_dir,
         log_path=ctx.store.server_log(session.arm, session.index, attempt), port=port, redact=ctx.secrets)
     server = ctx.runtime.server(spec)
     started, t0 = utc_now(), time.monotonic()
@@ -265,10 +200,12 @@ def _fail_all(ctx: RunContext, jobs: list[Job], error: str) -> None:
 
 
 def run_session(ctx: RunContext, session: Session, pending: list[Job], advance: Callable[[], None]) -> None:
+    scope = SessionScope()
     if not session.needs_server:
-        for job in pending:
-            _run_job(ctx, job, None)
-            advance()
+        with scope.open():
+            for job in pending:
+                _run_job(ctx, job, None, scope)
+                advance()
         return
     restarts_left = ctx.matrix.runtime.max_restarts
     attempt = 0
@@ -277,6 +214,7 @@ def run_session(ctx: RunContext, session: Session, pending: list[Job], advance: 
         for i, job in enumerate(pending):
             if server is None or not server.alive():
                 if server is not None:
+                    scope.close()
                     server.__exit__(None, None, None)
                     server = None
                     if restarts_left == 0:
@@ -293,9 +231,10 @@ def run_session(ctx: RunContext, session: Session, pending: list[Job], advance: 
                     ctx.console.print(f"[red]{str(exc).splitlines()[0]}[/red]")
                     ctx.console.print(_error_brief(str(exc)), markup=False, highlight=False)
                     return
-            _run_job(ctx, job, server)
+            _run_job(ctx, job, server, scope)
             advance()
     finally:
+        scope.close()
         if server is not None:
             server.__exit__(None, None, None)
 
@@ -327,28 +266,22 @@ def prepare(matrix_path: Path, out_base: Path, resume: Path | None, console: Con
         runtime=matrix.runtime.kind,
         arms={a: {"vllm_version": e.vllm_version, "image": e.image, "patches": e.patches,
                   "env": redact_env({**matrix.env, **plan.arms[a].env}),
-                  **(runtime.arm_info(a) if hasattr(runtime, "arm_info") else {})} for a, e in arm_envs.items()},
+                  **runtime.arm_info(a)} for a, e in arm_envs.items()},
     )
     return RunContext(matrix=matrix, plan=plan, store=store, runtime=runtime, arm_envs=arm_envs,
                       console=console, secrets=secret_values())
 
 
 def job_counts(ctx: RunContext) -> dict[str, int]:
-    counts = {"ok": 0, "failed": 0, "missing": 0}
-    for job in ctx.plan.jobs:
-        rec = ctx.store.record(job)
-        if rec is None or rec.get("hash") != job.hash:
-            counts["missing"] += 1
-        else:
-            counts["ok" if rec.get("status") == "ok" else "failed"] += 1
-    return counts
+    return ctx.store.job_counts(ctx.plan)
 
 
 def execute(ctx: RunContext) -> dict[str, int]:
-    if ctx.matrix.runtime.kind == "slurm":  # sessions become sbatch jobs; see suite.runtime.slurm.driver
-        from suite.runtime.slurm.driver import execute_slurm
+    """Run every pending job; the runtime decides where sessions run (here, or as Slurm batch jobs)."""
+    return ctx.runtime.execute(ctx, lambda: execute_here(ctx))
 
-        return execute_slurm(ctx)
+
+def execute_here(ctx: RunContext) -> dict[str, int]:
     todo = [(s, [j for j in s.jobs if not ctx.store.is_done(j)]) for s in ctx.plan.sessions]
     total = sum(len(p) for _, p in todo)
     skipped = len(ctx.plan.jobs) - total
@@ -363,7 +296,7 @@ def execute(ctx: RunContext) -> dict[str, int]:
 
     status = "complete"
     try:
-        with _signals_as_interrupt(), Progress(
+        with signals_as_interrupt(), Progress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
             console=ctx.console, transient=False,
         ) as progress:
@@ -386,8 +319,6 @@ def execute(ctx: RunContext) -> dict[str, int]:
 
 def dry_run(matrix_path: Path) -> str:
     """The plan, then the exact server and client command lines (port and paths shown as placeholders)."""
-    from suite.stages.serve.run import serve_command
-
     matrix = load_matrix(matrix_path)
     plan = build_plan(matrix)
     lines = [format_plan(plan), "", f"commands (runtime {matrix.runtime.kind}; PORT is picked at start):"]

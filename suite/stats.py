@@ -10,7 +10,12 @@ estimate, interval and p-value all come from the same log-scale t statistic, so 
 
 Errors stay errors: malformed input (empty, NaN/inf, negative, unequal paired lengths, bad confidence)
 raises ``ValueError``. A comparison that is well formed but cannot support a verdict (one repeat, zero
-values, no spread, huge spread) returns verdict ``unreliable`` with the reason, never "better"/"worse".
+values, no spread, huge spread, an interval wider than a factor of 2 either way) returns verdict
+``unreliable`` with the reason, never "better"/"worse"; an interval that wide is not returned as numbers.
+
+Accuracy: per-question pairing, exact McNemar, Tango's score interval on the paired difference and an
+accuracy gate (PASS / FAIL / INCONCLUSIVE / UNINFORMATIVE). The primary test of a candidate (composite,
+sequential) lives in ``suite.verdict``.
 """
 
 from __future__ import annotations
@@ -20,12 +25,16 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from scipy.special import stdtr, stdtrit
+from scipy.optimize import brentq
+from scipy.special import ndtri, stdtr, stdtrit
 from scipy.stats import binomtest
 
 POWER = 0.80  # power used for the minimum detectable effect
 MAX_CV = 0.50  # default: above this coefficient of variation an arm's repeats are "unreliable"
 ZERO_SE = 1e-12  # a log-scale standard error below this is rounding noise: no spread
+# an interval whose half-width on the log scale exceeds this (a factor of 2 either way: below -50 % or above
+# +100 %) says nothing a reader can use: the comparison is "unreliable" and the interval is not returned
+MAX_HALF_WIDTH_LOG = math.log(2)
 
 
 # --------------------------------------------------------------------------- metric registry
@@ -131,7 +140,7 @@ class Comparison:
 
 
 def _pct(log_ratio: float) -> float:
-    return 100.0 * math.expm1(log_ratio)
+    return 100.0 * math.expm1(log_ratio) if log_ratio < 700 else math.inf
 
 
 def _mean_var(xs: Sequence[float]) -> tuple[float, float]:
@@ -163,11 +172,14 @@ def compare(
     confidence: float = 0.95,
     paired: bool = False,
     max_cv: float = MAX_CV,
+    max_half_width_log: float = MAX_HALF_WIDTH_LOG,
 ) -> Comparison:
     """Compare repeats of one metric at one point: Δ% of candidate vs baseline with an interval and a verdict.
 
     ``paired=True``: ``baseline[i]`` and ``candidate[i]`` were measured together (one ABBA round); the test
-    uses per-pair log ratios, which cancels drift between rounds.
+    uses per-pair log ratios, which cancels drift between rounds. An interval whose log-scale half-width
+    exceeds ``max_half_width_log`` (default log 2) makes the comparison ``unreliable``; its interval and
+    minimum detectable effect are then None (the reason gives the width), Δ and p stay.
     """
     b = _check_values(baseline, "baseline")
     c = _check_values(candidate, "candidate")
@@ -175,6 +187,8 @@ def compare(
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
     if noise_floor_pct is not None and not (math.isfinite(noise_floor_pct) and noise_floor_pct >= 0):
         raise ValueError(f"noise_floor_pct must be finite and >= 0, got {noise_floor_pct}")
+    if not max_half_width_log > 0:
+        raise ValueError(f"max_half_width_log must be > 0, got {max_half_width_log}")
     if min(b + c) < 0:
         raise ValueError("negative values: throughputs and latencies cannot be negative")
     if paired and len(b) != len(c):
@@ -216,20 +230,32 @@ def compare(
         return unreliable("no spread across repeats (identical values): interval undefined", **point)
     tcrit = float(stdtrit(df, 0.5 + confidence / 2))
     p_value = float(2 * stdtr(df, -abs(d) / se))
+    if not all(math.isfinite(v) for v in (d, se, tcrit, p_value)):
+        return unreliable(f"non-finite statistics (Δlog {d}, SE {se}, t {tcrit}, p {p_value})", **point)
+
+    summaries = (("baseline", base["baseline"]), ("candidate", base["candidate"]))
+    noisy = [f"{name} CV {s.cv:.0%}" for name, s in summaries if s.cv is not None and s.cv > max_cv]
+    half_width = tcrit * se
+    if half_width > max_half_width_log:
+        spread = f" ({', '.join(noisy)})" if noisy else ""
+        return unreliable(
+            f"{confidence:.0%} interval spans ×/÷ {math.exp(half_width):.3g}, wider than "
+            f"×/÷ {math.exp(max_half_width_log):.3g}{spread}: too wide to show",
+            p_value=p_value,
+            df=df,
+            **point,
+        )
     mde_log = (tcrit + float(stdtrit(df, POWER))) * se
     stats = dict(
-        ci_low_pct=_pct(d - tcrit * se),
-        ci_high_pct=_pct(d + tcrit * se),
+        ci_low_pct=_pct(d - half_width),
+        ci_high_pct=_pct(d + half_width),
         p_value=p_value,
         df=df,
         min_detectable_effect_pct=_pct(mde_log),
         **point,
     )
     if not all(math.isfinite(v) for v in stats.values()):
-        return unreliable(f"non-finite statistics {stats}", **point)
-
-    summaries = (("baseline", base["baseline"]), ("candidate", base["candidate"]))
-    noisy = [f"{name} CV {s.cv:.0%}" for name, s in summaries if s.cv is not None and s.cv > max_cv]
+        return unreliable("non-finite interval", p_value=p_value, df=df, **point)
     if noisy:
         return unreliable(f"{', '.join(noisy)} > {max_cv:.0%}: spread too large for an interval", **stats)
 
@@ -308,13 +334,55 @@ class PairedAccuracy:
     flipped_to_correct: int  # wrong in baseline, right in candidate
     flipped_to_wrong: int  # right in baseline, wrong in candidate
     p_value: float  # exact McNemar
+    delta_ci_low: float  # Tango's score interval on delta (fractions, like delta)
+    delta_ci_high: float
+    confidence: float
 
 
 def _stderr(xs: Sequence[float]) -> float:
     return math.sqrt(_mean_var(xs)[1] / len(xs)) if len(xs) > 1 else 0.0
 
 
-def paired_accuracy(base: Mapping[Hashable, bool], cand: Mapping[Hashable, bool]) -> PairedAccuracy:
+def paired_difference_interval(
+    up: int, down: int, n: int, *, confidence: float = 0.95
+) -> tuple[float, float]:
+    """Tango's (1998) asymptotic score interval for a difference of paired proportions, (up - down) / n.
+
+    ``up``: questions only the candidate answers right; ``down``: only the baseline; ``n``: all questions.
+    The score statistic T(D) = (up - down - nD) / sqrt(n (2 q(D) + D (1 - D))), q(D) the restricted maximum
+    likelihood estimate of P(down) given the difference D, is inverted: {D : |T(D)| <= z}. Unlike the Wald
+    interval (paired SE) it stays inside [-1, 1] and keeps a width when no question flips
+    (0 flips of n: ±z²/(n + z²)).
+    """
+    for name, v in (("up", up), ("down", down), ("n", n)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ValueError(f"{name} must be a count >= 0, got {v!r}")
+    if n == 0 or up + down > n:
+        raise ValueError(f"need n >= up + down and n > 0, got up={up}, down={down}, n={n}")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    z = float(ndtri(0.5 + confidence / 2))
+    est = (up - down) / n
+
+    def score(d: float) -> float:
+        w = -up - down + (2 * n - up + down) * d
+        q = (math.sqrt(max(w * w + 8 * n * down * d * (1 - d), 0.0)) - w) / (4 * n)
+        var, num = n * (2 * q + d * (1 - d)), up - down - n * d
+        if var > 0:
+            return num / math.sqrt(var)
+        return 0.0 if num == 0 else math.copysign(math.inf, num)
+
+    edge = 1e-12
+    lo = -1.0 if est <= -1 + edge or score(-1 + edge) <= z else brentq(
+        lambda d: score(d) - z, -1 + edge, est, xtol=1e-13)
+    hi = 1.0 if est >= 1 - edge or score(1 - edge) >= -z else brentq(
+        lambda d: score(d) + z, est, 1 - edge, xtol=1e-13)
+    return lo, hi
+
+
+def paired_accuracy(
+    base: Mapping[Hashable, bool], cand: Mapping[Hashable, bool], *, confidence: float = 0.95
+) -> PairedAccuracy:
     """Per-question paired accuracy; both arms must cover exactly the same questions."""
     if not base:
         raise ValueError("paired accuracy: no questions")
@@ -329,6 +397,7 @@ def paired_accuracy(base: Mapping[Hashable, bool], cand: Mapping[Hashable, bool]
     up = sum(1 for x, y in zip(xb, xc, strict=True) if y > x)
     down = sum(1 for x, y in zip(xb, xc, strict=True) if y < x)
     n = len(keys)
+    lo, hi = paired_difference_interval(up, down, n, confidence=confidence)
     return PairedAccuracy(
         n=n,
         acc_base=sum(xb) / n,
@@ -340,7 +409,57 @@ def paired_accuracy(base: Mapping[Hashable, bool], cand: Mapping[Hashable, bool]
         flipped_to_correct=up,
         flipped_to_wrong=down,
         p_value=mcnemar(up, down),
+        delta_ci_low=lo,
+        delta_ci_high=hi,
+        confidence=confidence,
     )
+
+
+class GateOutcome(StrEnum):
+    PASS = "PASS"
+    FAIL = "FAIL"
+    INCONCLUSIVE = "INCONCLUSIVE"
+    UNINFORMATIVE = "UNINFORMATIVE"
+
+
+def accuracy_gate(paired: PairedAccuracy, max_drop_pp: float) -> GateOutcome:
+    """Gate "the candidate loses at most ``max_drop_pp`` percentage points of accuracy", on the interval.
+
+    - UNINFORMATIVE: the baseline's accuracy is at most ``max_drop_pp`` (e.g. no arm answers anything
+      right): even losing every question the baseline gets right would not exceed the allowed drop, so no
+      result could FAIL and a PASS would say nothing;
+    - PASS: the interval's lower bound lies above -max_drop (a drop that large is excluded);
+    - FAIL: the interval's upper bound lies below -max_drop (the drop is larger, confidently);
+    - INCONCLUSIVE otherwise (the interval straddles -max_drop: more questions are needed).
+    """
+    if not (math.isfinite(max_drop_pp) and max_drop_pp >= 0):
+        raise ValueError(f"max_drop_pp must be finite and >= 0, got {max_drop_pp}")
+    drop = max_drop_pp / 100
+    if paired.acc_base <= drop:
+        return GateOutcome.UNINFORMATIVE
+    if paired.delta_ci_low > -drop:
+        return GateOutcome.PASS
+    if paired.delta_ci_high < -drop:
+        return GateOutcome.FAIL
+    return GateOutcome.INCONCLUSIVE
+
+
+def accuracy_gate_reason(paired: PairedAccuracy, max_drop_pp: float) -> str:
+    """One sentence on ``accuracy_gate``'s outcome, with the interval it used."""
+    outcome = accuracy_gate(paired, max_drop_pp)
+    pp = 100 * paired.delta
+    ci = f"[{100 * paired.delta_ci_low:+.1f}, {100 * paired.delta_ci_high:+.1f}] pp"
+    level = f"{paired.confidence:.0%}"
+    head = (f"{pp:+.1f} pp ({level} {ci}, {paired.flipped_to_wrong} lost, {paired.flipped_to_correct} gained "
+            f"of {paired.n})")
+    if outcome == GateOutcome.UNINFORMATIVE:
+        return (f"baseline accuracy {100 * paired.acc_base:.1f} % ≤ allowed drop {max_drop_pp:g} pp: "
+                f"no result could fail this gate")
+    if outcome == GateOutcome.PASS:
+        return f"{head}: a drop of {max_drop_pp:g} pp or more is excluded"
+    if outcome == GateOutcome.FAIL:
+        return f"{head}: the drop exceeds {max_drop_pp:g} pp"
+    return f"{head}: interval reaches past −{max_drop_pp:g} pp; more questions needed"
 
 
 # --------------------------------------------------------------------------- across points

@@ -30,7 +30,7 @@ from typing import Any
 
 from suite import __version__
 from suite.errors import SuiteError
-from suite.plan import Job
+from suite.plan import Job, Plan
 
 SCHEMA_VERSION = 1
 SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|APIKEY|CREDENTIAL|PRIVATE)", re.I)
@@ -148,6 +148,10 @@ class RunStore:
         suffix = f"-restart{attempt}" if attempt else ""
         return self.arm_dir(arm) / f"server-{session}{suffix}.log"
 
+    def session_dir(self, arm: str, kind: str, session: int) -> Path:
+        """Per-session scratch of a stage (e.g. profiler traces of one server lifetime)."""
+        return self.arm_dir(arm) / kind / f"session-{session}"
+
     def cache_dir(self, arm: str) -> Path:
         return self.arm_dir(arm) / "cache"
 
@@ -175,6 +179,17 @@ class RunStore:
             "written": utc_now(),
         } | fields
         atomic_write_json(self.record_path(job), rec)
+
+    def job_counts(self, plan: Plan) -> dict[str, int]:
+        """ok / failed / missing over the plan's jobs (missing: no record, or one planned differently)."""
+        counts = {"ok": 0, "failed": 0, "missing": 0}
+        for job in plan.jobs:
+            rec = self.record(job)
+            if rec is None or rec.get("hash") != job.hash:
+                counts["missing"] += 1
+            else:
+                counts["ok" if rec.get("status") == "ok" else "failed"] += 1
+        return counts
 
     def records(self) -> list[dict[str, Any]]:
         out = []

@@ -210,3 +210,94 @@ def test_cli_check_on_installed_vllm():
     status = {r["set"]: r["status"] for r in json.loads(proc.stdout)}
     assert status["fse-fused-gate-dispatch"] == "present"
     assert status["ll-bf16-router-gemm-dispatch"] == "applies"
+
+
+# ---------------------------------------------------------------- a diff file of the matrix's own
+
+
+def _diff_file(tmp_path: Path, text: str, name: str = "my-gate.diff") -> Path:
+    path = tmp_path / "changes" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def test_diff_file_applies_like_a_set_and_records_name_and_sha(sets_dir, site, tmp_path):
+    import hashlib
+
+    diff = _diff(ORIGINAL, CHANGED)
+    path = _diff_file(tmp_path, diff)
+    [applied] = apply_patch_sets([PatchRef(name=str(path))], site, "9.9.9")  # no manifest: no version check
+    assert (site / MODULE).read_text() == CHANGED
+    assert (applied.name, applied.reverse, applied.action, applied.files) == ("my-gate.diff", False, "applied",
+                                                                               [MODULE])
+    assert applied.sha256 == hashlib.sha256(diff.encode()).hexdigest()
+    # the same manifest record shape as a set's
+    assert set(vars(applied)) == {"name", "reverse", "sha256", "files", "action"}
+    [undone] = apply_patch_sets([f"-{path}"], site, "9.9.9")  # "-path" reverses, as for a set
+    assert (site / MODULE).read_text() == ORIGINAL and undone.action == "reversed" and undone.reverse
+
+
+def test_diff_file_is_strict_and_all_or_nothing(sets_dir, site, tmp_path):
+    _make_set(sets_dir, "demo", _diff(ORIGINAL, CHANGED))
+    stale = _diff_file(tmp_path, _diff(ORIGINAL.replace("line 3\n", "line three\n"), ORIGINAL), "stale.patch")
+    with pytest.raises(PatchError, match=r"diff file 'stale.patch' .* does not apply to vllm/model_executor/gate.py"):
+        apply_patch_sets(["demo", str(stale)], site, "0.32.0")
+    assert (site / MODULE).read_text() == ORIGINAL  # the set before it was not written either
+    with pytest.raises(PatchError, match="listed twice"):
+        apply_patch_sets([str(stale), str(stale)], site, "0.32.0")
+    with pytest.raises(PatchError, match="cannot read"):
+        apply_patch_sets([str(tmp_path / "nope.diff")], site, "0.32.0")
+    garbage = _diff_file(tmp_path, "not a diff\n", "garbage.diff")
+    with pytest.raises(PatchError, match="no file sections"):
+        apply_patch_sets([str(garbage)], site, "0.32.0")
+
+
+def test_diff_file_stacks_after_a_set_and_fingerprint_follows_content(sets_dir, site, tmp_path):
+    from suite.patches import resolve_patches
+
+    _make_set(sets_dir, "demo", _diff(ORIGINAL, CHANGED))
+    more = CHANGED.replace("line 2\n", "line two\n")
+    path = _diff_file(tmp_path, _diff(CHANGED, more))
+    applied = apply_patch_sets(["demo", str(path)], site, "0.32.0")
+    assert [a.name for a in applied] == ["demo", "my-gate.diff"] and (site / MODULE).read_text() == more
+    before = patch_fingerprint(["demo", str(path)], "0.32.0")
+    moved = tmp_path / "elsewhere" / "my-gate.diff"
+    moved.parent.mkdir()
+    moved.write_bytes(path.read_bytes())
+    assert patch_fingerprint(["demo", str(moved)], "0.32.0") == before  # same name and bytes: same overlay
+    path.write_text(_diff(CHANGED, CHANGED.replace("line 2\n", "line 2!\n")))
+    assert patch_fingerprint(["demo", str(path)], "0.32.0") != before
+    resolved = resolve_patches(["demo", f"-{path}"], "0.32.0")
+    assert [(r.name, r.kind, r.action, r.diff_path) for r in resolved] == [
+        ("demo", "set", "applied", sets_dir / "demo" / "0.32.0.diff"),
+        ("my-gate.diff", "file", "reversed", path),
+    ]
+    assert resolved[1].sha256 == __import__("hashlib").sha256(path.read_bytes()).hexdigest()
+
+
+def test_patch_ref_recognises_diff_paths():
+    assert PatchRef(name="./x.diff").path == "./x.diff" and PatchRef(name="./x.diff").name == "x.diff"
+    assert PatchRef(name="changes/x").path == "changes/x"  # a '/' makes it a file
+    assert PatchRef(name="y.patch", reverse=True).model_dump() == {"name": "y.patch", "reverse": True,
+                                                                   "path": "y.patch"}
+    assert PatchRef(name="ll-bf16").path is None
+    assert PatchRef(name="ll-bf16").model_dump() == {"name": "ll-bf16", "reverse": False}  # as before
+
+
+def test_cli_apply_diff_file(sets_dir, site, tmp_path):
+    path = _diff_file(tmp_path, _diff(ORIGINAL, CHANGED))
+    proc = subprocess.run(
+        [sys.executable, "-m", "suite", "patches", "apply", str(path), "--target", str(site), "--json"],
+        capture_output=True, text=True, env={**os.environ, "SUITE_PATCHES_DIR": str(sets_dir)},
+    )
+    assert proc.returncode == 0, proc.stderr
+    [rec] = json.loads(proc.stdout)["patches"]
+    assert rec["name"] == "my-gate.diff" and rec["files"] == [MODULE]
+    assert (site / MODULE).read_text() == CHANGED
+    proc = subprocess.run(
+        [sys.executable, "-m", "suite", "patches", "apply", "--reverse", str(path), "--target", str(site)],
+        capture_output=True, text=True, env={**os.environ, "SUITE_PATCHES_DIR": str(sets_dir)},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert (site / MODULE).read_text() == ORIGINAL

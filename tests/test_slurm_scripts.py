@@ -11,7 +11,7 @@ import pytest
 
 from suite.errors import MatrixError
 from suite.matrix import parse_matrix
-from suite.runtime.slurm.runtime import (
+from suite.runtime.slurm.cluster import (
     container_mounts,
     gres_request,
     job_script,
@@ -178,7 +178,7 @@ def test_report_section_lists_every_submission(tmp_path: Path) -> None:
     import json
     from types import SimpleNamespace
 
-    from suite.runtime.slurm.runtime import report_section
+    from suite.runtime.slurm.cluster import report_section
 
     assert report_section(SimpleNamespace(root=tmp_path)) == ""
     (tmp_path / "slurm").mkdir()

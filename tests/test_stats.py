@@ -16,13 +16,17 @@ from scipy import stats as sps
 
 from suite.stats import (
     METRICS,
+    GateOutcome,
     Verdict,
+    accuracy_gate,
+    accuracy_gate_reason,
     compare,
     compare_metric,
     geometric_mean_ratio,
     mcnemar,
     noise_floor_pct,
     paired_accuracy,
+    paired_difference_interval,
     summarize,
 )
 
@@ -55,7 +59,8 @@ def simulate(
         rounds = rng.normal(0, drift, max(n, n_c)) if drift else np.zeros(max(n, n_c))
         b = 1000 * np.exp(rng.normal(0, sigma_b, n) + rounds[:n])
         c = 1000 * ratio * np.exp(rng.normal(0, sigma_c, n_c) + rounds[:n_c])
-        r = compare(b, c, higher_is_better=True, paired=paired, noise_floor_pct=noise_floor, max_cv=10)
+        r = compare(b, c, higher_is_better=True, paired=paired, noise_floor_pct=noise_floor, max_cv=10,
+                    max_half_width_log=math.inf)  # a study of the interval itself, however wide
         assert r.verdict != Verdict.UNRELIABLE, r.reason
         covered += r.ci_low_pct <= true_pct <= r.ci_high_pct
         significant += r.significant
@@ -71,7 +76,7 @@ def contaminated_fp_rate(n, *, bad_share=0.10, slowdown=0.7, sigma=0.03, trials=
             1000 * np.exp(rng.normal(0, sigma, n)) * np.where(rng.random(n) < bad_share, slowdown, 1)
             for _ in range(2)
         )
-        fp += compare(b, c, higher_is_better=True, max_cv=10).significant
+        fp += compare(b, c, higher_is_better=True, max_cv=10, max_half_width_log=math.inf).significant
     return fp / trials
 
 
@@ -203,8 +208,37 @@ def test_unreliable_cases():
         and "no spread" in same.reason
         and same.delta_pct == pytest.approx(20)
     )
+    # CV above max_cv with a usable interval: unreliable, numbers kept for the reader
+    noisy = compare([100.0, 300.0, 100.0, 300.0, 100.0, 300.0], [110.0, 310.0, 110.0, 310.0, 110.0, 310.0],
+                    higher_is_better=True, paired=True)
+    assert noisy.verdict == Verdict.UNRELIABLE and "CV" in noisy.reason and noisy.ci_low_pct is not None
+    # an interval wider than x/÷ 2 is not returned as numbers (a median ITL of 0.007 ms once gave an
+    # interval reaching +13,885,244 %); Δ and p stay, the reason says how wide
     wild = compare([10.0, 100.0, 30.0], [200.0, 300.0, 250.0], higher_is_better=True)
-    assert wild.verdict == Verdict.UNRELIABLE and "CV" in wild.reason and wild.ci_low_pct is not None
+    assert wild.verdict == Verdict.UNRELIABLE and "too wide" in wild.reason and "CV" in wild.reason
+    assert wild.ci_low_pct is None and wild.ci_high_pct is None and wild.min_detectable_effect_pct is None
+    assert wild.delta_pct is not None and wild.p_value is not None
+
+
+def test_interval_width_rule():
+    # paired, 3 rounds: half-width = t(2) * sd / sqrt(3) on the log scale; sd 0.1 -> 0.25 (shown),
+    # sd 0.4 -> 0.99 > log 2 (withheld)
+    def rounds(sd):
+        logs = np.array([-1.0, 0.0, 1.0]) * sd
+        return [100.0] * 3, list(100 * np.exp(0.05 + logs))
+
+    ok = compare(*rounds(0.1), higher_is_better=True, paired=True)
+    assert ok.verdict != Verdict.UNRELIABLE and ok.ci_low_pct is not None
+    wide = compare(*rounds(0.4), higher_is_better=True, paired=True)
+    assert wide.verdict == Verdict.UNRELIABLE and wide.ci_high_pct is None and "×/÷" in wide.reason
+    assert compare(*rounds(0.4), higher_is_better=True, paired=True,
+                   max_half_width_log=math.inf).ci_high_pct is not None
+    # two paired rounds, df 1: the half-width is t(1) = 12.7 standard errors; rounds 15 % apart are too many
+    assert compare([100.0, 105.0], [112.0, 101.0], higher_is_better=True, paired=True).verdict == (
+        Verdict.UNRELIABLE
+    )
+    with pytest.raises(ValueError):
+        compare([1.0, 2.0], [1.0, 2.0], higher_is_better=True, max_half_width_log=0)
 
 
 def test_errors_stay_errors():
@@ -290,10 +324,89 @@ def test_paired_accuracy():
     assert r.delta == pytest.approx(0.05) and r.p_value == pytest.approx(mcnemar(10, 5))
     assert r.stderr_base == pytest.approx(np.std([1] * 80 + [0] * 20, ddof=1) / 10)
     assert r.delta_stderr == pytest.approx(np.std([1] * 10 + [-1] * 5 + [0] * 85, ddof=1) / 10)
+    assert r.delta_ci_low < r.delta < r.delta_ci_high and r.confidence == 0.95
+    assert (r.delta_ci_low, r.delta_ci_high) == paired_difference_interval(10, 5, 100)
     with pytest.raises(ValueError):
         paired_accuracy(base, {**cand, 1000: True})
     with pytest.raises(ValueError):
         paired_accuracy({}, {})
+
+
+def test_paired_difference_interval_known_values():
+    # R PropCIs::scoreci.mp(b=25, c=28, n=618, conf.level=0.90) = [-0.0148, 0.0247] (Tango 1998)
+    lo, hi = paired_difference_interval(28, 25, 618, confidence=0.90)
+    assert (round(lo, 4), round(hi, 4)) == (-0.0148, 0.0247)
+    # no question flips: ±z²/(n + z²), not the zero-width interval of a paired-SE (Wald) interval
+    z2 = 1.959963984540054**2
+    assert paired_difference_interval(0, 0, 250) == pytest.approx((-z2 / (250 + z2), z2 / (250 + z2)))
+    # swapping the arms mirrors it; it stays in [-1, 1] and contains the estimate
+    assert paired_difference_interval(5, 12, 80) == pytest.approx(tuple(-x for x in
+                                                                        paired_difference_interval(12, 5, 80)[::-1]))
+    for up, down, n in ((0, 10, 10), (10, 0, 10), (3, 0, 125), (50, 50, 100), (0, 0, 1)):
+        lo, hi = paired_difference_interval(up, down, n)
+        assert -1 <= lo <= (up - down) / n <= hi <= 1
+    assert paired_difference_interval(0, 10, 10)[0] == -1.0
+    for bad in ((-1, 0, 10), (6, 6, 10), (0, 0, 0), (1.5, 0, 10)):
+        with pytest.raises(ValueError):
+            paired_difference_interval(*bad)
+
+
+def test_paired_difference_interval_coverage():
+    rng = np.random.default_rng(21)
+    for p_up, p_down, n in ((0.02, 0.04, 250), (0.10, 0.05, 100)):
+        covered = 0
+        for _ in range(2000):
+            up, down, _ = rng.multinomial(n, [p_up, p_down, 1 - p_up - p_down])
+            lo, hi = paired_difference_interval(int(up), int(down), n)
+            covered += lo <= p_up - p_down <= hi
+        assert 0.93 <= covered / 2000 <= 0.97, (p_up, p_down, covered / 2000)
+
+
+def _arms(n, acc, p_flip_down, p_flip_up, rng):
+    base = rng.random(n) < acc
+    flip = rng.random(n)
+    cand = np.where(base, flip >= p_flip_down, flip < p_flip_up)
+    return dict(enumerate(map(bool, base))), dict(enumerate(map(bool, cand)))
+
+
+def test_accuracy_gate_outcomes():
+    n = 1000
+    same = {i: i < 600 for i in range(n)}
+    assert accuracy_gate(paired_accuracy(same, same), 1.0) == GateOutcome.PASS  # 0 flips of 1000: ±0.4 pp
+    assert accuracy_gate(paired_accuracy(same, same), 0.2) == GateOutcome.INCONCLUSIVE
+    lost = {i: i < 500 for i in range(n)}  # 100 questions lost, none gained: -10 pp [-12.0, -8.3]
+    r = paired_accuracy(same, lost)
+    assert accuracy_gate(r, 5.0) == GateOutcome.FAIL and "exceeds" in accuracy_gate_reason(r, 5.0)
+    assert accuracy_gate(r, 10.0) == GateOutcome.INCONCLUSIVE
+    assert accuracy_gate(r, 15.0) == GateOutcome.PASS
+    # nobody answers anything: no drop can be observed, whatever the candidate does
+    zero = {i: False for i in range(250)}
+    r0 = paired_accuracy(zero, zero)
+    assert (r0.delta, r0.p_value) == (0.0, 1.0)  # what used to read "+0.0 pp, p = 1"
+    assert accuracy_gate(r0, 1.0) == GateOutcome.UNINFORMATIVE
+    assert "no result could fail" in accuracy_gate_reason(r0, 1.0)
+    # baseline right on 1 of 250 (0.4 %): losing it cannot exceed a 1 pp allowance either
+    one = {i: i == 0 for i in range(250)}
+    assert accuracy_gate(paired_accuracy(one, zero), 1.0) == GateOutcome.UNINFORMATIVE
+    assert accuracy_gate(paired_accuracy(one, zero), 0.2) != GateOutcome.UNINFORMATIVE
+    with pytest.raises(ValueError):
+        accuracy_gate(r0, -1.0)
+
+
+def test_accuracy_gate_error_rates():
+    # a no-change arm (5 % of questions flip each way) on 250 questions with a 1 pp allowance: a point-estimate
+    # gate fails it about a quarter of the time; the interval gate fails it at most alpha/2 of the time
+    rng = np.random.default_rng(22)
+    outcomes, point_fail = [], 0
+    for _ in range(1000):
+        r = paired_accuracy(*_arms(250, 0.6, 0.05, 0.075, rng))  # 0.6*0.05 = 0.4*0.075: no change
+        outcomes.append(accuracy_gate(r, 1.0))
+        point_fail += r.delta < -0.01
+    assert outcomes.count(GateOutcome.FAIL) / 1000 <= 0.03 < 0.2 < point_fail / 1000
+    # a real 6 pp drop on 1000 questions against a 1 pp allowance: FAIL almost always
+    fails = sum(accuracy_gate(paired_accuracy(*_arms(1000, 0.6, 0.10, 0.0, rng)), 1.0) == GateOutcome.FAIL
+                for _ in range(200))
+    assert fails / 200 >= 0.95
 
 
 def test_geometric_mean_ratio():
@@ -321,6 +434,8 @@ def test_invariants(b, c, hib, floor):
             r.ci_low_pct <= r.delta_pct * (1 + 1e-12) + 1e-12
             and r.delta_pct <= r.ci_high_pct * (1 + 1e-12) + 1e-12
         )
+        # an interval that is returned is never wider than x/÷ 2 around the estimate
+        assert math.log1p(r.ci_high_pct / 100) - math.log1p(r.ci_low_pct / 100) <= 2 * math.log(2) + 1e-9
     if r.significant:
         assert (r.ci_low_pct > 0 or r.ci_high_pct < 0) and r.p_value < 0.05
         assert floor is None or abs(r.delta_pct) > floor
@@ -338,8 +453,10 @@ def test_swapping_arms_negates_log_ratio_and_swaps_verdict(b, c, hib, paired):
     )
     assert math.log(s.ratio) == pytest.approx(-math.log(r.ratio), abs=1e-9)
     assert s.verdict == SWAP.get(r.verdict, r.verdict)
+    assert (r.ci_low_pct is None) == (s.ci_low_pct is None)
     if r.p_value is not None:
         assert s.p_value == pytest.approx(r.p_value, rel=1e-6, abs=1e-12)
+    if r.ci_low_pct is not None:
         if min(r.ci_low_pct, s.ci_low_pct) > -99:  # beyond that, log1p(pct / 100) loses the digits
             assert math.log1p(s.ci_low_pct / 100) == pytest.approx(-math.log1p(r.ci_high_pct / 100), abs=1e-9)
 

@@ -26,9 +26,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from suite import REPO_ROOT
     from suite.errors import SuiteError
     from suite.matrix import load_matrix
-    from suite.runner import REPO_ROOT
     from suite.runtime.docker.images import build_image, docker_client, plans_for, resolve_digest
 
     console = Console()

@@ -7,7 +7,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markdown import Markdown
 
-from suite.runner import REPO_ROOT
+from suite import REPO_ROOT
 
 NAME = "demo"
 HELP = "The embedded default: generate the tiny MoE if missing and run matrices/smoke-cpu.yaml on the CPU."

@@ -26,9 +26,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from suite import REPO_ROOT
     from suite.doctor import GROUPS, Options, as_json, default_cache_dirs, run_checks
     from suite.errors import SuiteError
-    from suite.runner import REPO_ROOT
 
     only = frozenset(g.strip() for g in args.only.split(",") if g.strip())
     if only - set(GROUPS):

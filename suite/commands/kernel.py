@@ -24,8 +24,9 @@ from pathlib import Path
 
 from suite import REPO_ROOT
 from suite.errors import SuiteError
-from suite.stages.kernel.bench import DEFAULT_M, DEFAULT_TRACE_M, atomic_write_json, parse_m_list
+from suite.stages.kernel.bench import DEFAULT_M, DEFAULT_TRACE_M, parse_m_list
 from suite.stages.kernel.summary import comparison_rows, render_kernel_md, render_kernel_text
+from suite.store import atomic_write_json
 
 NAME = "kernel"
 HELP = "Time the MoE router gate per M in each arm's vLLM tree (guard-free compile, CUDA graphs); path per M."
@@ -196,7 +197,7 @@ def run(args: argparse.Namespace) -> int:
             for row in comparison_rows(results, baseline)
         ],
     }
-    atomic_write_json(str(out / "kernel-summary.json"), summary)
+    atomic_write_json(out / "kernel-summary.json", summary)
     print(f"\nwrote {out / 'kernel.md'} and {out / 'kernel-summary.json'}")
     frozen = {a: r.get("frozen_branch_ms") for a, r in results.items() if r.get("frozen_branch_ms")}
     for a, ms in frozen.items():

@@ -1,4 +1,9 @@
-"""What every runtime shares: the server spec, health polling and the arm environment."""
+"""What every runtime shares: the `Runtime` protocol, the server spec, health polling, the arm environment.
+
+A runtime provides one arm's vLLM: it prepares the arm (overlay, image), starts its server, and says how a
+tool runs in the arm's environment (offline stages) and how a client tool runs against the server. The
+runner talks to runtimes only through `Runtime`.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +11,10 @@ import socket
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from suite.errors import ServerError
 
@@ -76,22 +82,6 @@ def http_ok(url: str, method: str = "GET", timeout: float = 5.0) -> bool:
         return False
 
 
-def read_tail(path: Path, n: int = 40, redact: list[str] | None = None) -> str:
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, 2)
-            size = fh.tell()
-            fh.seek(max(0, size - 64 * 1024))
-            lines = fh.read().decode(errors="replace").splitlines()[-n:]
-    except OSError:
-        return "(no log)"
-    text = "\n".join(lines)
-    for s in redact or []:
-        if s:
-            text = text.replace(s, "<redacted>")
-    return text
-
-
 def wait_healthy(base_url: str, timeout_s: float, still_running, describe) -> None:
     """Poll /health until 200; raise ServerError as soon as the server exits, or at the timeout."""
     deadline = time.monotonic() + timeout_s
@@ -102,3 +92,33 @@ def wait_healthy(base_url: str, timeout_s: float, still_running, describe) -> No
             return
         time.sleep(1.0)
     raise ServerError(describe(f"not healthy after {timeout_s:.0f} s"))
+
+
+class Runtime(Protocol):
+    """What the runner needs of a runtime (local, docker, slurm implement it)."""
+
+    kind: str
+
+    def prepare_arm(self, arm: str, spec: Any) -> ArmEnv: ...
+    def arm_info(self, arm: str) -> dict[str, Any]: ...
+    def arm_vars(self, env: ArmEnv, cache_dir: Path) -> dict[str, str]: ...
+    def server_spec(self, env: ArmEnv, *, argv_tail: list[str], extra_env: dict[str, str], cache_dir: Path,
+                    log_path: Path, port: int, redact: list[str]) -> ServerSpec: ...
+    def server(self, spec: ServerSpec) -> Server: ...
+    def tool_env(self, env: ArmEnv, cache_dir: Path) -> dict[str, str]: ...
+    def tool_argv(self, env: ArmEnv, argv: list[str]) -> list[str]: ...
+    def client_argv(self, env: ArmEnv, argv: list[str]) -> list[str]: ...
+    def execute(self, ctx: Any, run_here: Callable[[], dict[str, int]]) -> dict[str, int]: ...
+
+
+class RuntimeBase:
+    """Defaults shared by the runtimes: sessions run in this process, no extra provenance."""
+
+    kind = "base"
+
+    def arm_info(self, arm: str) -> dict[str, Any]:  # noqa: ARG002
+        return {}
+
+    def execute(self, ctx: Any, run_here: Callable[[], dict[str, int]]) -> dict[str, int]:  # noqa: ARG002
+        """Run the plan's sessions: here, one after another (the Slurm runtime submits them instead)."""
+        return run_here()

@@ -7,13 +7,11 @@ the API server and every worker process inherit.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import importlib.metadata
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import sysconfig
@@ -24,32 +22,11 @@ from pathlib import Path
 
 from suite.errors import ServerError, SuiteError
 from suite.matrix import ArmSpec
-from suite.runtime.base import ArmEnv, ServerSpec, http_ok, read_tail, wait_healthy
+from suite.proc import read_tail, start, stop_group
+from suite.runtime.base import ArmEnv, RuntimeBase, ServerSpec, http_ok, wait_healthy
 
 STOP_GRACE_S = 30.0
 LOG_MARK = "--- suite: vllm serve started "
-
-
-def _parent_death_hook():
-    """Linux: a preexec hook so the server gets SIGTERM when `suite` itself dies (kill -9, OOM killer);
-    otherwise a server in its own session would outlive it and hold the GPU. prctl is resolved here, in the
-    parent, so the hook in the child only makes one libc call."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        import ctypes
-
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    parent = os.getpid()
-
-    def hook() -> None:
-        prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG (fires when the parent *thread* ends: start from main)
-        if os.getppid() != parent:  # the parent died before prctl: do not start orphaned
-            os._exit(1)
-
-    return hook
 
 
 def _has_dist(name: str) -> bool:
@@ -73,6 +50,15 @@ def site_packages() -> Path:
     import vllm  # noqa: F401  (the installed package, not an overlay)
 
     return Path(sysconfig.get_paths()["purelib"])
+
+
+def host_vllm(argv: list[str]) -> list[str]:
+    """`vllm ...` and `python ...` as this host's executables (the suite's venv)."""
+    if argv and argv[0] == "vllm":
+        return [vllm_executable(), *argv[1:]]
+    if argv and argv[0] == "python":
+        return [sys.executable, *argv[1:]]
+    return argv
 
 
 def vllm_executable() -> str:
@@ -133,19 +119,13 @@ class LocalServer:
                 f"  log: {self.spec.log_path}\n--- log tail ---\n{self.log_tail()}")
 
     def start(self) -> None:
-        self.spec.log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = open(self.spec.log_path, "ab")
+        # a resumed run appends to the same log: mark where this server starts, so its tail is its own
+        header = f"{LOG_MARK}{time.strftime('%Y-%m-%dT%H:%M:%S%z')} ---\n"
         try:
-            # a resumed run appends to the same log: mark where this server starts, so its tail is its own
-            log.write(f"{LOG_MARK}{time.strftime('%Y-%m-%dT%H:%M:%S%z')} ---\n".encode())
-            log.flush()
-            self.proc = subprocess.Popen(self.spec.argv, env=self.spec.env, stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, start_new_session=True, cwd=self.spec.cwd,
-                                         preexec_fn=_parent_death_hook())
-        except OSError as exc:
-            raise ServerError(f"arm {self.spec.arm}: cannot start {self.spec.argv[0]}: {exc}") from None
-        finally:
-            log.close()
+            self.proc = start(self.spec.argv, env=self.spec.env, log_path=self.spec.log_path, cwd=self.spec.cwd,
+                              header=header)
+        except SuiteError as exc:
+            raise ServerError(f"arm {self.spec.arm}: {str(exc).splitlines()[0]}") from None
 
     def __enter__(self) -> LocalServer:
         self.start()
@@ -177,42 +157,10 @@ class LocalServer:
     def stop(self) -> None:
         if self.proc is None:
             return
-        pgid = self.proc.pid
-        for sig, grace in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, 10.0)):
-            try:
-                os.killpg(pgid, sig)
-            except ProcessLookupError:
-                break
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(timeout=grace)
-            if wait_group_gone(pgid, 10.0 if sig == signal.SIGTERM else 5.0):
-                break
-        else:
+        if not stop_group(self.proc, grace_s=STOP_GRACE_S):
             raise ServerError(self.describe("could not be stopped"))
         self.proc = None
 
-
-def group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes of a process group, read from /proc."""
-    members = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            members.append(int(stat.parent.name))
-    return members
-
-
-def wait_group_gone(pgid: int, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        if not group_members(pgid):
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.2)
 
 def short_tmpdir(key: Path) -> Path:
     """A per-arm TMPDIR short enough for vLLM's ZMQ IPC sockets (unix socket paths < 108 bytes)."""
@@ -225,7 +173,7 @@ def short_tmpdir(key: Path) -> Path:
     return tmp
 
 
-class LocalRuntime:
+class LocalRuntime(RuntimeBase):
     """Arms as overlays of the installed vLLM; servers as local process groups."""
 
     kind = "local"
@@ -237,7 +185,7 @@ class LocalRuntime:
     def prepare_arm(self, arm: str, spec: ArmSpec) -> ArmEnv:
         return prepare_local_arm(arm, spec, self.cache_root / "overlays")
 
-    def arm_env_vars(self, env: ArmEnv, cache_dir: Path) -> dict[str, str]:
+    def arm_vars(self, env: ArmEnv, cache_dir: Path) -> dict[str, str]:
         """Environment of the arm's processes: per-arm caches and temp dir, overlay first on PYTHONPATH."""
         cache_dir.mkdir(parents=True, exist_ok=True)
         tmp = short_tmpdir(cache_dir)
@@ -258,23 +206,28 @@ class LocalRuntime:
     def server_spec(self, env: ArmEnv, *, argv_tail: list[str], extra_env: dict[str, str], cache_dir: Path,
                     log_path: Path, port: int, redact: list[str]) -> ServerSpec:
         full_env = dict(os.environ)
-        full_env.update(self.arm_env_vars(env, cache_dir))
+        full_env.update(self.arm_vars(env, cache_dir))
         full_env.update(extra_env)
         argv = [vllm_executable(), "serve", *argv_tail]
         return ServerSpec(arm=env.arm, argv=argv, env=full_env, log_path=log_path, host=self.matrix.runtime.host,
                           port=port, startup_timeout_s=self.matrix.runtime.startup_timeout_s, cwd=cache_dir,
                           redact=redact)
 
-    def offline_env(self, env: ArmEnv, cache_dir: Path) -> dict[str, str]:
+    def tool_env(self, env: ArmEnv, cache_dir: Path) -> dict[str, str]:
         """Full environment for an offline tool (vllm bench latency, kernel timing) in the arm's vLLM."""
         full_env = dict(os.environ)
-        full_env.update(self.arm_env_vars(env, cache_dir))
+        full_env.update(self.arm_vars(env, cache_dir))
         full_env.update(self.matrix.env)
         return full_env
 
-    def offline_argv(self, env: ArmEnv, argv: list[str]) -> list[str]:
-        """The command line that runs argv (a Python or vllm tool) in the arm's environment."""
-        return argv
+    def tool_argv(self, env: ArmEnv, argv: list[str]) -> list[str]:  # noqa: ARG002
+        """The command line that runs argv (`vllm ...` or `python ...`) in the arm's environment: the suite's
+        interpreter and vLLM, with the arm's overlay first on PYTHONPATH (set by tool_env)."""
+        return host_vllm(argv)
+
+    def client_argv(self, env: ArmEnv, argv: list[str]) -> list[str]:  # noqa: ARG002
+        """Client tools run with the installed vLLM, never an arm's overlay (client_env drops PYTHONPATH)."""
+        return host_vllm(argv)
 
     def server(self, spec: ServerSpec) -> LocalServer:
         return LocalServer(spec)

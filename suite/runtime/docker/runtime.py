@@ -25,7 +25,9 @@ from typing import Any
 
 from suite.errors import ServerError, SuiteError
 from suite.matrix import ArmSpec, DockerSpec, Matrix
-from suite.runtime.base import ArmEnv, ServerSpec, http_ok, read_tail, wait_healthy
+from suite.proc import read_tail
+from suite.runtime.base import ArmEnv, RuntimeBase, ServerSpec, http_ok, wait_healthy
+from suite.runtime.local import host_vllm
 
 STOP_GRACE_S = 30
 CONTAINER_HF_HOME = "/root/.cache/huggingface"
@@ -349,7 +351,7 @@ def _remove_leftovers() -> None:
             remove_container(client, name)
 
 
-class DockerRuntime:
+class DockerRuntime(RuntimeBase):
     """Arms as images (built when missing, content-tagged); servers as containers."""
 
     kind = "docker"
@@ -432,7 +434,17 @@ class DockerRuntime:
                                 startup_timeout_s=self.matrix.runtime.startup_timeout_s, redact=redact,
                                 container=cfg)
 
-    def offline_env(self, env: ArmEnv, cache_dir: Path) -> dict[str, str]:
+    def arm_vars(self, env: ArmEnv, cache_dir: Path) -> dict[str, str]:  # noqa: ARG002
+        return {}
+
+    def client_argv(self, env: ArmEnv, argv: list[str]) -> list[str]:  # noqa: ARG002
+        """Clients (`vllm bench serve`, lm-eval) run on the host against the container's published port."""
+        return host_vllm(argv)
+
+    def tool_argv(self, env: ArmEnv, argv: list[str]) -> list[str]:
+        return self.tool_env(env, Path())  # raises: see tool_env
+
+    def tool_env(self, env: ArmEnv, cache_dir: Path) -> dict[str, str]:  # noqa: ARG002
         raise SuiteError(
             f"arm {env.arm}: latency and kernel jobs run in the arm's own Python environment, which the docker "
             "runtime does not provide yet; run them with `runtime: local` on a host with that vLLM installed "

@@ -16,21 +16,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from suite import REPO_ROOT
 from suite.errors import SuiteError
 from suite.plan import Job, Session
-from suite.runner import REPO_ROOT, RunContext, _signals_as_interrupt, job_counts
-from suite.runtime.slurm.runtime import (
+from suite.proc import signals_as_interrupt
+from suite.runtime.slurm.cluster import (
     LEDGER,
     JobScript,
     JobState,
     SlurmError,
-    SlurmRuntime,
     cancel,
     final_states,
     job_script,
     queue_states,
     read_ledger,
-    report_section,
     require_commands,
     spec_of,
     submit,
@@ -58,7 +57,7 @@ class Tracked:
 
 
 class SlurmDriver:
-    def __init__(self, ctx: RunContext):
+    def __init__(self, ctx: Any):  # the runner's RunContext
         self.ctx = ctx
         self.spec = spec_of(ctx.matrix)
         self.console = ctx.console
@@ -80,7 +79,7 @@ class SlurmDriver:
         matrix_path = self.matrix_path()
         out = []
         for s in sessions:
-            image = runtime.image_for(self.ctx.plan.arms[s.arm]) if isinstance(runtime, SlurmRuntime) else None
+            image = runtime.image_for(self.ctx.plan.arms[s.arm])
             js = job_script(self.ctx.matrix, arm=s.arm, index=s.index, image=image, run_dir=self.run_dir,
                             matrix_path=matrix_path, repo_root=REPO_ROOT, workdir=Path.cwd())
             atomic_write_text(js.path, js.text)
@@ -212,7 +211,7 @@ class SlurmDriver:
         if old.is_file():  # resume: keep the earlier submissions
             self.ledger = read_ledger(self.run_dir)
         try:
-            with _signals_as_interrupt():
+            with signals_as_interrupt():
                 if self.spec.parallel:
                     for t in tracked:
                         self.submit(t)
@@ -231,18 +230,15 @@ class SlurmDriver:
                             raise
                         self.console.print(f"[yellow]{exc} (retrying)[/yellow]", highlight=False)
         except BaseException:
-            with _signals_as_interrupt():
+            with signals_as_interrupt():
                 self.cancel_all()
                 for t in self.waiting:
                     self.console.print(f"{t.sid}: not submitted")
             raise
 
 
-def execute_slurm(ctx: RunContext) -> dict[str, int]:
+def execute_slurm(ctx: Any) -> dict[str, int]:
     """`execute` for runtime slurm: same contract as ``suite.runner.execute`` (job counts; manifest status)."""
-    from suite.report import register_section
-
-    register_section("suite.runtime.slurm", report_section)
     skipped = sum(ctx.store.is_done(j) for j in ctx.plan.jobs)
     if skipped:
         ctx.console.print(f"resume: {skipped} jobs already done, {len(ctx.plan.jobs) - skipped} to run")
@@ -257,7 +253,7 @@ def execute_slurm(ctx: RunContext) -> dict[str, int]:
         status = "failed"
         raise
     finally:
-        counts = job_counts(ctx)
+        counts = ctx.store.job_counts(ctx.plan)
         if status == "complete" and (counts["failed"] or counts["missing"]):
             status = "incomplete"
         ctx.store.update_manifest(status=status, finished=utc_now(), job_counts=counts)

@@ -22,12 +22,14 @@ from pathlib import Path
 
 from rich.console import Console
 
+from suite import REPO_ROOT
 from suite.errors import SuiteError
 from suite.matrix import load_matrix
 from suite.plan import Session, build_plan
-from suite.runner import REPO_ROOT, RunContext, _signals_as_interrupt, run_session
+from suite.proc import signals_as_interrupt
+from suite.runner import RunContext, run_session
 from suite.runtime.local import LocalRuntime
-from suite.runtime.slurm.runtime import parse_session_id
+from suite.runtime.slurm.cluster import parse_session_id
 from suite.store import RunStore, secret_values
 
 
@@ -85,7 +87,7 @@ def serve_session(run_dir: Path, matrix_path: Path, session_text: str, cache: st
         done += 1
         console.print(f"session {session_text}: {done}/{len(pending)} jobs finished")
 
-    with _signals_as_interrupt():
+    with signals_as_interrupt():
         run_session(ctx, session, pending, advance)
     ok = sum(store.is_done(j) for j in session.jobs)
     console.print(f"session {session_text}: {ok}/{len(session.jobs)} jobs ok")

@@ -11,16 +11,19 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import random
 import time
 import urllib.error
 import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from suite.errors import SuiteError
 from suite.fixtures.gsm8k import synthetic_problems
+from suite.matrix import AccuracySpec
+from suite.stages.base import JobEnv
+from suite.store import atomic_write_json
 
 SCHEMA = "suite.equivalence/1"
 _WORDS = (
@@ -134,8 +137,14 @@ def run_equivalence(
         "results": results,
     }
     out_path = Path(out_path)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_path.with_name(out_path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
-    os.replace(tmp, out_path)
+    atomic_write_json(out_path, data)
     return out_path
+
+
+def execute(env: JobEnv) -> dict[str, Any]:
+    """Greedy completions of a fixed prompt set from the session's server (compared across arms)."""
+    assert env.server is not None
+    spec = AccuracySpec.model_validate(env.job.params)
+    run_equivalence(base_url=env.server.base_url, served_name=env.model.name, n_prompts=spec.equivalence_prompts,
+                    max_tokens=spec.equivalence_max_tokens, out_path=env.result, seed=spec.seed)
+    return {}

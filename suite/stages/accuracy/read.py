@@ -1,4 +1,15 @@
-"""Reading lm-eval outputs and greedy-equivalence files into typed, paired per-question results."""
+"""Reading lm-eval outputs and greedy-equivalence files into typed, paired per-question results.
+
+Accuracy: samples are paired on ``(doc_id, filter)``; per filter the paired numbers come from
+`suite.stats.paired_accuracy` (exact McNemar, Tango's score interval on the difference). Gates judge that
+interval, not a point estimate: ``max_drop`` through `suite.stats.accuracy_gate`, ``min_accuracy`` through
+the candidate's Wilson interval; each gate is PASS / FAIL / INCONCLUSIVE / UNINFORMATIVE.
+
+Equivalence: two ``run_equivalence`` files -> share of identical greedy completions and the median position
+of the first differing token among the completions that differ.
+
+`compare_arms` finds both through the store from a run's job records.
+"""
 
 from __future__ import annotations
 
@@ -12,14 +23,16 @@ from typing import Any
 from scipy.stats import binomtest
 
 from suite.errors import SuiteError
+from suite.plan import Job
+from suite.stats import GateOutcome, PairedAccuracy, accuracy_gate, accuracy_gate_reason, paired_accuracy
+from suite.store import RunStore
 
 FILTERS = ("strict-match", "flexible-extract")
-
-
 GATE_FILTER = "flexible-extract"
-
-
 SIDECAR = "suite-accuracy.json"  # written by suite.stages.accuracy.run.run_accuracy
+CONFIDENCE = 0.95
+# worst first: one failing gate fails the arm; an undecided one leaves it undecided
+GATE_ORDER = (GateOutcome.FAIL, GateOutcome.INCONCLUSIVE, GateOutcome.UNINFORMATIVE, GateOutcome.PASS)
 
 
 @dataclass(frozen=True)
@@ -38,27 +51,50 @@ class FilterComparison:
     n_paired: int
     base: ArmScore
     cand: ArmScore
-    delta: float  # cand.acc - base.acc
+    paired: PairedAccuracy  # McNemar p, the interval on the paired difference
     both_correct: int
     both_wrong: int
-    lost: int  # right on base, wrong on candidate
-    gained: int  # wrong on base, right on candidate
-    mcnemar_p: float
-    lost_doc_ids: tuple[int, ...] = ()
-    gained_doc_ids: tuple[int, ...] = ()
+    lost_doc_ids: tuple[int, ...] = ()  # right on base, wrong on candidate
+    gained_doc_ids: tuple[int, ...] = ()  # wrong on base, right on candidate
+
+    @property
+    def delta(self) -> float:
+        return self.paired.delta
+
+    @property
+    def lost(self) -> int:
+        return self.paired.flipped_to_wrong
+
+    @property
+    def gained(self) -> int:
+        return self.paired.flipped_to_correct
+
+    @property
+    def mcnemar_p(self) -> float:
+        return self.paired.p_value
+
+    @property
+    def uninformative(self) -> bool:
+        """No arm answers any question right: "+0.0 pp, p = 1" would say nothing about a change."""
+        return self.base.correct == 0 and self.cand.correct == 0
 
 
 @dataclass(frozen=True)
 class GateResult:
-    name: str  # "min_accuracy" | "max_drop"
+    name: str  # "min_accuracy" | "max_drop" | "filter_missing"
     filter: str
-    threshold: float
-    value: float
-    passed: bool
+    threshold: float  # fraction (0.05 = 5 pp)
+    value: float  # the point estimate the gate is about (accuracy, or drop), fraction
+    outcome: GateOutcome
+    reason: str
 
     @property
     def status(self) -> str:
-        return "PASS" if self.passed else "FAIL"
+        return self.outcome.value
+
+    @property
+    def passed(self) -> bool:
+        return self.outcome == GateOutcome.PASS
 
 
 @dataclass(frozen=True)
@@ -85,7 +121,7 @@ class AccuracyComparison:
     n_questions: int
     filters: tuple[FilterComparison, ...]
     gates: tuple[GateResult, ...]
-    verdict: str  # "PASS" | "FAIL" | "NO GATES"
+    verdict: str  # a GateOutcome value, or "NO GATES"
     base_run: ArmRun
     cand_run: ArmRun
     synthetic: bool = False
@@ -108,15 +144,6 @@ class EquivalenceSummary:
     first_divergence: tuple[int | None, ...]  # per prompt; None = identical
     max_tokens: int | None = None
     prompt_set_sha256: str | None = None
-
-
-def mcnemar_exact_p(lost: int, gained: int) -> float:
-    """Two-sided exact McNemar p-value: binomial test of ``lost`` out of ``lost + gained`` at 1/2."""
-    if lost < 0 or gained < 0:
-        raise ValueError("counts must be >= 0")
-    if lost + gained == 0:
-        return 1.0
-    return float(binomtest(lost, lost + gained, 0.5, alternative="two-sided").pvalue)
 
 
 def mean_stderr(values: list[float]) -> float:
@@ -229,21 +256,43 @@ def _score(rows: list[dict[str, Any]], reported: tuple[float | None, float | Non
     )
 
 
+def _min_accuracy_gate(flex: FilterComparison, floor: float) -> GateResult:
+    """The candidate's accuracy is at least ``floor``: PASS when its Wilson interval lies at or above it,
+    FAIL when the interval lies below, INCONCLUSIVE when it straddles the floor; UNINFORMATIVE at a floor
+    of 0 (nothing could fail it)."""
+    lo, hi = (binomtest(flex.cand.correct, flex.cand.n).proportion_ci(CONFIDENCE, method="wilson")
+              if flex.cand.n else (0.0, 1.0))
+    ci = f"{CONFIDENCE:.0%} [{100 * lo:.1f}, {100 * hi:.1f}] %"
+    acc = f"{100 * flex.cand.acc:.1f} % ({ci})"
+    if floor <= 0:
+        outcome, reason = GateOutcome.UNINFORMATIVE, f"{acc}: a floor of 0 cannot fail"
+    elif lo >= floor:
+        outcome, reason = GateOutcome.PASS, f"{acc} ≥ floor {100 * floor:.1f} %"
+    elif hi < floor:
+        outcome, reason = GateOutcome.FAIL, f"{acc} below floor {100 * floor:.1f} %"
+    else:
+        outcome, reason = GateOutcome.INCONCLUSIVE, f"{acc} straddles floor {100 * floor:.1f} %"
+    return GateResult("min_accuracy", flex.filter, floor, flex.cand.acc, outcome, reason)
+
+
 def _gates(spec: Any, flex: FilterComparison) -> list[GateResult]:
     gates = []
     min_accuracy = getattr(spec, "min_accuracy", None)
     max_drop = getattr(spec, "max_drop", None)
     if min_accuracy is not None:
-        gates.append(
-            GateResult(
-                "min_accuracy", flex.filter, min_accuracy, flex.cand.acc, flex.cand.acc >= min_accuracy
-            )
-        )
+        gates.append(_min_accuracy_gate(flex, min_accuracy))
     if max_drop is not None:
-        drop = flex.base.acc - flex.cand.acc
-        # a tiny tolerance so a drop exactly at the threshold is not failed by float rounding
-        gates.append(GateResult("max_drop", flex.filter, max_drop, drop, drop <= max_drop + 1e-12))
+        outcome = accuracy_gate(flex.paired, 100 * max_drop)
+        gates.append(GateResult("max_drop", flex.filter, max_drop, -flex.delta, outcome,
+                                accuracy_gate_reason(flex.paired, 100 * max_drop)))
     return gates
+
+
+def gate_verdict(gates: tuple[GateResult, ...] | list[GateResult]) -> str:
+    """The arm's accuracy verdict: the worst gate (FAIL, then INCONCLUSIVE, UNINFORMATIVE, PASS)."""
+    if not gates:
+        return "NO GATES"
+    return next(o for o in GATE_ORDER if any(g.outcome == o for g in gates)).value
 
 
 def summarize_accuracy(
@@ -283,23 +332,20 @@ def summarize_accuracy(
     comparisons = []
     for filt in filters:
         keys = sorted(k for k in base if k[1] == filt)
+        paired = paired_accuracy({k: base[k]["_correct"] for k in keys}, {k: cand[k]["_correct"] for k in keys},
+                                 confidence=CONFIDENCE)
         lost_ids = tuple(k[0] for k in keys if base[k]["_correct"] and not cand[k]["_correct"])
         gained_ids = tuple(k[0] for k in keys if not base[k]["_correct"] and cand[k]["_correct"])
         both = sum(1 for k in keys if base[k]["_correct"] and cand[k]["_correct"])
-        b_score = _score([base[k] for k in keys], _reported(b_results, base_run.lm_eval_task, filt))
-        c_score = _score([cand[k] for k in keys], _reported(c_results, cand_run.lm_eval_task, filt))
         comparisons.append(
             FilterComparison(
                 filter=filt,
                 n_paired=len(keys),
-                base=b_score,
-                cand=c_score,
-                delta=c_score.acc - b_score.acc,
+                base=_score([base[k] for k in keys], _reported(b_results, base_run.lm_eval_task, filt)),
+                cand=_score([cand[k] for k in keys], _reported(c_results, cand_run.lm_eval_task, filt)),
+                paired=paired,
                 both_correct=both,
                 both_wrong=len(keys) - both - len(lost_ids) - len(gained_ids),
-                lost=len(lost_ids),
-                gained=len(gained_ids),
-                mcnemar_p=mcnemar_exact_p(len(lost_ids), len(gained_ids)),
                 lost_doc_ids=lost_ids,
                 gained_doc_ids=gained_ids,
             )
@@ -313,8 +359,9 @@ def summarize_accuracy(
         getattr(spec, "min_accuracy", None) is not None or getattr(spec, "max_drop", None) is not None
     ):
         notes.append(f"gates not evaluated: the samples have no {GATE_FILTER} filter")
-        gates = [GateResult("filter_missing", GATE_FILTER, float("nan"), float("nan"), False)]
-    verdict = "NO GATES" if not gates else ("PASS" if all(g.passed for g in gates) else "FAIL")
+        gates = [GateResult("filter_missing", GATE_FILTER, float("nan"), float("nan"), GateOutcome.FAIL,
+                            f"the samples have no {GATE_FILTER} filter")]
+    verdict = gate_verdict(gates)
     task = b_side.get("task") or base_run.lm_eval_task
     return AccuracyComparison(
         task=task,
@@ -380,7 +427,54 @@ def summarize_equivalence(base_json: Path, cand_json: Path) -> EquivalenceSummar
     )
 
 
-def job_output(root: Path, job: dict[str, Any]) -> Path:
-    suffix = f"-{job['tag']}" if job.get("tag") else ""
-    stem = root / job["arm"] / job["kind"] / job["point"] / f"rep-{job['repeat']}{suffix}"
-    return stem if job["kind"] == "accuracy" else stem.with_name(stem.name + ".json")
+@dataclass(frozen=True)
+class ArmsCorrectness:
+    """Accuracy and greedy equivalence of one candidate against the baseline, as far as the run has them."""
+
+    accuracy: AccuracyComparison | None
+    equivalence: EquivalenceSummary | None
+    problems: tuple[str, ...]  # a side without a result, or two sides that cannot be compared
+
+    @property
+    def empty(self) -> bool:
+        return self.accuracy is None and self.equivalence is None and not self.problems
+
+
+def compare_arms(store: RunStore, jobs: list[tuple[Job, dict[str, Any]]], base: str, cand: str) -> ArmsCorrectness:
+    """Find both arms' accuracy and equivalence outputs from the run's (job, record) pairs (paths through the
+    store) and compare them; an arm whose job did not finish is named in ``problems``, never skipped."""
+    found: dict[tuple[str, str], tuple[Path | None, dict[str, Any], Job]] = {}
+    for job, rec in jobs:
+        if job.kind not in ("accuracy", "equivalence") or job.tag or job.arm not in (base, cand):
+            continue
+        path = store.result_path(job) if rec.get("status") == "ok" else None
+        found[(job.kind, job.arm)] = (path if path is not None and path.exists() else None, rec, job)
+    acc: AccuracyComparison | None = None
+    eq: EquivalenceSummary | None = None
+    problems: list[str] = []
+    for kind in ("accuracy", "equivalence"):
+        b, c = found.get((kind, base)), found.get((kind, cand))
+        if b is None and c is None:
+            continue
+        missing = [arm for arm, got in ((base, b), (cand, c)) if got is None or got[0] is None]
+        if missing:
+            status = {arm: (got[1].get("status") if got else "not run") for arm, got in ((base, b), (cand, c))}
+            problems.append(f"{kind}: no result for {', '.join(f'{a} ({status[a]})' for a in missing)}")
+            continue
+        assert b is not None and c is not None and b[0] is not None and c[0] is not None
+        try:
+            if kind == "accuracy":
+                params = b[2].params
+                gates = _Gates(params.get("min_accuracy"), params.get("max_drop"))
+                acc = summarize_accuracy(b[0], c[0], gates, base_label=base, cand_label=cand)
+            else:
+                eq = summarize_equivalence(b[0], c[0])
+        except SuiteError as exc:
+            problems.append(f"{kind}: cannot compare {base} and {cand}: {exc}")
+    return ArmsCorrectness(acc, eq, tuple(problems))
+
+
+@dataclass(frozen=True)
+class _Gates:
+    min_accuracy: float | None
+    max_drop: float | None

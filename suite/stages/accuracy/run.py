@@ -16,17 +16,19 @@ import json
 import os
 import re
 import shlex
-import signal
-import subprocess
 import sys
 import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from suite.errors import SuiteError
-from suite.fixtures.gsm8k import is_synthetic_dataset
+from suite.fixtures.gsm8k import is_synthetic_dataset, write_synthetic_gsm8k
 from suite.matrix import AccuracySpec
+from suite.proc import failure, run_tool
+from suite.stages.base import JobEnv
+from suite.store import atomic_write_json
 
 SIDECAR = "suite-accuracy.json"
 SCHEMA = "suite.accuracy/1"
@@ -147,35 +149,8 @@ def lm_eval_command(
     return cmd
 
 
-def _tail(path: Path, n: int = 40) -> str:
-    try:
-        lines = path.read_text(errors="replace").splitlines()
-    except OSError:
-        return "(no log)"
-    return "\n".join(lines[-n:])
-
-
 def _outputs(out_dir: Path) -> set[Path]:
     return {p for pat in ("results_*.json", "samples_*.jsonl") for p in out_dir.rglob(pat)}
-
-
-def _stop_group(proc: subprocess.Popen[bytes]) -> None:
-    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
-def _write_json_atomic(path: Path, data: object) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(tmp, path)
 
 
 def run_accuracy(
@@ -223,24 +198,8 @@ def run_accuracy(
     started = datetime.now(UTC)
     t0 = time.monotonic()
     try:
-        with log_path.open("ab") as log:
-            log.write(f"$ {shlex.join(cmd)}\n".encode())
-            log.flush()
-            proc = subprocess.Popen(
-                cmd, stdout=log, stderr=subprocess.STDOUT, env=run_env, start_new_session=True,
-                stdin=subprocess.DEVNULL,
-            )  # fmt: skip
-            try:
-                rc = proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                _stop_group(proc)
-                raise SuiteError(
-                    f"lm-eval timed out after {timeout_s:.0f} s\n$ {shlex.join(cmd)}\n--- {log_path} (tail)\n"
-                    f"{_tail(log_path)}"
-                ) from None
-            except BaseException:
-                _stop_group(proc)
-                raise
+        run_tool(cmd, env=run_env, log_path=log_path, timeout_s=timeout_s, what="lm-eval",
+                 header=f"$ {shlex.join(cmd)}\n")
     finally:
         if hf_cache is not None:
             hf_cache.cleanup()
@@ -248,11 +207,8 @@ def run_accuracy(
     new = sorted(_outputs(out_dir) - before)
     samples = [p for p in new if p.name.startswith("samples_")]
     results = [p for p in new if p.name.startswith("results_")]
-    if rc != 0 or not samples or not results:
-        why = f"exit status {rc}" if rc != 0 else "no results/samples file written"
-        raise SuiteError(
-            f"lm-eval failed ({why})\n$ {shlex.join(cmd)}\n--- {log_path} (tail)\n{_tail(log_path)}"
-        )
+    if not samples or not results:
+        raise failure("lm-eval", "failed (no results/samples file written)", cmd, log_path)
     sidecar = {
         "schema": SCHEMA,
         "command": cmd,
@@ -272,5 +228,24 @@ def run_accuracy(
         "started_at": started.isoformat(),
         "duration_s": round(duration, 3),
     }
-    _write_json_atomic(out_dir / SIDECAR, sidecar)
+    atomic_write_json(out_dir / SIDECAR, sidecar)
     return out_dir
+
+
+def resolve_spec(spec: AccuracySpec, run_root: Path) -> AccuracySpec:
+    """`dataset: synthetic` becomes a GSM8K-format set generated once per run under ``run_root/data``."""
+    if spec.dataset != "synthetic":
+        return spec
+    data = run_root / "data" / "gsm8k-synthetic"
+    if not (data / "test.jsonl").is_file():
+        write_synthetic_gsm8k(data, n_test=spec.limit or 50, seed=spec.seed)
+    return spec.model_copy(update={"dataset": str(data)})
+
+
+def execute(env: JobEnv) -> dict[str, Any]:
+    """lm-eval against the session's server; raw outputs kept in the job's result directory."""
+    assert env.server is not None
+    run_accuracy(base_url=env.server.base_url, served_name=env.model.name, tokenizer=env.tokenizer,
+                 spec=resolve_spec(AccuracySpec.model_validate(env.job.params), env.run_root), out_dir=env.result,
+                 log_path=env.log, env=env.client_env)
+    return {}

@@ -120,7 +120,8 @@ class KernelResult:
 
 
 def atomic_write_json(path: str, obj: Any) -> None:
-    """Write JSON to a temporary file beside ``path`` and rename it into place."""
+    """Write JSON to a temporary file beside ``path`` and rename it into place. (This module runs alone on
+    accelerator hosts that have only torch: it imports nothing from the suite, so it keeps its own writer.)"""
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from suite.store import read_json
+from suite.plan import Job
+from suite.store import RunStore, read_json
 
 
 def quantile(values: list[float], q: float) -> float:
@@ -17,22 +18,19 @@ def quantile(values: list[float], q: float) -> float:
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
-def load_latency(run: Any) -> dict[tuple[int, int, int], dict[str, list[float]]]:
+def load_latency(store: RunStore, jobs: list[tuple[Job, dict[str, Any]]]) -> dict[tuple[int, int, int], dict[str, list[float]]]:
     """(input_len, output_len, batch_size) -> arm -> per-iteration latencies in ms, from the raw files."""
     out: dict[tuple[int, int, int], dict[str, list[float]]] = {}
-    for rec in run.records:
-        job = rec["job"]
-        if job["kind"] != "latency" or rec.get("status") != "ok":
+    for job, rec in jobs:
+        if job.kind != "latency" or rec.get("status") != "ok":
             continue
-        suffix = f"-{job['tag']}" if job.get("tag") else ""
-        path = run.root / job["arm"] / "latency" / job["point"] / f"rep-{job['repeat']}{suffix}.json"
         try:
-            lat = read_json(path).get("latencies")
+            lat = read_json(store.result_path(job)).get("latencies")
         except (OSError, json.JSONDecodeError, AttributeError):
             continue
         if not isinstance(lat, list) or not lat or not all(isinstance(x, int | float) and x > 0 for x in lat):
             continue  # not the tool's output: the row shows "missing"
-        p = job["params"]
+        p = job.params
         key = (p["input_len"], p["output_len"], p["batch_size"])
-        out.setdefault(key, {}).setdefault(job["arm"], []).extend(float(x) * 1000.0 for x in lat)
+        out.setdefault(key, {}).setdefault(job.arm, []).extend(float(x) * 1000.0 for x in lat)
     return dict(sorted(out.items()))

@@ -10,18 +10,16 @@ iterations, Δ, speedup and a verdict from suite.stats on the per-iteration late
 from __future__ import annotations
 
 import ast
-import contextlib
 import importlib.util
 import json
 import os
 import re
-import signal
-import subprocess
 from pathlib import Path
 from typing import Any
 
 from suite.errors import SuiteError
-from suite.runtime.base import read_tail
+from suite.proc import failure, run_tool
+from suite.stages.base import JobEnv
 from suite.store import read_json
 
 # flags this module sets itself: a copy in serve_args is dropped so the tool sees one value
@@ -135,78 +133,33 @@ def latency_command(*, vllm: str, model: str, tokenizer: str, max_model_len: int
 # ---------------------------------------------------------------------------------------- running
 
 
-def run_tool(cmd: list[str], *, env: dict[str, str], log_path: Path, timeout_s: float, what: str) -> None:
-    """Run a tool in its own process group (the engine spawns workers): on a timeout or Ctrl-C the whole
-    group is killed, so nothing is left behind."""
-    from suite.runtime.local import _parent_death_hook
-
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "wb") as log:
-        try:
-            proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True, preexec_fn=_parent_death_hook())
-        except OSError as exc:
-            raise SuiteError(f"cannot start {cmd[0]}: {exc}") from None
-        try:
-            code = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            raise SuiteError(f"{what} timed out after {timeout_s:.0f} s\n  command: {' '.join(cmd)}\n"
-                             f"--- log tail ---\n{read_tail(log_path, 20)}") from None
-        except BaseException:
-            _kill_group(proc)
-            raise
-        finally:
-            _kill_group(proc, grace=0.0)  # engine processes that outlived a finished tool
-    if code != 0:
-        raise SuiteError(f"{what} failed (exit status {code})\n  command: {' '.join(cmd)}\n"
-                         f"--- log tail ---\n{read_tail(log_path, 20)}")
+def timeout_for(p: dict[str, Any]) -> float:
+    return 900.0 + 2.0 * (p["num_iters_warmup"] + p["num_iters"]) * (1 + p["output_len"] * 0.05)
 
 
-def _kill_group(proc: subprocess.Popen, grace: float = 10.0) -> None:
-    from suite.runtime.local import wait_group_gone
+def execute(env: JobEnv) -> dict[str, Any]:
+    """Executor of `latency` jobs (offline: no server; the engine runs inside the tool, in the arm's vLLM)."""
+    job = env.job
+    check_vocab(env.model.id)
+    tool_env = dict(env.arm_env)
+    if Path(env.model.id).is_dir():
+        tool_env.setdefault("HF_HUB_OFFLINE", "1")
+    engine_args, dropped = split_engine_args(env.serve_args, engine_flags(env.vllm_root))
 
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            return
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=max(grace, 0.1))
-        if wait_group_gone(proc.pid, max(grace, 2.0)):
-            return
-
-
-def execute(ctx: Any, job: Any, server: Any) -> dict[str, Any]:
-    """Executor of `latency` jobs (offline: ``server`` is None)."""
-    from suite.runtime.local import vllm_executable
-
-    check_vocab(ctx.matrix.model.id)
-    arm_env = ctx.arm_envs[job.arm]
-    env = ctx.runtime.offline_env(arm_env, ctx.store.cache_dir(job.arm))
-    env.update(ctx.plan.arms[job.arm].env)
-    if Path(ctx.matrix.model.id).is_dir():
-        env.setdefault("HF_HUB_OFFLINE", "1")
-    serve_args = [*ctx.matrix.serve_args, *ctx.plan.arms[job.arm].serve_args]
-    engine_args, dropped = split_engine_args(serve_args, engine_flags(arm_env.pythonpath))
-
-    result = ctx.store.result_path(job)
+    result = env.result
     partial = result.with_name(f".{result.stem}.partial.json")
     result.parent.mkdir(parents=True, exist_ok=True)
     partial.unlink(missing_ok=True)
-    cmd = latency_command(vllm=vllm_executable(), model=ctx.matrix.model.id, tokenizer=ctx.tokenizer,
-                          max_model_len=ctx.matrix.model.max_model_len, params=job.params,
-                          engine_args=engine_args, output_json=partial)
-    cmd = ctx.runtime.offline_argv(arm_env, cmd)
+    cmd = env.wrap(latency_command(vllm="vllm", model=env.model.id, tokenizer=env.tokenizer,
+                                   max_model_len=env.model.max_model_len, params=job.params,
+                                   engine_args=engine_args, output_json=partial))
     p = job.params
-    timeout_s = 900.0 + 2.0 * (p["num_iters_warmup"] + p["num_iters"]) * (1 + p["output_len"] * 0.05)
     try:
-        run_tool(cmd, env=env, log_path=ctx.store.log_path(job), timeout_s=timeout_s, what="`vllm bench latency`")
+        run_tool(cmd, env=tool_env, log_path=env.log, timeout_s=timeout_for(p), what="`vllm bench latency`")
         try:
             raw = read_json(partial)
         except (OSError, json.JSONDecodeError) as exc:
-            raise SuiteError(f"`vllm bench latency` wrote no readable JSON ({exc})\n  command: {' '.join(cmd)}\n"
-                             f"--- log tail ---\n{read_tail(ctx.store.log_path(job), 20)}") from None
+            raise failure("`vllm bench latency`", f"wrote no readable JSON ({exc})", cmd, env.log) from None
         lat = raw.get("latencies")
         if not isinstance(lat, list) or len(lat) != p["num_iters"] or not all(
                 isinstance(x, int | float) and x > 0 for x in lat):
@@ -217,16 +170,3 @@ def execute(ctx: Any, job: Any, server: Any) -> dict[str, Any]:
         partial.unlink(missing_ok=True)
         partial.with_name(partial.stem + ".pytorch.json").unlink(missing_ok=True)
     return {"command": cmd, "dropped_serve_args": dropped}
-
-
-# ---------------------------------------------------------------------------------------- report
-
-
-
-
-
-
-
-
-
-

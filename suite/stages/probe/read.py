@@ -5,21 +5,22 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from suite.store import read_json
+from suite.plan import Job
+from suite.store import RunStore, read_json
 
 
-def load_probe_results(run: Any) -> dict[str, dict[str, Any]]:
-    ok = {(r["job"]["arm"], r["job"]["point"]) for r in run.records
-          if r.get("job", {}).get("kind") == "probe" and r.get("status") == "ok"}
-    out = {}
-    for arm in run.arms:
-        path = run.root / arm / "probe" / "gate-paths" / "rep-0.json"
-        if (arm, "gate-paths") in ok and path.is_file():
-            try:
-                out[arm] = read_json(path)
-            except (OSError, json.JSONDecodeError):
-                continue
-    return out
+def load_probe_results(store: RunStore, jobs: list[tuple[Job, dict[str, Any]]],
+                       arms: list[str]) -> dict[str, dict[str, Any]]:
+    """arm -> its stored probe result (the ok probe job of that arm), in the order of ``arms``."""
+    found: dict[str, dict[str, Any]] = {}
+    for job, rec in jobs:
+        if job.kind != "probe" or rec.get("status") != "ok" or job.arm not in arms:
+            continue
+        try:
+            found[job.arm] = read_json(store.result_path(job))
+        except (OSError, json.JSONDecodeError):
+            continue
+    return {arm: found[arm] for arm in arms if arm in found}
 
 
 FROZEN = "compiled graph (frozen: torch.mm/F.linear inside the graph)"

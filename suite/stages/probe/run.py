@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from suite.errors import SuiteError
+from suite.stages.base import JobEnv, SessionEnv
 from suite.stages.probe.plugin import BUCKET_LABELS, ENV_DIR, ENV_FLUSH, STOP_FILE, bucket
 from suite.stages.probe.read import FROZEN, NOT_EXERCISED
 from suite.store import atomic_write_json, atomic_write_text, read_json
@@ -36,7 +37,7 @@ from suite.store import atomic_write_json, atomic_write_text, read_json
 PLUGIN_NAME = "suite_gate_probe"
 PLUGIN_VERSION = "1"
 FLUSH_S = 0.5
-__all__ = ["bucket", "BUCKET_LABELS", "execute", "probe_server_env", "install_probe_site"]
+__all__ = ["bucket", "BUCKET_LABELS", "execute", "server_env", "install_probe_site"]
 
 
 # ---------------------------------------------------------------------------------------- into the server
@@ -57,17 +58,15 @@ def install_probe_site(dest: Path) -> Path:
     return dest
 
 
-def probe_server_env(ctx: Any, arm: str, extra_env: dict[str, str]) -> dict[str, str]:
-    """Environment additions for a server whose session holds the probe job (called by the runner).
+def server_env(session: SessionEnv) -> dict[str, str]:
+    """Server hook: environment additions for a server whose session holds a pending probe job.
 
     Local runtime only: the site directory goes on PYTHONPATH after the arm's overlay; each server start
     gets a fresh output directory (a restart never mixes its counters with the last one's). Once the
-    probe job of the arm is done (a restart later in the session, or a resume) nothing is added."""
-    if ctx.matrix.runtime.kind != "local":
+    probe job is done (a restart later in the session, or a resume) it is no longer pending: nothing added."""
+    if session.runtime != "local" or not any(j.kind == "probe" for j in session.pending):
         return {}
-    if any(j.kind == "probe" and j.arm == arm and ctx.store.is_done(j) for j in ctx.plan.jobs):
-        return {}
-    base = ctx.store.arm_dir(arm) / "probe"
+    base = session.arm_dir / "probe"
     site = install_probe_site(base / "site")
     procs = base / "procs"
     procs.mkdir(parents=True, exist_ok=True)
@@ -76,11 +75,10 @@ def probe_server_env(ctx: Any, arm: str, extra_env: dict[str, str]) -> dict[str,
         n += 1
     out = procs / f"server-{n}"
     out.mkdir()
-    arm_vars = ctx.runtime.arm_env_vars(ctx.arm_envs[arm], ctx.store.cache_dir(arm))
-    pythonpath = extra_env.get("PYTHONPATH") or arm_vars.get("PYTHONPATH") or os.environ.get("PYTHONPATH", "")
+    pythonpath = session.base_env.get("PYTHONPATH") or os.environ.get("PYTHONPATH", "")
     env = {ENV_DIR: str(out), ENV_FLUSH: str(FLUSH_S),
            "PYTHONPATH": os.pathsep.join(p for p in (pythonpath, str(site)) if p)}
-    plugins = extra_env.get("VLLM_PLUGINS", os.environ.get("VLLM_PLUGINS"))
+    plugins = session.base_env.get("VLLM_PLUGINS", os.environ.get("VLLM_PLUGINS"))
     if plugins is not None and PLUGIN_NAME not in plugins.split(","):  # an allowlist: add ourselves
         env["VLLM_PLUGINS"] = ",".join(p for p in (plugins, PLUGIN_NAME) if p)
     return env
@@ -249,24 +247,25 @@ def _max_num_seqs(argv: list[str]) -> int | None:
     return None
 
 
-def execute(ctx: Any, job: Any, server: Any) -> dict[str, Any]:
-    spec = getattr(server, "spec", None)
-    out_dir = Path(spec.env.get(ENV_DIR, "")) if spec is not None and spec.env.get(ENV_DIR) else None
+def execute(env: JobEnv) -> dict[str, Any]:
+    job, server = env.job, env.server
+    assert server is not None
+    out_dir = Path(server.env[ENV_DIR]) if server.env.get(ENV_DIR) else None
     if out_dir is None:
         raise SuiteError(f"gate probe: the server of arm {job.arm!r} was started without the probe plugin "
-                         f"(runtime {ctx.matrix.runtime.kind!r}: the probe supports the local runtime)")
+                         "(the probe supports the local runtime)")
     t0 = time.time()
     _wait_flush(out_dir, t0, timeout=60.0, need_gates=True)
     before = read_procs(out_dir)
-    max_seqs = _max_num_seqs(spec.argv)
-    bursts = request_plan(max_seqs, ctx.matrix.model.max_model_len)
-    sent = send_requests(server.base_url, ctx.matrix.model.name, bursts)
+    max_seqs = _max_num_seqs(server.argv)
+    bursts = request_plan(max_seqs, env.model.max_model_len)
+    sent = send_requests(server.base_url, env.model.name, bursts)
     t_done = time.time()
     after = _wait_flush(out_dir, t_done, timeout=30.0, need_gates=True)
     atomic_write_text(out_dir / STOP_FILE, f"probe job done at {t_done}\n")
     merged = merge_processes(before, after)
     result = {"arm": job.arm, "max_num_seqs": max_seqs, "requests": sent, "probe_dir": out_dir.name, **merged}
-    atomic_write_json(ctx.store.result_path(job), result)
+    atomic_write_json(env.result, result)
     exercised = [b for b, s in merged["buckets"].items() if s["verdict"] != NOT_EXERCISED]
     return {"buckets_exercised": exercised, "processes": len(after)}
 

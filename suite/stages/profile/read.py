@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from suite.errors import SuiteError
-from suite.store import read_json
+from suite.plan import Job
+from suite.store import RunStore, read_json
 
 STEP = re.compile(r"^execute_(?:\d+_)?context_(\d+)\((?:sq)?(\d+)[^)]*\)_generation_(\d+)\((?:sq)?(\d+)")
 
@@ -235,16 +236,14 @@ def summarize(traces: list[Path], families: dict[str, str]) -> dict[str, Any]:
     }
 
 
-def load_profiles(run: Any) -> dict[str, dict[str, Any]]:
+def load_profiles(store: RunStore, jobs: list[tuple[Job, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
     """arm -> parsed summary of its (latest ok) profile job."""
     out: dict[str, dict[str, Any]] = {}
-    for rec in run.records:
-        job = rec["job"]
-        if job["kind"] != "profile" or rec.get("status") != "ok":
+    for job, rec in jobs:
+        if job.kind != "profile" or rec.get("status") != "ok":
             continue
-        path = run.root / job["arm"] / "profile" / job["point"] / f"rep-{job['repeat']}.json"
         try:
-            out[job["arm"]] = read_json(path)
+            out[job.arm] = read_json(store.result_path(job))
         except (OSError, json.JSONDecodeError):
             continue
     return out

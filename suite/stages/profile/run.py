@@ -33,7 +33,10 @@ from pathlib import Path
 from typing import Any
 
 from suite.errors import SuiteError
+from suite.matrix import ProfileSpec
+from suite.stages.base import JobEnv, SessionEnv
 from suite.stages.profile.read import summarize, worker_traces
+from suite.stages.serve.run import run_serve, serve_command
 from suite.store import atomic_write_json, read_json
 
 
@@ -111,9 +114,9 @@ def wait_for_traces(trace_dir: Path, before: set[Path], timeout_s: float, settle
                      "/stop_profile")
 
 
-def session_trace_dir(store: Any, arm: str, session: int) -> Path:
-    """Where the runner's profile server of (arm, session) writes traces (see runner._start_server)."""
-    return (store.arm_dir(arm) / "profile" / f"session-{session}").resolve()
+def server_args(session: SessionEnv) -> list[str]:
+    """Server hook: a session holding a profile job starts its server with the torch profiler configured."""
+    return profiler_args(session.session_dir.resolve())
 
 
 def bench_params(spec: Any, num_prompts: int) -> dict[str, Any]:
@@ -121,15 +124,13 @@ def bench_params(spec: Any, num_prompts: int) -> dict[str, Any]:
             "random_range_ratio": 0.0, "request_rate": None, "num_warmups": 0, "seed": spec.seed}
 
 
-def execute(ctx: Any, job: Any, server: Any) -> dict[str, Any]:
+def execute(env: JobEnv) -> dict[str, Any]:
     """Executor of `profile` jobs: warm-up burst, profiled burst, traces parsed into the job's result JSON."""
-    from suite.matrix import ProfileSpec
-    from suite.runtime.local import vllm_executable
-    from suite.stages.serve.run import run_serve, serve_command
-
+    job, server = env.job, env.server
+    assert server is not None and env.session_dir is not None
     spec = ProfileSpec.model_validate(job.params)
-    trace_dir = session_trace_dir(ctx.store, job.arm, job.session)
-    result = ctx.store.result_path(job)
+    trace_dir = env.session_dir.resolve()
+    result = env.result
     stem = result.stem
     timeout_s = max(600.0, 10.0 * spec.num_prompts_or_default * spec.osl / 8)
     commands = []
@@ -138,19 +139,19 @@ def execute(ctx: Any, job: Any, server: Any) -> dict[str, Any]:
         if n == 0:
             continue
         raw = result.with_name(f"{stem}.{phase}.json")
-        cmd = serve_command(vllm=vllm_executable(), base_url=server.base_url, served_name=ctx.matrix.model.name,
-                            tokenizer=ctx.tokenizer, params=bench_params(spec, n), result_dir=raw.parent,
-                            result_filename=f".{raw.name}.partial",
-                            metadata={"arm": job.arm, "phase": phase})
+        cmd = env.client_argv(serve_command(
+            vllm=env.vllm, base_url=server.base_url, served_name=env.model.name, tokenizer=env.tokenizer,
+            params=bench_params(spec, n), result_dir=raw.parent, result_filename=f".{raw.name}.partial",
+            metadata={"arm": job.arm, "phase": phase}))
         commands.append(cmd)
         log = result.with_name(f"{stem}.{phase}.log")
         if phase == "warmup":
-            run_serve(cmd, result_path=raw, log_path=log, env=ctx.client_env(), timeout_s=timeout_s)
+            run_serve(cmd, result_path=raw, log_path=log, env=env.client_env, timeout_s=timeout_s)
         else:
             before = set(worker_traces(trace_dir))
             _post(f"{server.base_url}/start_profile", timeout=120.0)
             try:
-                run_serve(cmd, result_path=raw, log_path=log, env=ctx.client_env(), timeout_s=timeout_s)
+                run_serve(cmd, result_path=raw, log_path=log, env=env.client_env, timeout_s=timeout_s)
             except BaseException:
                 with contextlib.suppress(SuiteError):  # stop the profiler; the bench error is what matters
                     _post(f"{server.base_url}/stop_profile", timeout=600.0)
@@ -167,7 +168,7 @@ def execute(ctx: Any, job: Any, server: Any) -> dict[str, Any]:
                          f"kept in {trace_dir}")
     window = read_json(result.with_name(f"{stem}.window.json"))
     summary |= {
-        "trace_files": [str(p.relative_to(ctx.store.root.resolve())) for p in traces],
+        "trace_files": [str(p.relative_to(env.run_root.resolve())) for p in traces],
         "window": {k: window.get(k) for k in ("completed", "failed", "duration", "total_output_tokens",
                                                "max_concurrent_requests", "median_tpot_ms")},
         "params": job.params,

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
 from suite.errors import SuiteError
-from suite.runtime.base import read_tail
+from suite.proc import run_tool
+from suite.stages.base import JobEnv
 
 PERCENTILE_METRICS = "ttft,tpot,itl,e2el"
 METRIC_PERCENTILES = "50,90,99"
@@ -46,22 +47,42 @@ def serve_command(*, vllm: str, base_url: str, served_name: str, tokenizer: str,
 
 
 def run_serve(cmd: list[str], *, result_path: Path, log_path: Path, env: dict[str, str],
-              timeout_s: float) -> None:
+              timeout_s: float) -> float:
     """Run the client; the raw result JSON lands at result_path atomically (written under a temporary
-    name by the tool itself, then renamed), so a kill never leaves a truncated result."""
+    name by the tool itself, then renamed), so a kill never leaves a truncated result. Returns wall seconds."""
     tmp_name = cmd[cmd.index("--result-filename") + 1]
     tmp_path = result_path.parent / tmp_name
     result_path.parent.mkdir(parents=True, exist_ok=True)
     tmp_path.unlink(missing_ok=True)
-    with open(log_path, "wb") as log:
-        try:
-            proc = subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                  timeout=timeout_s, start_new_session=True)
-        except subprocess.TimeoutExpired:
-            raise SuiteError(f"`vllm bench serve` timed out after {timeout_s:.0f} s\n  command: "
-                             f"{' '.join(cmd)}\n--- log tail ---\n{read_tail(log_path, 20)}") from None
-    if proc.returncode != 0 or not tmp_path.is_file():
+    try:
+        wall = run_tool(cmd, env=env, log_path=log_path, timeout_s=timeout_s, what="`vllm bench serve`")
+        if not tmp_path.is_file():
+            raise SuiteError(f"`vllm bench serve` wrote no result file\n  command: {' '.join(cmd)}")
+    except BaseException:
         tmp_path.unlink(missing_ok=True)
-        raise SuiteError(f"`vllm bench serve` failed (exit status {proc.returncode})\n  command: "
-                         f"{' '.join(cmd)}\n--- log tail ---\n{read_tail(log_path, 20)}")
+        raise
     os.replace(tmp_path, result_path)
+    return wall
+
+
+def point_timeout_s(params: dict[str, Any]) -> float:
+    return max(600.0, 10.0 * params["num_prompts"] * params["osl"] / 8)
+
+
+def execute(env: JobEnv) -> dict[str, Any]:
+    """One serving point (one repeat) against the session's server."""
+    job, server = env.job, env.server
+    assert server is not None
+    reset = server.reset_prefix_cache()
+    result = env.result
+    cmd = env.client_argv(serve_command(
+        vllm=env.vllm, base_url=server.base_url, served_name=env.model.name, tokenizer=env.tokenizer,
+        params=job.params, result_dir=result.parent, result_filename=f".{result.name}.partial",
+        metadata={"arm": job.arm, "point": job.point, "repeat": str(job.repeat)}))
+    wall = run_serve(cmd, result_path=result, log_path=env.log, env=env.client_env,
+                     timeout_s=point_timeout_s(job.params))
+    raw = json.loads(result.read_text())
+    if not raw.get("completed"):  # the tool exits 0 even when every request failed (e.g. the server died)
+        raise SuiteError(f"`vllm bench serve` completed no request ({raw.get('failed')} failed); raw output "
+                         f"kept in {result.name}\n  command: {' '.join(cmd)}")
+    return {"command": cmd, "prefix_cache_reset": reset, "client": {"mode": "cli", "wall_s": round(wall, 3)}}

@@ -1,0 +1,95 @@
+"""What a stage sees: one job and a narrow, typed environment (paths, environments, a command wrapper, the
+server) — never the runner's context, the store or the runtime object.
+
+A stage's ``run.execute(env) -> dict`` runs one job, writes its raw result to ``env.result`` (atomically,
+through suite.store) and returns the extra fields of the job record. Server hooks (``server_args``,
+``server_env``) let a stage shape the server of a session that holds its jobs (profiler, probe plugin).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from suite.matrix import ModelSpec
+from suite.plan import Job
+
+
+class ServerHandle(Protocol):
+    """The running server of the session, as a stage may use it."""
+
+    @property
+    def base_url(self) -> str: ...
+    @property
+    def argv(self) -> list[str]: ...
+    @property
+    def env(self) -> dict[str, str]: ...
+    def reset_prefix_cache(self) -> bool: ...
+
+
+class SessionScope:
+    """Resources that live as long as one server (a persistent bench client, a warmed shape): created on
+    first use by a stage, closed by the runner when the server stops or restarts."""
+
+    def __init__(self) -> None:
+        self._stack = contextlib.ExitStack()
+        self._items: dict[str, Any] = {}
+        self.notes: dict[str, Any] = {}  # facts for the session record (warm-ups, client mode)
+
+    def get(self, key: str, factory: Callable[[], contextlib.AbstractContextManager[Any]]) -> Any:
+        if key not in self._items:
+            self._items[key] = self._stack.enter_context(factory())
+        return self._items[key]
+
+    def has(self, key: str) -> bool:
+        return key in self._items
+
+    def close(self) -> None:
+        self._items.clear()
+        self._stack.close()
+
+    @contextlib.contextmanager
+    def open(self) -> Iterator[SessionScope]:
+        try:
+            yield self
+        finally:
+            self.close()
+
+
+@dataclass(frozen=True)
+class JobEnv:
+    job: Job
+    model: ModelSpec
+    serve_args: list[str]  # the matrix's and the arm's `vllm serve` arguments
+    result: Path  # where the raw tool output goes (a file, or a directory for lm-eval)
+    log: Path  # the job's own log
+    run_root: Path  # the run directory (shared inputs such as generated datasets live under it)
+    arm_env: dict[str, str]  # full environment of a tool that runs in the arm's vLLM (offline stages)
+    wrap: Callable[[list[str]], list[str]]  # the command line that runs argv in the arm's environment
+    vllm_root: Path | None  # a directory holding the arm's vllm/ package (local overlay), if any
+    client_env: dict[str, str]  # full environment of client tools (bench, lm-eval)
+    vllm: str  # the `vllm` executable of client tools
+    client_argv: Callable[[list[str]], list[str]]  # the command line that runs a client tool (`vllm ...`)
+    server: ServerHandle | None = None
+    scope: SessionScope = field(default_factory=SessionScope)
+    session_dir: Path | None = None  # per-session scratch of the arm (profiler traces)
+
+    @property
+    def tokenizer(self) -> str:
+        return self.model.tokenizer or self.model.id
+
+
+@dataclass(frozen=True)
+class SessionEnv:
+    """What a server hook sees: the session about to start a server."""
+
+    arm: str
+    index: int
+    runtime: str  # runtime kind
+    arm_dir: Path
+    session_dir: Path
+    base_env: dict[str, str]  # the server's environment so far (arm vars and the matrix's env)
+    pending: list[Job]  # jobs of the session still to run
