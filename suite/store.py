@@ -102,8 +102,17 @@ class RunStore:
 
     @classmethod
     def open(cls, run_dir: Path) -> RunStore:
-        if not (run_dir / "manifest.json").is_file():
+        """An existing run directory, after checking that this suite can read what it holds."""
+        path = run_dir / "manifest.json"
+        if not path.is_file():
             raise SuiteError(f"{run_dir}: not a run directory (no manifest.json)")
+        try:
+            version = read_json(path).get("schema_version")
+        except (OSError, json.JSONDecodeError, AttributeError) as exc:
+            raise SuiteError(f"{path}: unreadable manifest: {exc}") from None
+        if version != SCHEMA_VERSION:
+            raise SuiteError(f"{run_dir}: written with run-directory schema {version!r}; this suite "
+                             f"{__version__} reads schema {SCHEMA_VERSION} (use the suite version that wrote it)")
         return cls(run_dir)
 
     # ------------------------------------------------------------------ manifest
@@ -157,13 +166,15 @@ class RunStore:
 
     # ------------------------------------------------------------------ job records
     def record(self, job: Job) -> dict[str, Any] | None:
+        """The job's record; None when missing, unreadable or of another schema (the job then runs again)."""
         path = self.record_path(job)
         if not path.is_file():
             return None
         try:
-            return read_json(path)
+            rec = read_json(path)
         except (OSError, json.JSONDecodeError):
             return None
+        return rec if rec.get("schema_version") == SCHEMA_VERSION else None
 
     def is_done(self, job: Job) -> bool:
         rec = self.record(job)
@@ -195,9 +206,11 @@ class RunStore:
         out = []
         for path in sorted(self.root.glob("*/*/*/*.job.json")):
             try:
-                out.append(read_json(path))
+                rec = read_json(path)
             except (OSError, json.JSONDecodeError):
                 continue
+            if rec.get("schema_version") == SCHEMA_VERSION:
+                out.append(rec)
         return out
 
 

@@ -1,7 +1,8 @@
 """End to end through the CLI with the real `vllm serve` / `vllm bench serve` on the tiny MoE (CPU).
 
-One module-scoped run (two arms: the installed vLLM and an overlay with a seed patch set), then checks on
-what a user gets: exit status, report numbers equal to the raw JSONs, provenance, no process left, resume.
+One module-scoped run (two arms: the installed vLLM and an overlay with the synthetic-gate-delay patch set,
+whose patched module logs a line when the server imports it), then checks on what a user gets: exit status,
+report numbers equal to the raw JSONs, provenance, the overlay really imported, no process left, resume.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ serve_args: [--dtype, bfloat16, --max-num-seqs, "4", --enforce-eager]
 env: {{VLLM_CPU_KVCACHE_SPACE: "1"}}
 arms:
   baseline: {{vllm: "0.32.0"}}
-  patched: {{vllm: "0.32.0", patches: [ll-bf16-router-gemm-dispatch]}}
+  patched: {{vllm: "0.32.0", patches: [synthetic-gate-delay], env: {{SUITE_GATE_DELAY_US: "20"}}}}
 serve:
   - {{isl: 64, osl: 16, concurrency: [1, 4], num_prompts: 2x}}
 kernel: {{hidden: 256, experts: 16, m: [1, 4, 16], trace_m: 64, iters: 5, trials: 5}}
@@ -76,16 +77,20 @@ def test_manifest_has_provenance_and_patch_sha256(e2e_run):
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["arms"]["baseline"]["patches"] == []
     (patch,) = manifest["arms"]["patched"]["patches"]
-    diff = REPO / "patches" / "ll-bf16-router-gemm-dispatch" / "0.32.0.diff"
+    diff = REPO / "patches" / "synthetic-gate-delay" / "0.32.0.diff"
     assert patch["sha256"] == hashlib.sha256(diff.read_bytes()).hexdigest()
     assert manifest["arms"]["patched"]["vllm_version"].startswith("0.32.0")
     assert manifest["suite_version"] and manifest["host"]["cpu_count"]
-    assert "ll-bf16-router-gemm-dispatch" in (run_dir / "report.md").read_text()
+    assert "synthetic-gate-delay" in (run_dir / "report.md").read_text()
 
 
 def test_patched_server_imported_the_overlay(e2e_run):
     _, run_dir, _ = e2e_run
-    # the server of the patched arm ran with the overlay first on PYTHONPATH: its workers registered the op
+    # the patched module exists only in the arm's overlay and logs when imported: the patched server's log
+    # holds that line (its engine process imported the overlay's gate_linear.py), the baseline's does not
+    line = "synthetic-gate-delay: GateLinear.forward spins 20.0 us per call"
+    assert line in (run_dir / "patched" / "server-0.log").read_text()
+    assert line not in (run_dir / "baseline" / "server-0.log").read_text()
     rec = json.loads((run_dir / "manifest.json").read_text())["arms"]["patched"]
     assert rec["patches"][0]["files"] == ["vllm/model_executor/layers/fused_moe/router/gate_linear.py"]
 
@@ -112,7 +117,7 @@ def test_dry_run_prints_the_plan(e2e_run):
     proc = run_suite("run", str(matrix), "--dry-run")
     assert proc.returncode == 0
     assert re.search(r"plan for e2e-cli: 4 sessions, 6 jobs", proc.stdout)
-    assert "arm patched: vLLM 0.32.0; patches: ll-bf16-router-gemm-dispatch" in proc.stdout
+    assert "arm patched: vLLM 0.32.0; patches: synthetic-gate-delay" in proc.stdout
 
 
 def test_kernel_stage_runs_in_each_arms_environment(e2e_run):

@@ -89,11 +89,11 @@ def test_report_section_table(tmp_path):
         job = _job(arm, bs)
         d = tmp_path / arm / "latency" / job["point"]
         atomic_write_json(d / "rep-0.json", {"latencies": values, "avg_latency": statistics.mean(values)})
-        atomic_write_json(d / "rep-0.job.json", {"job": job, "status": "ok", "hash": "x"})
+        atomic_write_json(d / "rep-0.job.json", {"schema_version": 1, "job": job, "status": "ok", "hash": "x"})
     job = _job("slow", 4)
     atomic_write_json(tmp_path / "slow" / "latency" / job["point"] / "rep-0.job.json",
-                      {"job": job, "status": "failed", "hash": "x", "error": "boom"})
-    (tmp_path / "manifest.json").write_text(json.dumps({"plan": {"arms": ["base", "slow"], "baseline": "base"}}))
+                      {"schema_version": 1, "job": job, "status": "failed", "hash": "x", "error": "boom"})
+    (tmp_path / "manifest.json").write_text(json.dumps({"schema_version": 1, "plan": {"arms": ["base", "slow"], "baseline": "base"}}))
     text = report_section(load_run(tmp_path))
     assert "### base → slow" in text and "one process" in text
     row1 = next(line for line in text.splitlines() if line.startswith("| 1 | 32 / 8 |"))
@@ -106,7 +106,7 @@ def test_report_section_table(tmp_path):
 
 
 def test_report_section_empty_without_latency_jobs(tmp_path):
-    (tmp_path / "manifest.json").write_text(json.dumps({"plan": {"arms": ["a", "b"], "baseline": "a"}}))
+    (tmp_path / "manifest.json").write_text(json.dumps({"schema_version": 1, "plan": {"arms": ["a", "b"], "baseline": "a"}}))
     assert report_section(load_run(tmp_path)) == ""
 
 
