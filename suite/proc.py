@@ -40,10 +40,11 @@ def read_tail(path: Path, n: int = 40, redact: list[str] | None = None) -> str:
     return text
 
 
-def parent_death_hook():
+def parent_death_hook(cpus: frozenset[int] | None = None):
     """Linux: a preexec hook so the child gets SIGTERM when `suite` itself dies (kill -9, OOM killer);
     otherwise a tool in its own session would outlive it and hold the GPU. prctl is resolved here, in the
-    parent, so the hook in the child only makes one libc call."""
+    parent, so the hook in the child only makes one libc call. ``cpus``: also pin the child (and everything
+    it starts) to these CPUs."""
     if not sys.platform.startswith("linux"):
         return None
     try:
@@ -58,6 +59,8 @@ def parent_death_hook():
         prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG (fires when the parent *thread* ends: start from main)
         if os.getppid() != parent:  # the parent died before prctl: do not start orphaned
             os._exit(1)
+        if cpus:
+            os.sched_setaffinity(0, cpus)
 
     return hook
 
@@ -102,9 +105,10 @@ def stop_group(proc: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> bool:
 
 def start(cmd: list[str], *, env: dict[str, str] | None, log_path: Path, cwd: Path | None = None,
           header: str | None = None, stdin: int | None = subprocess.DEVNULL,
-          stdout: int | None = None) -> subprocess.Popen:
+          stdout: int | None = None, cpus: frozenset[int] | None = None) -> subprocess.Popen:
     """Start ``cmd`` in a new session with its output appended to ``log_path`` (``header`` written first).
-    ``stdout=subprocess.PIPE`` keeps stdout for a protocol and sends only stderr to the log."""
+    ``stdout=subprocess.PIPE`` keeps stdout for a protocol and sends only stderr to the log; ``cpus`` pins
+    the tool and its children."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         if header:
@@ -113,7 +117,7 @@ def start(cmd: list[str], *, env: dict[str, str] | None, log_path: Path, cwd: Pa
         try:
             return subprocess.Popen(cmd, env=env, cwd=cwd, stdin=stdin,
                                     stdout=log if stdout is None else stdout, stderr=log,
-                                    start_new_session=True, preexec_fn=parent_death_hook())
+                                    start_new_session=True, preexec_fn=parent_death_hook(cpus))
         except OSError as exc:
             raise SuiteError(f"cannot start {cmd[0]}: {exc}\n  command: {shlex.join(cmd)}") from None
 
@@ -125,13 +129,13 @@ def failure(what: str, why: str, cmd: list[str], log_path: Path, tail: int = 20)
 
 
 def run_tool(cmd: list[str], *, env: dict[str, str] | None, log_path: Path, timeout_s: float | None, what: str,
-             cwd: Path | None = None, header: str | None = None) -> float:
+             cwd: Path | None = None, header: str | None = None, cpus: frozenset[int] | None = None) -> float:
     """Run a tool to completion in its own process group; return its wall time in seconds.
 
     On a timeout or an interrupt (Ctrl-C, SIGTERM turned into KeyboardInterrupt) the whole group is ended;
     engine processes that outlive a finished tool are ended too. A non-zero exit raises `failure`."""
     t0 = time.monotonic()
-    proc = start(cmd, env=env, log_path=log_path, cwd=cwd, header=header)
+    proc = start(cmd, env=env, log_path=log_path, cwd=cwd, header=header, cpus=cpus)
     try:
         code = proc.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -160,3 +164,30 @@ def signals_as_interrupt() -> Iterator[None]:
     finally:
         for s, h in old.items():
             signal.signal(s, h)
+
+
+def cpu_split(reserve_for_client: int = 1) -> tuple[frozenset[int], frozenset[int]] | None:
+    """(server CPUs, client CPUs) out of the CPUs this process may use: the client gets the last
+    ``reserve_for_client``, the server the rest. None when there are too few CPUs to split."""
+    try:
+        allowed = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return None
+    if len(allowed) <= reserve_for_client:
+        return None
+    return frozenset(allowed[:-reserve_for_client]), frozenset(allowed[-reserve_for_client:])
+
+
+def cpu_list(cpus: frozenset[int]) -> str:
+    """The CPU list syntax of taskset and VLLM_CPU_OMP_THREADS_BIND: 0,2-3."""
+    out, run = [], []
+    for c in sorted(cpus):
+        if run and c == run[-1] + 1:
+            run.append(c)
+        else:
+            if run:
+                out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+            run = [c]
+    if run:
+        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    return ",".join(out)

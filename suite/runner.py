@@ -102,7 +102,8 @@ class ServerView:
         return self.server.reset_prefix_cache()
 
 
-def job_env(ctx: RunContext, job: Job, server: Server | None, scope: SessionScope) -> JobEnv:
+def job_env(ctx: RunContext, job: Job, server: Server | None, scope: SessionScope,
+            pending: tuple[Job, ...] = ()) -> JobEnv:
     arm_env, arm_spec = ctx.arm_envs[job.arm], ctx.plan.arms[job.arm]
     offline = server is None
     return JobEnv(
@@ -111,11 +112,13 @@ def job_env(ctx: RunContext, job: Job, server: Server | None, scope: SessionScop
         arm_env=(ctx.runtime.tool_env(arm_env, ctx.store.cache_dir(job.arm)) | arm_spec.env) if offline else {},
         wrap=lambda argv: ctx.runtime.tool_argv(arm_env, argv), vllm_root=arm_env.pythonpath,
         client_env=ctx.client_env(), vllm="vllm", client_argv=lambda argv: ctx.runtime.client_argv(arm_env, argv),
+        client_cpus=ctx.runtime.client_cpus(),
         server=None if offline else ServerView(server), scope=scope,
-        session_dir=ctx.store.session_dir(job.arm, job.kind, job.session))
+        session_dir=ctx.store.session_dir(job.arm, job.kind, job.session), pending=pending)
 
 
-def _run_job(ctx: RunContext, job: Job, server: Server | None, scope: SessionScope) -> bool:
+def _run_job(ctx: RunContext, job: Job, server: Server | None, scope: SessionScope,
+             pending: tuple[Job, ...] = ()) -> bool:
     started = utc_now()
     t0 = time.monotonic()
     stage = STAGES.get(job.kind)
@@ -123,7 +126,7 @@ def _run_job(ctx: RunContext, job: Job, server: Server | None, scope: SessionSco
         ctx.store.write_record(job, "failed", started=started, error=f"no stage for job kind {job.kind!r}")
         return False
     try:
-        extra = stage.execute(job_env(ctx, job, server, scope))
+        extra = stage.execute(job_env(ctx, job, server, scope, pending))
         if server is not None and not server.alive():
             raise ServerError("the server died during the job; its output is kept but not used")
     except SuiteError as exc:
@@ -182,6 +185,7 @@ def _start_server(ctx: RunContext, session: Session, attempt: int) -> Any:
     atomic_write_json(spec.log_path.with_suffix(".json"), {
         "arm": session.arm, "session": session.index, "attempt": attempt, "started": started,
         "healthy_after_s": round(time.monotonic() - t0, 3), "port": port,
+        "cpus": sorted(spec.cpus) if spec.cpus else None, "client_cpus": sorted(ctx.runtime.client_cpus() or []),
         "argv": [redact_text(a, ctx.secrets) for a in spec.argv]})
     return server
 
@@ -231,7 +235,7 @@ def run_session(ctx: RunContext, session: Session, pending: list[Job], advance: 
                     ctx.console.print(f"[red]{str(exc).splitlines()[0]}[/red]")
                     ctx.console.print(_error_brief(str(exc)), markup=False, highlight=False)
                     return
-            _run_job(ctx, job, server, scope)
+            _run_job(ctx, job, server, scope, tuple(pending[i:]))
             advance()
     finally:
         scope.close()
@@ -324,8 +328,8 @@ def dry_run(matrix_path: Path) -> str:
     lines = [format_plan(plan), "", f"commands (runtime {matrix.runtime.kind}; PORT is picked at start):"]
     for arm, spec in plan.arms.items():
         env = " ".join(f"{k}={v}" for k, v in redact_env({**matrix.env, **spec.env}).items())
-        where = ("PYTHONPATH=<overlay with patches>" if spec.patches and matrix.runtime.kind != "docker"
-                 else "(in the arm's image: see `suite build --dry-run`)" if matrix.runtime.kind == "docker" else "")
+        where = ("(in the arm's image: see `suite build --dry-run`)" if matrix.runtime.kind == "docker"
+                 else "PYTHONPATH=<arm overlay: the installed vLLM" + (" + patches>" if spec.patches else ">"))
         tail = server_argv_tail(matrix, arm, plan, 0)
         tail[tail.index("--port") + 1] = "PORT"
         words = [w for w in (env, where, "vllm serve", " ".join(tail)) if w]

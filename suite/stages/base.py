@@ -73,9 +73,11 @@ class JobEnv:
     client_env: dict[str, str]  # full environment of client tools (bench, lm-eval)
     vllm: str  # the `vllm` executable of client tools
     client_argv: Callable[[list[str]], list[str]]  # the command line that runs a client tool (`vllm ...`)
+    client_cpus: frozenset[int] | None = None  # client tools pinned here (apart from the server's CPUs)
     server: ServerHandle | None = None
     scope: SessionScope = field(default_factory=SessionScope)
-    session_dir: Path | None = None  # per-session scratch of the arm (profiler traces)
+    session_dir: Path | None = None  # per-session scratch of the arm (profiler traces, client log)
+    pending: tuple[Job, ...] = ()  # the session's jobs still to run, this one included (warm-ups)
 
     @property
     def tokenizer(self) -> str:

@@ -26,7 +26,7 @@ from typing import Any
 from suite.errors import ServerError, SuiteError
 from suite.matrix import ArmSpec, DockerSpec, Matrix
 from suite.proc import read_tail
-from suite.runtime.base import ArmEnv, RuntimeBase, ServerSpec, http_ok, wait_healthy
+from suite.runtime.base import ArmEnv, RuntimeBase, ServerBase, ServerSpec
 from suite.runtime.local import host_vllm
 
 STOP_GRACE_S = 30
@@ -207,7 +207,7 @@ class DockerServerSpec(ServerSpec):
     container: ContainerConfig | None = None
 
 
-class DockerServer:
+class DockerServer(ServerBase):
     """A vLLM server container: created, started, logs streamed into the run dir, stopped and removed."""
 
     def __init__(self, spec: DockerServerSpec, client: Any):
@@ -220,10 +220,6 @@ class DockerServer:
     def config(self) -> ContainerConfig:
         assert self.spec.container is not None
         return self.spec.container
-
-    @property
-    def base_url(self) -> str:
-        return self.spec.base_url
 
     def describe(self, what: str) -> str:
         status = ""
@@ -270,17 +266,6 @@ class DockerServer:
             if buf:
                 log.write(_redact(buf, redact) + b"\n")
 
-    def __enter__(self) -> DockerServer:
-        try:
-            self.start()
-            wait_healthy(self.base_url, self.spec.startup_timeout_s, self.running, self.describe)
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def running(self) -> bool:
         if self.container is None:
@@ -290,12 +275,6 @@ class DockerServer:
         except Exception:  # noqa: BLE001
             return False
         return self.container.status in ("created", "running")
-
-    def alive(self) -> bool:
-        return self.running() and http_ok(f"{self.base_url}/health", timeout=5.0)
-
-    def reset_prefix_cache(self) -> bool:
-        return http_ok(f"{self.base_url}/reset_prefix_cache", method="POST", timeout=30.0)
 
     def log_tail(self, n: int = 40) -> str:
         return read_tail(self.spec.log_path, n, self.spec.redact)

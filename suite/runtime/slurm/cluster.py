@@ -322,28 +322,3 @@ def read_ledger(run_dir: Path) -> list[dict[str, Any]]:
         return json.loads(path.read_text()).get("submissions", [])
     except (OSError, json.JSONDecodeError):
         return []
-
-
-def report_section(run: Any) -> str:
-    """Report section: every Slurm submission of the run, including killed and resubmitted ones."""
-    subs = read_ledger(run.root)
-    if not subs:
-        return ""
-    out = ["## Slurm jobs", "",
-           "| Session | Attempt | Job id | Node | State | Start | End | Jobs missing after |",
-           "|---|---|---|---|---|---|---|---|"]
-    for s in subs:
-        missing = s.get("missing_after")
-        out.append(f"| {s['session']} | {s['attempt']} | {s['job_id']} | {s.get('node') or '—'} | "
-                   f"{s.get('state', 'UNKNOWN')}{' (' + s['exit_code'] + ')' if s.get('exit_code') else ''} | "
-                   f"{s.get('start') or '—'} | {s.get('end') or '—'} | "
-                   f"{'—' if missing is None else missing} |")
-    resubmitted = sorted({s["session"] for s in subs if s["attempt"] > 0})
-    if resubmitted:
-        out += ["", f"Resubmitted sessions: {', '.join(resubmitted)} (a resubmission runs only the jobs still "
-                "missing; the results of the earlier attempt were kept)."]
-    nodes = sorted({s.get("node") for s in subs if s.get("node")})
-    if len(nodes) > 1:
-        out += ["", f"Sessions ran on {len(nodes)} nodes ({', '.join(nodes)}): arms compared across nodes carry "
-                "the nodes' difference too."]
-    return "\n".join(out + [""])

@@ -163,6 +163,7 @@ def run_accuracy(
     log_path: Path,
     env: dict | None = None,
     timeout_s: float | None = None,
+    cpus: frozenset[int] | None = None,
 ) -> Path:
     """Run lm-eval on the live server at ``base_url``; returns ``out_dir`` holding its raw outputs.
 
@@ -199,7 +200,7 @@ def run_accuracy(
     t0 = time.monotonic()
     try:
         run_tool(cmd, env=run_env, log_path=log_path, timeout_s=timeout_s, what="lm-eval",
-                 header=f"$ {shlex.join(cmd)}\n")
+                 header=f"$ {shlex.join(cmd)}\n", cpus=cpus)
     finally:
         if hf_cache is not None:
             hf_cache.cleanup()
@@ -247,5 +248,5 @@ def execute(env: JobEnv) -> dict[str, Any]:
     assert env.server is not None
     run_accuracy(base_url=env.server.base_url, served_name=env.model.name, tokenizer=env.tokenizer,
                  spec=resolve_spec(AccuracySpec.model_validate(env.job.params), env.run_root), out_dir=env.result,
-                 log_path=env.log, env=env.client_env)
+                 log_path=env.log, env=env.client_env, cpus=env.client_cpus)
     return {}

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
 from typing import Any
 
 from suite.errors import SuiteError
+from suite.plan import Job
 from suite.proc import run_tool
 from suite.stages.base import JobEnv
+from suite.stages.serve.client import WORKER_PATH, PersistentClient
+from suite.stages.serve.warmup import warm_session
 
 PERCENTILE_METRICS = "ttft,tpot,itl,e2el"
 METRIC_PERCENTILES = "50,90,99"
@@ -47,7 +51,7 @@ def serve_command(*, vllm: str, base_url: str, served_name: str, tokenizer: str,
 
 
 def run_serve(cmd: list[str], *, result_path: Path, log_path: Path, env: dict[str, str],
-              timeout_s: float) -> float:
+              timeout_s: float, cpus: frozenset[int] | None = None) -> float:
     """Run the client; the raw result JSON lands at result_path atomically (written under a temporary
     name by the tool itself, then renamed), so a kill never leaves a truncated result. Returns wall seconds."""
     tmp_name = cmd[cmd.index("--result-filename") + 1]
@@ -55,7 +59,7 @@ def run_serve(cmd: list[str], *, result_path: Path, log_path: Path, env: dict[st
     result_path.parent.mkdir(parents=True, exist_ok=True)
     tmp_path.unlink(missing_ok=True)
     try:
-        wall = run_tool(cmd, env=env, log_path=log_path, timeout_s=timeout_s, what="`vllm bench serve`")
+        wall = run_tool(cmd, env=env, log_path=log_path, timeout_s=timeout_s, what="`vllm bench serve`", cpus=cpus)
         if not tmp_path.is_file():
             raise SuiteError(f"`vllm bench serve` wrote no result file\n  command: {' '.join(cmd)}")
     except BaseException:
@@ -69,20 +73,55 @@ def point_timeout_s(params: dict[str, Any]) -> float:
     return max(600.0, 10.0 * params["num_prompts"] * params["osl"] / 8)
 
 
+def bench_argv(env: JobEnv, job: Job, result: Path) -> list[str]:
+    """The arguments after `vllm bench serve` for one job (what the persistent client and the CLI take)."""
+    assert env.server is not None
+    cmd = serve_command(vllm="vllm", base_url=env.server.base_url, served_name=env.model.name,
+                        tokenizer=env.tokenizer, params=job.params, result_dir=result.parent,
+                        result_filename=f".{result.name}.partial",
+                        metadata={"arm": job.arm, "point": job.point, "repeat": str(job.repeat)})
+    return cmd[3:]
+
+
+def session_client(env: JobEnv) -> PersistentClient:
+    """The session's bench client: one long-lived process running vLLM's own `vllm bench serve` code for
+    every point of this server's lifetime (`client: cli` in a point: a fresh CLI process per point)."""
+    mode = env.job.params.get("client", "persistent")
+    assert env.session_dir is not None
+    return env.scope.get(f"bench-client-{mode}", lambda: PersistentClient(
+        env.client_argv(["python", str(WORKER_PATH)]), env=env.client_env,
+        log_path=env.session_dir / f"client-{mode}.log", cli=env.client_argv(["vllm"]), mode=mode,
+        cpus=env.client_cpus))
+
+
+def warm(env: JobEnv, client: PersistentClient) -> dict[str, Any] | None:
+    """Before the first measured point of a session: every pending point's shape once (requests discarded),
+    then the prefix cache reset. Returns the warm-up record (None when this session is already warm)."""
+    if env.scope.has("warm") or env.job.params.get("warmup", True) is False:
+        return None
+    assert env.server is not None and env.session_dir is not None
+    points = [bench_argv(env, j, env.result) for j in env.pending if j.kind == "serve"]
+    record = warm_session(client, points, env.server.base_url, scratch_dir=env.session_dir / "warmup").record()
+    env.scope.get("warm", lambda: contextlib.nullcontext(record))
+    env.scope.notes["warmup"] = record
+    return record
+
+
 def execute(env: JobEnv) -> dict[str, Any]:
-    """One serving point (one repeat) against the session's server."""
+    """One serving point (one repeat) against the session's server, through the session's client."""
     job, server = env.job, env.server
     assert server is not None
+    client = session_client(env)
+    warmup = warm(env, client)
     reset = server.reset_prefix_cache()
     result = env.result
-    cmd = env.client_argv(serve_command(
-        vllm=env.vllm, base_url=server.base_url, served_name=env.model.name, tokenizer=env.tokenizer,
-        params=job.params, result_dir=result.parent, result_filename=f".{result.name}.partial",
-        metadata={"arm": job.arm, "point": job.point, "repeat": str(job.repeat)}))
-    wall = run_serve(cmd, result_path=result, log_path=env.log, env=env.client_env,
-                     timeout_s=point_timeout_s(job.params))
+    argv = bench_argv(env, job, result)
+    run = client.run(argv, result, point_timeout_s(job.params), log_path=env.log)
     raw = json.loads(result.read_text())
     if not raw.get("completed"):  # the tool exits 0 even when every request failed (e.g. the server died)
         raise SuiteError(f"`vllm bench serve` completed no request ({raw.get('failed')} failed); raw output "
-                         f"kept in {result.name}\n  command: {' '.join(cmd)}")
-    return {"command": cmd, "prefix_cache_reset": reset, "client": {"mode": "cli", "wall_s": round(wall, 3)}}
+                         f"kept in {result.name}\n  command: {' '.join(run.command)}")
+    out = {"command": run.command, "prefix_cache_reset": reset, "client": run.record()}
+    if warmup is not None:
+        out["warmup"] = warmup
+    return out

@@ -1,0 +1,224 @@
+"""The serving sections of the report (format neutral): before → after per candidate, metrics against
+concurrency (charts), a Δ% heat map over points × metrics, and the statistics per point.
+
+Every number comes from `suite.analysis` (`run.summaries`): a cell's before → after are the geometric means
+its Δ% was computed from, and its 95 % interval is printed beside Δ. An unreliable cell names its reason
+instead of an interval; a missing one says so.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from suite.analysis import DETAIL, DUPLICATES, HEADLINE, CandidateSummary, CellResult, RunData
+from suite.analysis import completed_failed as _completed_failed
+from suite.analysis import drift_checks as _drift_checks
+from suite.document import (
+    MAX_STRENGTH,
+    Cell,
+    Chart,
+    Note,
+    Paragraph,
+    Section,
+    Series,
+    Table,
+    fmt,
+    fmt_interval,
+    fmt_p,
+    fmt_pct,
+    literal,
+)
+from suite.stats import METRICS, Verdict
+
+MARK = {Verdict.BETTER: "▲", Verdict.WORSE: "▼", Verdict.NOT_SIGNIFICANT: "·", Verdict.UNRELIABLE: "?"}
+STYLE = {Verdict.BETTER: "better", Verdict.WORSE: "worse", Verdict.NOT_SIGNIFICANT: "not-significant",
+         Verdict.UNRELIABLE: "unreliable"}
+HEAT_STEPS = (2.0, 5.0, 10.0, 20.0)  # |Δ| % at which a significant cell's tint steps up (MAX_STRENGTH levels)
+REASON_CHARS = 110  # an unreliable cell's reason in a table; the statistics table holds it in full
+
+
+def label(key: str) -> str:
+    return f"{METRICS[key].label} ({METRICS[key].unit})"
+
+
+def _short(reason: str) -> str:
+    return reason if len(reason) <= REASON_CHARS else reason[: REASON_CHARS - 1].rstrip() + "…"
+
+
+def cell_text(c: CellResult) -> str:
+    """``before → after (Δ [interval]) mark``; unreliable: ``… (Δ) ? unreliable: why``; or ``missing``."""
+    if c.verdict is None:
+        return "missing"
+    if c.comparison is None:
+        return f"? unreliable: {literal(_short(c.reason))}"
+    move = f"{fmt(c.before)} → {fmt(c.after)}"
+    if c.interval is not None:
+        return f"{move} ({fmt_pct(c.delta_pct)} {fmt_interval(*c.interval)}) {MARK[c.verdict]}"
+    if c.verdict is Verdict.UNRELIABLE:
+        return f"{move} ({fmt_pct(c.delta_pct)}) ? unreliable: {literal(_short(c.reason))}"
+    return f"{move} ({fmt_pct(c.delta_pct)}) {MARK[c.verdict]}"
+
+
+def cell_tip(c: CellResult) -> str:
+    if c.verdict is None:
+        return c.reason
+    parts = [f"{c.verdict.value}: {c.reason}"]
+    if c.comparison is not None:
+        cmp = c.comparison
+        parts.append(f"n={cmp.baseline.n}/{cmp.candidate.n}, {cmp.method}")
+        if cmp.p_value is not None:
+            parts.append(f"p={fmt_p(cmp.p_value)}")
+    parts += list(c.notes)
+    return "; ".join(parts)
+
+
+def _strength(c: CellResult) -> int:
+    if not c.significant or c.delta_pct is None:
+        return 0
+    return min(MAX_STRENGTH, max(1, sum(abs(c.delta_pct) >= step for step in HEAT_STEPS)))
+
+
+def doc_cell(c: CellResult, text: str | None = None) -> Cell:
+    style = STYLE[c.verdict] if c.verdict is not None else "missing"
+    return Cell(cell_text(c) if text is None else text, style=style, tip=cell_tip(c), strength=_strength(c))
+
+
+# ------------------------------------------------------------------------------------------- sections
+
+
+def serving_section(run: RunData) -> Section | None:
+    if not run.points:
+        return None
+    blocks: list = [Paragraph(
+        "Geometric mean over repeats, baseline → candidate, Δ% (the ratio of those geometric means) with its 95 % "
+        "interval; ▲ better, ▼ worse (significant after Holm over every cell of the candidate), · not "
+        "significant, ? unreliable (with why). Completed / failed requests are summed over repeats, "
+        "baseline/candidate.")]
+    for s in run.summaries:
+        rows = []
+        for p in run.points.values():
+            pr = p.params
+            done = [_completed_failed(p, a) for a in (run.baseline, s.candidate)]
+            rows.append([Cell(str(pr.get("isl", ""))), Cell(str(pr.get("osl", ""))),
+                         Cell(str(pr.get("concurrency", ""))), Cell(str(pr.get("num_prompts", ""))),
+                         *(doc_cell(s.cells[(p.point, k)]) for k in HEADLINE),
+                         Cell("/".join(str(d[0]) for d in done)), Cell("/".join(str(d[1]) for d in done))])
+        blocks.append(Section(f"{run.baseline} → {s.candidate}", 3, [Table(
+            ["ISL", "OSL", "Conc", "Prompts", *(label(k) for k in HEADLINE), "Completed", "Failed"], rows,
+            name="before-after")]))
+    return Section("Serving (`vllm bench serve`): before → after", 2, blocks, anchor="serving")
+
+
+def charts_section(run: RunData) -> Section | None:
+    if not run.points:
+        return None
+    groups: dict[tuple[object, object], list] = {}
+    for p in run.points.values():
+        groups.setdefault((p.params.get("isl"), p.params.get("osl")), []).append(p)
+    blocks: list = [Paragraph("Per arm: the median over repeats, with the minimum and maximum of the repeats as "
+                              "whiskers; hover a point for its numbers.")]
+    for (isl, osl), pts in groups.items():
+        pts = sorted(pts, key=lambda p: p.params.get("concurrency", 0))
+        charts = []
+        for key in HEADLINE:
+            series = []
+            for arm in run.arms:
+                med, lo, hi, n = [], [], [], []
+                for p in pts:
+                    vals = list(p.values(arm, key).values())
+                    med.append(statistics.median(vals) if vals else None)
+                    lo.append(min(vals) if vals else None)
+                    hi.append(max(vals) if vals else None)
+                    n.append(len(vals))
+                if any(m is not None for m in med):
+                    series.append(Series(arm, med, lo, hi, n))
+            if series:
+                charts.append(Chart(f"isl{isl}-osl{osl}-{key}", METRICS[key].label, METRICS[key].unit,
+                                    "concurrency", [str(p.params.get("concurrency")) for p in pts], series,
+                                    METRICS[key].higher_is_better))
+        blocks.append(Section(f"ISL {isl} / OSL {osl}", 3, charts))
+    return Section("Metrics against concurrency", 2, blocks, anchor="charts")
+
+
+def heatmap_section(run: RunData) -> Section | None:
+    if not run.points or not run.summaries:
+        return None
+    blocks: list = [Paragraph(
+        f"Δ% per point and metric against {literal(run.baseline)}: green significantly better, red significantly "
+        f"worse (deeper from |Δ| ≥ {', '.join(f'{s:g}' for s in HEAT_STEPS)} %), grey not significant, amber "
+        "unreliable, hatched missing. Mean ITL is left out: it equals mean TPOT by construction.")]
+    for s in run.summaries:
+        rows = []
+        for p in run.points.values():
+            pr = p.params
+            row = [Cell(f"ISL {pr.get('isl')} · OSL {pr.get('osl')} · c{pr.get('concurrency')}")]
+            for k in DETAIL:
+                c = s.cells[(p.point, k)]
+                mark = MARK[c.verdict] if c.verdict in (Verdict.BETTER, Verdict.WORSE, Verdict.UNRELIABLE) else ""
+                text = ("" if c.delta_pct is None else fmt_pct(c.delta_pct)) + mark if c.verdict else "—"
+                row.append(doc_cell(c, text))
+            rows.append(row)
+        blocks.append(Section(literal(s.candidate), 3, [Table(["Point", *(METRICS[k].label for k in DETAIL)], rows,
+                                                              name="heat")]))
+    return Section("Δ% heat map", 2, blocks, anchor="heatmap")
+
+
+def _stats_row(key: str, c: CellResult) -> list[Cell]:
+    if c.verdict is None:
+        return [Cell(label(key)), *(Cell("") for _ in range(7)), Cell("missing", style="missing", tip=c.reason)]
+    cmp = c.comparison
+    if cmp is None:
+        return [Cell(label(key)), *(Cell("") for _ in range(7)),
+                Cell(f"unreliable: {literal(c.reason)}", style="unreliable", tip=cell_tip(c))]
+    mde = cmp.min_detectable_effect_pct
+    return [Cell(label(key)), Cell(fmt(c.before)), Cell(fmt(c.after)), Cell(fmt_pct(c.delta_pct)),
+            Cell(fmt_interval(*c.interval) if c.interval else "—"), Cell(fmt_p(cmp.p_value)),
+            Cell(f"±{mde:.1f}%" if mde is not None and c.reliable else "—"),
+            Cell(f"{cmp.baseline.n}/{cmp.candidate.n}"),
+            doc_cell(c, f"{c.verdict.value}: {literal(c.reason)}")]
+
+
+def _point_notes(run: RunData, s: CandidateSummary, point: str) -> list[Note]:
+    notes = []
+    left: dict[tuple[str, int], set[str]] = {}
+    dropped: dict[tuple[int, str], None] = {}
+    for k in DETAIL:
+        c = s.cells[(point, k)]
+        for arm, r, checks in c.left_out:
+            left.setdefault((arm, r), set()).update(checks.split(", "))
+        dropped.update(dict.fromkeys(c.dropped))
+    if left:
+        notes.append(Note("Left out by data-quality checks (for the metrics they spoil): " + "; ".join(
+            f"{literal(arm)} round {r} ({', '.join(sorted(checks))})" for (arm, r), checks in sorted(left.items())),
+            "unreliable"))
+    if dropped:
+        notes.append(Note("Unpaired rounds dropped from both sides: " + "; ".join(
+            f"round {r} (no {literal(arm)} value)" for r, arm in sorted(dropped)), "warning"))
+    for d in _drift_checks(run.points[point]):
+        notes.append(Note(f"Drift check {literal(d.arm)}: output throughput at the end of the session "
+                          f"{fmt(d.end_value)} vs {fmt(d.median)} ({fmt_pct(d.delta_pct)})", "warning"))
+    return notes
+
+
+def statistics_section(run: RunData) -> Section | None:
+    if not run.points or not run.summaries:
+        return None
+    pairing = ("paired per round (ABBA): Δ from the rounds both arms have" if run.paired
+               else "Welch (independent repeats)")
+    blocks: list = [Paragraph(
+        f"Before / after: geometric means of the repeats used. Interval: 95 % t interval on the log ratio, {pairing}. "
+        "Significant only when the interval excludes 0, |Δ| exceeds the A/A noise floor (when measured) and the "
+        "cell survives Holm over all of the candidate's cells. MDE: the smallest |Δ| these repeats could detect "
+        f"with 80 % power. Mean ITL is not shown: it equals mean TPOT ({', '.join(DUPLICATES)} = "
+        f"{', '.join(DUPLICATES.values())} by construction in vLLM's benchmark).")]
+    if run.floors:
+        blocks.append(Paragraph("A/A noise floor (baseline vs itself): "
+                                + ", ".join(f"{METRICS[k].label} {v:.2f}%" for k, v in run.floors.items())))
+    headers = ["Metric", "Before", "After", "Δ%", "95% interval", "p", "MDE", "n", "Verdict"]
+    for s in run.summaries:
+        for p in run.points.values():
+            rows = [_stats_row(k, s.cells[(p.point, k)]) for k in DETAIL]
+            blocks.append(Section(f"{p.point}: {run.baseline} → {s.candidate}", 3,
+                                  [Table(headers, rows, name="stats"), *_point_notes(run, s, p.point)],
+                                  collapsed=True))
+    return Section("Statistics per point", 2, blocks, anchor="details")
