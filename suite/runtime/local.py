@@ -174,6 +174,7 @@ class LocalRuntime(RuntimeBase):
 
     def arm_vars(self, env: ArmEnv, cache_dir: Path) -> dict[str, str]:
         """Environment of the arm's processes: per-arm caches and temp dir, overlay first on PYTHONPATH."""
+        cache_dir = cache_dir.resolve()  # absolute: the server runs with cwd=cache_dir (a relative path doubles)
         cache_dir.mkdir(parents=True, exist_ok=True)
         tmp = short_tmpdir(cache_dir)
         out = {
@@ -200,7 +201,7 @@ class LocalRuntime(RuntimeBase):
         full_env.update(extra_env)
         argv = [vllm_executable(), "serve", *argv_tail]
         return ServerSpec(arm=env.arm, argv=argv, env=full_env, log_path=log_path, host=self.matrix.runtime.host,
-                          port=port, startup_timeout_s=self.matrix.runtime.startup_timeout_s, cwd=cache_dir,
+                          port=port, startup_timeout_s=self.matrix.runtime.startup_timeout_s, cwd=cache_dir.resolve(),
                           redact=redact, cpus=self.split[0] if self.split else None)
 
     def tool_env(self, env: ArmEnv, cache_dir: Path) -> dict[str, str]:
