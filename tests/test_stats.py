@@ -394,7 +394,7 @@ def test_accuracy_gate_outcomes():
 
 
 def test_accuracy_gate_error_rates():
-    # a no-change arm (5 % of questions flip each way) on 250 questions with a 1 pp allowance: a point-estimate
+    # a no-change arm (3 % of questions flip each way) on 250 questions with a 1 pp allowance: a point-estimate
     # gate fails it about a quarter of the time; the interval gate fails it at most alpha/2 of the time
     rng = np.random.default_rng(22)
     outcomes, point_fail = [], 0

@@ -1,0 +1,360 @@
+"""Tests of suite.verdict: round scores, the sequential primary test, its verdict words, planning.
+
+Constructed data pins each verdict word; seeded simulations check the error rates the docs quote (with
+tolerances of about 3 binomial standard errors).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from suite.verdict import (
+    HEADLINE,
+    Outcome,
+    VerdictSpec,
+    evaluate,
+    fmt_pct,
+    inflation_factor,
+    look_alphas,
+    nominal_alphas,
+    overall_outcome,
+    plan_looks,
+    primary_test,
+    round_score,
+    round_scores,
+    rounds_needed,
+    score_round,
+    spent_alpha,
+    z_boundaries,
+)
+
+SPEC = VerdictSpec()  # O'Brien-Fleming, looks 2/4/6/8, target 5 %, pooled A/A
+
+
+def noisy(mean: float, sd: float, n: int, seed: int) -> dict[int, float]:
+    """Scores with exactly this sample mean and sample sd (so a test does not hinge on a seed's luck)."""
+    x = np.random.default_rng(seed).normal(size=n)
+    x = (x - x.mean()) / x.std(ddof=1)
+    return {i: float(mean + sd * v) for i, v in enumerate(x)}
+
+
+def results(speed: float, ttft: float = 1.0, points=("c1", "c4")) -> dict[str, dict[str, float]]:
+    """One arm's round: throughput x speed, latencies / speed (TTFT also x ttft)."""
+    return {p: {"output_throughput": 700.0 * speed, "mean_ttft_ms": 100.0 * ttft / speed,
+                "mean_tpot_ms": 20.0 / speed, "mean_e2el_ms": 800.0 / speed} for p in points}
+
+
+# --------------------------------------------------------------------------- round scores and pairing
+
+
+def test_round_score_is_signed_log_geomean_ratio():
+    base = results(1.0)
+    assert round_score(base, results(1.10)) == pytest.approx(math.log(1.10))  # faster: every term + log 1.1
+    assert round_score(base, results(1 / 1.10)) == pytest.approx(-math.log(1.10))
+    # only TTFT 30 % worse: one of 4 metrics at each point
+    assert round_score(base, results(1.0, ttft=1.3)) == pytest.approx(-math.log(1.3) / 4)
+    assert round_score(base, results(1.2), ("output_throughput",)) == pytest.approx(math.log(1.2))
+
+
+def test_round_score_skips_and_reports_zero_and_missing():
+    base, cand = results(1.0), results(1.1)
+    cand["c1"]["mean_ttft_ms"] = 0.0
+    del cand["c4"]["mean_tpot_ms"]
+    base["c8"] = results(1.0, points=("c8",))["c8"]  # a point the candidate lacks
+    s = score_round(base, cand, HEADLINE)
+    assert s.n_terms == 6 and s.value == pytest.approx(math.log(1.1))
+    assert set(s.skipped) == {"c1/mean_ttft_ms: zero in candidate", "c4/mean_tpot_ms: missing in candidate",
+                              "c8: missing in candidate"}
+
+
+@pytest.mark.parametrize("bad", [-1.0, float("nan"), float("inf"), "12", True])
+def test_round_score_malformed_values_raise(bad):
+    cand = results(1.0)
+    cand["c1"]["output_throughput"] = bad
+    with pytest.raises(ValueError):
+        round_score(results(1.0), cand)
+
+
+def test_round_score_malformed_input_raises():
+    with pytest.raises(ValueError):
+        round_score(results(1.0), results(1.0), ("no_such_metric",))
+    with pytest.raises(ValueError):
+        round_score(results(1.0), results(1.0), "output_throughput")  # a string, not a list of metrics
+    with pytest.raises(ValueError):
+        round_score(results(1.0), {"c1": 5.0, "c4": 5.0})
+    zeros = {p: dict.fromkeys(HEADLINE, 0.0) for p in ("c1", "c4")}
+    with pytest.raises(ValueError, match="no comparable values"):
+        round_score(results(1.0), zeros)
+
+
+def test_pairing_is_by_round_index_not_position():
+    # each round has its own machine speed, shared by both arms of that round: the true score is +log 1.05
+    # in every round. Shifting the candidate's rounds after a lost one would mix speeds 1.0 / 1.3 / 0.8.
+    speeds = {0: 1.0, 1: 1.3, 2: 0.8, 3: 1.1, 4: 0.9}
+    base = {r: results(s) for r, s in speeds.items()}
+    cand = {r: results(s * 1.05) for r, s in speeds.items() if r != 2}  # the candidate lost round 2
+    rs = round_scores(base, cand)
+    assert sorted(rs.scores) == [0, 1, 3, 4]
+    assert all(v == pytest.approx(math.log(1.05)) for v in rs.scores.values())
+    assert rs.dropped == ("round 2: no candidate result",)
+    # a round where nothing is comparable is dropped with its reason, not scored
+    cand[2] = {p: dict.fromkeys(HEADLINE, 0.0) for p in ("c1", "c4")}
+    rs = round_scores(base, cand)
+    assert 2 not in rs.scores and rs.dropped[0].startswith("round 2: nothing comparable")
+    with pytest.raises(ValueError):
+        round_scores({"0": results(1.0)}, {"0": results(1.0)})  # round keys are indices, not labels
+    # primary_test keys scores by round too
+    with pytest.raises(ValueError):
+        primary_test({"a": 0.1, "b": 0.2}, SPEC)
+
+
+# --------------------------------------------------------------------------- the verdict words
+
+
+def test_regression():
+    r = primary_test(noisy(math.log(0.75), 0.03, 4, seed=1), SPEC, look=2)
+    assert r.outcome == Outcome.REGRESSION and r.decided and r.significant
+    assert r.estimate_pct == pytest.approx(-25.0) and r.rci_high_pct < 0 and r.p_value < r.nominal_alpha
+    assert re.fullmatch(r"−25\.0 % \[−\d+\.\d, −\d+\.\d\], p=\S+ < \S+ \(look 2 of 4, O'Brien–Fleming\)",
+                        r.reason), r.reason
+
+
+def test_improvement_and_delta_in_the_metric_direction():
+    r = primary_test(noisy(math.log(1.10), 0.01, 6, seed=2), SPEC, look=3, metric="mean_tpot_ms")
+    assert r.outcome == Outcome.IMPROVEMENT and r.decided
+    assert r.estimate_pct == pytest.approx(10.0)  # better-positive
+    assert r.delta_pct == pytest.approx(100 * (1 / 1.10 - 1))  # TPOT itself fell 9.1 %
+
+
+def test_equivalent():
+    r = primary_test(noisy(0.002, 0.01, 8, seed=3), SPEC, look=4)
+    assert r.outcome == Outcome.EQUIVALENT and r.decided
+    assert -5 < r.rci_low_pct < 0 < r.rci_high_pct < 5 and r.tost < r.nominal_alpha / 2
+    assert "inside ±5 %" in r.reason and "TOST" in r.reason
+    # a tighter margin than the interval: not equivalent
+    tight = primary_test(noisy(0.002, 0.01, 8, seed=3), SPEC.model_copy(update={"target_pct": 1.0}), look=4)
+    assert tight.outcome == Outcome.INCONCLUSIVE
+
+
+def test_inconclusive_states_what_it_could_detect():
+    scores = noisy(0.05, 0.20, 4, seed=4)
+    r = primary_test(scores, SPEC, look=2)
+    assert r.outcome == Outcome.INCONCLUSIVE and not r.decided and not r.significant
+    assert r.mde_pct > 40 and r.rounds_for_target > 8
+    assert f"could detect ±{r.mde_pct:.0f} % at 80 % power" in r.reason
+    assert f"needs ≈ {r.rounds_for_target} rounds for ±5 %" in r.reason
+    # 4 rounds at O'Brien-Fleming's second look: the repeated interval is wider than x/÷ 2, not printed
+    assert r.rci_too_wide and "[interval wider than ×/÷ 2]" in r.reason
+    last = primary_test(noisy(0.05, 0.20, 8, seed=4), SPEC, look=4)
+    assert last.outcome == Outcome.INCONCLUSIVE and last.decided and "budget spent" in last.reason
+    assert not last.rci_too_wide and re.search(r"\[−\d+\.\d, \+\d+\.\d\]", last.reason), last.reason
+    spent = primary_test(scores, SPEC, look=2, final=True)
+    assert spent.decided and "budget spent" in spent.reason
+
+
+@pytest.mark.parametrize(
+    "scores,why",
+    [({}, "0 rounds"), ({3: -0.5}, "1 round"), ({0: -0.3, 1: -0.3, 2: -0.3}, "no spread"),
+     ({0: -0.3, 1: float("nan")}, "non-finite"), ({0: -0.3, 1: float("-inf"), 2: -0.2}, "non-finite")],
+)
+def test_degenerate_input_is_inconclusive_never_significant(scores, why):
+    r = primary_test(scores, SPEC)
+    assert r.outcome == Outcome.INCONCLUSIVE and not r.significant and why in r.reason
+    assert r.p_value is None and r.rci_low_pct is None
+
+
+def test_mixed():
+    # throughput 20 % better, TTFT 30 % worse, the rest unchanged: the composite nets out near 0
+    rng = np.random.default_rng(5)
+    base, cand = {}, {}
+    for r in range(8):
+        speed = float(np.exp(rng.normal(0, 0.05)))  # shared by both arms of the round
+        base[r] = results(speed)
+        c = results(speed)
+        for p in c:
+            c[p]["output_throughput"] *= 1.20 * float(np.exp(rng.normal(0, 0.01)))
+            c[p]["mean_ttft_ms"] *= 1.30 * float(np.exp(rng.normal(0, 0.01)))
+        cand[r] = c
+    ev = evaluate(base, cand, SPEC, look=4)
+    assert ev.outcome == Outcome.MIXED
+    assert ev.confirmed == {"output_throughput": Outcome.IMPROVEMENT, "mean_ttft_ms": Outcome.REGRESSION}
+    assert ev.composite.outcome != Outcome.MIXED and "output_throughput better" in ev.reason
+    assert overall_outcome(ev.per_metric, ev.composite) == Outcome.MIXED
+    # one metric confirmed, the others not: the composite's word stands
+    only = {m: ev.per_metric[m] for m in ("output_throughput", "mean_tpot_ms")}
+    assert overall_outcome(only, ev.composite) == ev.composite.outcome
+
+
+def test_evaluate_reports_dropped_rounds_and_a_regression():
+    base = {r: results(1.0 + 0.01 * r) for r in range(4)}
+    cand = {r: results((1.0 + 0.01 * r) * (0.70 if r % 2 else 0.72)) for r in (0, 1, 3)}
+    ev = evaluate(base, cand, SPEC)
+    assert ev.dropped == ("round 2: no candidate result",) and ev.composite.rounds == (0, 1, 3)
+    assert ev.composite.look == 1  # 3 usable rounds reach the first planned look (2 rounds) only
+    assert ev.composite.estimate_pct == pytest.approx(-29.3, abs=0.3)
+
+
+# --------------------------------------------------------------------------- pooling with the A/A arm
+
+
+def test_pooling_with_aa_scores():
+    cand, aa = noisy(-0.10, 0.05, 4, seed=6), noisy(0.0, 0.05, 4, seed=7)
+    pooled = primary_test(cand, SPEC, look=2, aa_scores=aa)
+    assert pooled.pooled and pooled.df == pytest.approx((3 + 3) / 1.25) and "pooled with 4 A/A" in pooled.variance
+    alone = primary_test(cand, SPEC.model_copy(update={"pool_aa": False}), look=2, aa_scores=aa)
+    assert not alone.pooled and alone.df == 3
+    assert pooled.rci_high_pct - pooled.rci_low_pct < alone.rci_high_pct - alone.rci_low_pct
+    # the candidate varies much more than the A/A arm: pooling would understate its variance, so refused
+    wild = primary_test(noisy(-0.10, 0.50, 8, seed=8), SPEC, look=4, aa_scores=noisy(0.0, 0.02, 8, seed=9))
+    assert not wild.pooled and "varies more than A/A" in wild.variance and wild.df == 7
+    # the candidate varies much less: pooling is the conservative choice and is kept
+    calm = primary_test(noisy(-0.10, 0.02, 8, seed=8), SPEC, look=4, aa_scores=noisy(0.0, 0.50, 8, seed=9))
+    assert calm.pooled
+
+
+# --------------------------------------------------------------------------- the sequential design
+
+
+def test_spending_boundaries():
+    obf = z_boundaries(SPEC)
+    assert obf[0] > 3.5 and obf[0] > obf[1] > obf[2] > obf[3]  # first look strict
+    assert 1.96 < obf[-1] < 2.10  # last look close to the fixed-sample 1.96
+    assert spent_alpha(0.25, 0.05, "obrien-fleming") == pytest.approx(2 * (1 - 0.99995571), rel=1e-3)
+    poc = z_boundaries(SPEC.model_copy(update={"spending": "pocock"}))
+    assert max(poc) - min(poc) < 0.05 and 2.3 < poc[0] < 2.4  # nearly constant
+    fixed = VerdictSpec(max_rounds=6, looks=(6,))
+    assert z_boundaries(fixed)[0] == pytest.approx(1.959964, abs=1e-5) and inflation_factor(fixed) == (
+        pytest.approx(1.0, abs=1e-4))
+    assert all(0 < a < 0.05 for a in nominal_alphas(SPEC))
+
+
+def test_boundaries_spend_alpha_as_declared():
+    # Brownian motion at the looks: the chance of first crossing by each look equals the spending function
+    rng = np.random.default_rng(10)
+    for spending in ("obrien-fleming", "pocock"):
+        spec = SPEC.model_copy(update={"spending": spending})
+        t = np.array(spec.fractions)
+        s = np.cumsum(rng.normal(size=(400_000, 4)) * np.sqrt(np.diff(np.r_[0, t])), axis=1)
+        crossed = np.abs(s / np.sqrt(t)) >= np.array(z_boundaries(spec))
+        first = np.where(crossed.any(1), crossed.argmax(1), 99)
+        for k, frac in enumerate(t):
+            assert (first <= k).mean() == pytest.approx(spent_alpha(frac, 0.05, spending), abs=0.0012)
+
+
+def test_look_alphas_are_calibrated_on_the_t_statistics():
+    paired, pooled = look_alphas(SPEC), look_alphas(SPEC, pooled=True)
+    assert look_alphas(SPEC) is paired  # cached, deterministic
+    # first look (df 1): exact for one look alone, so equal to the normal design's nominal alpha
+    assert paired[0] == pytest.approx(nominal_alphas(SPEC)[0], rel=0.3)
+    # later looks: below the normal design's, which lets 5.2-5.9 % through at these df
+    assert all(a < b for a, b in zip(paired[1:], nominal_alphas(SPEC)[1:], strict=True))
+    assert all(0 < a < 0.05 for a in pooled)
+
+
+def test_aa_false_positive_rate_of_the_sequential_test():
+    # 2,000 A/A runs of the full design (looks 2/4/6/8) through primary_test; scores share the baseline session
+    rng = np.random.default_rng(11)
+    fp = {False: 0, True: 0}
+    rounds = 0
+    for _ in range(2000):
+        x = rng.normal(0, 0.05, (3, 8))
+        cand, aa = x[2] - x[0], x[1] - x[0]
+        for pooled in (False, True):
+            for k, n in enumerate(SPEC.looks, 1):
+                r = primary_test(dict(enumerate(map(float, cand[:n]))), SPEC, look=k,
+                                 aa_scores=dict(enumerate(map(float, aa[:n]))) if pooled else None)
+                if r.decided:
+                    fp[pooled] += r.significant
+                    rounds += n
+                    break
+    assert fp[False] / 2000 <= 0.07 and fp[True] / 2000 <= 0.07, fp
+    assert rounds / 4000 > 7  # an A/A run rarely stops early (only on EQUIVALENT, needing a small spread)
+
+
+def test_detects_a_large_effect_early():
+    rng = np.random.default_rng(12)
+    stops = []
+    for _ in range(200):
+        x = rng.normal(0, 0.05, (2, 8))
+        cand = x[1] - x[0] + math.log(1 / 1.35)  # 35 % slower, session noise 5 %
+        for k, n in enumerate(SPEC.looks, 1):
+            r = primary_test(dict(enumerate(map(float, cand[:n]))), SPEC, look=k)
+            if r.decided:
+                stops.append((r.outcome, n))
+                break
+    assert all(o == Outcome.REGRESSION for o, _ in stops)
+    assert np.mean([n for _, n in stops]) <= 4.5
+
+
+def test_a_look_without_alpha_to_spend_cannot_reject():
+    # O'Brien-Fleming spends 3e-8 by 2 of 16 rounds: no t statistic of 2 rounds can cross; the look says so
+    spec = VerdictSpec(max_rounds=16, looks=tuple(range(2, 17, 2)))
+    assert look_alphas(spec)[0] == 0.0
+    r = primary_test({0: -0.5, 1: -0.52}, spec, look=1)
+    assert r.outcome == Outcome.INCONCLUSIVE and not r.decided and r.boundary_t == math.inf
+    assert "could detect only changes beyond 10×" in r.reason and "wider than" in r.reason
+
+
+def test_look_resolution_and_validation():
+    assert primary_test(noisy(0, 0.1, 5, 1), SPEC).look == 2  # 5 rounds reach looks 2 and 4
+    assert primary_test(noisy(0, 0.1, 8, 1), SPEC).look == 4
+    with pytest.raises(ValueError):
+        primary_test(noisy(0, 0.1, 4, 1), SPEC, look=5)
+    with pytest.raises(ValueError):
+        primary_test(noisy(0, 0.1, 4, 1), SPEC, metric="nope")
+
+
+# --------------------------------------------------------------------------- spec and planning
+
+
+def test_spec_defaults_and_validation():
+    assert SPEC.looks == (2, 4, 6, 8) and SPEC.metrics == HEADLINE and SPEC.spending == "obrien-fleming"
+    assert VerdictSpec(max_rounds=16).looks == (4, 8, 12, 16)
+    assert VerdictSpec(max_rounds=4).looks == (2, 4)
+    assert VerdictSpec.model_validate({"looks": [4, 8], "max_rounds": 8}).looks == (4, 8)
+    for bad in ({"looks": (2, 4), "max_rounds": 8}, {"looks": (4, 2, 8)}, {"looks": (1, 8)},
+                {"metrics": ("nope",)}, {"metrics": ()}, {"metrics": ("mean_ttft_ms", "mean_ttft_ms")},
+                {"spending": "haybittle"}, {"alpha": 0.7}, {"extra": 1}):
+        with pytest.raises(ValidationError):
+            VerdictSpec(**bad)
+
+
+def test_plan_looks():
+    assert plan_looks(8, 4) == (2, 4, 6, 8) and plan_looks(16, 4) == (4, 8, 12, 16) and plan_looks(6, 1) == (6,)
+    for max_rounds in range(2, 31, 2):
+        for n in range(1, max_rounds // 2 + 1):
+            looks = plan_looks(max_rounds, n)
+            assert len(looks) == n and looks[-1] == max_rounds and all(x % 2 == 0 for x in looks)
+            assert all(b > a for a, b in zip(looks, looks[1:], strict=False))
+    for bad in ((7, 2), (8, 5), (8, 0), (0, 1)):
+        with pytest.raises(ValueError):
+            plan_looks(*bad)
+
+
+def test_rounds_needed():
+    sds = [0.01, 0.03, 0.05, 0.1, 0.2]
+    by_sd = [rounds_needed(sd, 5.0, SPEC) for sd in sds]
+    assert by_sd == sorted(by_sd) and by_sd[-1] > by_sd[0] and all(n % 2 == 0 and n >= 2 for n in by_sd)
+    targets = [20.0, 10.0, 5.0, 2.0, 1.0]
+    by_target = [rounds_needed(0.05, t, SPEC) for t in targets]
+    assert by_target == sorted(by_target) and by_target[-1] > by_target[0]
+    assert rounds_needed(0.0, 5.0, SPEC) == 2
+    # large n: ≈ R (z + z_power)^2 sd^2 / log(1.05)^2, R the sequential design's inflation
+    big = rounds_needed(0.2, 5.0, SPEC)
+    approx = inflation_factor(SPEC) * ((1.959964 + 0.841621) * 0.2 / math.log(1.05)) ** 2
+    assert approx <= big <= approx * 1.03 + 2
+    pocock = SPEC.model_copy(update={"spending": "pocock"})
+    assert rounds_needed(0.2, 5.0, pocock) > big  # Pocock's flat boundaries cost more at the last look
+    for bad in ((-1, 5), (float("nan"), 5), (0.1, 0), (0.1, float("inf"))):
+        with pytest.raises(ValueError):
+            rounds_needed(*bad, SPEC)
+
+
+def test_fmt_pct():
+    assert fmt_pct(-24.84) == "−24.8 %" and fmt_pct(3.0) == "+3.0 %" and fmt_pct(-0.01) == "+0.0 %"
+    assert fmt_pct(math.inf) == "+∞ %" and fmt_pct(1234.5) == "+1,234.5 %"
