@@ -1,15 +1,29 @@
 """The `suite` command line: one subcommand per module in suite/commands/ (each: NAME, HELP, add_arguments,
-run). This file only dispatches and turns SuiteError into a one-line message and exit status 2."""
+run), listed here. This file only dispatches and turns SuiteError into a one-line message and exit status 2."""
 
 from __future__ import annotations
 
 import argparse
-import importlib
-import pkgutil
 import sys
 
-from suite import __version__, commands
+from suite import __version__
+from suite.commands import (
+    build,
+    compare,
+    demo,
+    doctor,
+    fetch,
+    history,
+    kernel,
+    patches,
+    report,
+    run,
+    slurm_scripts,
+    validate,
+)
 from suite.errors import SuiteError
+
+COMMANDS = (build, compare, demo, doctor, fetch, history, kernel, patches, report, run, slurm_scripts, validate)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -18,10 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"suite {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
-        if info.name.startswith("_"):
-            continue
-        module = importlib.import_module(f"suite.commands.{info.name}")
+    for module in sorted(COMMANDS, key=lambda m: m.NAME):
         p = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP)
         module.add_arguments(p)
         p.set_defaults(_run=module.run)

@@ -30,6 +30,7 @@ from pydantic import (
 )
 
 from suite.errors import MatrixError
+from suite.verdict import VerdictSpec
 
 ARM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -155,6 +156,20 @@ class RuntimeSpec(Strict):
     slurm: SlurmSpec | None = None
 
 
+SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def _sha256_text(value: Any) -> Any:
+    """A sha256 as written in a matrix: 64 hex digits, any case (normalized to lower case)."""
+    if isinstance(value, int | float):
+        raise ValueError("write the sha256 in quotes (YAML reads an all-digit value as a number)")
+    if isinstance(value, str):
+        if not SHA256.match(value.strip().lower()):
+            raise ValueError("sha256 must be 64 hexadecimal digits")
+        return value.strip().lower()
+    return value
+
+
 class PatchRef(Strict):
     """A patch set (``patches/<name>/``) or a diff file of the matrix's own (``path``, relative to the matrix
     file until :func:`load_matrix` makes it absolute; ``name`` is then the file name)."""
@@ -162,6 +177,8 @@ class PatchRef(Strict):
     name: str
     reverse: bool = False
     path: str | None = Field(None, description="a unified diff file instead of a patch set")
+    sha256: str | None = Field(None, description="of the diff file: checked when given, else filled in by "
+                               "load_matrix (so a changed diff changes the plan's job hashes)")
 
     @model_validator(mode="before")
     @classmethod
@@ -175,11 +192,23 @@ class PatchRef(Strict):
             value = {**value, "name": Path(value["path"]).name}
         return value
 
+    @field_validator("sha256", mode="before")
+    @classmethod
+    def _sha(cls, value: Any) -> Any:
+        return _sha256_text(value)
+
+    @model_validator(mode="after")
+    def _sha_of_file(self) -> PatchRef:
+        if self.sha256 is not None and self.path is None:
+            raise ValueError("sha256: only a diff file (path) has one; a patch set's diffs are fixed by its name")
+        return self
+
     @model_serializer(mode="wrap")
     def _dump(self, handler: Any) -> Any:
         data = handler(self)
         if isinstance(data, dict) and self.path is None:
             data.pop("path", None)  # a set reference dumps (and hashes) as it always did
+            data.pop("sha256", None)
         return data
 
 
@@ -191,7 +220,6 @@ def _patch_ref(value: Any) -> Any:
     return value
 
 
-SHA256 = re.compile(r"^[0-9a-f]{64}$")
 GIT_REF = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._/+-]*$")
 GIT_URL = re.compile(r"^(https?|ssh|git|file)://\S+$|^[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:\S+$")
 RELEASE_TAG = re.compile(r"^v?(\d+\.\d+\.\d+(?:(?:rc|\.post|\.dev)\d+)?)$")
@@ -229,17 +257,8 @@ class VllmFrom(Strict):
 
     @field_validator("sha256", mode="before")
     @classmethod
-    def _sha_text(cls, value: Any) -> Any:
-        if isinstance(value, int | float):
-            raise ValueError("write the sha256 in quotes (YAML reads an all-digit value as a number)")
-        return value
-
-    @field_validator("sha256")
-    @classmethod
-    def _sha(cls, value: str | None) -> str | None:
-        if value is not None and not SHA256.match(value.strip().lower()):
-            raise ValueError("sha256 must be 64 hexadecimal digits")
-        return value.strip().lower() if value is not None else None
+    def _sha(cls, value: Any) -> Any:
+        return _sha256_text(value)
 
     @field_validator("ref")
     @classmethod
@@ -306,6 +325,8 @@ class ArmSpec(Strict):
     env: dict[str, str] = {}
     serve_args: list[str] = []
     description: str | None = None
+    serving: bool = Field(True, description="false: the arm runs only its correctness jobs (greedy equivalence, "
+                          "accuracy) in one session, no serving rounds (a change judged on correctness alone)")
 
     @model_validator(mode="before")
     @classmethod
@@ -378,8 +399,13 @@ class ServePoint(Strict):
     num_prompts: int | str = Field("3x", description="absolute count or a multiple of concurrency ('3x')")
     random_range_ratio: float = Field(0.0, ge=0.0, lt=1.0)
     request_rate: float | None = Field(None, gt=0, description="None = all at once (inf)")
-    num_warmups: int = Field(0, ge=0, le=MAX_PROMPTS)
+    num_warmups: int = Field(1, ge=0, le=MAX_PROMPTS, description="vLLM's own warm-up requests before each point")
     seed: int = 0
+    duration_s: float | None = Field(None, gt=0, le=3600, description="size each point by time: num_prompts "
+                                     "= this many seconds at the request rate the session's warm-up measured")
+    warmup: bool = Field(True, description="warm the server at this shape before the session's first point")
+    client: Literal["persistent", "cli"] = Field("persistent", description="one long-lived `vllm bench serve` "
+                                                 "process per session, or a fresh CLI process per point")
 
     @field_validator("concurrency", mode="before")
     @classmethod
@@ -525,7 +551,10 @@ class Matrix(Strict):
     baseline: str | None = Field(None, description="the reference arm; default: the first arm")
     serve: list[ServePoint] = []
     latency: list[LatencyPoint] = []
-    repeats: int = Field(1, ge=1, le=MAX_REPEATS)
+    repeats: int | Literal["auto"] = Field(1, description="rounds; 'auto': rounds until the verdict block's "
+                                           "primary test decides (group-sequential), at most verdict.max_rounds")
+    budget_min: float | None = Field(None, gt=0, description="with repeats: auto, stop at the last look that fits")
+    verdict: VerdictSpec | None = Field(None, description="the primary test, declared before the run")
     order: Literal["blocked", "abba"] = "blocked"
     aa: bool = Field(False, description="also run the baseline arm twice to measure the A/A noise floor")
     drift_check: bool = Field(False, description="repeat the first point at the end of each session")
@@ -553,6 +582,8 @@ class Matrix(Strict):
     def _check(self) -> Matrix:
         if self.baseline is not None and self.baseline not in self.arms:
             raise ValueError(f"baseline {self.baseline!r} is not one of the arms {sorted(self.arms)}")
+        if not self.arms[self.baseline_arm].serving:
+            raise ValueError(f"the baseline arm {self.baseline_arm!r} must serve (serving: false is for candidates)")
         for i, point in enumerate(self.serve):
             if point.isl + point.osl > self.model.max_model_len:
                 raise ValueError(
@@ -564,6 +595,15 @@ class Matrix(Strict):
                 raise ValueError(f"latency[{i}]: input_len + output_len exceeds model.max_model_len")
         if not (self.serve or self.latency or self.accuracy or self.kernel or self.profile):
             raise ValueError("nothing to measure: give serve, latency, accuracy, kernel or profile")
+        if isinstance(self.repeats, int) and not 1 <= self.repeats <= MAX_REPEATS:
+            raise ValueError(f"repeats must be 1..{MAX_REPEATS:,} or 'auto', got {self.repeats:,}")
+        if self.repeats == "auto":
+            if self.order != "abba":
+                raise ValueError("repeats: auto needs order: abba (rounds are the unit of the sequential test)")
+            if self.verdict is None:
+                object.__setattr__(self, "verdict", VerdictSpec())
+        elif self.budget_min is not None:
+            raise ValueError("budget_min goes with repeats: auto")
         for name, arm in self.arms.items():
             if arm.vllm_from is not None and self.runtime.kind != "docker":
                 kind = "wheel" if arm.vllm_from.wheel is not None else "git"
@@ -575,6 +615,18 @@ class Matrix(Strict):
     @property
     def baseline_arm(self) -> str:
         return self.baseline or next(iter(self.arms))
+
+    @property
+    def rounds(self) -> int:
+        """Rounds planned: the fixed repeats, or the sequential design's maximum."""
+        if self.repeats == "auto":
+            assert self.verdict is not None
+            return self.verdict.max_rounds
+        return self.repeats
+
+    @property
+    def sequential(self) -> bool:
+        return self.repeats == "auto"
 
 
 # ---------------------------------------------------------------- loading with file:line errors
@@ -726,7 +778,7 @@ def parse_matrix(text: str, source: str = "<matrix>", base_dir: Path | None = No
         if errors:
             raise MatrixError("\n".join(f"{source}:{_node_line(root, loc) or 1}: {_format_loc(loc)}: {msg}"
                                          for loc, msg in errors))
-        matrix = with_wheel_digests(matrix)
+        matrix = with_digests(matrix)
     return matrix
 
 
@@ -795,6 +847,11 @@ def check_files(matrix: Matrix) -> list[tuple[tuple[Any, ...], str]]:
                     msg = (f"unknown patch set {ref.name!r} (known: {', '.join(known) or 'none'}; a diff file "
                            "of your own ends in .diff or .patch, or holds a '/')")
                 errors.append((where, msg))
+            if ref.path is not None and ref.sha256 is not None and not bad_ref and Path(ref.path).is_file() \
+                    and file_sha256(Path(ref.path)) != ref.sha256:
+                bad_ref = True
+                errors.append((where, f"{Path(ref.path).name} has sha256 {file_sha256(Path(ref.path))}, not the "
+                                      f"{ref.sha256} the matrix gives"))
         if arm.patches and not bad_ref:
             try:  # all of them together: nothing listed twice
                 resolve_patches(arm.patches, arm.vllm)
@@ -828,15 +885,17 @@ def file_sha256(path: Path) -> str:
     return _DIGESTS[key]
 
 
-def with_wheel_digests(matrix: Matrix) -> Matrix:
-    """Fill in each wheel's sha256 (checked by :func:`check_files` when the matrix gives one), so that the
-    resolved matrix, the run manifest and `suite validate` carry it."""
+def with_digests(matrix: Matrix) -> Matrix:
+    """Fill in the sha256 of each wheel and diff file (checked by :func:`check_files` where the matrix gives
+    one), so that the resolved matrix, the run manifest, the plan's job hashes and `suite validate` carry it."""
     arms = {}
     for name, arm in matrix.arms.items():
         src = arm.vllm_from
         if src is not None and src.wheel is not None and src.sha256 is None:
             arm = arm.model_copy(update={"vllm_from": src.model_copy(update={"sha256": file_sha256(Path(src.wheel))})})
-        arms[name] = arm
+        patches = [ref.model_copy(update={"sha256": file_sha256(Path(ref.path))})
+                   if ref.path is not None and ref.sha256 is None else ref for ref in arm.patches]
+        arms[name] = arm.model_copy(update={"patches": patches})
     return matrix.model_copy(update={"arms": arms})
 
 
@@ -851,8 +910,8 @@ def describe_sources(matrix: Matrix) -> list[str]:
             lines.append(f"arm {name}: vLLM {src.version} from git {src.url} @ {src.ref}")
         for ref in arm.patches:
             if ref.path is not None:
-                digest = file_sha256(Path(ref.path)) if Path(ref.path).is_file() else "?"
-                lines.append(f"arm {name}: {'reverse ' if ref.reverse else ''}diff {ref.path} (sha256 {digest})")
+                lines.append(f"arm {name}: {'reverse ' if ref.reverse else ''}diff {ref.path} "
+                             f"(sha256 {ref.sha256 or '?'})")
     return lines
 
 

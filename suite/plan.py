@@ -67,8 +67,9 @@ class Plan(BaseModel):
         return [j for s in self.sessions for j in s.jobs]
 
 
-def serve_point_id(isl: int, osl: int, concurrency: int, num_prompts: int) -> str:
-    return f"isl{isl}-osl{osl}-c{concurrency}-n{num_prompts}"
+def serve_point_id(isl: int, osl: int, concurrency: int, num_prompts: int, duration_s: float | None = None) -> str:
+    size = f"t{duration_s:g}s" if duration_s else f"n{num_prompts}"
+    return f"isl{isl}-osl{osl}-c{concurrency}-{size}"
 
 
 def serve_points(matrix: Matrix) -> list[tuple[str, dict[str, Any]]]:
@@ -76,7 +77,7 @@ def serve_points(matrix: Matrix) -> list[tuple[str, dict[str, Any]]]:
     for block in matrix.serve:
         for conc in block.concurrency:
             n = block.prompts_for(conc)
-            pid = serve_point_id(block.isl, block.osl, conc, n)
+            pid = serve_point_id(block.isl, block.osl, conc, n, block.duration_s)
             if pid in points:
                 continue
             points[pid] = {
@@ -89,6 +90,14 @@ def serve_points(matrix: Matrix) -> list[tuple[str, dict[str, Any]]]:
                 "num_warmups": block.num_warmups,
                 "seed": block.seed,
             }
+            # new knobs join the params only when set away from today's behaviour, so plans (and job hashes)
+            # of existing matrices do not change
+            if block.duration_s is not None:
+                points[pid]["duration_s"] = block.duration_s
+            if not block.warmup:
+                points[pid]["warmup"] = False
+            if block.client != "persistent":
+                points[pid]["client"] = block.client
     return list(points.items())
 
 
@@ -120,7 +129,7 @@ def _job(matrix: Matrix, arms: dict[str, ArmSpec], kind: str, arm: str, session:
 
 def _server_jobs(matrix: Matrix, arms: dict[str, ArmSpec], arm: str, session: int, repeats: range,
                  first_session: bool) -> list[Job]:
-    points = serve_points(matrix)
+    points = serve_points(matrix) if arms[arm].serving else []
     jobs: list[Job] = []
     if first_session and matrix.probe:
         jobs.append(_job(matrix, arms, "probe", arm, session, "gate-paths", {}))
@@ -166,11 +175,12 @@ def build_plan(matrix: Matrix) -> Plan:
     if has_server_work:
         if matrix.order == "blocked":
             for arm in names:
-                add(arm, _server_jobs(matrix, arms, arm, counters[arm], range(matrix.repeats), True), True)
+                add(arm, _server_jobs(matrix, arms, arm, counters[arm], range(matrix.rounds), True), True)
         else:  # abba: one fresh server per arm per repeat, arm order alternating between rounds
-            for r in range(matrix.repeats):
+            for r in range(matrix.rounds):
                 for arm in names if r % 2 == 0 else list(reversed(names)):
-                    add(arm, _server_jobs(matrix, arms, arm, counters[arm], range(r, r + 1), r == 0), True)
+                    if r == 0 or arms[arm].serving:  # a correctness-only arm: its first session only
+                        add(arm, _server_jobs(matrix, arms, arm, counters[arm], range(r, r + 1), r == 0), True)
     for arm in names:
         add(arm, _offline_jobs(matrix, arms, arm, counters[arm]), False)
     if matrix.profile is not None:

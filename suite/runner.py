@@ -27,6 +27,7 @@ from suite.runtime.base import ArmEnv, Runtime, Server, free_port, port_in_use
 from suite.runtime.docker.runtime import DockerRuntime
 from suite.runtime.local import LocalRuntime
 from suite.runtime.slurm.runtime import SlurmRuntime
+from suite.sequential import SequentialRun, session_round
 from suite.stages.base import JobEnv, SessionEnv, SessionScope
 from suite.stages.registry import STAGES
 from suite.stages.serve.run import serve_command
@@ -52,6 +53,7 @@ class RunContext:
     arm_envs: dict[str, ArmEnv]
     console: Console
     secrets: list[str] = field(default_factory=list)
+    run_scope: SessionScope = field(default_factory=SessionScope)  # lives as long as the run (bench client)
 
     def client_env(self) -> dict[str, str]:
         """Environment of client tools (bench, lm-eval): the installed vLLM, never an arm's overlay."""
@@ -111,10 +113,11 @@ def job_env(ctx: RunContext, job: Job, server: Server | None, scope: SessionScop
         result=ctx.store.result_path(job), log=ctx.store.log_path(job), run_root=ctx.store.root,
         arm_env=(ctx.runtime.tool_env(arm_env, ctx.store.cache_dir(job.arm)) | arm_spec.env) if offline else {},
         wrap=lambda argv: ctx.runtime.tool_argv(arm_env, argv), vllm_root=arm_env.pythonpath,
-        client_env=ctx.client_env(), vllm="vllm", client_argv=lambda argv: ctx.runtime.client_argv(arm_env, argv),
+        client_env=ctx.client_env(), vllm="vllm", client_argv=lambda argv: ctx.runtime.client_argv(arm_env, argv, server=server),
         client_cpus=ctx.runtime.client_cpus(),
         server=None if offline else ServerView(server), scope=scope,
-        session_dir=ctx.store.session_dir(job.arm, job.kind, job.session), pending=pending)
+        session_dir=ctx.store.session_dir(job.arm, job.kind, job.session), pending=pending,
+        run_scope=ctx.run_scope, client_in_server=ctx.runtime.client_in_server)
 
 
 def _run_job(ctx: RunContext, job: Job, server: Server | None, scope: SessionScope,
@@ -203,13 +206,13 @@ def _fail_all(ctx: RunContext, jobs: list[Job], error: str) -> None:
         ctx.store.write_record(job, "failed", error=error)
 
 
-def run_session(ctx: RunContext, session: Session, pending: list[Job], advance: Callable[[], None]) -> None:
+def run_session(ctx: RunContext, session: Session, pending: list[Job], advance: Callable[..., None]) -> None:
     scope = SessionScope()
     if not session.needs_server:
         with scope.open():
             for job in pending:
                 _run_job(ctx, job, None, scope)
-                advance()
+                advance(job)
         return
     restarts_left = ctx.matrix.runtime.max_restarts
     attempt = 0
@@ -236,7 +239,7 @@ def run_session(ctx: RunContext, session: Session, pending: list[Job], advance: 
                     ctx.console.print(_error_brief(str(exc)), markup=False, highlight=False)
                     return
             _run_job(ctx, job, server, scope, tuple(pending[i:]))
-            advance()
+            advance(job)
     finally:
         scope.close()
         if server is not None:
@@ -285,40 +288,84 @@ def execute(ctx: RunContext) -> dict[str, int]:
     return ctx.runtime.execute(ctx, lambda: execute_here(ctx))
 
 
+def _job_line(ctx: RunContext, job: Job, done: int, total: int) -> str:
+    rec = ctx.store.record(job) or {}
+    status = rec.get("status", "?")
+    secs = f" {rec['seconds']:.1f} s" if isinstance(rec.get("seconds"), int | float) else ""
+    error = f": {str(rec.get('error', '')).splitlines()[0][:120]}" if status != "ok" and rec.get("error") else ""
+    return f"[{done}/{total}] {job.arm} {job.key} {status}{secs}{error}"
+
+
 def execute_here(ctx: RunContext) -> dict[str, int]:
     todo = [(s, [j for j in s.jobs if not ctx.store.is_done(j)]) for s in ctx.plan.sessions]
+    seq = None
+    if ctx.matrix.sequential:
+        assert ctx.matrix.verdict is not None
+        budget = ctx.matrix.budget_min * 60 if ctx.matrix.budget_min else None
+        seq = SequentialRun.resume(ctx.matrix.verdict, budget, ctx.store.manifest().get("sequential"))
+        todo = [(s, p) for s, p in todo if seq.needed(session_round(s))]
     total = sum(len(p) for _, p in todo)
     skipped = len(ctx.plan.jobs) - total
     if skipped:
         ctx.console.print(f"resume: {skipped} jobs already done, {total} to run")
     # the manifest tells what is incomplete at any moment, even after a kill -9: counts kept per job
-    ctx.store.update_manifest(status="running", started=utc_now(), job_counts=job_counts(ctx))
+    ctx.store.update_manifest(status="running", started=utc_now(), job_counts=counts_of(ctx, seq))
+    lines = not ctx.console.is_terminal  # CI logs, `make demo > log`: one line per finished job
+    done = 0
 
-    def advance() -> None:
+    def advance(job: Job | None = None) -> None:
+        nonlocal done
+        done += 1
         progress.advance(task)
-        ctx.store.update_manifest(job_counts=job_counts(ctx))
+        if lines and job is not None:
+            ctx.console.print(_job_line(ctx, job, done, total), markup=False, highlight=False)
+        ctx.store.update_manifest(job_counts=counts_of(ctx, seq))
 
     status = "complete"
     try:
         with signals_as_interrupt(), Progress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            console=ctx.console, transient=False,
+            console=ctx.console, transient=False, disable=lines,
         ) as progress:
             task = progress.add_task(ctx.matrix.name, total=total)
-            for session, pending in todo:
-                if not pending:
+            rounds_started = 0
+            for i, (session, pending) in enumerate(todo):
+                rnd = session_round(session)
+                if seq is not None and not seq.needed(rnd):
+                    progress.advance(task, len(pending))
                     continue
-                progress.update(task, description=f"{ctx.matrix.name}: {session.arm}#{session.index}")
-                run_session(ctx, session, pending, advance)
+                if pending:
+                    progress.update(task, description=f"{ctx.matrix.name}: {session.arm}#{session.index}")
+                    run_session(ctx, session, pending, advance)
+                next_round = session_round(todo[i + 1][0]) if i + 1 < len(todo) else None
+                if seq is not None and rnd is not None and next_round != rnd:
+                    rounds_started += 1
+                    look = seq.after_round(ctx.store.root, rnd + 1, rounds_started)
+                    if look is not None:
+                        words = ", ".join(f"{c} {o}" for c, o in look.outcomes.items())
+                        ctx.console.print(f"look after {look.rounds} rounds: {words}"
+                                          + (f"; stopping: {seq.why}" if seq.stop_after is not None else ""),
+                                          markup=False, highlight=False)
+                        ctx.store.update_manifest(sequential=seq.record())
     except KeyboardInterrupt:
         status = "interrupted"
         raise
     finally:
-        counts = job_counts(ctx)
+        ctx.run_scope.close()
+        counts = counts_of(ctx, seq)
         if status == "complete" and (counts["failed"] or counts["missing"]):
             status = "incomplete"
-        ctx.store.update_manifest(status=status, finished=utc_now(), job_counts=counts)
+        extra = {"sequential": seq.record()} if seq is not None else {}
+        ctx.store.update_manifest(status=status, finished=utc_now(), job_counts=counts, **extra)
     return counts
+
+
+def counts_of(ctx: RunContext, seq: SequentialRun | None) -> dict[str, int]:
+    """Job counts over the jobs the run needs: a sequential run that stopped early does not miss the rest."""
+    if seq is None or seq.stop_after is None:
+        return job_counts(ctx)
+    needed = [s for s in ctx.plan.sessions if seq.needed(session_round(s))]
+    return ctx.store.job_counts(ctx.plan.model_copy(update={"sessions": needed}))
 
 
 def dry_run(matrix_path: Path) -> str:

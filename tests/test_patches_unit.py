@@ -280,7 +280,7 @@ def test_patch_ref_recognises_diff_paths():
     assert PatchRef(name="./x.diff").path == "./x.diff" and PatchRef(name="./x.diff").name == "x.diff"
     assert PatchRef(name="changes/x").path == "changes/x"  # a '/' makes it a file
     assert PatchRef(name="y.patch", reverse=True).model_dump() == {"name": "y.patch", "reverse": True,
-                                                                   "path": "y.patch"}
+                                                                   "path": "y.patch", "sha256": None}
     assert PatchRef(name="ll-bf16").path is None
     assert PatchRef(name="ll-bf16").model_dump() == {"name": "ll-bf16", "reverse": False}  # as before
 

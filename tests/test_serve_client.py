@@ -319,7 +319,9 @@ def test_persistent_client_matches_the_cli_and_costs_less(tiny_model, tmp_path):
 
             # warm-ups through the same client: one per distinct shape, then the prefix cache reset
             other = with_flag(argv, "--max-concurrency", "2")
-            warm = warm_session(pc, [argv, with_flag(argv, "--num-prompts", "99"), other], server.base_url,
+            warm = warm_session(pc, [argv, with_flag(argv, "--num-prompts", "99"), other],
+                                reset_prefix_cache=lambda: http_ok(f"{server.base_url}/reset_prefix_cache",
+                                                                   method="POST", timeout=30.0),
                                 scratch_dir=tmp_path / "warm")
         load_after = _loadavg()
 

@@ -5,7 +5,7 @@ import argparse
 from rich.console import Console
 
 from suite.errors import MatrixError
-from suite.matrix import load_matrix
+from suite.matrix import describe_sources, load_matrix
 
 NAME = "validate"
 HELP = "Validate matrix files; errors are reported as file:line: field: message."
@@ -25,6 +25,8 @@ def run(args: argparse.Namespace) -> int:
             errors.append(str(exc))
             continue
         console.print(f"[green]ok[/green] {path}: {m.name} ({len(m.arms)} arms, {len(m.serve)} serve blocks)")
+        for line in describe_sources(m):
+            console.print(f"  {line}", markup=False, highlight=False)
     if errors:
         raise MatrixError("\n".join(errors))
     return 0

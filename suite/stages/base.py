@@ -78,6 +78,8 @@ class JobEnv:
     scope: SessionScope = field(default_factory=SessionScope)
     session_dir: Path | None = None  # per-session scratch of the arm (profiler traces, client log)
     pending: tuple[Job, ...] = ()  # the session's jobs still to run, this one included (warm-ups)
+    run_scope: SessionScope | None = None  # resources that outlive a server (a client that needs no server)
+    client_in_server: bool = False  # client tools run inside the server's container: one client per server
 
     @property
     def tokenizer(self) -> str:

@@ -82,7 +82,7 @@ def serve_session(run_dir: Path, matrix_path: Path, session_text: str, cache: st
                   f"(vLLM {arm_env.vllm_version}{', overlay ' + str(arm_env.pythonpath) if arm_env.pythonpath else ''})")
     done = 0
 
-    def advance() -> None:
+    def advance(job=None) -> None:  # noqa: ARG001
         nonlocal done
         done += 1
         console.print(f"session {session_text}: {done}/{len(pending)} jobs finished")

@@ -1,7 +1,7 @@
-"""Markdown section for the router-gate kernel microbenchmark, rendered from stored results only.
+"""The router-gate kernel microbenchmark's section (format neutral), from stored results only.
 
-Input: the JSON objects written by ``suite.stages.kernel.bench`` (one per arm), keyed by arm name. Standard
-library only, so it renders on any machine that holds the result files.
+Input: the JSON objects written by ``suite.stages.kernel.bench`` (one per arm), keyed by arm name. Also the
+plain-text table and the markdown file of the `suite kernel` command, drawn from the same rows.
 """
 
 from __future__ import annotations
@@ -9,7 +9,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from suite.store import read_json
+from suite.analysis import RunData
+from suite.document import BulletList, Cell, Paragraph, Section, Table, code, literal
+from suite.render import markdown
+from suite.stages.kernel.read import load_kernel_results
 
 
 def _fmt_us(r: Mapping[str, Any]) -> str:
@@ -30,9 +33,9 @@ def _by_m(result: Mapping[str, Any]) -> dict[int, Mapping[str, Any]]:
 def _path_cell(r: Mapping[str, Any] | None) -> str:
     if r is None:
         return "–"
-    cell = f"`{r['path']}`"
+    cell = code(r["path"])
     if r.get("frozen_branch"):
-        cell += f" **frozen branch** (eager: `{r['eager_path']}`)"
+        cell += f" **frozen branch** (eager: {code(r['eager_path'])})"
     if r.get("recompiled"):
         cell += " (recompiled at this M)"
     return cell
@@ -60,8 +63,8 @@ def comparison_rows(results_by_arm: Mapping[str, Mapping[str, Any]], baseline: s
     return rows
 
 
-def render_kernel_md(results_by_arm: Mapping[str, Mapping[str, Any]], baseline: str) -> str:
-    """The report section: µs per M per arm (median [p10–p90]), speedup vs ``baseline``, path per M."""
+def kernel_blocks(results_by_arm: Mapping[str, Mapping[str, Any]], baseline: str) -> list[Any]:
+    """The section's content: µs per M per arm (median [p10–p90]), speedup vs ``baseline``, path per M."""
     rows = comparison_rows(results_by_arm, baseline)
     arms = [baseline] + [a for a in results_by_arm if a != baseline]
     first = results_by_arm[baseline]
@@ -69,64 +72,54 @@ def render_kernel_md(results_by_arm: Mapping[str, Mapping[str, Any]], baseline: 
     comp = first.get("compile", {})
     timing = first.get("timing", {})
     device = first.get("device", {})
-    out: list[str] = []
-    out.append("## Router gate kernel")
-    out.append("")
-    out.append(
+    blocks: list[Any] = [Paragraph(
         f"Gate {shape.get('hidden')}×{shape.get('experts')} ({shape.get('dtype')} in, {shape.get('out_dtype')} out, "
         f"bias={shape.get('bias')}), guard-free `torch.compile` (fullgraph, dynamic, backend "
-        f"`{comp.get('backend')}`) traced first at M={comp.get('trace_m')}; "
-        f"{timing.get('method', '?').replace('_', ' ')} of {timing.get('calls_per_sample')} calls per sample, "
-        f"{timing.get('samples')} samples per M; µs per call, median [p10–p90]. "
-        f"Device: {device.get('name')}."
-    )
-    out.append("")
-    header = ["M"] + [f"{a} µs" for a in arms] + [f"speedup {a}" for a in arms[1:]]
-    out.append("| " + " | ".join(header) + " |")
-    out.append("|" + "---|" * len(header))
+        f"{code(comp.get('backend'))}) traced first at M={comp.get('trace_m')}; "
+        f"{literal(timing.get('method', '?').replace('_', ' '))} of {timing.get('calls_per_sample')} calls per "
+        f"sample, {timing.get('samples')} samples per M; µs per call, median [p10–p90]. "
+        f"Device: {literal(device.get('name'))}.")]
+    timing_rows = []
     for row in rows:
-        cells = [str(row["m"])]
-        for a in arms:
-            r = row["arms"][a]["result"]
-            cells.append(_fmt_us(r) if r else "–")
-        for a in arms[1:]:
-            s = row["arms"][a]["speedup"]
-            cells.append(f"{s:.2f}×" if s else "–")
-        out.append("| " + " | ".join(cells) + " |")
-    out.append("")
-    out.append("Path that ran (recorded per M in an untimed pass of the compiled gate):")
-    out.append("")
-    header = ["M"] + arms
-    out.append("| " + " | ".join(header) + " |")
-    out.append("|" + "---|" * len(header))
-    for row in rows:
-        out.append(
-            "| " + " | ".join([str(row["m"])] + [_path_cell(row["arms"][a]["result"]) for a in arms]) + " |"
-        )
-    out.append("")
+        cells = [Cell(str(row["m"]))]
+        cells += [Cell(_fmt_us(r) if (r := row["arms"][a]["result"]) else "–") for a in arms]
+        cells += [Cell(f"{s:.2f}×" if (s := row["arms"][a]["speedup"]) else "–") for a in arms[1:]]
+        timing_rows.append(cells)
+    blocks.append(Table(["M", *(f"{literal(a)} µs" for a in arms), *(f"speedup {literal(a)}" for a in arms[1:])],
+                        timing_rows, name="kernel"))
+    blocks.append(Table(["M", *(literal(a) for a in arms)],
+                        [[Cell(str(row["m"])), *(Cell(_path_cell(row["arms"][a]["result"])) for a in arms)]
+                         for row in rows], caption="Path that ran (recorded per M in an untimed pass of the "
+                        "compiled gate):", align=["left"] * (1 + len(arms)), name="kernel-paths"))
     frozen = {a: res.get("frozen_branch_ms") or [] for a, res in results_by_arm.items()}
-    for a in arms:
-        if frozen[a]:
-            out.append(
-                f"- **{a}: frozen branch at M = {', '.join(map(str, frozen[a]))}**: the compiled gate ran the "
-                f"trace-M path (`{results_by_arm[a].get('compile', {}).get('trace_path')}`) although the same "
-                "tree takes another path there in eager mode."
-            )
-    out.append("")
-    out.append("| arm | device | torch | vLLM | gate | trace path |")
-    out.append("|---|---|---|---|---|---|")
+    notes = [f"**{literal(a)}: frozen branch at M = {', '.join(map(str, frozen[a]))}**: the compiled gate ran the "
+             f"trace-M path ({code(results_by_arm[a].get('compile', {}).get('trace_path'))}) although the same "
+             "tree takes another path there in eager mode." for a in arms if frozen[a]]
+    if notes:
+        blocks.append(BulletList(notes))
+    env_rows = []
     for a in arms:
         res = results_by_arm[a]
         gate = res.get("gate", {})
         gate_desc = gate.get("class") or gate.get("source") or "?"
         if gate.get("forced"):
             gate_desc += f" ({gate['forced']})"
-        out.append(
-            f"| {a} | {res.get('device', {}).get('name')} | {res.get('torch_version')} | "
-            f"{res.get('vllm_version')} | {gate_desc} | `{res.get('compile', {}).get('trace_path')}` |"
-        )
-    out.append("")
-    return "\n".join(out)
+        env_rows.append([Cell(literal(a)), Cell(literal(res.get("device", {}).get("name"))),
+                         Cell(literal(res.get("torch_version"))), Cell(literal(res.get("vllm_version"))),
+                         Cell(literal(gate_desc)), Cell(code(res.get("compile", {}).get("trace_path")))])
+    blocks.append(Table(["arm", "device", "torch", "vLLM", "gate", "trace path"], env_rows, align=["left"] * 6,
+                        name="kernel-env"))
+    return blocks
+
+
+def kernel_section(results_by_arm: Mapping[str, Mapping[str, Any]], baseline: str,
+                   title: str = "Router-gate kernel (guard-free torch.compile, per arm)") -> Section:
+    return Section(title, 2, kernel_blocks(results_by_arm, baseline), anchor="kernel")
+
+
+def render_kernel_md(results_by_arm: Mapping[str, Mapping[str, Any]], baseline: str) -> str:
+    """kernel.md of `suite kernel`: the same content as the report's section, as markdown."""
+    return markdown.section(kernel_section(results_by_arm, baseline, "Router gate kernel")) + "\n"
 
 
 def render_kernel_text(results_by_arm: Mapping[str, Mapping[str, Any]], baseline: str) -> str:
@@ -158,15 +151,11 @@ def render_kernel_text(results_by_arm: Mapping[str, Mapping[str, Any]], baseline
     return "\n".join(lines)
 
 
-def report_section(run: Any) -> str:
-    results: dict[str, Any] = {}
-    for rec in run.records:
-        job = rec["job"]
-        if job["kind"] != "kernel" or rec.get("status") != "ok":
-            continue
-        path = run.root / job["arm"] / "kernel" / job["point"] / f"rep-{job['repeat']}.json"
-        if path.is_file():
-            results[job["arm"]] = read_json(path)
-    if not results or run.baseline not in results:
-        return ""
-    return "## Router-gate kernel (guard-free torch.compile, per arm)\n\n" + render_kernel_md(results, run.baseline)
+def section(run: RunData) -> Section | None:
+    results = load_kernel_results(run.store, run.jobs)
+    if run.baseline not in results:
+        return None
+    return kernel_section(results, run.baseline)
+
+
+report_section = section  # the name suite.stages.registry still imports

@@ -1,22 +1,24 @@
-"""The probe section: which router-gate path each batch-size bucket took, per arm."""
+"""The probe section: which router-gate path each batch-size bucket took, per arm (format neutral)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from suite.analysis import RunData
+from suite.document import BulletList, Cell, Paragraph, Section, Table, code, literal
 from suite.stages.probe.plugin import BUCKET_LABELS, SEP
 from suite.stages.probe.read import FROZEN, load_probe_results
 
 
 def _cell(b: dict[str, Any]) -> str:
-    parts = [f"`{p}` ×{n}" for p, n in sorted(b["paths"].items(), key=lambda kv: -kv[1])]
+    parts = [f"{code(p)} ×{n}" for p, n in sorted(b["paths"].items(), key=lambda kv: -kv[1])]
     if b["verdict"] == FROZEN:
-        parts.append(FROZEN)
-    parts += [f"`{p}` ×{n} (no GateLinear.forward: from a compiled graph)" for p, n in b["outside"].items()]
+        parts.append(literal(FROZEN))
+    parts += [f"{code(p)} ×{n} (no GateLinear.forward: from a compiled graph)" for p, n in b["outside"].items()]
     if not parts:
         return "—"
     steps = b["steps"]
-    return "<br>".join(parts) + (f" ({steps} step{'s' if steps != 1 else ''})" if steps else "")
+    return "\n".join(parts) + (f" ({steps} step{'s' if steps != 1 else ''})" if steps else "")
 
 
 def _op_calls(result: dict[str, Any], op: str) -> int:
@@ -34,32 +36,18 @@ def _eligibility(result: dict[str, Any]) -> str:
           if any(g.get(k) == "True" for g in gates)]
     platform = next((p["platform"] for p in result["processes"] if p.get("platform")), "?")
     dtypes = sorted({f"{g.get('weight_dtype')}→{g.get('out_dtype')}" for g in gates})
-    return (f"{len(gates)} gates on {platform}, weight→out {', '.join(dtypes)}; "
-            + ("eligible: " + ", ".join(on) if on else "no specialized tier eligible (every allow_* is False)"))
+    return (f"{len(gates)} gates on {literal(platform)}, weight→out {literal(', '.join(dtypes))}; "
+            + ("eligible: " + ", ".join(code(x) for x in on) if on
+               else "no specialized tier eligible (every `allow_*` is False)"))
 
 
-def report_section(run: Any) -> str:
-    results = load_probe_results(run)
-    if not results:
-        return ""
+def _findings(results: dict[str, dict[str, Any]], base: str) -> list[str]:
     arms = list(results)
-    lines = ["## Gate paths (probe)", "",
-             "Which router-gate implementation ran per batch-size bucket (M = tokens in the step), counted "
-             "inside each vLLM process while the probe's fixed requests ran. A path lists the instrumented "
-             "implementations inside one `GateLinear.forward` call, outermost first.", "",
-             "| M | " + " | ".join(arms) + " |", "|---|" + "---|" * len(arms)]
-    for label in BUCKET_LABELS:
-        cells = [_cell(results[a]["buckets"][label]) for a in arms]
-        if all(c == "—" for c in cells):
-            continue
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    lines.append("")
+    lines = []
     for arm in arms:
         r = results[arm]
-        ops = ", ".join(f"`{o}`" for o in r["present_ops"]) or "none"
-        lines.append(f"- `{arm}`: {_eligibility(r)}; gate custom ops registered: {ops}.")
-    # differences between arms
-    base = run.baseline if run.baseline in results else arms[0]
+        ops = ", ".join(code(o) for o in r["present_ops"]) or "none"
+        lines.append(f"{code(arm)}: {_eligibility(r)}; gate custom ops registered: {ops}.")
     for arm in arms:
         if arm == base:
             continue
@@ -67,28 +55,53 @@ def report_section(run: Any) -> str:
                   if set(results[arm]["buckets"][b]["paths"]) != set(results[base]["buckets"][b]["paths"])
                   or set(results[arm]["buckets"][b]["outside"]) != set(results[base]["buckets"][b]["outside"])]
         if differ:
-            lines.append(f"- **Gate paths differ** between `{base}` and `{arm}` in buckets {', '.join(differ)}.")
+            lines.append(f"**Gate paths differ** between {code(base)} and {code(arm)} in buckets {', '.join(differ)}.")
         else:
-            lines.append(f"- Gate paths are the same in `{base}` and `{arm}` in every bucket.")
+            lines.append(f"Gate paths are the same in {code(base)} and {code(arm)} in every bucket.")
         new_ops = [o for o in results[arm]["present_ops"] if o not in results[base]["present_ops"]]
         for op in new_ops:
             n = _op_calls(results[arm], op)
             if n == 0:
-                lines.append(f"- **⚠ `{arm}`: its fast path never ran**: `torch.ops.vllm.{op}` is registered in "
-                             f"that arm but was called 0 times ({_eligibility(results[arm])}).")
+                lines.append(f"**⚠ {code(arm)}: its fast path never ran**: {code(f'torch.ops.vllm.{op}')} is "
+                             f"registered in that arm but was called 0 times ({_eligibility(results[arm])}).")
             else:
                 where = [b for b in BUCKET_LABELS if any(
                     f"torch.ops.vllm.{op}" in p.split(SEP) for p in (*results[arm]["buckets"][b]["paths"],
                                                                     *results[arm]["buckets"][b]["outside"]))]
-                lines.append(f"- `{arm}`: `torch.ops.vllm.{op}` ran {n} times (buckets {', '.join(where)}).")
+                lines.append(f"{code(arm)}: {code(f'torch.ops.vllm.{op}')} ran {n} times (buckets "
+                             f"{', '.join(where)}).")
         if not new_ops and results[arm]["present_ops"] == results[base]["present_ops"] and not differ:
-            lines.append(f"- `{arm}`: no gate path of its own was observed.")
+            lines.append(f"{code(arm)}: no gate path of its own was observed.")
     for arm in arms:
         frozen = [b for b in BUCKET_LABELS if results[arm]["buckets"][b]["verdict"] == FROZEN]
         if frozen:
-            lines.append(f"- `{arm}`: buckets {', '.join(frozen)} ran as a {FROZEN}: steps were processed "
-                         "but no `GateLinear.forward` call happened at run time.")
+            lines.append(f"{code(arm)}: buckets {', '.join(frozen)} ran as a {literal(FROZEN)}: steps were "
+                         "processed but no `GateLinear.forward` call happened at run time.")
         errors = sorted({e for p in results[arm]["processes"] for e in p["errors"]})
         if errors:
-            lines.append(f"- `{arm}`: probe errors: " + "; ".join(errors))
-    return "\n".join(lines) + "\n"
+            lines.append(f"{code(arm)}: probe errors: " + "; ".join(literal(e) for e in errors))
+    return lines
+
+
+def section(run: RunData) -> Section | None:
+    results = load_probe_results(run.store, run.jobs, run.arms)
+    if not results:
+        return None
+    arms = list(results)
+    rows = []
+    for label in BUCKET_LABELS:
+        cells = [_cell(results[a]["buckets"][label]) for a in arms]
+        if all(c == "—" for c in cells):
+            continue
+        rows.append([Cell(label), *(Cell(c) for c in cells)])
+    base = run.baseline if run.baseline in results else arms[0]
+    return Section("Gate paths (probe)", 2, [
+        Paragraph("Which router-gate implementation ran per batch-size bucket (M = tokens in the step), counted "
+                  "inside each vLLM process while the probe's fixed requests ran. A path lists the instrumented "
+                  "implementations inside one `GateLinear.forward` call, outermost first."),
+        Table(["M", *(literal(a) for a in arms)], rows, align=["left"] * (1 + len(arms)), name="probe"),
+        BulletList(_findings(results, base)),
+    ], anchor="probe")
+
+
+report_section = section  # the name suite.stages.registry still imports

@@ -12,8 +12,8 @@ from suite.errors import SuiteError
 from suite.plan import Job
 from suite.proc import run_tool
 from suite.stages.base import JobEnv
-from suite.stages.serve.client import WORKER_PATH, PersistentClient
-from suite.stages.serve.warmup import warm_session
+from suite.stages.serve.client import WORKER_PATH, PersistentClient, with_flag
+from suite.stages.serve.warmup import size_for_duration, warm_session
 
 PERCENTILE_METRICS = "ttft,tpot,itl,e2el"
 METRIC_PERCENTILES = "50,90,99"
@@ -84,13 +84,18 @@ def bench_argv(env: JobEnv, job: Job, result: Path) -> list[str]:
 
 
 def session_client(env: JobEnv) -> PersistentClient:
-    """The session's bench client: one long-lived process running vLLM's own `vllm bench serve` code for
-    every point of this server's lifetime (`client: cli` in a point: a fresh CLI process per point)."""
+    """The bench client: one long-lived process running vLLM's own `vllm bench serve` code for every point
+    (`client: cli` in a point: a fresh CLI process per point). A client whose command does not depend on
+    the server (the local runtime: the host's vLLM) serves the whole run; one that runs inside the
+    server's container lives as long as that server."""
     mode = env.job.params.get("client", "persistent")
+    worker = env.client_argv(["python", str(WORKER_PATH)])
+    cli = env.client_argv(["vllm"])
+    scope = env.scope if env.client_in_server or env.run_scope is None else env.run_scope
     assert env.session_dir is not None
-    return env.scope.get(f"bench-client-{mode}", lambda: PersistentClient(
-        env.client_argv(["python", str(WORKER_PATH)]), env=env.client_env,
-        log_path=env.session_dir / f"client-{mode}.log", cli=env.client_argv(["vllm"]), mode=mode,
+    log_dir = env.session_dir if scope is env.scope else env.run_root / "client"
+    return scope.get(f"bench-client-{mode}-{'|'.join(worker)}", lambda: PersistentClient(
+        worker, env=env.client_env, log_path=log_dir / f"client-{mode}.log", cli=cli, mode=mode,
         cpus=env.client_cpus))
 
 
@@ -101,10 +106,24 @@ def warm(env: JobEnv, client: PersistentClient) -> dict[str, Any] | None:
         return None
     assert env.server is not None and env.session_dir is not None
     points = [bench_argv(env, j, env.result) for j in env.pending if j.kind == "serve"]
-    record = warm_session(client, points, env.server.base_url, scratch_dir=env.session_dir / "warmup").record()
-    env.scope.get("warm", lambda: contextlib.nullcontext(record))
-    env.scope.notes["warmup"] = record
-    return record
+    warmed = warm_session(client, points, reset_prefix_cache=env.server.reset_prefix_cache,
+                          scratch_dir=env.session_dir / "warmup")
+    env.scope.get("warm", lambda: contextlib.nullcontext(warmed))
+    env.scope.notes["warmup"] = warmed.record()
+    return warmed.record()
+
+
+def sized_argv(env: JobEnv, argv: list[str]) -> tuple[list[str], int | None]:
+    """A point sized by time (`duration_s`) gets its prompt count from the session warm-up's request rate
+    at the same shape; without a usable warm-up it keeps the matrix's num_prompts."""
+    duration = env.job.params.get("duration_s")
+    if not duration or not env.scope.has("warm"):
+        return argv, None
+    shape = env.scope.get("warm", contextlib.nullcontext).for_argv(argv)
+    if shape is None or not shape.ok:
+        return argv, None
+    n = size_for_duration(float(duration), shape, int(env.job.params["concurrency"]))
+    return with_flag(argv, "--num-prompts", str(n)), n
 
 
 def execute(env: JobEnv) -> dict[str, Any]:
@@ -115,8 +134,9 @@ def execute(env: JobEnv) -> dict[str, Any]:
     warmup = warm(env, client)
     reset = server.reset_prefix_cache()
     result = env.result
-    argv = bench_argv(env, job, result)
-    run = client.run(argv, result, point_timeout_s(job.params), log_path=env.log)
+    argv, sized = sized_argv(env, bench_argv(env, job, result))
+    params = job.params | ({"num_prompts": sized} if sized else {})
+    run = client.run(argv, result, point_timeout_s(params), log_path=env.log)
     raw = json.loads(result.read_text())
     if not raw.get("completed"):  # the tool exits 0 even when every request failed (e.g. the server died)
         raise SuiteError(f"`vllm bench serve` completed no request ({raw.get('failed')} failed); raw output "
@@ -124,4 +144,6 @@ def execute(env: JobEnv) -> dict[str, Any]:
     out = {"command": run.command, "prefix_cache_reset": reset, "client": run.record()}
     if warmup is not None:
         out["warmup"] = warmup
+    if sized:
+        out["sized_num_prompts"] = sized
     return out

@@ -18,13 +18,12 @@ import math
 import shutil
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from suite.errors import SuiteError
-from suite.runtime.base import http_ok
 from suite.stages.serve.client import PersistentClient, flag_value, with_flag, without_flag
 
 # the flags that make two points the same load for the server (prompt count, seed, output files aside)
@@ -111,9 +110,9 @@ def warm_argv(argv: Sequence[str], prompts: int) -> list[str]:
     return without_flag(without_flag(out, "--result-dir"), "--result-filename")
 
 
-def warm_session(client: PersistentClient, points: Sequence[Sequence[str]], base_url: str, *,
-                 scratch_dir: Path | None = None, timeout_s: float = 600.0, factor: int = WARM_FACTOR,
-                 reset_prefix_cache: bool = True) -> SessionWarmup:
+def warm_session(client: PersistentClient, points: Sequence[Sequence[str]], *,
+                 reset_prefix_cache: Callable[[], bool] | None, scratch_dir: Path | None = None,
+                 timeout_s: float = 600.0, factor: int = WARM_FACTOR) -> SessionWarmup:
     """Warm the server once per distinct shape of ``points`` (each the argv after `vllm bench serve` of a
     measured point), in order of first appearance, then POST /reset_prefix_cache.
 
@@ -136,9 +135,8 @@ def warm_session(client: PersistentClient, points: Sequence[Sequence[str]], base
     finally:
         if own_scratch:
             shutil.rmtree(scratch, ignore_errors=True)
-    if reset_prefix_cache:
-        out.prefix_cache_reset = http_ok(f"{base_url.rstrip('/')}/reset_prefix_cache", method="POST",
-                                         timeout=30.0)
+    if reset_prefix_cache is not None:  # the server's own reset (POST /reset_prefix_cache)
+        out.prefix_cache_reset = reset_prefix_cache()
     out.wall_s = time.monotonic() - t0
     return out
 

@@ -1,0 +1,106 @@
+"""Rounds until decided: the looks of a `repeats: auto` run (group-sequential design of suite.verdict).
+
+After each round whose count is one of the design's looks, every candidate's primary test is evaluated on the
+rounds stored so far (the same analysis the report uses). The run stops when every candidate is decided, or
+at the last look the time budget allows; the rounds not run are never planned-and-missing: the manifest says
+where the run stopped and why.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from suite.analysis import load_run, primary
+from suite.plan import Plan, Session
+from suite.verdict import VerdictSpec
+
+
+def session_round(session: Session) -> int | None:
+    """The ABBA round a server session belongs to (its serve jobs' repeat); None for offline sessions."""
+    rounds = {j.repeat for j in session.jobs if j.kind == "serve"}
+    return min(rounds) if rounds else None
+
+
+@dataclass
+class Look:
+    rounds: int
+    outcomes: dict[str, str]  # candidate -> outcome word
+    decided: dict[str, bool]
+    reasons: dict[str, str]
+    final: bool
+
+    def record(self) -> dict[str, Any]:
+        return {"rounds": self.rounds, "outcomes": self.outcomes, "decided": self.decided, "reasons": self.reasons,
+                "final": self.final}
+
+
+def evaluate_look(run_dir: Path, spec: VerdictSpec, rounds: int, final: bool) -> Look:
+    """Every candidate's primary test on the first ``rounds`` rounds stored in the run directory."""
+    run = load_run(run_dir)
+    outcomes, decided, reasons = {}, {}, {}
+    for cand in run.candidates:
+        res = primary(run, cand, spec, look=rounds, final=final)
+        ev = res.evaluation
+        if ev is None:
+            outcomes[cand], decided[cand], reasons[cand] = "INCONCLUSIVE", False, res.error or "no rounds yet"
+            continue
+        outcomes[cand] = str(ev.outcome)
+        decided[cand] = bool(ev.composite.decided)
+        reasons[cand] = ev.reason
+    return Look(rounds=rounds, outcomes=outcomes, decided=decided, reasons=reasons, final=final)
+
+
+@dataclass
+class SequentialRun:
+    """The stopping state of one run: looks taken, where it stopped, the time budget."""
+
+    spec: VerdictSpec
+    budget_s: float | None
+    started: float = field(default_factory=time.monotonic)
+    looks: list[Look] = field(default_factory=list)
+    stop_after: int | None = None  # rounds run; later rounds are not needed
+    why: str = ""
+
+    @classmethod
+    def resume(cls, spec: VerdictSpec, budget_s: float | None, stored: dict[str, Any] | None) -> SequentialRun:
+        state = cls(spec=spec, budget_s=budget_s)
+        if stored and stored.get("stop_after") is not None:
+            state.stop_after, state.why = int(stored["stop_after"]), str(stored.get("why", ""))
+        return state
+
+    def needed(self, rnd: int | None) -> bool:
+        return rnd is None or self.stop_after is None or rnd < self.stop_after
+
+    def after_round(self, run_dir: Path, rounds_done: int, rounds_started: int) -> Look | None:
+        """Called when ``rounds_done`` rounds are complete; takes the look if one is due and decides to stop."""
+        looks = self.spec.looks or (self.spec.max_rounds,)
+        if rounds_done not in looks or self.stop_after is not None:
+            return None
+        last = rounds_done == looks[-1]
+        over_budget = False
+        if not last and self.budget_s is not None and rounds_started:
+            per_round = (time.monotonic() - self.started) / rounds_started
+            nxt = next(k for k in looks if k > rounds_done)
+            over_budget = (time.monotonic() - self.started) + (nxt - rounds_done) * per_round > self.budget_s
+        look = evaluate_look(run_dir, self.spec, rounds_done, final=last or over_budget)
+        self.looks.append(look)
+        if all(look.decided.values()) and look.decided:
+            self.stop_after, self.why = rounds_done, f"every candidate decided at look {len(self.looks)}"
+        elif over_budget:
+            self.stop_after = rounds_done
+            self.why = f"time budget ({self.budget_s / 60:g} min) would be spent before the next look"
+        elif last:
+            self.stop_after, self.why = rounds_done, "last look of the design"
+        return look
+
+    def record(self) -> dict[str, Any]:
+        return {"design": self.spec.model_dump(mode="json"), "looks": [lk.record() for lk in self.looks],
+                "stop_after": self.stop_after, "why": self.why,
+                "budget_min": None if self.budget_s is None else self.budget_s / 60}
+
+
+def planned_rounds(plan: Plan) -> list[int]:
+    return sorted({r for s in plan.sessions if (r := session_round(s)) is not None})

@@ -1,0 +1,126 @@
+"""The house rules, read from the code's own imports: one-way flow, no cycles, no import-by-string.
+
+Every `import`/`from ... import` of a `suite` module anywhere in a file (top level or inside a function)
+counts. The order is the data flow of docs/ARCHITECTURE.md: a module may import only modules of its own
+layer or of the layers before it.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SUITE = Path(__file__).resolve().parent.parent / "suite"
+
+STAGE_KINDS = ("serve", "latency", "accuracy", "kernel", "profile", "probe")
+# the floors, in order; a module belongs to the first prefix that matches (longest prefixes first)
+LAYERS: list[tuple[str, ...]] = [
+    ("suite", "suite.errors", "suite.proc"),
+    ("suite.stats", "suite.verdict"),
+    ("suite.matrix", "suite.patches", "suite.fixtures"),
+    ("suite.plan",),
+    ("suite.store",),
+    ("suite.runtime",),
+    ("suite.stages",),  # a stage's run.py (and its helpers): one job against a JobEnv
+    ("suite.quality", "suite.document"),
+    ("suite.analysis", "suite.report_sections", "suite.render", "suite.report", "suite.history",
+     "suite.stages.registry", *(f"suite.stages.{k}.summary" for k in STAGE_KINDS)),
+    ("suite.sequential",),
+    ("suite.runner",),
+    ("suite.doctor", "suite.commands", "suite.cli", "suite.__main__"),
+]
+# entry points that are allowed above their package: the Slurm worker runs sessions on a node
+ENTRY_POINTS = {"suite.runtime.slurm.worker"}
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(SUITE.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imports_of(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    out: set[str] = set()
+    mod = module_name(path)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names if a.name.split(".")[0] == "suite")
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module.split(".")[0] == "suite":
+                for a in node.names:  # `from suite.stages.serve import run` names a module too
+                    full = f"{node.module}.{a.name}"
+                    out.add(full if (SUITE.parent / (full.replace(".", "/") + ".py")).is_file() else node.module)
+    out.discard(mod)
+    return out
+
+
+MODULES = {module_name(p): p for p in sorted(SUITE.rglob("*.py"))}
+GRAPH = {m: {i for i in imports_of(p) if i in MODULES} for m, p in MODULES.items()}
+
+
+def layer(mod: str) -> int:
+    best, best_len = None, -1
+    for i, prefixes in enumerate(LAYERS):
+        for pre in prefixes:
+            if (mod == pre or mod.startswith(pre + ".")) and len(pre) > best_len:
+                best, best_len = i, len(pre)
+    assert best is not None, f"{mod} is on no floor of docs/ARCHITECTURE.md"
+    return best
+
+
+def test_no_import_cycle():
+    index, low, stack, on, cycles = {}, {}, [], set(), []
+    counter = [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in GRAPH[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                cycles.append(sorted(comp))
+
+    for v in GRAPH:
+        if v not in index:
+            visit(v)
+    assert cycles == []
+
+
+@pytest.mark.parametrize("mod", sorted(MODULES))
+def test_imports_only_flow_one_way(mod):
+    if mod in ENTRY_POINTS:
+        return
+    up = sorted(i for i in GRAPH[mod] if layer(i) > layer(mod))
+    assert up == [], f"{mod} (floor {layer(mod)}) imports later floors: {up}"
+
+
+def test_no_import_by_string():
+    for mod, path in MODULES.items():
+        text = path.read_text()
+        assert "import_module(" not in text or mod == "suite.stages.kernel.bench", mod  # bench: --gate-factory
+
+
+def test_report_side_never_reaches_the_runtime_or_runner():
+    for mod in MODULES:
+        if layer(mod) == layer("suite.analysis") or mod.startswith("suite.stages"):
+            bad = sorted(i for i in GRAPH[mod] if i.startswith(("suite.runtime", "suite.runner")))
+            assert bad == [], f"{mod} imports {bad}"

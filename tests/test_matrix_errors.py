@@ -1,0 +1,319 @@
+"""Bad matrices a new user writes, each refused at `suite validate` (and `suite run --dry-run`) with file:line:
+duplicate keys, unknown patch sets, absurd sizes, ${VAR} model ids; and the bring-your-own-change inputs
+(diff files, vLLM wheels and git refs): their schema, checks and typed source."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from suite.errors import MatrixError
+from suite.matrix import ArmSpec, VllmSource, load_matrix, parse_matrix
+from tests.conftest import REPO, run_suite
+
+BASE = """\
+name: t
+model:
+  id: some/model
+  max_model_len: 4096
+arms:
+  baseline: {vllm: "0.33.0"}
+  patched: {vllm: "0.33.0", patches: [ll-bf16-router-gemm-dispatch]}
+serve:
+  - {isl: 128, osl: 32, concurrency: [1, 4], num_prompts: 3x}
+"""
+WHEEL = "vllm-0.33.0-cp38-abi3-manylinux_2_31_x86_64.whl"
+
+
+def write(tmp_path: Path, text: str, name: str = "m.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def error_of(path: Path) -> str:
+    with pytest.raises(MatrixError) as exc:
+        load_matrix(path)
+    return str(exc.value)
+
+
+# ---------------------------------------------------------------- duplicate keys
+
+
+def test_two_arms_named_baseline_is_an_error_at_the_second(tmp_path):
+    f = write(tmp_path, BASE.replace('  patched: {vllm: "0.33.0"', '  baseline: {vllm: "0.32.0"'))
+    assert error_of(f) == (f"{f}:7: arms.baseline: duplicate key (first at line 6); YAML would keep only the "
+                           "last one")
+
+
+@pytest.mark.parametrize("text, line, where", [
+    (BASE + "name: again\n", 10, "name"),  # top level
+    (BASE.replace("  max_model_len: 4096\n", "  max_model_len: 4096\n  id: other/model\n"), 5, "model.id"),
+    (BASE + "env:\n  A: '1'\n  B: '2'\n  A: '3'\n", 13, "env.A"),  # nested mapping
+    (BASE.replace("num_prompts: 3x}", "num_prompts: 3x, isl: 64}"), 9, "serve[0].isl"),  # flow mapping in a list
+])
+def test_duplicate_keys_anywhere(tmp_path, text, line, where):
+    f = write(tmp_path, text)
+    assert error_of(f).startswith(f"{f}:{line}: {where}: duplicate key")
+
+
+def test_every_duplicate_is_listed_in_line_order():
+    text = BASE + "repeats: 2\nrepeats: 3\norder: abba\norder: blocked\n"
+    with pytest.raises(MatrixError) as exc:
+        parse_matrix(text, source="m.yaml")
+    assert [ln.split(":")[1] for ln in str(exc.value).splitlines()] == ["11", "13"]
+
+
+def test_yaml_anchors_and_merges_are_not_duplicates(tmp_path):
+    """An anchor used twice is one node seen twice; a merge (<<) overridden by an explicit key is YAML's own
+    way to say "like that one, but": neither is a key given twice."""
+    text = BASE.replace('  baseline: {vllm: "0.33.0"}', '  baseline: &arm {vllm: "0.33.0", env: {A: "1"}}') \
+        .replace('  patched: {vllm: "0.33.0",', '  patched: {<<: *arm, env: {A: "2"},')
+    m = load_matrix(write(tmp_path, text))
+    assert m.arms["baseline"].env == {"A": "1"} and m.arms["patched"].env == {"A": "2"}
+    assert m.arms["patched"].vllm == "0.33.0"
+
+
+# ---------------------------------------------------------------- patch sets checked at validate time
+
+
+def test_unknown_patch_set_names_the_line_and_the_known_sets(tmp_path):
+    f = write(tmp_path, BASE.replace("patches: [ll-bf16-router-gemm-dispatch]", "patches: [ll-bf16-dispatch]"))
+    msg = error_of(f)
+    assert msg.startswith(f"{f}:7: arms.patched.patches[0]: unknown patch set 'll-bf16-dispatch' (known: ")
+    for known in ("fse-fused-gate-dispatch", "ll-bf16-router-gemm-dispatch", "rocm-aiter-router-gemm"):
+        assert known in msg
+    # the text alone (no base directory, no file system) does not look patch sets up
+    assert parse_matrix(f.read_text()).arms["patched"].patches[0].name == "ll-bf16-dispatch"
+
+
+def test_patch_set_that_does_not_fit_the_arms_vllm(tmp_path):
+    f = write(tmp_path, BASE.replace('patched: {vllm: "0.33.0"', 'patched: {vllm: "0.31.0"'))
+    assert error_of(f).startswith(f"{f}:7: arms.patched.patches[0]: patch set 'll-bf16-router-gemm-dispatch' "
+                                  "does not apply to vLLM 0.31.0")
+    f = write(tmp_path, BASE.replace("[ll-bf16-router-gemm-dispatch]", "[-ll-bf16-router-gemm-dispatch]"))
+    assert "nothing to reverse" in error_of(f)
+
+
+def test_validate_and_dry_run_refuse_bad_matrices(tmp_path):
+    dup = write(tmp_path, BASE.replace('  patched: {vllm: "0.33.0"', '  baseline: {vllm: "0.32.0"'), "dup.yaml")
+    unknown = write(tmp_path, BASE.replace("[ll-bf16-router-gemm-dispatch]", "[nope]"), "unknown.yaml")
+    huge = write(tmp_path, BASE.replace("concurrency: [1, 4]", "concurrency: [1, 1000000000000]"), "huge.yaml")
+    for f, want in ((dup, ":7: arms.baseline: duplicate key"), (unknown, ":7: arms.patched.patches[0]: unknown"),
+                    (huge, ":9: serve[0].concurrency: concurrency 1,000,000,000,000 is beyond the limit 65,536")):
+        for args in (("validate", str(f)), ("run", str(f), "--dry-run", "--out", str(tmp_path / "runs"))):
+            proc = run_suite(*args, timeout=120)
+            assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
+            assert f"{f}{want}" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+# ---------------------------------------------------------------- sizes
+
+
+@pytest.mark.parametrize("old, new, line, where, limit", [
+    ("concurrency: [1, 4]", "concurrency: [1, 65537]", 9, "serve[0].concurrency", "65,536"),
+    ("num_prompts: 3x", "num_prompts: 1000001", 9, "serve[0].num_prompts", "1,000,000"),
+    ("num_prompts: 3x", "num_prompts: 300000x", 9, "serve[0]", "1,000,000"),  # 300000 x concurrency 4
+    ("num_prompts: 3x", "num_prompts: 9999999999x", 9, "serve[0].num_prompts", "1,000,000"),
+    ("{isl: 128, osl: 32", "{isl: 20000000, osl: 32", 9, "serve[0].isl", "10,000,000"),
+    ("{isl: 128, osl: 32", "{isl: 128, osl: 20000000", 9, "serve[0].osl", "10,000,000"),
+    ("serve:", "repeats: 1001\nserve:", 8, "repeats", "1,000"),
+    ("serve:", "latency:\n  - {input_len: 8, output_len: 8, batch_size: [1, 100000]}\nserve:", 9,
+     "latency[0].batch_size[1]", "65,536"),
+    ("serve:", "accuracy: {concurrency: 70000}\nserve:", 8, "accuracy.concurrency", "65,536"),
+])
+def test_absurd_sizes_are_refused_at_their_line(old, new, line, where, limit):
+    with pytest.raises(MatrixError) as exc:
+        parse_matrix(BASE.replace(old, new), source="m.yaml")
+    msg = str(exc.value)
+    assert msg.startswith(f"m.yaml:{line}: {where}: ") and f"limit {limit}" in msg, msg
+
+
+def test_sizes_at_the_limits_are_accepted():
+    text = BASE.replace("concurrency: [1, 4]", "concurrency: [65536]").replace("num_prompts: 3x", "num_prompts: 15x")
+    m = parse_matrix(text.replace("serve:", "repeats: 1000\nserve:"))
+    assert m.serve[0].prompts_for(65536) == 983040 and m.repeats == 1000
+
+
+# ---------------------------------------------------------------- ${VAR} in model ids
+
+
+def test_model_id_from_the_environment(tmp_path, monkeypatch):
+    text = BASE.replace("id: some/model", 'id: "${SUITE_TEST_MODEL:-org/default}"')
+    f = write(tmp_path, text)
+    monkeypatch.delenv("SUITE_TEST_MODEL", raising=False)
+    assert load_matrix(f).model.id == "org/default"
+    monkeypatch.setenv("SUITE_TEST_MODEL", "")  # empty counts as unset, as in a shell
+    assert load_matrix(f).model.id == "org/default"
+    monkeypatch.setenv("SUITE_TEST_MODEL", "mine/fine-tune")
+    assert load_matrix(f).model.id == "mine/fine-tune"
+    (tmp_path / "ckpt").mkdir()
+    monkeypatch.setenv("SUITE_TEST_MODEL", "./ckpt")  # a local path is relative to the matrix file
+    assert load_matrix(f).model.id == str(tmp_path / "ckpt")
+    monkeypatch.setenv("SUITE_TEST_MODEL", str(tmp_path / "ckpt"))
+    assert load_matrix(f).model.id == str(tmp_path / "ckpt")
+
+
+def test_unset_variable_without_default_names_it_and_the_line(tmp_path, monkeypatch):
+    monkeypatch.delenv("SUITE_TEST_MODEL", raising=False)
+    f = write(tmp_path, BASE.replace("id: some/model", 'id: "${SUITE_TEST_MODEL}"'))
+    assert error_of(f).startswith(f"{f}:3: model.id: environment variable SUITE_TEST_MODEL is not set and the "
+                                  "matrix gives no default")
+    f = write(tmp_path, BASE.replace("id: some/model", 'id: "${SUITE_TEST_MODEL"'))
+    assert "malformed ${...}" in error_of(f)
+
+
+# ---------------------------------------------------------------- your own diff file
+
+
+DIFF = """\
+--- a/vllm/model_executor/gate.py
++++ b/vllm/model_executor/gate.py
+@@ -1 +1 @@
+-old
++new
+"""
+
+
+def test_diff_file_patch_resolved_relative_to_the_matrix(tmp_path):
+    (tmp_path / "changes").mkdir()
+    (tmp_path / "changes" / "mine.diff").write_text(DIFF)
+    sub = tmp_path / "matrices"
+    sub.mkdir()
+    f = write(sub, BASE.replace("[ll-bf16-router-gemm-dispatch]", "[ll-bf16-router-gemm-dispatch, ../changes/mine.diff]"))
+    [pset, mine] = load_matrix(f).arms["patched"].patches
+    assert (pset.name, pset.path, pset.sha256) == ("ll-bf16-router-gemm-dispatch", None, None)
+    assert (mine.name, mine.path, mine.reverse) == ("mine.diff", str(tmp_path / "changes" / "mine.diff"), False)
+    assert mine.sha256 == hashlib.sha256(DIFF.encode()).hexdigest()
+
+
+def test_a_changed_diff_changes_the_job_hashes(tmp_path):
+    """--resume must not keep results measured with an older version of your diff."""
+    from suite.plan import build_plan
+
+    (tmp_path / "mine.diff").write_text(DIFF)
+    f = write(tmp_path, BASE.replace("[ll-bf16-router-gemm-dispatch]", "[./mine.diff]"))
+    before = {j.key: j.hash for j in build_plan(load_matrix(f)).jobs if j.arm == "patched"}
+    (tmp_path / "mine.diff").write_text(DIFF.replace("+new", "+newer"))
+    after = {j.key: j.hash for j in build_plan(load_matrix(f)).jobs if j.arm == "patched"}
+    assert before.keys() == after.keys() and all(before[k] != after[k] for k in before)
+
+
+def test_diff_file_sha256_given_in_the_matrix_is_checked(tmp_path):
+    (tmp_path / "mine.diff").write_text(DIFF)
+    digest = hashlib.sha256(DIFF.encode()).hexdigest()
+    ok = write(tmp_path, BASE.replace("[ll-bf16-router-gemm-dispatch]", f"[{{path: ./mine.diff, sha256: '{digest}'}}]"))
+    assert load_matrix(ok).arms["patched"].patches[0].name == "mine.diff"
+    bad = write(tmp_path, ok.read_text().replace(digest, "a" * 64), "bad.yaml")
+    assert error_of(bad) == (f"{bad}:7: arms.patched.patches[0]: mine.diff has sha256 {digest}, not the "
+                             f"{'a' * 64} the matrix gives")
+
+
+def test_diff_file_missing_or_malformed_is_located(tmp_path):
+    (tmp_path / "notes.patch").write_text("just text\n")
+    f = write(tmp_path, BASE.replace("[ll-bf16-router-gemm-dispatch]", "[./missing.diff, ./notes.patch]"))
+    lines = error_of(f).splitlines()
+    assert lines[0] == f"{f}:7: arms.patched.patches[0]: diff file {tmp_path / 'missing.diff'}: cannot read: " \
+                       "No such file or directory"
+    assert lines[1].startswith(f"{f}:7: arms.patched.patches[1]: ") and "no file sections" in lines[1]
+
+
+# ---------------------------------------------------------------- vLLM from a wheel or a git ref
+
+DOCKER = BASE.replace("arms:", "runtime: {kind: docker}\narms:")
+
+
+def test_wheel_source_sha256_recorded_and_typed(tmp_path):
+    wheel = tmp_path / "wheels" / WHEEL
+    wheel.parent.mkdir()
+    wheel.write_bytes(b"not really a wheel, but a file with bytes")
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    f = write(tmp_path, DOCKER.replace('patched: {vllm: "0.33.0"', f'patched: {{vllm: {{wheel: ./wheels/{WHEEL}}}'))
+    arm = load_matrix(f).arms["patched"]
+    assert arm.vllm == "0.33.0"  # still the version string other code reads
+    assert arm.vllm_source() == VllmSource(kind="wheel", version="0.33.0", path=str(wheel), sha256=digest)
+    assert load_matrix(f).arms["baseline"].vllm_source() == VllmSource(kind="pypi", version="0.33.0")
+    # the matrix's sha256 is checked
+    bad = write(tmp_path, f.read_text().replace(f"{WHEEL}}}", f"{WHEEL}, sha256: '{'0' * 64}'}}"), "bad.yaml")
+    assert error_of(bad).startswith(f"{bad}:8: arms.patched.vllm.sha256: {WHEEL} has sha256 {digest}, not ")
+    digits = write(tmp_path, f.read_text().replace(f"{WHEEL}}}", f"{WHEEL}, sha256: {'1' * 64}}}"), "digits.yaml")
+    assert error_of(digits) == (f"{digits}:8: arms.patched.vllm.sha256: write the sha256 in quotes (YAML reads an "
+                                "all-digit value as a number)")
+    good = write(tmp_path, f.read_text().replace(f"{WHEEL}}}", f"{WHEEL}, sha256: {digest.upper()}}}"), "good.yaml")
+    assert load_matrix(good).arms["patched"].vllm_source().sha256 == digest
+    # shown by validate-style description
+    from suite.matrix import describe_sources
+
+    assert describe_sources(load_matrix(f)) == [f"arm patched: vLLM 0.33.0 from wheel {wheel} (sha256 {digest})"]
+
+
+def test_wheel_must_exist_and_be_a_vllm_wheel(tmp_path):
+    f = write(tmp_path, DOCKER.replace('patched: {vllm: "0.33.0"', f'patched: {{vllm: {{wheel: ./{WHEEL}}}'))
+    assert error_of(f) == f"{f}:8: arms.patched.vllm.wheel: wheel file {tmp_path / WHEEL} does not exist"
+    f = write(tmp_path, DOCKER.replace('patched: {vllm: "0.33.0"',
+                                       'patched: {vllm: {wheel: ./torch-2.13.0-cp311-cp311-linux_x86_64.whl}'))
+    assert "is a wheel of 'torch', not of vllm" in error_of(f)
+
+
+def test_git_source_version_from_tag_or_given(tmp_path):
+    url = "https://github.com/vllm-project/vllm"
+    m = parse_matrix(DOCKER.replace('patched: {vllm: "0.33.0"', f'patched: {{vllm: {{git: {url}, ref: v0.33.0}}'))
+    assert m.arms["patched"].vllm_source() == VllmSource(kind="git", version="0.33.0", url=url, ref="v0.33.0")
+    m = parse_matrix(DOCKER.replace('patched: {vllm: "0.33.0"',
+                                    f'patched: {{vllm: {{git: {url}, ref: 1a2b3c4d5e, version: "0.33.0"}}'))
+    assert m.arms["patched"].vllm == "0.33.0" and m.arms["patched"].vllm_source().ref == "1a2b3c4d5e"
+    with pytest.raises(MatrixError, match=r"m.yaml:8: arms.patched.vllm: cannot tell which vLLM release git ref "
+                                          r"'main' is; add version"):
+        parse_matrix(DOCKER.replace('patched: {vllm: "0.33.0"', f'patched: {{vllm: {{git: {url}, ref: main}}'),
+                     source="m.yaml")
+
+
+@pytest.mark.parametrize("vllm, want", [
+    ("{git: https://github.com/vllm-project/vllm, ref: '--upload-pack=x'}", "vllm.ref: '--upload-pack=x' is not"),
+    ("{git: 'not a url', ref: main, version: '0.33.0'}", "vllm.git: 'not a url' is not a git URL"),
+    ("{git: https://github.com/vllm-project/vllm}", "vllm.git: needs ref: (a commit sha, tag or branch)"),
+    (f"{{wheel: ./{WHEEL}, git: https://github.com/vllm-project/vllm, ref: main}}", "vllm: give either wheel"),
+    ("{wheel: ./x.whl, sha256: abc}", "vllm.sha256: sha256 must be 64 hexadecimal digits"),
+    ("{pip: vllm}", "vllm.pip: unknown field"),
+])
+def test_bad_sources_are_located(vllm, want):
+    with pytest.raises(MatrixError) as exc:
+        parse_matrix(DOCKER.replace('patched: {vllm: "0.33.0"', f"patched: {{vllm: {vllm}"), source="m.yaml")
+    assert f"m.yaml:8: arms.patched.{want}" in str(exc.value), str(exc.value)
+
+
+def test_source_needs_docker_and_no_prebuilt_image():
+    src = f'patched: {{vllm: {{wheel: ./{WHEEL}}}'
+    with pytest.raises(MatrixError, match=r"m.yaml:7: arms.patched.vllm: a vLLM from a wheel is built into the "
+                                          r"arm's image, so it needs runtime.kind: docker"):
+        parse_matrix(BASE.replace('patched: {vllm: "0.33.0"', src), source="m.yaml")
+    with pytest.raises(MatrixError, match=r"m.yaml:8: arms.patched.image: a prebuilt image ignores"):
+        parse_matrix(DOCKER.replace('patched: {vllm: "0.33.0"', src + ", image: my/vllm:dev"), source="m.yaml")
+
+
+def test_pypi_arms_dump_and_hash_as_before():
+    """Arms without the new fields dump exactly as they did, so plan hashes of existing runs still match."""
+    arm = parse_matrix(BASE).arms["patched"]
+    assert arm.model_dump(mode="json") == {"vllm": "0.33.0", "image": None,
+                                           "patches": [{"name": "ll-bf16-router-gemm-dispatch", "reverse": False}],
+                                           "env": {}, "serve_args": [], "description": None}
+
+
+def test_source_round_trips_through_a_dump(tmp_path):
+    """The resolved matrix (as the run manifest stores it) validates again to the same arm."""
+    wheel = tmp_path / WHEEL
+    wheel.write_bytes(b"x")
+    f = write(tmp_path, DOCKER.replace('patched: {vllm: "0.33.0"', f'patched: {{vllm: {{wheel: ./{WHEEL}}}'))
+    arm = load_matrix(f).arms["patched"]
+    again = ArmSpec.model_validate(arm.model_dump(mode="json"))
+    assert again == arm and again.vllm_source().sha256 == hashlib.sha256(b"x").hexdigest()
+
+
+def test_shipped_matrices_validate_through_the_cli():
+    files = sorted(str(p) for p in (REPO / "matrices").glob("*.yaml"))
+    proc = run_suite("validate", *files, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("ok ") == len(files)
