@@ -16,6 +16,7 @@ from suite.commands import (
     history,
     kernel,
     patches,
+    plan,
     report,
     run,
     slurm_scripts,
@@ -23,7 +24,8 @@ from suite.commands import (
 )
 from suite.errors import SuiteError
 
-COMMANDS = (build, compare, demo, doctor, fetch, history, kernel, patches, report, run, slurm_scripts, validate)
+COMMANDS = (build, compare, demo, doctor, fetch, history, kernel, patches, plan, report, run, slurm_scripts,
+            validate)
 
 
 def build_parser() -> argparse.ArgumentParser:

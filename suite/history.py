@@ -1,7 +1,7 @@
 """History: an SQLite index of finished runs (stdlib sqlite3), one row per run and one per candidate verdict.
 
 The index is derived data: every value is recomputed from a run directory (manifest + raw results) by
-`index_run`, so it can be rebuilt at any time (`suite history --scan runs/`). By default it lives beside the
+`index_run` (through `suite.analysis`, the same values the report shows), so it can be rebuilt at any time (`suite history --scan runs/`). By default it lives beside the
 runs it indexes: ``<runs dir>/history.sqlite`` (override with ``--db`` or ``SUITE_HISTORY_DB``).
 """
 
@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from suite.analysis import load_run
 from suite.errors import SuiteError
 from suite.stats import Verdict
 from suite.store import utc_now
@@ -120,18 +121,12 @@ class RunRow:
 
 def index_run(run_dir: Path, db: Path | None = None) -> RunRow:
     """(Re)index one run directory: insert or replace its row and its verdict rows; returns what was stored."""
-    from suite.report import load_run
-    from suite.report_html import summarize_candidates
-
     run_dir = Path(run_dir).resolve()
-    try:
-        run = load_run(run_dir)
-    except (OSError, json.JSONDecodeError, KeyError) as exc:
-        raise SuiteError(f"{run_dir}: cannot read the run: {exc}") from None
+    run = load_run(run_dir)
     m = run.manifest
     arms_info = m.get("arms", {})
     counts = m.get("job_counts", {})
-    summaries = summarize_candidates(run)
+    summaries = run.summaries
     row = RunRow(
         run_id=run_dir.name,
         path=str(run_dir),

@@ -375,6 +375,8 @@ class ArmSpec(Strict):
         data = handler(self)
         if isinstance(data, dict) and self.vllm_from is None:
             data.pop("vllm_from", None)  # a PyPI arm dumps (and hashes) as it always did
+        if isinstance(data, dict) and self.serving:
+            data.pop("serving", None)  # likewise a serving arm (the default)
         return data
 
     def vllm_source(self) -> VllmSource:
@@ -570,6 +572,14 @@ class Matrix(Strict):
             raise ValueError("name may hold letters, digits, '.', '_' and '-' only")
         return value
 
+    @field_validator("repeats")
+    @classmethod
+    def _repeats(cls, value: int | str) -> int | str:
+        if isinstance(value, int) and not 1 <= value <= MAX_REPEATS:
+            raise ValueError(f"{value:,} is beyond the limit {MAX_REPEATS:,} (or give 'auto')" if value > 0
+                             else "repeats must be >= 1 (or 'auto')")
+        return value
+
     @field_validator("arms")
     @classmethod
     def _arm_names(cls, value: dict[str, ArmSpec]) -> dict[str, ArmSpec]:
@@ -595,8 +605,6 @@ class Matrix(Strict):
                 raise ValueError(f"latency[{i}]: input_len + output_len exceeds model.max_model_len")
         if not (self.serve or self.latency or self.accuracy or self.kernel or self.profile):
             raise ValueError("nothing to measure: give serve, latency, accuracy, kernel or profile")
-        if isinstance(self.repeats, int) and not 1 <= self.repeats <= MAX_REPEATS:
-            raise ValueError(f"repeats must be 1..{MAX_REPEATS:,} or 'auto', got {self.repeats:,}")
         if self.repeats == "auto":
             if self.order != "abba":
                 raise ValueError("repeats: auto needs order: abba (rounds are the unit of the sequential test)")

@@ -185,7 +185,7 @@ def _start_server(ctx: RunContext, session: Session, attempt: int) -> Any:
     server = ctx.runtime.server(spec)
     started, t0 = utc_now(), time.monotonic()
     server.__enter__()
-    atomic_write_json(spec.log_path.with_suffix(".json"), {
+    atomic_write_json(ctx.store.server_record_path(session.arm, session.index, attempt), {
         "arm": session.arm, "session": session.index, "attempt": attempt, "started": started,
         "healthy_after_s": round(time.monotonic() - t0, 3), "port": port,
         "cpus": sorted(spec.cpus) if spec.cpus else None, "client_cpus": sorted(ctx.runtime.client_cpus() or []),

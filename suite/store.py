@@ -161,6 +161,14 @@ class RunStore:
         """Per-session scratch of a stage (e.g. profiler traces of one server lifetime)."""
         return self.arm_dir(arm) / kind / f"session-{session}"
 
+    def server_record_path(self, arm: str, session: int, attempt: int = 0) -> Path:
+        """The start record of one server (attempt: its restarts): when it became healthy, its command."""
+        return self.server_log(arm, session, attempt).with_suffix(".json")
+
+    def slurm_ledger_path(self) -> Path:
+        """Every Slurm submission of the run (suite.runtime.slurm.driver keeps it)."""
+        return self.root / "slurm" / "jobs.json"
+
     def cache_dir(self, arm: str) -> Path:
         return self.arm_dir(arm) / "cache"
 

@@ -116,6 +116,65 @@ def test_cpu_images_are_labelled_and_not_rebuilt(engine, cpu_images):
     assert again.stdout.count("exists (not rebuilt)") == 2
 
 
+def test_images_carry_the_tools_and_lm_eval(engine, cpu_images):
+    from suite.stages.serve.client import WORKER_PATH
+
+    _, tags, _, _ = cpu_images
+    script = ("import hashlib, json, lm_eval, pathlib; t = pathlib.Path('/opt/suite/tools'); "
+              "print(json.dumps({p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in t.iterdir()}))")
+    for tag in tags.values():
+        found = json.loads(engine.containers.run(tag, entrypoint=["python3", "-c", script], remove=True))
+        assert found == {"client_worker.py": hashlib.sha256(WORKER_PATH.read_bytes()).hexdigest(),
+                         "kernel_bench.py": hashlib.sha256(
+                             (REPO / "suite" / "stages" / "kernel" / "bench.py").read_bytes()).hexdigest()}
+
+
+def test_host_side_vllm_sources_come_from_the_image(engine, cpu_images, tmp_path):
+    from suite.runtime.docker.images import copy_vllm_sources
+
+    _, tags, _, _ = cpu_images
+    image = engine.images.get(tags["baseline"])
+    root = copy_vllm_sources(engine, tags["baseline"], image.id, tmp_path)
+    assert "--dtype" in (root / "vllm" / "engine" / "arg_utils.py").read_text()
+    assert copy_vllm_sources(None, tags["baseline"], image.id, tmp_path) == root  # cached: no engine needed
+
+
+def test_tool_container_runs_as_the_given_user(engine, cpu_images, tmp_path, monkeypatch):
+    """A non-root user: what the tool writes into the run directory is that user's, HOME (per arm, in the run)
+    is writable, getpass works for a uid the image does not know."""
+    from suite.matrix import parse_matrix
+    from suite.runtime.base import ArmEnv
+    from suite.runtime.docker.runtime import DockerRuntime
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to hand the run directory to another user")
+    _, tags, _, _ = cpu_images
+    run = tmp_path / "runs" / "20260101T000000Z-user"
+    (run / "baseline").mkdir(parents=True)
+    (run / "manifest.json").write_text("{}")
+    monkeypatch.setenv("SUITE_DOCKER_USER", "4321:4321")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    matrix = parse_matrix("name: u\nmodel: {id: some/model}\nruntime: {kind: docker, docker: {vendor: cpu}}\n"
+                          "arms: {baseline: {vllm: '0.32.0'}}\nserve: [{isl: 8, osl: 8, concurrency: [1]}]\n")
+    rt = DockerRuntime(matrix, tmp_path / "cache", client=engine)
+    env = ArmEnv(arm="baseline", vllm_version="0.32.0", image=tags["baseline"])
+    tool_env = rt.tool_env(env, run / "baseline" / "cache")
+    out = run / "baseline" / "out.json"
+    script = ("import getpass, json, os, pathlib; home = pathlib.Path(os.environ['HOME']); "
+              "(home / '.cache').mkdir(parents=True, exist_ok=True); "
+              f"pathlib.Path('{out}').write_text(json.dumps({{'user': getpass.getuser(), 'uid': os.getuid(), "
+              "'home': str(home)}))")
+    argv = rt.tool_argv(env, ["python", "-c", script])  # makes HOME and the caches (as the invoking user)
+    assert argv[argv.index("--user") + 1] == "4321:4321"
+    for path in [run, *run.rglob("*")]:  # the invoking user would own them: here that user is 4321
+        os.chown(path, 4321, 4321)
+    proc = subprocess.run(argv, env=tool_env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads(out.read_text())
+    assert data["uid"] == 4321 and data["user"] and data["home"] == str((run / "baseline" / "cache" / "home").resolve())
+    assert out.stat().st_uid == 4321 and (run / "baseline" / "cache" / "home" / ".cache").stat().st_uid == 4321
+
+
 def test_patched_image_holds_the_applied_file(engine, cpu_images):
     _, tags, _, _ = cpu_images
     script = ("import json, sys; info = json.load(open('/opt/suite/image.json')); "
@@ -146,6 +205,12 @@ def test_smoke_matrix_runs_end_to_end_in_containers(engine, docker_run):
     assert patch["sha256"] == hashlib.sha256(diff.read_bytes()).hexdigest()
     assert "synthetic-gate-delay: GateLinear.forward spins 20.0 us" in (run_dir / "patched" / "server-0.log").read_text()
     assert "synthetic-gate-delay" not in (run_dir / "baseline" / "server-0.log").read_text()
+    # the bench client ran in each arm's server container (the image's vLLM), persistently
+    for arm in ("baseline", "patched"):
+        log = "".join(p.read_text() for p in (run_dir / arm).glob("serve/session-*/client-*.log"))
+        assert "client worker start 1: docker exec -i" in log and "/opt/suite/tools/client_worker.py" in log, log
+        job = json.loads(next((run_dir / arm / "serve").glob("*/rep-0.job.json")).read_text())
+        assert job["client"]["mode"] == "persistent" and job["client"]["command"][0] == "docker", job["client"]
 
 
 def test_report_numbers_equal_the_raw_json(docker_run):
@@ -284,6 +349,13 @@ def test_vendor_patch_layer_applies_and_labels(engine, standin, tmp_path, vendor
         assert data["sha"][f] == hashlib.sha256((overlay / f).read_bytes()).hexdigest(), f
     base_labels = engine.images.get(tags["baseline"]).labels
     assert base_labels["suite.patches"] == "" and tags["baseline"] != tags["patched"]
+    # the lm-eval layer: importable, and it changed no version the base image already had
+    pins = ("import importlib.metadata as m, json; "
+            "print(json.dumps(sorted((d.metadata['Name'], d.version) for d in m.distributions())))")
+    before = dict(map(tuple, json.loads(engine.containers.run(standin, entrypoint=["python3", "-c", pins], remove=True))))
+    after = dict(map(tuple, json.loads(engine.containers.run(image.id, entrypoint=["python3", "-c", pins], remove=True))))
+    assert "lm_eval" in {n.replace("-", "_").lower() for n in after}
+    assert {n: v for n, v in after.items() if n in before} == before
 
 
 def test_wrong_vllm_in_the_base_fails_the_build(engine, standin, tmp_path):

@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from suite.analysis import load_run
 from suite.cli import main
 from suite.history import find_run, index_run, list_runs, previous_run
-from suite.report import load_run
-from suite.report_html import summarize_candidates
 from suite.store import RunStore
 from tests.test_report_html import build_run_dir
 
@@ -74,8 +73,9 @@ def test_compare_same_arm_across_runs(runs: Path, tmp_path: Path, capsys: pytest
         assert (out / arm / "report.md").is_file() and (out / arm / "report.html").is_file()
     summary = (out / "summary.md").read_text()
     assert "**patched@tonight vs patched@last-night: REGRESSION**" in summary
-    assert "baseline@tonight vs baseline@last-night: NO SIGNIFICANT CHANGE" in summary \
+    assert "baseline@tonight vs baseline@last-night: EQUIVALENT" in summary \
         or "baseline@tonight vs baseline@last-night: INCONCLUSIVE" in summary
+    assert "POSSIBLE" not in summary and "composite -" in summary
     assert "significant regression(s)" in summary and "▼" in summary
     md = (out / "patched" / "report.md").read_text()
     assert "# smoke-cpu: patched@last-night vs patched@tonight" in md
@@ -101,10 +101,11 @@ def test_compare_cross_arm_and_refusals(runs: Path, tmp_path: Path, capsys: pyte
     assert (out / "baseline-vs-patched" / "report.html").is_file()
     assert "patched@20261128T010000Z vs baseline@20261128T010000Z" in (out / "summary.md").read_text()
     # the same statistics as the run's own report: identical verdict counts and throughput geomean
-    (own,) = summarize_candidates(load_run(a))
-    (merged,) = summarize_candidates(load_run(out / "baseline-vs-patched"))
+    (own,) = load_run(a).summaries
+    (merged,) = load_run(out / "baseline-vs-patched").summaries
     assert (merged.counts, merged.geomean_throughput_pct, merged.overall) == \
         (own.counts, own.geomean_throughput_pct, own.overall)
+    assert merged.evaluation.composite.estimate_pct == pytest.approx(own.evaluation.composite.estimate_pct)
     # run ids resolve through the history index
     index_run(a)
     index_run(runs / "20261129T010000Z-smoke-cpu")

@@ -10,8 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from suite.analysis import load_run
 from suite.errors import SuiteError
-from suite.report import load_run
+from suite.render.markdown import section as markdown_section
 from suite.stages.latency.read import quantile
 from suite.stages.latency.run import (
     PROMPT_ID_BOUND,
@@ -20,7 +21,7 @@ from suite.stages.latency.run import (
     latency_command,
     split_engine_args,
 )
-from suite.stages.latency.summary import report_section
+from suite.stages.latency.summary import section
 from suite.store import atomic_write_json
 
 
@@ -81,6 +82,10 @@ def _job(arm: str, bs: int) -> dict:
             "hash": "x"}
 
 
+def _gm(values: list[float]) -> float:
+    return statistics.geometric_mean(values)
+
+
 def test_report_section_table(tmp_path):
     """A run directory in the store's layout with the tool's JSON shape; the row must carry these numbers."""
     lat = {("base", 1): [0.100, 0.102, 0.098, 0.101, 0.099], ("slow", 1): [0.150, 0.149, 0.152, 0.151, 0.150],
@@ -94,12 +99,20 @@ def test_report_section_table(tmp_path):
     atomic_write_json(tmp_path / "slow" / "latency" / job["point"] / "rep-0.job.json",
                       {"schema_version": 1, "job": job, "status": "failed", "hash": "x", "error": "boom"})
     (tmp_path / "manifest.json").write_text(json.dumps({"schema_version": 1, "plan": {"arms": ["base", "slow"], "baseline": "base"}}))
-    text = report_section(load_run(tmp_path))
+    found = section(load_run(tmp_path))
+    assert found is not None
+    text = markdown_section(found)
     assert "### base → slow" in text and "one process" in text
     row1 = next(line for line in text.splitlines() if line.startswith("| 1 | 32 / 8 |"))
-    assert "100.00 (98.40–101.60)" in row1  # median and p10–p90 of the baseline, in ms
-    assert "150.00 (149.40–151.60)" in row1
-    assert "+50.00" in row1 and "-33.33%" in row1  # Δ ms; speedup = before/after − 1
+    base = [v * 1000 for v in lat[("base", 1)]]
+    slow = [v * 1000 for v in lat[("slow", 1)]]
+    # the geometric mean (the statistic Δ% is computed from) and p10–p90, in ms
+    assert f"{_gm(base):,.2f} ({quantile(base, 0.1):,.2f}–{quantile(base, 0.9):,.2f})" in row1
+    assert f"{_gm(slow):,.2f} ({quantile(slow, 0.1):,.2f}–{quantile(slow, 0.9):,.2f})" in row1
+    assert f"{_gm(slow) - _gm(base):+,.2f}" in row1  # Δ ms of the same geometric means
+    assert f"{(_gm(base) / _gm(slow) - 1) * 100:+.2f}%" in row1  # speedup = before/after − 1
+    delta = (_gm(slow) / _gm(base) - 1) * 100
+    assert f"| {delta:+.1f}% [" in row1  # Δ% with its interval beside it
     assert "worse" in row1  # higher latency, tight spread: significant
     row4 = next(line for line in text.splitlines() if line.startswith("| 4 | 32 / 8 |"))
     assert "missing" in row4
@@ -107,7 +120,7 @@ def test_report_section_table(tmp_path):
 
 def test_report_section_empty_without_latency_jobs(tmp_path):
     (tmp_path / "manifest.json").write_text(json.dumps({"schema_version": 1, "plan": {"arms": ["a", "b"], "baseline": "a"}}))
-    assert report_section(load_run(tmp_path)) == ""
+    assert section(load_run(tmp_path)) is None
 
 
 def test_prompt_id_bound_matches_the_installed_tool():

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 
 import pytest
 
-from suite.report import RunData
+from suite.analysis import load_run
+from suite.plan import Job
+from suite.render.markdown import section as markdown_section
 from suite.stages.probe.plugin import BUCKET_LABELS, bucket
 from suite.stages.probe.read import FROZEN, NOT_EXERCISED
 from suite.stages.probe.run import (
@@ -21,7 +22,8 @@ from suite.stages.probe.run import (
     request_plan,
     summarize,
 )
-from suite.stages.probe.summary import report_section
+from suite.stages.probe.summary import section
+from suite.store import SCHEMA_VERSION, RunStore, atomic_write_json
 
 TIER6 = "F.linear (tier 6: ReplicatedLinear) > dispatch_unquantized_gemm->cpu_unquantized_gemm"
 
@@ -86,20 +88,26 @@ def _result(arm, counts, ops, allow_ll="False"):
 
 
 def _run(tmp_path, results):
-    records = []
+    """A run directory written through the store: manifest, probe results and their job records."""
+    store = RunStore(tmp_path)
+    store.write_manifest({"schema_version": SCHEMA_VERSION,
+                          "plan": {"arms": list(results) or ["a"], "baseline": "baseline"}})
     for arm, result in results.items():
-        d = tmp_path / arm / "probe" / "gate-paths"
-        d.mkdir(parents=True)
-        (d / "rep-0.json").write_text(json.dumps(result))
-        records.append({"job": {"kind": "probe", "arm": arm, "point": "gate-paths"}, "status": "ok"})
-    manifest = {"plan": {"arms": list(results), "baseline": "baseline"}}
-    return RunData(root=tmp_path, manifest=manifest, records=records, points={})
+        job = Job(kind="probe", arm=arm, session=0, point="gate-paths", hash="h")
+        atomic_write_json(store.result_path(job), result)
+        store.write_record(job, "ok")
+    return load_run(tmp_path)
+
+
+def report_text(run) -> str:
+    found = section(run)
+    return markdown_section(found) if found is not None else ""
 
 
 def test_report_says_when_the_patched_fast_path_never_ran(tmp_path):
     base_ops = ["fp32_router_gemm_dispatch", "rocm_bf16x3_router_gemm_dispatch"]
     counts = [c("steps", "1", "", 4), c("gate", "1", TIER6, 8)]
-    text = report_section(_run(tmp_path, {
+    text = report_text(_run(tmp_path, {
         "baseline": _result("baseline", counts, base_ops),
         "patched": _result("patched", counts, [*base_ops, "ll_bf16_router_gemm_dispatch"])}))
     assert "| M | baseline | patched |" in text
@@ -107,25 +115,25 @@ def test_report_says_when_the_patched_fast_path_never_ran(tmp_path):
     assert "Gate paths are the same in `baseline` and `patched` in every bucket." in text
     assert ("**⚠ `patched`: its fast path never ran**: `torch.ops.vllm.ll_bf16_router_gemm_dispatch` is "
             "registered in that arm but was called 0 times") in text
-    assert "no specialized tier eligible (every allow_* is False)" in text
+    assert "no specialized tier eligible (every `allow_*` is False)" in text
     assert "| 2-4 |" not in text  # buckets no arm exercised are left out
 
 
 def test_report_shows_differences_and_frozen_buckets(tmp_path):
     op = "torch.ops.vllm.ll_bf16_router_gemm_dispatch"
-    text = report_section(_run(tmp_path, {
+    text = report_text(_run(tmp_path, {
         "baseline": _result("baseline", [c("steps", "1", "", 4)], []),
         "patched": _result("patched", [c("steps", "1", "", 4), c("outside", "1", f"{op} > ll_bf16_gemm", 8)],
                            ["ll_bf16_router_gemm_dispatch"], allow_ll="True")}))
     assert "**Gate paths differ** between `baseline` and `patched` in buckets 1." in text
     assert f"`patched`: `{op}` ran 8 times (buckets 1)." in text
     assert f"- `baseline`: buckets 1 ran as a {FROZEN}" in text
-    assert "eligible: allow_ll_bf16_gemm on 2/2" in text
+    assert "eligible: `allow_ll_bf16_gemm on 2/2`" in text
     assert "never ran" not in text
 
 
 def test_no_probe_results_no_section(tmp_path):
-    assert report_section(RunData(root=tmp_path, manifest={"plan": {"arms": ["a"]}}, records=[], points={})) == ""
+    assert section(_run(tmp_path, {})) is None
 
 
 def test_vllm_discovers_the_plugin_from_the_site_dir_and_honours_vllm_plugins(tmp_path):

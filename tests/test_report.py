@@ -1,13 +1,23 @@
-"""Report arithmetic on hand-made raw results: every number in the report is recomputed from the files."""
+"""The report a user reads (report.md), on hand-made raw results and on the CPU demo's real ones: the verdict
+card's word and Δ with its interval, arrows that never contradict their Δ, unreliable cells that say why,
+mean ITL not counted twice, pairing by round index, failures listed. Every number is recomputed here."""
 
 from __future__ import annotations
 
+import math
+import re
+import statistics
+from pathlib import Path
+
 import pytest
 
+from suite.analysis import DETAIL, HEADLINE, load_run
+from suite.document import STYLES, fmt
 from suite.matrix import parse_matrix
 from suite.plan import build_plan
-from suite.report import build_report, load_run
+from suite.report import build_report, render_html, render_markdown
 from suite.store import RunStore, atomic_write_json, new_manifest
+from tests.test_report_html import build_run_dir
 
 MATRIX = """\
 name: rep
@@ -17,87 +27,297 @@ arms:
   patched: {vllm: "0.32.0"}
 serve:
   - {isl: 64, osl: 16, concurrency: [2, 4], num_prompts: 8}
-repeats: 3
+repeats: %(repeats)d
+order: %(order)s
 """
-KEYS = ["output_throughput"] + [f"{s}_{m}_ms" for m in ("ttft", "tpot", "itl", "e2el") for s in ("mean", "median", "p99")]
+LATENCIES = [f"{s}_{m}_ms" for m in ("ttft", "tpot", "itl", "e2el") for s in ("mean", "median", "p99")]
 
 
-def raw(tput: float, lat: float, completed: int = 8, failed: int = 0) -> dict:
-    out = {k: lat for k in KEYS[1:]} | {"output_throughput": tput, "completed": completed, "failed": failed,
-                                         "duration": 1.0, "latencies": [0.5] * completed}
-    return out
+def raw(tput: float, lat: float | dict[str, float], completed: int = 8) -> dict:
+    lats = lat if isinstance(lat, dict) else dict.fromkeys(LATENCIES, lat)
+    return lats | {"output_throughput": tput, "completed": completed, "failed": 0, "duration": 1.0,
+                   "latencies": [0.5] * completed}
 
 
-def make_run(tmp_path, values, fail_job: str | None = None):
-    matrix = parse_matrix(MATRIX)
+def make_run(tmp_path: Path, values, *, order: str = "blocked", repeats: int = 3, fail_job: str | None = None,
+             skip: frozenset[tuple[str, str]] = frozenset()) -> Path:
+    """A run directory written through the store. ``values(arm, concurrency, repeat) -> (tput, latency)``;
+    ``skip``: (arm, job key) never measured (a lost repeat); ``fail_job``: the patched arm's job that failed."""
+    matrix = parse_matrix(MATRIX % {"repeats": repeats, "order": order})
     plan = build_plan(matrix)
     store = RunStore.create(tmp_path, matrix.name)
-    store.write_manifest(new_manifest("m.yaml", matrix.model_dump(mode="json"),
-                                      {"order": plan.order, "baseline": plan.baseline, "arms": list(plan.arms)}))
+    store.write_manifest(new_manifest("m.yaml", matrix.model_dump(mode="json"), {
+        "order": plan.order, "baseline": plan.baseline, "arms": list(plan.arms),
+        "jobs": [{"key": j.key, "arm": j.arm, "session": j.session, "hash": j.hash} for j in plan.jobs]}))
     for job in plan.jobs:
+        if (job.arm, job.key) in skip:
+            continue
         if job.key == fail_job and job.arm == "patched":
             store.write_record(job, "failed", error="boom: server died")
             continue
-        tput, lat = values[(job.arm, job.params["concurrency"], job.repeat)]
+        tput, lat = values(job.arm, job.params["concurrency"], job.repeat)
         atomic_write_json(store.result_path(job), raw(tput, lat))
         store.write_record(job, "ok")
     return store.root
 
 
-def values_for(base: list[float], cand: list[float]):
-    out = {}
-    for c in (2, 4):
-        for r in range(3):
-            out[("baseline", c, r)] = (base[r], 100.0 / base[r])
-            out[("patched", c, r)] = (cand[r], 100.0 / cand[r])
-    return out
+def scaled(base: list[float], cand: list[float]):
+    """Throughput per repeat; every latency moves the other way (100 / throughput)."""
+    def values(arm: str, conc: int, r: int):
+        t = (base if arm == "baseline" else cand)[r]
+        return t, 100.0 / t
+    return values
 
 
-def test_clear_improvement_is_significant_and_cells_match_raw(tmp_path):
-    root = make_run(tmp_path, values_for([100, 101, 99], [120, 121, 119]))
+def gm(xs: list[float]) -> float:
+    return math.exp(statistics.fmean(map(math.log, xs)))
+
+
+# ---------------------------------------------------------------------------------------- parsing what users read
+
+NUM = r"-?[\d,]*\.?\d+"
+MOVE = re.compile(rf"({NUM}) → ({NUM}) \(([+-]\d+(?:\.\d+)?)%")
+
+
+def _num(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+def arrow_rows(text: str) -> list[tuple[float, float, float]]:
+    """Every ``before → after (Δ%`` in the text, and every Before | After | Δ% row of a statistics table."""
+    rows = [(_num(a), _num(b), float(d)) for a, b, d in MOVE.findall(text)]
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 9 and re.fullmatch(NUM, cells[1]) and re.fullmatch(NUM, cells[2]) \
+                and re.fullmatch(r"[+-]\d+\.\d%", cells[3]):
+            rows.append((_num(cells[1]), _num(cells[2]), float(cells[3][:-1])))
+    return rows
+
+
+def assert_arrows_agree(text: str) -> int:
+    """No before → after may point one way while its Δ points the other (rounded displays may tie)."""
+    rows = arrow_rows(text)
+    for before, after, delta in rows:
+        if before == after or round(delta, 1) == 0:
+            continue
+        assert (after > before) == (delta > 0), (before, after, delta)
+    return len(rows)
+
+
+# ------------------------------------------------------------------------------------------------- tests
+
+
+def test_clear_improvement_card_and_cells_match_raw(tmp_path):
+    base, cand = [100, 101, 99], [120, 121, 119]
+    root = make_run(tmp_path, scaled(base, cand))
     text = build_report(root).read_text()
-    # medians of the raw files, and Δ of geometric means
-    assert "| 64 | 16 | 2 | 8 | 100.0 → 120.0 (+20.0%) ▲ |" in text
-    assert "IMPROVEMENT" in text
-    assert "| 24/24 | 0/0 |" in text  # completed/failed summed over repeats, baseline/patched
+    assert "- **patched vs baseline: IMPROVEMENT** — composite +" in text
+    # before → after: the geometric means of the repeats, Δ their ratio, the interval printed beside it
+    delta = (gm(cand) / gm(base) - 1) * 100
+    row = next(line for line in text.splitlines() if line.startswith("| 64 | 16 | 2 | 8 |"))
+    assert f"| {fmt(gm(base))} → {fmt(gm(cand))} ({delta:+.1f}% [" in row and "]) ▲ |" in row
+    assert "| 24/24 | 0/0 |" in row  # completed/failed summed over repeats, baseline/patched
     run = load_run(root)
     assert len(run.points) == 2 and [len(v) for v in run.points["isl64-osl16-c2-n8"].reps.values()] == [3, 3]
+    assert assert_arrows_agree(text) >= 2 * len(HEADLINE) + 2 * len(DETAIL)
 
 
-def test_regression_in_latency_reads_worse(tmp_path):
-    root = make_run(tmp_path, values_for([100, 101, 99], [80, 81, 79]))
+def test_regression_card_has_interval_mde_rounds_and_where(tmp_path):
+    root = make_run(tmp_path, scaled([100, 101, 99], [80, 81, 79]))
     text = build_report(root).read_text()
-    assert "REGRESSION" in text
-    assert "1.00 → 1.25 (+25.0%) ▼" in text  # mean TTFT went up: worse
+    card = text.split("## Verdict")[1].split("\n\n")[1]
+    first = card.splitlines()[0]
+    m = re.fullmatch(r"- \*\*patched vs baseline: REGRESSION\*\* — composite (-\d+\.\d)% \[(-\d+\.\d), (-\d+\.\d)\]",
+                     first)
+    assert m, first
+    est, lo, hi = map(float, m.groups())
+    assert lo < est < hi < 0
+    assert "3 rounds paired by round index" in card and "smallest change it could detect: ±" in card
+    assert "▼ worse: isl64-osl16-c2-n8 Mean TTFT" in card  # where it changed, after Holm
+    assert "1.00 → 1.25 (+25.0% [" in text  # mean TTFT went up: worse
+    assert "POSSIBLE" not in text
+    assert_arrows_agree(text)
 
 
-def test_noise_is_not_significant(tmp_path):
-    root = make_run(tmp_path, values_for([100, 110, 90], [102, 93, 108]))
+def test_noise_is_inconclusive_with_the_change_it_could_detect(tmp_path):
+    root = make_run(tmp_path, scaled([100, 130, 80], [110, 85, 125]))
     text = build_report(root).read_text()
-    assert "NO SIGNIFICANT CHANGE" in text
-    table = text.split("## Serving")[1].split("## Statistics")[0]
-    assert "▲" not in table and "▼" not in table and " · |" in table
+    assert "**patched vs baseline: INCONCLUSIVE**" in text and "could detect" in text
+    rows = [line for line in text.split("## Serving")[1].split("## Metrics")[0].splitlines() if line.startswith("| 64")]
+    assert len(rows) == 2 and not any("▲" in r or "▼" in r for r in rows)
+    assert_arrows_agree(text)
+
+
+def test_tight_equal_arms_are_equivalent(tmp_path):
+    root = make_run(tmp_path, scaled([100, 101, 99.5], [100.2, 100.9, 99.6]))
+    text = build_report(root).read_text()
+    assert "**patched vs baseline: EQUIVALENT**" in text and "inside ±5 %" in text
+
+
+def test_mixed_when_one_metric_is_confirmed_better_and_another_worse(tmp_path):
+    def values(arm: str, conc: int, r: int):
+        if arm == "baseline":
+            jitter = (1.0, 1.01, 0.99, 1.005, 0.995, 1.0)[r]
+            return 100 * jitter, 10.0 * jitter
+        jitter = (0.995, 1.0, 1.01, 0.99, 1.005, 1.0)[r]
+        lat = dict.fromkeys(LATENCIES, 10.0 * jitter) | {k: 14.0 * jitter for k in LATENCIES if "tpot" in k}
+        return 140 * jitter, lat
+    root = make_run(tmp_path, values, repeats=6)
+    text = build_report(root).read_text()
+    assert "**patched vs baseline: MIXED**" in text
+    assert "Output throughput better" in text and "Mean TPOT worse" in text
+
+
+def test_every_verdict_word_has_its_own_style_in_html(tmp_path):
+    root = make_run(tmp_path, scaled([100, 101, 99], [80, 81, 79]))
+    page = render_html(load_run(root))
+    assert "class='card ov-regression'" in page
+    style = page.split("<style>")[1].split("</style>")[0]
+    for key in STYLES:
+        assert f".card.ov-{key}{{border-left-color:" in style, key
+        assert f"td.v-{key},th.v-{key}{{background:" in style, key
+
+
+def test_unreliable_cell_says_why_and_shows_no_absurd_interval(tmp_path):
+    # two repeats a factor 30 apart: an interval spanning more than ×/÷ 2 is not shown as numbers
+    root = make_run(tmp_path, scaled([100, 3000, 100], [100, 100, 3000]))
+    text = build_report(root).read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| 64 | 16 | 2 | 8 |"))
+    assert "? unreliable: " in row and "too wide to show" in row
+    for lo, hi in re.findall(r"\[([+-]\d+\.\d), ([+-]\d+\.\d)\]", text):
+        assert -100 < float(lo) and float(hi) < 1e4  # no interval like +13,885,244 %
+    assert_arrows_agree(text)
+
+
+def test_mean_itl_is_not_counted_twice(tmp_path):
+    root = make_run(tmp_path, scaled([100, 101, 99], [80, 81, 79]))
+    run = load_run(root)
+    assert "mean_itl_ms" not in HEADLINE and "mean_itl_ms" not in DETAIL
+    assert "median_itl_ms" in DETAIL and "p99_itl_ms" in DETAIL
+    (s,) = run.summaries
+    assert sum(s.counts.values()) == 2 * len(DETAIL) == 24
+    text = render_markdown(run)
+    stats = text.split("## Statistics per point")[1]
+    assert "| Median ITL (ms) |" in stats and "| P99 ITL (ms) |" in stats and "| Mean ITL" not in stats
+
+
+def test_pairing_by_round_index_drops_a_lost_round_from_both_sides(tmp_path):
+    """ABBA: round 1 of the candidate is lost at one point. Pairing by list position would pair the
+    candidate's round 2 with the baseline's round 1; by round index round 1 is dropped from both sides."""
+    base = [100, 200, 100, 200]  # alternating sessions: only pairing by round cancels this
+    cand = [110, 220, 110, 220]
+    root = make_run(tmp_path, scaled(base, cand), order="abba", repeats=4,
+                    skip=frozenset({("patched", "serve/isl64-osl16-c2-n8/rep-1")}))
+    run = load_run(root)
+    (s,) = run.summaries
+    cell = s.cells[("isl64-osl16-c2-n8", "output_throughput")]
+    assert cell.rounds == (0, 2, 3) and cell.dropped == ((1, "patched"),)
+    assert cell.before == pytest.approx(gm([100, 100, 200])) and cell.after == pytest.approx(gm([110, 110, 220]))
+    assert cell.delta_pct == pytest.approx(10.0)
+    # the composite pairs rounds by index too: every round scores +10 % (log ratio), so no spread -> said so
+    assert s.evaluation is not None and s.evaluation.composite.estimate_pct == pytest.approx(10.0)
+    text = render_markdown(run)
+    assert "Unpaired rounds dropped from both sides: round 1 (no patched value)" in text
+    assert_arrows_agree(text)
 
 
 def test_failed_job_is_listed_never_hidden(tmp_path):
-    root = make_run(tmp_path, values_for([100, 101, 99], [120, 121, 119]),
-                    fail_job="serve/isl64-osl16-c4-n8/rep-1")
+    root = make_run(tmp_path, scaled([100, 101, 99], [120, 121, 119]), fail_job="serve/isl64-osl16-c4-n8/rep-1")
     text = build_report(root).read_text()
     assert "## Failed jobs" in text
-    assert "| patched | serve/isl64-osl16-c4-n8/rep-1 | boom: server died |" in text
-    assert "n | Verdict" in text and "| 3/2 |" in text  # the point still reports, with 2 repeats
+    assert "| patched | serve/isl64-osl16-c4-n8/rep-1 | failed | boom: server died |" in text
+    assert "| 3/2 |" in text  # the point still reports, with 2 repeats
 
 
 def test_report_is_a_pure_function_of_the_files(tmp_path):
-    root = make_run(tmp_path, values_for([100, 101, 99], [120, 121, 119]))
+    root = make_run(tmp_path, scaled([100, 101, 99], [120, 121, 119]))
     first = build_report(root).read_text()
+    html = (root / "report.html").read_text()
     assert build_report(root).read_text() == first
+    assert (root / "report.html").read_text() == html
 
 
-@pytest.mark.parametrize("n_missing", [1])
-def test_missing_arm_results_show_as_missing(tmp_path, n_missing):
-    root = make_run(tmp_path, values_for([100, 101, 99], [120, 121, 119]))
+def test_missing_arm_results_show_as_missing(tmp_path):
+    root = make_run(tmp_path, scaled([100, 101, 99], [120, 121, 119]))
     for f in (root / "patched" / "serve" / "isl64-osl16-c4-n8").glob("rep-*.json"):
-        f.unlink()
+        if not f.name.endswith(".job.json"):
+            f.unlink()
     text = build_report(root).read_text()
     assert "| 64 | 16 | 4 | 8 | missing |" in text
+
+
+@pytest.mark.parametrize("scale", [None, 0.1, 0.9, 1.6])
+def test_demo_results_never_contradict_themselves(tmp_path, scale):
+    """The CPU demo's real `vllm bench serve` results (tests/data/report_run), as they are and with the
+    candidate made slower or faster: the text users read."""
+    run_dir = build_run_dir(tmp_path / "r", scale={"patched": scale} if scale else None)
+    text = build_report(run_dir).read_text()
+    assert assert_arrows_agree(text) > 0
+    assert "POSSIBLE" not in text and "NO SIGNIFICANT CHANGE" not in text
+    word = re.search(r"\*\*patched vs baseline: ([A-Z ]+)\*\* — composite ([+-]\d+\.\d)% [\[(]", text)
+    assert word, text.split("## Verdict")[1][:400]
+    assert word.group(1) in ("REGRESSION", "IMPROVEMENT", "EQUIVALENT", "MIXED", "INCONCLUSIVE")
+    if scale == 0.1:
+        assert word.group(1) == "REGRESSION" and float(word.group(2)) < -50
+    # the demo's coalesced token streams are named, and those repeats are left out of the token timings
+    assert "## Data quality" in text and "coalesced-stream" in text
+    # every Δ% with an interval sits inside it
+    for d, lo, hi in re.findall(r"\(([+-]\d+\.\d)% \[([+-]\d+\.\d), ([+-]\d+\.\d)\]\)", text):
+        assert float(lo) <= float(d) <= float(hi)
+
+
+def test_data_quality_sits_under_the_verdict_and_a_spoiled_repeat_is_left_out(tmp_path):
+    root = make_run(tmp_path, scaled([100, 101, 99], [120, 121, 119]))
+    store = RunStore(root)
+    (job,) = [j for j, _ in load_run(root).jobs if j.arm == "patched" and j.key == "serve/isl64-osl16-c2-n8/rep-1"]
+    atomic_write_json(store.result_path(job), raw(121, 100 / 121, completed=6) | {"failed": 2})
+    text = build_report(root).read_text()
+    headings = [line for line in text.splitlines() if line.startswith("## ")]
+    assert headings[:2] == ["## Verdict", "## Data quality"]
+    quality = text.split("## Data quality")[1].split("\n## ")[0]
+    assert "| unreliable | failed-requests | patched | 1 | isl64-osl16-c2-n8 |" in quality
+    # the repeat is left out of its cells (2 candidate repeats remain) and of the primary test, and both say so
+    run = load_run(root)
+    (s,) = run.summaries
+    cell = s.cells[("isl64-osl16-c2-n8", "output_throughput")]
+    assert cell.n == (3, 2) and cell.left_out == (("patched", 1, "failed-requests"),)
+    assert cell.after == pytest.approx(gm([120, 119]))
+    assert any("isl64-osl16-c2-n8 round 1 output_throughput" in x for x in s.left_out)
+    assert "left out of the test by data-quality checks" in text
+    assert "Left out by data-quality checks (for the metrics they spoil): patched round 1 (failed-requests)" in text
+
+
+def test_the_report_does_not_import_the_runtime_or_the_runner():
+    import subprocess
+    import sys
+
+    code = ("import sys, suite.report, suite.history, suite.commands.compare, suite.commands.report; "
+            "print(sorted(m for m in sys.modules if m.startswith(('suite.runtime', 'suite.runner'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_the_declared_test_and_the_look_a_sequential_run_stopped_at(tmp_path):
+    from suite.analysis import verdict_spec
+
+    root = make_run(tmp_path, scaled([100, 101, 99, 100], [90, 91, 89, 90]), order="abba", repeats=4)
+    run = load_run(root)
+    spec = verdict_spec(run)
+    assert (spec.max_rounds, spec.looks) == (4, (4,))  # fixed repeats: a fixed design, never an early look
+    (s,) = run.summaries
+    assert s.evaluation.composite.n_rounds == 4 and s.overall == "REGRESSION"
+    # a matrix's verdict block keeps its margin; under repeats: auto its looks too, and the report evaluates
+    # the rounds up to where the run stopped, at that look
+    store = RunStore(root)
+    matrix = store.manifest()["matrix"]
+    store.update_manifest(matrix=matrix | {"verdict": {"target_pct": 2.0}})
+    assert verdict_spec(load_run(root)).target_pct == 2.0 and verdict_spec(load_run(root)).looks == (4,)
+    store.update_manifest(matrix=matrix | {"repeats": "auto", "verdict": {"max_rounds": 8, "looks": [2, 4, 8]}},
+                          sequential={"stop_after": 4, "why": "every candidate decided at look 2"})
+    run = load_run(root)
+    assert verdict_spec(run).looks == (2, 4, 8)
+    (s,) = run.summaries
+    c = s.evaluation.composite
+    assert (c.n_rounds, c.look, c.n_looks) == (4, 2, 3)
+    text = render_markdown(run)
+    assert "repeated" in text and "look 2 of 3" in text

@@ -1,6 +1,8 @@
-"""report.html: rendered from a run directory built out of real `vllm bench serve` results (tests/data), then
-loaded in real headless Chromium through the DevTools protocol (--remote-debugging-pipe): no console errors,
-no exceptions, no request leaves file://, the DOM holds the tables and charts, the screenshot is not blank.
+"""report.html: rendered from a run directory built out of real `vllm bench serve` results (tests/data): one
+self-contained file (inline CSS and SVG, no script, no URL), the same document as report.md, a CSS rule for
+every verdict style, pygal charts made deterministic; then loaded in real headless Chromium through the
+DevTools protocol (--remote-debugging-pipe): no console errors, no exceptions, no request leaves file://, the
+DOM holds the cards, tables and charts, the screenshot is not blank.
 
 Chromium: `apt-get install -y chromium` (Debian); the browser tests skip when it is missing, except under CI
 (or SUITE_REQUIRE_BROWSER=1), where a missing browser fails them.
@@ -22,14 +24,18 @@ from typing import Any
 
 import pytest
 
+from suite.analysis import DETAIL, HEADLINE, load_run
+from suite.document import STYLES, Card, Chart, Document, Note, Paragraph, Section, Series, literal
 from suite.matrix import load_matrix
 from suite.plan import build_plan
-from suite.report import load_run, register_section
-from suite.report_html import build_html, markdown_to_html, nice_ticks, render_html, summarize_candidates
+from suite.render import html as html_render
+from suite.render import markdown as md_render
+from suite.report import build_document, build_report, render_html
 from suite.stats import METRICS, Verdict
 from suite.store import RunStore, atomic_write_json, new_manifest
 
 DATA = Path(__file__).parent / "data" / "report_run"
+SCALE_JITTER = (1.0, 1.01, 1 / 1.01)
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 REQUIRE = bool(os.environ.get("CI")) or os.environ.get("SUITE_REQUIRE_BROWSER") == "1"
 needs_browser = pytest.mark.skipif(CHROMIUM is None and not REQUIRE, reason="chromium not installed")
@@ -42,8 +48,10 @@ def build_run_dir(dest: Path, *, scale: dict[str, float] | None = None, drop: se
     """A run directory as `suite run` writes it: manifest + job records via suite.store, raw results from
     tests/data (real `vllm bench serve` JSON of the CPU demo, per-request text arrays stripped).
 
-    ``scale``: multiply the arm's output throughput (and divide its latencies) to make a known change;
-    ``drop``: arms whose records are written as failed (to show failures are listed)."""
+    ``scale``: multiply the arm's output throughput (and divide its latencies) to make a known change, with a
+    1 % round-to-round jitter whose geometric mean over the three rounds is 1 (a constant factor would leave
+    the rounds' paired scores no spread at all, which no real run has); ``drop``: arms whose records are
+    written as failed (to show failures are listed)."""
     matrix = load_matrix(DATA / "matrix.yaml")
     plan = build_plan(matrix)
     store = RunStore(dest)
@@ -61,6 +69,7 @@ def build_run_dir(dest: Path, *, scale: dict[str, float] | None = None, drop: se
             continue
         factor = (scale or {}).get(job.arm)
         if factor:
+            factor *= SCALE_JITTER[job.repeat % len(SCALE_JITTER)]
             for key, value in list(raw.items()):
                 if isinstance(value, float) and key.endswith("_ms"):
                     raw[key] = value / factor
@@ -181,9 +190,11 @@ def load_page(url: str, user_data: Path, width: int = 1400) -> dict[str, Any]:
             tables: document.querySelectorAll('table').length,
             heatCells: document.querySelectorAll('table.heat td').length,
             charts: document.querySelectorAll('svg.chart').length,
-            polylines: document.querySelectorAll('svg.chart polyline').length,
-            bands: document.querySelectorAll('svg.chart polygon.band').length,
+            lines: document.querySelectorAll('svg.chart path.line.nofill').length,
+            whiskers: document.querySelectorAll('svg.chart g.ci path').length,
+            tooltips: document.querySelectorAll('svg.chart g.dots > title').length,
             overall: [...document.querySelectorAll('.card .overall')].map(e => e.textContent),
+            cardBorder: (e => e ? getComputedStyle(e).borderLeftColor : '')(document.querySelector('.card')),
             text: document.body.innerText,
             height: document.documentElement.scrollHeight,
             scripts: document.scripts.length,
@@ -224,83 +235,125 @@ def pixel_stats(png: bytes) -> tuple[float, int, tuple[int, int]]:
 # ---------------------------------------------------------------------------------------- tests
 
 
-def test_html_content_from_real_results(run_dir: Path) -> None:
-    run = load_run(run_dir)
-    page = render_html(run)
+def test_html_is_one_self_contained_file(run_dir: Path) -> None:
+    page = render_html(load_run(run_dir))
     assert page.startswith("<!DOCTYPE html>")
-    for needle in ("Verdict", "Serving: before → after", "Metrics against concurrency", "Δ% heatmap",
+    for needle in ("Verdict", "Data quality", "before → after", "Metrics against concurrency", "Δ% heat map",
                    "Statistics per point", "Provenance", "ISL 128 / OSL 32", "ISL 256 / OSL 16",
                    "synthetic-gate-delay", "Output throughput"):
         assert needle in page, needle
-    # nothing is fetched: no external URL, no script, a CSP that forbids loads
-    assert "http://" not in page and "https://" not in page and "<script" not in page
+    # nothing is fetched: no URL at all (not even an xmlns), no script, a CSP that forbids loads
+    assert "http://" not in page and "https://" not in page and "<script" not in page and "<!--" not in page
     assert "default-src 'none'" in page
-    # one chart per headline metric per ISL/OSL group, one polyline per arm where there are >= 2 points
-    assert page.count('<svg class="chart"') == 8
-    # every arm appears in the charts' tooltips with its median
-    assert "baseline @ concurrency 4: median" in page and "patched @ concurrency 8: median" in page
+    # the charts: inline <svg>, one per headline metric per ISL/OSL group, a native tooltip per point
+    assert page.count("<svg ") == 2 * len(HEADLINE) and page.count('class="pygal-chart chart"') == 8
+    assert "<title>baseline @ concurrency 4: median" in page and "<title>patched @ concurrency 8: median" in page
+    # the heat map: points × metrics
+    heat = page.split("<table class=\"doc heat\">")[1].split("</table>")[0]
+    assert heat.count("<td") == 3 * (1 + len(DETAIL))
+
+
+def test_markdown_and_html_draw_the_same_document(run_dir: Path) -> None:
+    """Every table cell of the document shows up in both files (the two no longer walk the data apart)."""
+    run = load_run(run_dir)
+    doc = build_document(run)
+    md, page = md_render.render(doc), html_render.render(doc)
+    cells = []
+
+    def walk(blocks: list) -> None:
+        for b in blocks:
+            if isinstance(b, Section):
+                walk(b.blocks)
+            elif hasattr(b, "rows"):
+                cells.extend(c.text for row in b.rows for c in row)
+    for sec in doc.sections:
+        walk(sec.blocks)
+    assert len(cells) > 200
+    for text in {c for c in cells if c and "`" not in c and "*" not in c and "\\" not in c}:
+        shown = text.replace("\n", "<br>")
+        assert shown.replace("|", "\\|") in md, text
+        assert html_render.esc(text).split("\n")[0] in page, text
+
+
+def test_every_verdict_style_has_a_css_rule() -> None:
+    css = html_render.CSS
+    for key in STYLES:
+        assert f".card.ov-{key}{{" in css and f"td.v-{key},th.v-{key}{{" in css, key
+        for k in range(1, 5):
+            assert f"td.v-{key}.s{k}{{" in css
+    # a card of each word gets its class; the word stays readable text
+    for word in ("REGRESSION", "IMPROVEMENT", "EQUIVALENT", "MIXED", "INCONCLUSIVE", "NO DATA"):
+        style = word.lower().replace(" ", "-")
+        page = html_render.render(Document("t", [], [Section("Verdict", 2, [Card("a vs b", word, style, "x")])]))
+        assert f"class='card ov-{style}'" in page and f"<div class='overall'>{word}</div>" in page
 
 
 def test_verdicts_follow_the_statistics(tmp_path: Path) -> None:
-    """The demo's real repeats are noisy (2 shared CPU cores): most cells are honestly unreliable, none of the
-    rest significant. Made 90% slower (the verdict is Holm-corrected over the headline cells), the candidate is a regression, and only ever in the worse direction."""
+    """The demo's real repeats are noisy (2 shared CPU cores): unchanged, the primary test cannot call a
+    change. Made 10x slower, the candidate is a REGRESSION, and cells only ever move the worse way."""
     same = load_run(build_run_dir(tmp_path / "same"))
-    (s,) = summarize_candidates(same)
+    (s,) = same.summaries
     assert s.candidate == "patched" and s.baseline == "baseline"
-    assert sum(s.counts.values()) == 3 * 13
-    assert s.counts[Verdict.WORSE] == s.counts[Verdict.BETTER] == 0 and s.overall == "NO SIGNIFICANT CHANGE"
+    assert sum(s.counts.values()) == 3 * len(DETAIL)
+    assert s.counts[Verdict.WORSE] == s.counts[Verdict.BETTER] == 0
+    assert s.overall in ("INCONCLUSIVE", "EQUIVALENT")
     slow = load_run(build_run_dir(tmp_path / "slow", scale={"patched": 0.1}))
-    (w,) = summarize_candidates(slow)
-    assert w.overall == "REGRESSION" and w.counts[Verdict.WORSE] >= 3 and w.counts[Verdict.BETTER] == 0
-    assert w.geomean_throughput_pct == pytest.approx(((1 + s.geomean_throughput_pct / 100) * 0.1 - 1) * 100)
-    for _, key, c in w.regressions:
-        assert (c.delta_pct < 0) == METRICS[key].higher_is_better and c.ci_high_pct is not None
+    (w,) = slow.summaries
+    assert w.overall == "REGRESSION" and w.counts[Verdict.BETTER] == 0
+    assert w.evaluation.composite.rci_high_pct < 0
+    assert w.geomean_throughput_pct == pytest.approx(((1 + s.geomean_throughput_pct / 100) * 0.1 - 1) * 100, rel=0.01)
+    for c in w.regressions:
+        assert (c.delta_pct < 0) == METRICS[c.metric].higher_is_better and c.interval is not None
     page = render_html(slow)
-    assert "REGRESSION" in page and "rgba(215,48,39" in page  # red heat cells
+    assert "class='card ov-regression'" in page
 
 
-def test_failures_and_extra_sections_are_shown(tmp_path: Path) -> None:
+def test_failures_and_no_data_are_shown(tmp_path: Path) -> None:
     run_dir = build_run_dir(tmp_path / "r", drop={"patched"})
-
-    def section(run: Any) -> str:
-        return ("## Kernel microbenchmark\n\n| M | baseline (µs) | patched (µs) |\n|---|---|---|\n"
-                "| 1 | 6.54 | **2.59** |\n\n- path: `torch.mm` <b>\n")
-
-    register_section("tests.kernel", section)  # as suite.stages.kernel.summary / suite.stages.latency.run do
-    try:
-        page = render_html(load_run(run_dir))
-    finally:
-        from suite.report import EXTRA_SECTIONS
-
-        EXTRA_SECTIONS[:] = [(n, f) for n, f in EXTRA_SECTIONS if n != "tests.kernel"]
+    page = render_html(load_run(run_dir))
     assert "<h2>Failed jobs</h2>" in page and "server exited with code 1" in page
-    assert "<h2>Kernel microbenchmark</h2>" in page
-    assert "<td style='text-align:left'><strong>2.59</strong></td>" in page
-    assert "<code>torch.mm</code> &lt;b&gt;" in page
-    assert "<a href='#kernel'>Kernel microbenchmark</a>" in page  # listed in the page's navigation
-    assert "NO DATA" in page  # the candidate has no results: said, not hidden
+    assert "class='card ov-no-data'" in page  # the candidate has no results: said, not hidden
+    assert "<a href='#failures'>Failed jobs</a>" in page  # listed in the page's navigation
 
 
-def test_markdown_converter() -> None:
-    out = markdown_to_html("# T\n\nsome *x* and `a|b`\n\n| a | b | c |\n|---|:---:|--:|\n| 1 | x \\| y | 3 |\n\n"
-                           "- one\n- two\n\n> **note**: quoted\n\n```\n<raw>\n```\n")
-    assert "<h1>T</h1>" in out and "<em>x</em>" in out and "<code>a|b</code>" in out
-    assert "<td style='text-align:center'>x | y</td>" in out and "<td style='text-align:right'>3</td>" in out
-    assert "<li>two</li>" in out and "<pre>&lt;raw&gt;</pre>" in out
-    assert "<blockquote><strong>note</strong>: quoted</blockquote>" in out
+def test_inline_markdown_is_rendered_by_markdown_it_and_outside_text_stays_text() -> None:
+    doc = Document("T", [], [Section("S", 2, [
+        Paragraph("some **bold** and `a|b` and " + literal("<b>x</b> *y* __init__ ll_bf16")),
+        Note("**careful**: quoted", "warning")], anchor="s")])
+    page = html_render.render(doc)
+    assert "<strong>bold</strong>" in page and "<code>a|b</code>" in page
+    assert "&lt;b&gt;x&lt;/b&gt; *y* __init__ ll_bf16" in page
+    assert "<p class='note sev-warning'><strong>careful</strong>: quoted</p>" in page
+    md = md_render.render(doc)
+    assert "> **careful**: quoted" in md and "ll_bf16" in md
 
 
-def test_nice_ticks() -> None:
-    assert nice_ticks(0, 100) == [0, 20, 40, 60, 80, 100]
-    t = nice_ticks(751.4, 1520.4)
-    assert t[0] <= 751.4 and t[-1] >= 1520.4 and 4 <= len(t) <= 8
-    assert len(nice_ticks(5, 5)) >= 2
+def test_charts_are_deterministic_with_lxml_and_elementtree() -> None:
+    """pygal builds with lxml when it is installed, else xml.etree: the clean-up filter works on both."""
+    import pygal.etree
+
+    chart = Chart("k1", "Output throughput", "tok/s", "concurrency", ["1", "4"],
+                  [Series("a", [1.0, 3.0], [0.5, 2.0], [1.5, 4.0], [3, 3]), Series("b", [2.0, None], [1.0, None],
+                                                                                      [2.5, None], [2, 0])], True)
+    was_lxml = pygal.etree.etree.lxml
+    try:
+        for switch in (pygal.etree.etree.to_etree, pygal.etree.etree.to_lxml):
+            if switch is pygal.etree.etree.to_lxml and pygal.etree.etree._lxml_etree is None:
+                continue
+            switch()
+            svg = html_render.chart_svg(chart)
+            assert svg == html_render.chart_svg(chart)
+            assert svg.startswith('<svg id="chart-k1"') and "<script" not in svg and "<!--" not in svg
+            assert "http" not in svg and "<title>a @ concurrency 4: median 3 tok/s (min 2, max 4, n=3)</title>" in svg
+    finally:
+        (pygal.etree.etree.to_lxml if was_lxml else pygal.etree.etree.to_etree)()
 
 
 @needs_browser
 def test_report_html_in_headless_chromium(run_dir: Path, tmp_path: Path) -> None:
-    path = build_html(run_dir)
-    assert path == run_dir / "report.html" and path.stat().st_size > 10_000
+    build_report(run_dir)
+    path = run_dir / "report.html"
+    assert path.stat().st_size > 10_000
     got = load_page(path.as_uri(), tmp_path / "profile")
     shots = os.environ.get("SUITE_SCREENSHOT_DIR")
     if shots:
@@ -310,13 +363,14 @@ def test_report_html_in_headless_chromium(run_dir: Path, tmp_path: Path) -> None
     assert got["external"] == []
     f = got["facts"]
     assert f["title"].startswith("smoke-cpu: baseline vs patched")
-    for h in ("Verdict", "Serving: before → after", "Metrics against concurrency", "Δ% heatmap",
-              "Statistics per point", "Provenance"):
-        assert h in f["h2"]
-    assert f["charts"] == 8 and f["polylines"] >= 8 and f["bands"] >= 8
-    assert f["heatCells"] == 3 * 13
+    for h in ("Verdict", "Data quality", "Serving (vllm bench serve): before → after", "Metrics against concurrency",
+              "Δ% heat map", "Statistics per point", "Provenance"):
+        assert h in f["h2"], f["h2"]
+    assert f["charts"] == 8 and f["lines"] >= 8 and f["whiskers"] >= 8 and f["tooltips"] >= 8
+    assert f["heatCells"] == 3 * (1 + len(DETAIL))
     assert f["tables"] >= 5 and f["scripts"] == 0
-    assert f["overall"] and f["overall"][0] in ("NO SIGNIFICANT CHANGE", "IMPROVEMENT", "REGRESSION", "INCONCLUSIVE")
+    assert f["overall"] and f["overall"][0] in ("EQUIVALENT", "INCONCLUSIVE", "IMPROVEMENT", "REGRESSION", "MIXED")
+    assert f["cardBorder"] != "rgb(136, 136, 136)"  # the card is styled by its verdict class
     stdev, colors, size = pixel_stats(got["png"])
     assert size[0] == 1400 and size[1] > 1500
     assert stdev > 20 and colors > 200, (stdev, colors)

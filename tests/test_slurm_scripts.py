@@ -175,12 +175,17 @@ def test_slurm_scripts_refuses_other_runtimes(tmp_path: Path) -> None:
 
 
 def test_report_section_lists_every_submission(tmp_path: Path) -> None:
+    """The report's Slurm section (suite.report_sections, read from the run directory, not the runtime)."""
     import json
-    from types import SimpleNamespace
 
-    from suite.runtime.slurm.cluster import report_section
+    from suite.analysis import load_run
+    from suite.render.markdown import section
+    from suite.report_sections import slurm_section
+    from suite.store import SCHEMA_VERSION, RunStore
 
-    assert report_section(SimpleNamespace(root=tmp_path)) == ""
+    RunStore(tmp_path).write_manifest({"schema_version": SCHEMA_VERSION,
+                                       "plan": {"arms": ["baseline", "patched"], "baseline": "baseline"}})
+    assert slurm_section(load_run(tmp_path)) is None
     (tmp_path / "slurm").mkdir()
     subs = [
         {"session": "baseline#0", "attempt": 0, "job_id": "7", "node": "n1", "state": "TIMEOUT", "exit_code": "0:15",
@@ -191,7 +196,10 @@ def test_report_section_lists_every_submission(tmp_path: Path) -> None:
          "exit_code": "0:0", "start": "s2", "end": "e2", "missing_after": 0},
     ]
     (tmp_path / "slurm" / "jobs.json").write_text(json.dumps({"schema_version": 1, "submissions": subs}))
-    text = report_section(SimpleNamespace(root=tmp_path))
+    found = slurm_section(load_run(tmp_path))
+    assert found is not None
+    text = section(found)
+    assert text.startswith("## Slurm jobs")
     assert "| baseline#0 | 0 | 7 | n1 | TIMEOUT (0:15) | s0 | e0 | 2 |" in text
     assert "| baseline#0 | 1 | 9 | n1 | COMPLETED (0:0) | s2 | e2 | 0 |" in text
     assert "Resubmitted sessions: baseline#0" in text

@@ -3,8 +3,10 @@ of run A against arm Y of run B, with the same statistics and the same report (m
 
 The comparison is itself a run directory: the chosen arms' raw results and job records are linked (or
 copied) under ``OUT/<name>/<label-arm>/...`` with a manifest whose plan names the run-A arm the baseline, so
-`suite.report` and `suite.report_html` render it unchanged and `suite report` can re-render it later. Runs
-are independent, so the intervals are Welch (never paired across runs).
+`suite.report` renders it unchanged (md + html) and `suite report` can re-render it later. Runs are
+independent, so the cell intervals are Welch (never paired across runs); the primary test pairs the two runs'
+rounds by index, which is valid for independent runs (and cancels nothing). `--fail-on-regression` fails on
+a REGRESSION verdict or on a cell that is significantly worse after Holm, each by at least --min-effect.
 """
 
 from __future__ import annotations
@@ -14,11 +16,14 @@ import os
 import re
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
 from suite.errors import SuiteError
+
+if TYPE_CHECKING:  # the analysis (scipy) loads only when the command runs
+    from suite.analysis import CandidateSummary, CellResult
 
 NAME = "compare"
 HELP = "Compare an arm across two runs of the same matrix (or arm X of run A vs arm Y of run B): md + html report."
@@ -37,9 +42,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--db", type=Path, help="history index for run ids (default: RUNS/history.sqlite)")
     p.add_argument("--allow-other-matrix", action="store_true", help="compare runs of different matrices")
     p.add_argument("--fail-on-regression", action="store_true",
-                   help="exit 1 when any point × metric is significantly worse")
+                   help="exit 1 on a REGRESSION verdict or a point × metric significantly worse after Holm")
     p.add_argument("--min-effect", type=float, default=0.0, metavar="PCT",
-                   help="with --fail-on-regression: ignore regressions with |Δ| below PCT percent (default 0)")
+                   help="with --fail-on-regression: ignore regressions (composite or cell) with |Δ| below PCT "
+                        "percent (default 0)")
 
 
 def resolve_run(ref: str, runs: Path, db: Path | None) -> Path:
@@ -99,7 +105,9 @@ def merge_runs(run_a: Path, arm_a: str, label_a: str, run_b: Path, arm_b: str, l
     out.mkdir(parents=True)
     store = RunStore(out)
     counts = {"ok": 0, "failed": 0, "missing": 0}
+    planned: list[dict[str, Any]] = []  # each side's planned jobs under its new name: the run order stays known
     for src_store, m, arm, label in ((sa, ma, arm_a, la), (sb, mb, arm_b, lb)):
+        planned += [j | {"arm": label} for j in m.get("plan", {}).get("jobs", []) if j.get("arm") == arm]
         seen = set()
         for rec in src_store.records():
             job = rec.get("job", {})
@@ -128,7 +136,7 @@ def merge_runs(run_a: Path, arm_a: str, label_a: str, run_b: Path, arm_b: str, l
         "finished": utc_now(),
         "matrix_path": mb.get("matrix_path"),
         "matrix": matrix,
-        "plan": {"order": "independent runs", "baseline": la, "arms": [la, lb], "jobs": []},
+        "plan": {"order": "independent runs", "baseline": la, "arms": [la, lb], "jobs": planned},
         "host": mb.get("host", {}),
         "runtime": mb.get("runtime"),
         "arms": {la: ma.get("arms", {}).get(arm_a, {}), lb: mb.get("arms", {}).get(arm_b, {})},
@@ -159,10 +167,39 @@ def arm_pairs(args: argparse.Namespace, ma: dict[str, Any], mb: dict[str, Any]) 
     return [(a, a) for a in shared]
 
 
-def run(args: argparse.Namespace) -> int:
-    from suite.report import build_report, load_run
-    from suite.report_html import build_html, summarize_candidates
+def _summary_lines(s: CandidateSummary, md: str, page: str) -> list[str]:
+    from suite.document import fmt_interval, fmt_pct
     from suite.stats import Verdict
+
+    c = s.evaluation.composite if s.evaluation is not None else None
+    comp = (f"composite {fmt_pct(c.estimate_pct)} {fmt_interval(c.rci_low_pct, c.rci_high_pct)}; "
+            if c is not None else "")
+    geo = fmt_pct(s.geomean_throughput_pct)
+    return [f"- **{s.candidate} vs {s.baseline}: {s.overall}** — {comp}output throughput (geomean) {geo}; cells "
+            f"(Holm): {s.counts[Verdict.BETTER]} better, {s.counts[Verdict.WORSE]} worse, "
+            f"{s.counts[Verdict.NOT_SIGNIFICANT]} not significant, {s.counts[Verdict.UNRELIABLE]} unreliable "
+            f"([report]({md}), [html]({page}))"]
+
+
+def failing_cells(s: CandidateSummary, min_effect: float) -> list[CellResult]:
+    """Significantly worse cells (after Holm) with |Δ| ≥ ``min_effect`` percent."""
+    return [c for c in s.regressions if abs(c.delta_pct or 0) >= min_effect]
+
+
+def is_regression(s: CandidateSummary, min_effect: float) -> bool:
+    """The primary test says REGRESSION (by at least ``min_effect`` percent), or a cell is worse by that much."""
+    from suite.verdict import Outcome
+
+    c = s.evaluation.composite if s.evaluation is not None else None
+    composite = (s.overall == Outcome.REGRESSION.value and c is not None and c.estimate_pct is not None
+                 and abs(c.estimate_pct) >= min_effect)
+    return composite or bool(failing_cells(s, min_effect))
+
+
+def run(args: argparse.Namespace) -> int:
+    from suite.analysis import load_run
+    from suite.document import fmt_interval, fmt_pct
+    from suite.report import build_report
     from suite.store import atomic_write_text, read_json
 
     console = Console()
@@ -179,34 +216,28 @@ def run(args: argparse.Namespace) -> int:
     out = args.out or args.runs / f"compare-{safe(run_a.name)}-vs-{safe(run_b.name)}"
     summary = [f"# suite compare: {name_b}", "",
                f"`{run_a.name}` ({label_a}, {ma.get('status')}) → `{run_b.name}` ({label_b}, {mb.get('status')})", ""]
-    failing = []
+    failing = 0
     for arm_a, arm_b in arm_pairs(args, ma, mb):
         sub = out / safe(arm_a if arm_a == arm_b else f"{arm_a}-vs-{arm_b}")
         merged = merge_runs(run_a, arm_a, label_a, run_b, arm_b, label_b, sub)
-        md, page = build_report(merged), build_html(merged)
-        for s in summarize_candidates(load_run(merged)):
-            bad = [(p, k, c) for p, k, c in s.regressions if abs(c.delta_pct or 0) >= args.min_effect]
-            failing += [(s.candidate, p, k, c) for p, k, c in bad]
-            geo = f"{s.geomean_throughput_pct:+.1f}%" if s.geomean_throughput_pct is not None else "n/a"
-            line = (f"- **{s.candidate} vs {s.baseline}: {s.overall}** — output throughput (geomean) {geo}; "
-                    f"{s.counts[Verdict.BETTER]} better, {s.counts[Verdict.WORSE]} worse, "
-                    f"{s.counts[Verdict.NOT_SIGNIFICANT]} not significant, {s.counts[Verdict.UNRELIABLE]} unreliable "
-                    f"([report]({md.relative_to(out)}), [html]({page.relative_to(out)}))")
-            summary.append(line)
-            for p, k, c in bad:
-                summary.append(f"  - ▼ {p} {k}: {c.baseline.median:.4g} → {c.candidate.median:.4g} "
-                               f"({c.delta_pct:+.1f}%, 95% interval [{c.ci_low_pct:+.1f}%, {c.ci_high_pct:+.1f}%])")
+        md = build_report(merged)
+        page = merged / "report.html"
+        for s in load_run(merged).summaries:
+            summary += _summary_lines(s, str(md.relative_to(out)), str(page.relative_to(out)))
+            failing += is_regression(s, args.min_effect)
+            for c in failing_cells(s, args.min_effect):
+                lo_hi = fmt_interval(*c.interval) if c.interval else "(no interval)"
+                summary.append(f"  - ▼ {c.point} {c.metric}: {c.before:.4g} → {c.after:.4g} "
+                               f"({fmt_pct(c.delta_pct)}, 95% interval {lo_hi})")
         console.print(f"{arm_a}@{label_a} → {arm_b}@{label_b}: {md} · {page}")
     summary.append("")
+    effect = f" with |Δ| ≥ {args.min_effect:g}%" if args.min_effect else ""
     if failing:
-        summary.append(f"**{len(failing)} significant regression(s)**"
-                       + (f" with |Δ| ≥ {args.min_effect:g}%" if args.min_effect else "") + ".")
+        summary.append(f"**{failing} significant regression(s)**{effect}.")
     else:
-        summary.append("No significant regression" + (f" with |Δ| ≥ {args.min_effect:g}%" if args.min_effect else "")
-                       + ".")
+        summary.append(f"No significant regression{effect}.")
     text = "\n".join(summary) + "\n"
     atomic_write_text(out / "summary.md", text)
     console.print(text, markup=False, highlight=False)
     console.print(f"summary: {out / 'summary.md'}")
     return 1 if failing and args.fail_on_regression else 0
-

@@ -10,7 +10,7 @@ from rich.text import Text
 NAME = "history"
 HELP = "List indexed runs with their verdicts (SQLite index beside the runs; --scan/--index fill it)."
 
-STYLE = {"REGRESSION": "bold red", "IMPROVEMENT": "bold green", "NO SIGNIFICANT CHANGE": "",
+STYLE = {"REGRESSION": "bold red", "IMPROVEMENT": "bold green", "EQUIVALENT": "bold blue", "MIXED": "bold dark_orange",
          "INCONCLUSIVE": "yellow", "NO DATA": "dim"}
 
 

@@ -1,3 +1,5 @@
+"""`suite report RUN_DIR`: recompute the run's report (report.md and report.html) from its raw files."""
+
 from __future__ import annotations
 
 import argparse
@@ -6,7 +8,7 @@ from pathlib import Path
 from rich.console import Console
 
 NAME = "report"
-HELP = "Regenerate report.md of a run directory from its raw files."
+HELP = "Regenerate report.md and report.html of a run directory from its raw files."
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -21,5 +23,5 @@ def run(args: argparse.Namespace) -> int:
     console = Console()
     if args.show:
         print(path.read_text())
-    console.print(f"report: {path}")
+    console.print(f"report: {path} · {path.with_name('report.html')}")
     return 0

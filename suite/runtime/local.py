@@ -216,8 +216,9 @@ class LocalRuntime(RuntimeBase):
         interpreter and vLLM, with the arm's overlay first on PYTHONPATH (set by tool_env)."""
         return host_vllm(argv)
 
-    def client_argv(self, env: ArmEnv, argv: list[str]) -> list[str]:  # noqa: ARG002
-        """Client tools run with the installed vLLM, never an arm's overlay (client_env drops PYTHONPATH)."""
+    def client_argv(self, env: ArmEnv, argv: list[str], server: object = None) -> list[str]:  # noqa: ARG002
+        """Client tools run with the installed vLLM, never an arm's overlay (client_env drops PYTHONPATH);
+        ``server`` (the session's running server, None for offline jobs) makes no difference here."""
         return host_vllm(argv)
 
     def server(self, spec: ServerSpec) -> LocalServer:

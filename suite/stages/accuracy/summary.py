@@ -134,4 +134,3 @@ def section(run: RunData) -> Section | None:
     return Section("Accuracy and greedy equivalence", 2, blocks, anchor="accuracy")
 
 
-report_section = section  # the name suite.stages.registry still imports

@@ -158,4 +158,3 @@ def section(run: RunData) -> Section | None:
     return kernel_section(results, run.baseline)
 
 
-report_section = section  # the name suite.stages.registry still imports

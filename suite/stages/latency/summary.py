@@ -62,4 +62,3 @@ def section(run: RunData) -> Section | None:
     return Section("End-to-end latency (`vllm bench latency`)", 2, blocks, anchor="latency")
 
 
-report_section = section  # the name suite.stages.registry still imports

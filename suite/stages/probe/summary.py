@@ -104,4 +104,3 @@ def section(run: RunData) -> Section | None:
     ], anchor="probe")
 
 
-report_section = section  # the name suite.stages.registry still imports

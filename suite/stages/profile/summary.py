@@ -68,4 +68,3 @@ def section(run: RunData) -> Section | None:
     return Section("Profile: time per 100 decode steps by kernel family", 2, blocks, anchor="profile")
 
 
-report_section = section  # the name suite.stages.registry still imports

@@ -67,7 +67,7 @@ def server_records(store: RunStore, sessions: set[tuple[str, int]]) -> list[dict
     out = []
     for arm, session in sorted(sessions):
         for attempt in range(MAX_RESTARTS_READ):
-            path = store.server_log(arm, session, attempt).with_suffix(".json")
+            path = store.server_record_path(arm, session, attempt)
             if not path.is_file():
                 break
             try:

@@ -1,0 +1,531 @@
+"""What a run says, as values: run data read through the store, per-cell comparisons, Holm, the primary test
+per candidate, noise floors, drift and data-quality findings. The report, `suite history` and `suite compare`
+all read it; nothing here formats text for a reader (the sections do, `suite.report_sections` and the stage
+summaries).
+
+Cells (point × metric): Δ% is the ratio of the geometric means of the repeats, with a t interval on the log
+ratio (`suite.stats.compare`): Welch for independent repeats, paired per round under ABBA. Pairing is by
+round index (the job's ``repeat``), never by list position: a round one arm lost is dropped from both sides
+and noted. Before → after are the geometric means of exactly the values Δ came from, so an arrow and its Δ
+cannot disagree. A repeat a data-quality check (`suite.quality`) calls unreliable is left out of the cell
+(and of the primary test), with the reason; a finding about a whole cell makes the cell unreliable. The
+per-cell verdicts are then held to Holm's step-down over all of a candidate's cells (family-wise α), so a
+▲ or ▼ says *where* it changed; *whether* it changed is the primary test's (`suite.verdict`): a composite of
+the headline metrics on per-round scores, paired by round, declared before the run.
+
+Mean ITL equals mean TPOT by construction in `vllm bench serve` (both are total decode time over decoded
+tokens), so it is left out of the cells; median and p99 ITL stay.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, replace
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from suite.errors import SuiteError
+from suite.plan import AA_SUFFIX, Job
+from suite.quality import Finding, RepeatResult, order_findings, run_checks
+from suite.stages.accuracy.read import ArmsCorrectness, compare_arms
+from suite.stages.serve.read import PointResults, load_points, server_logs, server_records
+from suite.stats import Comparison, Verdict, compare_metric, geometric_mean_ratio, noise_floor_pct
+from suite.store import RunStore
+from suite.verdict import HEADLINE as COMPOSITE_METRICS
+from suite.verdict import Evaluation, Outcome, VerdictSpec, evaluate
+
+HEADLINE = COMPOSITE_METRICS  # throughput, mean TTFT / TPOT / E2E latency: the default composite and the tables
+DETAIL = ("output_throughput", "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms",
+          "p99_tpot_ms", "median_itl_ms", "p99_itl_ms", "mean_e2el_ms", "median_e2el_ms", "p99_e2el_ms")
+DUPLICATES = {"mean_itl_ms": "mean_tpot_ms"}  # left out: equal by construction in vLLM's bench
+FAMILY_ALPHA = 0.05  # Holm: family-wise error rate over a candidate's cells
+NO_DATA = "NO DATA"
+
+
+# ---------------------------------------------------------------------------------------------- run data
+
+
+@dataclass
+class RunData:
+    store: RunStore
+    manifest: dict[str, Any]
+    records: list[dict[str, Any]]
+    jobs: list[tuple[Job, dict[str, Any]]]  # the records that hold a planned job, with it
+    points: dict[str, PointResults]
+
+    @property
+    def root(self) -> Path:
+        return self.store.root
+
+    @property
+    def plan(self) -> dict[str, Any]:
+        return self.manifest.get("plan", {})
+
+    @property
+    def matrix(self) -> dict[str, Any]:
+        return self.manifest.get("matrix", {})
+
+    @property
+    def arms(self) -> list[str]:
+        return list(self.plan.get("arms") or self.manifest.get("arms", {}))
+
+    @property
+    def baseline(self) -> str:
+        return self.plan.get("baseline") or (self.arms[0] if self.arms else "")
+
+    @property
+    def candidates(self) -> list[str]:
+        return [a for a in self.arms if a != self.baseline and not a.endswith(AA_SUFFIX)]
+
+    @property
+    def aa_arm(self) -> str | None:
+        name = self.baseline + AA_SUFFIX
+        return name if name in self.arms else None
+
+    @property
+    def order(self) -> str:
+        return str(self.plan.get("order") or "")
+
+    @property
+    def paired(self) -> bool:
+        """Under ABBA each round's arms ran back to back: compare them per round."""
+        return self.order == "abba"
+
+    @cached_property
+    def floors(self) -> dict[str, float]:
+        return noise_floors(self)
+
+    @cached_property
+    def summaries(self) -> list[CandidateSummary]:
+        """One per candidate, computed once: every section and command reads these same values."""
+        return summarize_candidates(self, self.floors)
+
+    @cached_property
+    def findings(self) -> list[Finding]:
+        return quality_findings(self)
+
+    @cached_property
+    def quality(self) -> QualityIndex:
+        return QualityIndex(self.findings)
+
+
+def load_run(run_dir: Path) -> RunData:
+    """Read a run directory (manifest, job records, serving results) through the store."""
+    store = RunStore.open(Path(run_dir))
+    try:
+        records = store.records()
+        jobs = []
+        for rec in records:
+            try:
+                jobs.append((Job.model_validate(rec.get("job")), rec))
+            except ValidationError:
+                continue  # not a record of a planned job
+        return RunData(store=store, manifest=store.manifest(), records=records, jobs=jobs,
+                       points=load_points(store, jobs))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise SuiteError(f"{run_dir}: cannot read the run: {exc}") from None
+
+
+def failed_jobs(run: RunData) -> list[dict[str, Any]]:
+    """Every job record whose status is not ok (shown, never hidden)."""
+    return [r for r in run.records if r.get("status") != "ok"]
+
+
+# ------------------------------------------------------------------------------------------ data quality
+
+
+def _plan_positions(run: RunData) -> dict[tuple[str, str], int]:
+    """(arm, job key) -> position in the run order: the planned order (a session runs its jobs in plan
+    order); for a job the plan does not list, its record's start time."""
+    positions = {(j.get("arm"), j.get("key")): i for i, j in enumerate(run.plan.get("jobs") or [])}
+    unplanned = sorted((str(rec.get("started") or ""), job.arm, job.key) for job, rec in run.jobs
+                       if (job.arm, job.key) not in positions and rec.get("started"))
+    base = len(positions)
+    for i, (_, arm, key) in enumerate(unplanned):
+        positions[(arm, key)] = base + i
+    return positions
+
+
+def quality_findings(run: RunData) -> list[Finding]:
+    """Every data-quality check of `suite.quality` over the run's serving repeats, server records and logs."""
+    positions = _plan_positions(run)
+    repeats = []
+    sessions: set[tuple[str, int]] = set()
+    for p in run.points.values():
+        for arm, rounds in p.reps.items():
+            for r, raw in rounds.items():
+                rec = p.records[arm][r]
+                job = Job.model_validate(rec["job"])
+                sessions.add((arm, job.session))
+                client = rec.get("client")
+                repeats.append(RepeatResult(arm=arm, point=p.point, round=r, raw=raw, params=p.params,
+                                            session=job.session, order=positions.get((arm, job.key)),
+                                            client=client if isinstance(client, dict) else None))
+    if not repeats:
+        return []
+    return run_checks(repeats, servers=server_records(run.store, sessions),
+                      logs=server_logs(run.store, sessions))
+
+
+class QualityIndex:
+    """Which values the data-quality findings spoil."""
+
+    def __init__(self, findings: list[Finding]) -> None:
+        self.unreliable = [f for f in order_findings(findings) if f.severity == "unreliable"]
+
+    def repeat_checks(self, arm: str, point: str, round_: int, key: str) -> list[str]:
+        """The checks that leave one repeat's value of ``key`` out (findings about that very repeat)."""
+        return sorted({f.check for f in self.unreliable
+                       if f.arm == arm and f.point == point and f.round == round_ and f.affects(key)})
+
+    def cell_reasons(self, arm: str, point: str, key: str) -> list[str]:
+        """Findings about a whole cell of one arm (not about one repeat): the cell is unreliable."""
+        return [f"{f.check}: {f.message}" for f in self.unreliable
+                if f.arm == arm and f.point in (None, point) and f.round is None and f.affects(key)]
+
+
+# ------------------------------------------------------------------------------------------------ cells
+
+
+def geometric_mean(values: list[float]) -> float | None:
+    if not values:
+        return None
+    if min(values) <= 0:
+        return 0.0 if min(values) == 0 else None
+    return math.exp(math.fsum(map(math.log, values)) / len(values))
+
+
+@dataclass(frozen=True)
+class CellResult:
+    """One point × metric of one candidate against the baseline."""
+
+    point: str
+    metric: str
+    comparison: Comparison | None  # None: a side has no value
+    before: float | None  # geometric mean of the baseline values Δ came from
+    after: float | None
+    rounds: tuple[int, ...]  # rounds used (paired), or the rounds of both sides (independent)
+    verdict: Verdict | None  # after data quality and Holm; None: missing
+    reason: str
+    left_out: tuple[tuple[str, int, str], ...] = ()  # (arm, round, checks) a data-quality check left out
+    dropped: tuple[tuple[int, str], ...] = ()  # (round, arm without a value): unpaired round dropped (ABBA)
+
+    @property
+    def notes(self) -> list[str]:
+        return ([f"round {r} of {arm} left out ({checks})" for arm, r, checks in self.left_out]
+                + [f"round {r}: no {arm} value, dropped from both sides" for r, arm in self.dropped])
+
+    @property
+    def tested(self) -> bool:
+        return self.comparison is not None
+
+    @property
+    def significant(self) -> bool:
+        return self.verdict in (Verdict.BETTER, Verdict.WORSE)
+
+    @property
+    def reliable(self) -> bool:
+        return self.verdict in (Verdict.BETTER, Verdict.WORSE, Verdict.NOT_SIGNIFICANT)
+
+    @property
+    def delta_pct(self) -> float | None:
+        return self.comparison.delta_pct if self.comparison else None
+
+    @property
+    def ratio(self) -> float | None:
+        return self.comparison.ratio if self.comparison else None
+
+    @property
+    def interval(self) -> tuple[float, float] | None:
+        """The 95 % interval of Δ%, only for a reliable cell (an unreliable one shows its reason instead)."""
+        c = self.comparison
+        if c is None or not self.reliable or c.ci_low_pct is None or c.ci_high_pct is None:
+            return None
+        return c.ci_low_pct, c.ci_high_pct
+
+    @property
+    def n(self) -> tuple[int, int]:
+        c = self.comparison
+        return (c.baseline.n, c.candidate.n) if c else (0, 0)
+
+
+def _values(run: RunData, point: PointResults, arm: str, key: str,
+            left_out: list[tuple[str, int, str]]) -> dict[int, float]:
+    """round -> value, without the repeats a data-quality check left out (added to ``left_out``; the Data
+    quality section holds the findings' full text)."""
+    out = {}
+    for r, v in point.values(arm, key).items():
+        checks = run.quality.repeat_checks(arm, point.point, r, key)
+        if checks:
+            left_out.append((arm, r, ", ".join(checks)))
+        else:
+            out[r] = v
+    return out
+
+
+def _pair(run: RunData, cand: str, base: dict[int, float], new: dict[int, float]
+          ) -> tuple[tuple[int, ...], list[float], list[float], list[tuple[int, str]]]:
+    """(rounds used, baseline values, candidate values, unpaired rounds dropped): by round index under ABBA."""
+    if run.paired:
+        dropped = [(r, cand if r in base else run.baseline) for r in sorted(base.keys() ^ new.keys())]
+        rounds = tuple(sorted(base.keys() & new.keys()))
+        return rounds, [base[r] for r in rounds], [new[r] for r in rounds], dropped
+    return tuple(sorted(base.keys() | new.keys())), list(base.values()), list(new.values()), []
+
+
+def compare_cell(run: RunData, point: PointResults, cand: str, key: str, floors: dict[str, float]) -> CellResult:
+    """One cell before Holm: data quality applied, rounds paired by index under ABBA.
+
+    Repeats a data-quality check calls unreliable are left out. When that leaves a side with nothing, the cell
+    is computed over every repeat instead (so its numbers stay visible) and marked unreliable with the checks
+    that spoiled it; it is not tested."""
+    left_out: list[tuple[str, int, str]] = []
+    base = _values(run, point, run.baseline, key, left_out)
+    new = _values(run, point, cand, key, left_out)
+    spoiled = ""
+    if (not base and point.values(run.baseline, key)) or (not new and point.values(cand, key)):
+        side = run.baseline if not base else cand
+        checks = sorted({c for arm, _, cs in left_out if arm == side for c in cs.split(", ")})
+        spoiled = (f"every {side} repeat is unreliable ({', '.join(checks)}): Δ over all repeats shown, not "
+                   "tested")
+        base, new = point.values(run.baseline, key), point.values(cand, key)
+    rounds, bv, cv, dropped = _pair(run, cand, base, new)
+    if not bv or not cv:
+        side = run.baseline if not bv else cand
+        return CellResult(point.point, key, None, None, None, rounds, None, f"missing: no {side} value",
+                          tuple(left_out), tuple(dropped))
+    c = compare_metric(key, bv, cv, noise_floor_pct=floors.get(key), paired=run.paired)
+    verdict, reason = c.verdict, c.reason
+    whole = [f"{arm}: {why}" for arm in (run.baseline, cand) for why in run.quality.cell_reasons(arm, point.point, key)]
+    if spoiled or whole:
+        verdict, reason = Verdict.UNRELIABLE, "; ".join(([spoiled] if spoiled else []) + whole)
+    return CellResult(point.point, key, c, geometric_mean(bv), geometric_mean(cv), rounds, verdict, reason,
+                      tuple(left_out), tuple(dropped))
+
+
+def holm(cells: list[CellResult], alpha: float = FAMILY_ALPHA) -> list[CellResult]:
+    """Holm's step-down over the reliable cells: a significant cell that does not survive it reads "not
+    significant" with the threshold it missed."""
+    tested = sorted((c.comparison.p_value, i) for i, c in enumerate(cells)
+                    if c.reliable and c.comparison is not None and c.comparison.p_value is not None)
+    m = len(tested)
+    keep: dict[int, float] = {}
+    for rank, (p, i) in enumerate(tested):
+        threshold = alpha / (m - rank)
+        if p > threshold:
+            break
+        keep[i] = threshold
+    out = []
+    for i, c in enumerate(cells):
+        if not c.significant:
+            out.append(c)
+        elif i in keep:
+            out.append(_with(c, c.verdict, f"{c.reason}; survives Holm over {m} cells"))
+        else:
+            needed = alpha / (m - next(k for k, (_, j) in enumerate(tested) if j == i))
+            out.append(_with(c, Verdict.NOT_SIGNIFICANT,
+                             f"p={c.comparison.p_value:.3g} alone, not significant after Holm over {m} cells"
+                             f" (family-wise α {alpha:g}; this cell needed p ≤ {needed:.2g})"))
+    return out
+
+
+def _with(c: CellResult, verdict: Verdict | None, reason: str) -> CellResult:
+    return replace(c, verdict=verdict, reason=reason)
+
+
+def candidate_cells(run: RunData, cand: str, floors: dict[str, float] | None = None,
+                    metrics: tuple[str, ...] = DETAIL) -> dict[tuple[str, str], CellResult]:
+    """(point, metric) -> cell, Holm applied over all of them."""
+    floors = noise_floors(run) if floors is None else floors
+    keys = [(p.point, k) for p in run.points.values() for k in metrics]
+    cells = holm([compare_cell(run, run.points[p], cand, k, floors) for p, k in keys])
+    return dict(zip(keys, cells, strict=True))
+
+
+# ---------------------------------------------------------------------------------------- noise, drift
+
+
+def noise_floors(run: RunData) -> dict[str, float]:
+    """Per metric: the A/A floor from baseline vs baseline.aa across all points (empty without A/A)."""
+    aa = run.aa_arm
+    if aa is None:
+        return {}
+    floors: dict[str, float] = {}
+    for key in DETAIL:
+        pairs = [(list(p.values(run.baseline, key).values()), list(p.values(aa, key).values()))
+                 for p in run.points.values()]
+        pairs = [(b, c) for b, c in pairs if b and c and min(b + c) > 0]
+        if pairs:
+            floors[key] = noise_floor_pct(pairs)
+    return floors
+
+
+@dataclass(frozen=True)
+class DriftCheck:
+    arm: str
+    point: str
+    end_value: float  # output throughput of the repeat at the end of the session
+    median: float  # median of the arm's repeats at that point
+
+    @property
+    def delta_pct(self) -> float:
+        return (self.end_value / self.median - 1) * 100
+
+
+def drift_checks(point: PointResults) -> list[DriftCheck]:
+    """Per arm: output throughput of the drift repeat (end of session) against the median of the repeats."""
+    out = []
+    for arm, raw in sorted(point.drift.items()):
+        reps = list(point.values(arm, "output_throughput").values())
+        end = raw.get("output_throughput")
+        if reps and isinstance(end, int | float) and end > 0 and statistics.median(reps) > 0:
+            out.append(DriftCheck(arm, point.point, float(end), statistics.median(reps)))
+    return out
+
+
+def completed_failed(point: PointResults, arm: str) -> tuple[int, int]:
+    """Requests completed and failed over an arm's repeats at a point."""
+    reps = point.reps.get(arm, {}).values()
+    return (sum(int(r.get("completed") or 0) for r in reps), sum(int(r.get("failed") or 0) for r in reps))
+
+
+# ------------------------------------------------------------------------------------ the primary test
+
+
+def verdict_spec(run: RunData) -> VerdictSpec:
+    """The primary test declared for this run: the matrix's ``verdict:`` block (its sequential design under
+    ``repeats: auto``; a fixed design at the run's repeats otherwise), or the default composite in a fixed design
+    over the run's rounds (a fixed-repeats run was never looked at early)."""
+    declared = run.matrix.get("verdict")
+    repeats = run.matrix.get("repeats")
+    if isinstance(declared, dict) and declared and repeats == "auto":
+        return VerdictSpec.model_validate(declared)
+    n = max(2, repeats if isinstance(repeats, int) and not isinstance(repeats, bool) else 1)
+    return VerdictSpec.model_validate({**(declared if isinstance(declared, dict) else {}),
+                                       "max_rounds": n, "looks": [n]})
+
+
+def stopped_after(run: RunData) -> int | None:
+    """Rounds a sequential run stopped after (the look it took), as the runner recorded it."""
+    seq = run.manifest.get("sequential")
+    value = seq.get("stop_after") if isinstance(seq, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def round_data(run: RunData, arm: str, metrics: tuple[str, ...]) -> tuple[dict[int, dict[str, dict[str, float]]],
+                                                                             list[str]]:
+    """round -> point -> metric -> value of one arm, without values a data-quality check spoiled (listed)."""
+    rounds: dict[int, dict[str, dict[str, float]]] = defaultdict(dict)
+    left_out: list[str] = []
+    for p in run.points.values():
+        for r, raw in p.reps.get(arm, {}).items():
+            row = {}
+            for key in metrics:
+                value = raw.get(key)
+                if not isinstance(value, int | float) or isinstance(value, bool):
+                    continue
+                if run.quality.repeat_checks(arm, p.point, r, key) or run.quality.cell_reasons(arm, p.point, key):
+                    left_out.append(f"{arm} {p.point} round {r} {key}")
+                    continue
+                row[key] = float(value)
+            rounds[r][p.point] = row
+    return dict(sorted(rounds.items())), left_out
+
+
+@dataclass(frozen=True)
+class Primary:
+    evaluation: Evaluation | None  # None: no rounds of one side, or values the test refuses (``error``)
+    left_out: tuple[str, ...]  # values not used: spoiled by a data-quality finding
+    error: str | None = None
+
+
+def primary(run: RunData, cand: str, spec: VerdictSpec, *, look: int | None = None, final: bool = True) -> Primary:
+    """The candidate's primary test. ``look``: evaluate the first ``look`` rounds (round index < look) at the
+    design's look for that many rounds, as the sequential runner does after each round and the report does for
+    a run that stopped early; None: every stored round. ``final``: no more rounds will come (an undecided test
+    is INCONCLUSIVE). The A/A arm's rounds are pooled only under ABBA, where they share the baseline's rounds."""
+    base, left_b = round_data(run, run.baseline, spec.metrics)
+    new, left_c = round_data(run, cand, spec.metrics)
+    aa = round_data(run, run.aa_arm, spec.metrics)[0] if run.aa_arm and run.paired else None
+    k = None
+    if look is not None:
+        base, new = {r: v for r, v in base.items() if r < look}, {r: v for r, v in new.items() if r < look}
+        aa = {r: v for r, v in aa.items() if r < look} if aa else aa
+        k = max(1, sum(1 for x in spec.looks if x <= look))
+    left_out = tuple(left_b + left_c)
+    if not base or not new:
+        return Primary(None, left_out)
+    try:
+        return Primary(evaluate(base, new, spec, aa_rounds=aa or None, look=k, final=final), left_out)
+    except ValueError as exc:  # malformed values (negative, not a number): said, not hidden
+        return Primary(None, left_out, f"primary test refused the values: {exc}")
+
+
+# ------------------------------------------------------------------------------------- candidate summary
+
+
+@dataclass
+class CandidateSummary:
+    """Everything a reader wants first about one candidate, as values."""
+
+    candidate: str
+    baseline: str
+    overall: str  # an Outcome word, or NO DATA
+    spec: VerdictSpec
+    evaluation: Evaluation | None
+    cells: dict[tuple[str, str], CellResult]
+    counts: dict[Verdict, int]
+    geomean_throughput_pct: float | None  # geometric mean over points of the output-throughput ratio
+    points: int  # points with an output-throughput comparison
+    correctness: ArmsCorrectness
+    left_out: tuple[str, ...] = ()  # values the primary test did not use (data quality)
+    error: str | None = None  # why there is no primary test although both arms have rounds
+    family_alpha: float = FAMILY_ALPHA
+
+    @property
+    def regressions(self) -> list[CellResult]:
+        return [c for c in self.cells.values() if c.verdict is Verdict.WORSE]
+
+    @property
+    def improvements(self) -> list[CellResult]:
+        return [c for c in self.cells.values() if c.verdict is Verdict.BETTER]
+
+    @property
+    def family_size(self) -> int:
+        return sum(c.reliable for c in self.cells.values())
+
+
+def summarize_candidate(run: RunData, cand: str, floors: dict[str, float] | None = None,
+                        spec: VerdictSpec | None = None) -> CandidateSummary:
+    floors = noise_floors(run) if floors is None else floors
+    spec = verdict_spec(run) if spec is None else spec
+    cells = candidate_cells(run, cand, floors)
+    counts = dict.fromkeys(Verdict, 0)
+    for c in cells.values():
+        if c.verdict is not None:
+            counts[c.verdict] += 1
+    ratios = [c.ratio for (_, k), c in cells.items() if k == "output_throughput" and c.ratio]
+    geo = (geometric_mean_ratio(ratios) - 1) * 100 if ratios else None
+    test = primary(run, cand, spec, look=stopped_after(run))
+    ev = test.evaluation
+    overall = NO_DATA if ev is None or not any(c.tested for c in cells.values()) else ev.outcome.value
+    return CandidateSummary(candidate=cand, baseline=run.baseline, overall=overall, spec=spec, evaluation=ev,
+                            cells=cells, counts=counts, geomean_throughput_pct=geo, points=len(ratios),
+                            correctness=compare_arms(run.store, run.jobs, run.baseline, cand),
+                            left_out=test.left_out, error=test.error)
+
+
+def summarize_candidates(run: RunData, floors: dict[str, float] | None = None) -> list[CandidateSummary]:
+    """One summary per candidate (the A/A arm is not a candidate)."""
+    floors = noise_floors(run) if floors is None else floors
+    spec = verdict_spec(run)
+    return [summarize_candidate(run, cand, floors, spec) for cand in run.candidates]
+
+
+OUTCOMES = tuple(o.value for o in Outcome) + (NO_DATA,)

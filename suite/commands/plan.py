@@ -1,0 +1,78 @@
+"""`suite plan MATRIX --from RUN_DIR --target-mde 2%`: how many rounds (and how much wall time) the matrix's
+primary test needs to see a change of that size, from the round-to-round spread of an earlier run of the
+same matrix (an A/A run, or any run: each candidate's per-round scores against the baseline)."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import math
+import statistics
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from suite.analysis import load_run, round_data
+from suite.errors import SuiteError
+from suite.matrix import load_matrix
+from suite.verdict import VerdictSpec, round_scores, rounds_needed
+
+NAME = "plan"
+HELP = "Rounds and wall time the primary test needs for a target effect, from an earlier run's spread."
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("matrix", metavar="MATRIX", type=Path)
+    p.add_argument("--from", dest="run_dir", type=Path, required=True, metavar="RUN_DIR",
+                   help="an earlier run of the same matrix (an A/A run is best)")
+    p.add_argument("--target-mde", default=None, metavar="PCT",
+                   help="smallest change to detect, in %% (default: the matrix's verdict.target_pct)")
+
+
+def _pct(text: str) -> float:
+    try:
+        value = float(text.strip().rstrip("%"))
+    except ValueError:
+        raise SuiteError(f"--target-mde {text!r}: give a percentage such as 2 or 2%") from None
+    if not 0 < value < 100:
+        raise SuiteError(f"--target-mde {text!r}: must be between 0 and 100 %")
+    return value
+
+
+def _seconds_per_round(manifest: dict, rounds: int) -> float | None:
+    try:
+        start = dt.datetime.fromisoformat(manifest["started"])
+        end = dt.datetime.fromisoformat(manifest["finished"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return (end - start).total_seconds() / rounds if rounds else None
+
+
+def run(args: argparse.Namespace) -> int:
+    matrix = load_matrix(args.matrix)
+    spec = matrix.verdict or VerdictSpec()
+    target = _pct(args.target_mde) if args.target_mde else spec.target_pct
+    run_ = load_run(args.run_dir)
+    if run_.matrix.get("name") != matrix.name:
+        raise SuiteError(f"{args.run_dir} is a run of {run_.matrix.get('name')!r}, not {matrix.name!r}")
+    base, _ = round_data(run_, run_.baseline, spec.metrics)
+    others = [a for a in run_.arms if a != run_.baseline]
+    if not base or not others:
+        raise SuiteError(f"{args.run_dir}: needs serving rounds of the baseline and of one more arm")
+    table = Table(title=f"{matrix.name}: rounds for a ±{target:g} % change at {spec.power:.0%} power "
+                        f"(alpha {spec.alpha:g}, {spec.spending}, looks every {spec.looks[0]} rounds)")
+    for col in ("from arm", "rounds seen", "SD of round scores", "rounds needed", "wall time"):
+        table.add_column(col, justify="right" if col != "from arm" else "left")
+    per_round = _seconds_per_round(run_.manifest, len(base))
+    for arm in others:
+        scores = round_scores(base, round_data(run_, arm, spec.metrics)[0], spec.metrics).scores
+        if len(scores) < 2:
+            table.add_row(arm, str(len(scores)), "n/a (needs 2 rounds)", "", "")
+            continue
+        sd = statistics.stdev(scores.values())
+        n = rounds_needed(sd, target, spec)
+        wall = f"{n * per_round / 60:.0f} min" if per_round and math.isfinite(n) else "n/a"
+        table.add_row(arm, str(len(scores)), f"{100 * math.expm1(sd):.1f} %", str(n), wall)
+    Console().print(table)
+    return 0

@@ -1,0 +1,1 @@
+"""Renderers of a `suite.document.Document`: markdown (report.md) and HTML (report.html)."""

@@ -1,0 +1,292 @@
+"""The run-level sections of the report (format neutral): the header, one verdict card per candidate, the
+data-quality findings right under them, failed jobs, the Slurm submissions and provenance.
+
+The card is the primary test's (`suite.verdict`, through `suite.analysis`): the outcome word, the composite
+Δ with its interval, the smallest change the run could have detected, the rounds used, and correctness
+(greedy equivalence, accuracy gate). The per-cell tests below it only show where it changed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from suite.analysis import NO_DATA, CandidateSummary, RunData, failed_jobs
+from suite.document import (
+    BulletList,
+    Card,
+    Cell,
+    Code,
+    Note,
+    Paragraph,
+    Section,
+    Table,
+    code,
+    fmt_interval,
+    fmt_p,
+    fmt_pct,
+    literal,
+    outcome_style,
+)
+from suite.quality import order_findings
+from suite.stages.accuracy.read import GATE_FILTER, ArmsCorrectness
+from suite.stats import METRICS, Verdict
+from suite.store import read_json
+from suite.verdict import SPENDING_LABEL, Outcome, PrimaryResult
+
+MAX_SHOWN_PCT = 1000.0  # an MDE beyond +1,000 % (×11) is said in words
+# the composite's interval is shown unless it spans more than a factor 11 either way around its estimate (an
+# early look or two wild rounds): past that it reads as noise, e.g. [−100.0, +5.6e+20]
+MAX_CARD_HALF_WIDTH_LOG = math.log1p(MAX_SHOWN_PCT / 100)
+ERROR_CHARS = 300  # first line of a failed job's error, in both reports
+MAX_LISTED_CELLS = 8
+
+
+# ---------------------------------------------------------------------------------------------- header
+
+
+def title(run: RunData) -> str:
+    return f"{literal(run.matrix.get('name', run.root.name))}: {literal(' vs '.join(run.arms))}"
+
+
+def intro(run: RunData) -> list[Paragraph | BulletList | Note]:
+    m = run.manifest
+    counts = m.get("job_counts", {})
+    matrix = run.matrix
+    out: list[Paragraph | BulletList | Note] = []
+    if matrix.get("description"):
+        out.append(Paragraph(literal(matrix["description"])))
+    jobs = (f" (jobs ok {counts.get('ok', 0)}, failed {counts.get('failed', 0)}, missing {counts.get('missing', 0)})"
+            if counts else "")
+    out.append(BulletList([
+        f"run: {code(run.root.name)}, status **{literal(m.get('status', 'unknown'))}**{jobs}",
+        f"model: {code(matrix.get('model', {}).get('id'))}; runtime: {literal(m.get('runtime', 'local'))}; "
+        f"order: {literal(run.order)}; repeats: {literal(matrix.get('repeats', 1))}",
+        f"baseline: **{literal(run.baseline)}**; candidates: {literal(', '.join(run.candidates) or '(none)')}"
+        + (f"; A/A arm: {literal(run.aa_arm)}" if run.aa_arm else ""),
+    ]))
+    if run.order == "blocked" and isinstance(matrix.get("repeats"), int) and matrix["repeats"] > 1:
+        out.append(Note("Order **blocked**: each arm ran on its own server at its own time, so machine drift "
+                        "between arms is not cancelled and the intervals cover within-server noise only; use "
+                        "`order: abba` for verdicts.", "warning"))
+    return out
+
+
+# --------------------------------------------------------------------------------------------- verdict
+
+
+def correctness_lines(c: ArmsCorrectness) -> list[str]:
+    lines = []
+    eq = c.equivalence
+    if eq is not None:
+        div = (f"; median first divergence at {eq.unit[:-1]} {eq.median_first_divergence:g}"
+               if eq.median_first_divergence is not None else "")
+        lines.append(f"greedy equivalence: {eq.n_identical}/{eq.n} completions identical "
+                     f"({100 * eq.share_identical:.1f} %){div}")
+    acc = c.accuracy
+    if acc is not None:
+        f = next((x for x in acc.filters if x.filter == GATE_FILTER), acc.filters[-1] if acc.filters else None)
+        if f is not None and f.uninformative:
+            what = f"uninformative: no arm answers any question right ({f.filter})"
+        elif f is not None:
+            what = (f"{f.filter} {100 * f.delta:+.1f} pp {fmt_interval(100 * f.paired.delta_ci_low, 100 * f.paired.delta_ci_high)}"
+                    f" ({f.lost} lost, {f.gained} gained of {f.n_paired})")
+        else:
+            what = "no samples"
+        gate = f"gate **{acc.verdict}**" if acc.gates else "no gate set"
+        lines.append(f"accuracy {literal(acc.task)}{' (synthetic)' if acc.synthetic else ''}: {what}; {gate}")
+    lines += [literal(p) for p in c.problems]
+    return lines or ["not measured (no accuracy or equivalence jobs)"]
+
+
+def _interval(lo: float | None, hi: float | None) -> str:
+    """An interval of the composite, or why it is not shown."""
+    if lo is None or hi is None:
+        return "(no interval)"
+    if lo <= -100 or not math.isfinite(hi) or (math.log1p(hi / 100) - math.log1p(lo / 100)) / 2 > MAX_CARD_HALF_WIDTH_LOG:
+        return "(interval wider than ×/÷ 11: too wide to show)"
+    return fmt_interval(lo, hi)
+
+
+def _reason(s: CandidateSummary, c: PrimaryResult) -> str:
+    """Why the word, from the test's own numbers (its interval shown only when it is not absurdly wide)."""
+    p = f"p={fmt_p(c.p_value)}" if c.p_value is not None else "no p-value"
+    where = "fixed design" if c.n_looks == 1 else f"look {c.look} of {c.n_looks}"
+    if c.outcome in (Outcome.IMPROVEMENT, Outcome.REGRESSION):
+        return f"{p} < {c.nominal_alpha:.2g}: the interval excludes 0 ({where})"
+    if c.outcome == Outcome.EQUIVALENT:
+        return f"the interval lies inside ±{s.spec.target_pct:g} % (TOST p={fmt_p(c.tost)}; {where})"
+    if c.p_value is None:
+        return literal(c.reason)
+    plan = (f"; about {c.rounds_for_target} rounds would detect ±{s.spec.target_pct:g} %"
+            if c.rounds_for_target is not None else "")
+    return f"neither a change nor equivalence within ±{s.spec.target_pct:g} %: {p}{plan} ({where})"
+
+
+def card(run: RunData, s: CandidateSummary) -> Card:
+    title_ = f"{literal(s.candidate)} vs {literal(s.baseline)}"
+    correct = correctness_lines(s.correctness)
+    ev = s.evaluation
+    if ev is None or s.overall == NO_DATA:
+        why = s.error or "no serving rounds of both arms"
+        return Card(title_, NO_DATA, outcome_style(NO_DATA), f"no primary test: {literal(why)}",
+                    correctness=correct)
+    c = ev.composite
+    level = ("95 % interval" if c.n_looks == 1
+             else f"repeated {100 * (1 - c.nominal_alpha):.3g} % interval, look {c.look} of {c.n_looks} "
+                  f"({SPENDING_LABEL[c.spending]})")
+    metrics = ", ".join(METRICS[m].label for m in s.spec.metrics)
+    headline = f"composite {fmt_pct(c.estimate_pct)} {_interval(c.rci_low_pct, c.rci_high_pct)}"
+    rounds = f"{c.n_rounds} round{'s' if c.n_rounds != 1 else ''} paired by round index" + (
+        "" if run.paired else f" ({literal(run.order or 'unordered')} order: the pairing cancels no drift)")
+    if ev.dropped:
+        rounds += "; dropped: " + "; ".join(literal(d.split(" (", 1)[0]) for d in ev.dropped)
+    mde = (f"smallest change it could detect: ±{c.mde_pct:.1f} % at {100 * s.spec.power:g} % power"
+           if c.mde_pct is not None and c.mde_pct < MAX_SHOWN_PCT else
+           "smallest change it could detect: beyond ×10" if c.mde_pct is not None else None)
+    lines = [f"{level}; better is +; composite of {metrics}, geometric mean over points",
+             _reason(s, c)]
+    if ev.outcome == Outcome.MIXED or ev.confirmed:
+        lines.append("confirmed per metric (Holm across metrics): " + ", ".join(
+            f"{METRICS[m].label} {'better' if o == Outcome.IMPROVEMENT else 'worse'}" for m, o in ev.confirmed.items()))
+    if s.geomean_throughput_pct is not None:
+        lines.append(f"output throughput {fmt_pct(s.geomean_throughput_pct)} (geometric mean over {s.points} points)")
+    if s.left_out:
+        lines.append(f"{len(s.left_out)} values left out of the test by data-quality checks (see Data quality)")
+    n = sum(s.counts.values())
+    lines.append(f"where (point × metric cells, Holm over {s.family_size}): {s.counts[Verdict.WORSE]} worse, "
+                 f"{s.counts[Verdict.BETTER]} better, {s.counts[Verdict.NOT_SIGNIFICANT]} not significant, "
+                 f"{s.counts[Verdict.UNRELIABLE]} unreliable of {n}")
+    for c_ in (s.regressions + s.improvements)[:MAX_LISTED_CELLS]:
+        lo_hi = fmt_interval(*c_.interval) if c_.interval else ""
+        lines.append(f"{'▼ worse' if c_.verdict is Verdict.WORSE else '▲ better'}: {literal(c_.point)} "
+                     f"{METRICS[c_.metric].label} {fmt_pct(c_.delta_pct)} {lo_hi}")
+    return Card(title_, s.overall, outcome_style(s.overall), headline, mde=mde, rounds=rounds, correctness=correct,
+                lines=lines)
+
+
+def verdict_section(run: RunData) -> Section:
+    if not run.summaries:
+        return Section("Verdict", 2, [Paragraph("No candidate arm: nothing to compare.")], anchor="verdict")
+    spec = run.summaries[0].spec
+    legend = Paragraph(
+        "One primary test per candidate, declared before the run: per round, the geometric mean over points and "
+        "metrics of candidate/baseline (signed so better is +), paired by round, t test over rounds. "
+        "**REGRESSION** / **IMPROVEMENT**: its interval excludes 0; **EQUIVALENT**: the interval lies inside "
+        f"±{spec.target_pct:g} % (TOST); **MIXED**: one metric confirmed better and another worse; "
+        "**INCONCLUSIVE**: none of these, with the smallest change the run could have detected. The cells below "
+        "only show where it changed.")
+    return Section("Verdict", 2, [card(run, s) for s in run.summaries] + [legend], anchor="verdict")
+
+
+def data_quality_section(run: RunData) -> Section | None:
+    if not run.points:
+        return None
+    findings = order_findings(run.findings)
+    if not findings:
+        return Section("Data quality", 2, [Paragraph(
+            "No problem found in any repeat (failed requests, coalesced streams, achieved concurrency, client load, "
+            "warm-up outliers, server health, drift, bimodal sessions).")], anchor="quality")
+    groups: dict[tuple[str, str, str], list[Any]] = {}
+    for f in findings:
+        groups.setdefault((f.severity, f.check, f.arm), []).append(f)
+    summary = [[Cell(sev, style="unreliable" if sev == "unreliable" else None), Cell(literal(check)),
+                Cell(literal(arm)), Cell(str(len(fs))),
+                Cell(literal(", ".join(sorted({f.point or "(all points)" for f in fs})))),
+                Cell(literal(fs[0].message) + (f" (and {len(fs) - 1} more like it)" if len(fs) > 1 else ""))]
+               for (sev, check, arm), fs in groups.items()]
+    rows = [[Cell(f.severity, style="unreliable" if f.severity == "unreliable" else None), Cell(literal(f.check)),
+             Cell(literal(f.arm)), Cell(literal(f.point or "(all points)")),
+             Cell("" if f.round is None else str(f.round)), Cell(literal(f.message))] for f in findings]
+    n_bad = sum(f.severity == "unreliable" for f in findings)
+    return Section("Data quality", 2, [
+        Paragraph(f"{n_bad} unreliable finding(s) and {len(findings) - n_bad} warning(s). An unreliable repeat is "
+                  "left out of its cells and of the primary test (for the metrics it spoils); a warning is shown "
+                  "here only."),
+        Table(["Severity", "Check", "Arm", "Findings", "Points", "First finding"], summary,
+              align=["left", "left", "left", "right", "left", "left"], name="quality"),
+        Section("Every finding", 3, [Table(["Severity", "Check", "Arm", "Point", "Round", "Finding"], rows,
+                                           align=["left", "left", "left", "left", "right", "left"],
+                                           name="quality")], collapsed=True)], anchor="quality")
+
+
+# ------------------------------------------------------------------------------------- jobs, provenance
+
+
+def failures_section(run: RunData) -> Section | None:
+    failed = failed_jobs(run)
+    if not failed:
+        return None
+    rows = []
+    for r in failed:
+        job = r.get("job", {})
+        first = (r.get("error") or "").splitlines()[0][:ERROR_CHARS] if r.get("error") else ""
+        died = " (server died)" if r.get("server_died") else ""
+        where = f"{job.get('kind')}/{job.get('point')}/rep-{job.get('repeat')}" + (
+            f"-{job['tag']}" if job.get("tag") else "")
+        rows.append([Cell(literal(job.get("arm"))), Cell(literal(where)), Cell(literal(r.get("status"))),
+                     Cell(literal(first) + died)])
+    return Section("Failed jobs", 2, [Table(["Arm", "Job", "Status", "Error"], rows, align=["left"] * 4,
+                                            name="failures")], anchor="failures")
+
+
+def slurm_section(run: RunData) -> Section | None:
+    """Every Slurm submission of the run (killed and resubmitted ones included), from the driver's ledger."""
+    try:
+        subs = read_json(run.store.slurm_ledger_path()).get("submissions", [])
+    except (OSError, json.JSONDecodeError, AttributeError):
+        return None
+    if not subs:
+        return None
+    rows = []
+    for s in subs:
+        missing = s.get("missing_after")
+        state = s.get("state", "UNKNOWN") + (f" ({s['exit_code']})" if s.get("exit_code") else "")
+        rows.append([Cell(literal(s.get("session"))), Cell(str(s.get("attempt"))), Cell(literal(s.get("job_id"))),
+                     Cell(literal(s.get("node") or "—")), Cell(literal(state)), Cell(literal(s.get("start") or "—")),
+                     Cell(literal(s.get("end") or "—")), Cell("—" if missing is None else str(missing))])
+    blocks: list[Any] = [Table(["Session", "Attempt", "Job id", "Node", "State", "Start", "End",
+                                "Jobs missing after"], rows, align=["left"] * 8, name="slurm")]
+    resubmitted = sorted({str(s["session"]) for s in subs if s.get("attempt", 0) > 0})
+    if resubmitted:
+        blocks.append(Paragraph(f"Resubmitted sessions: {literal(', '.join(resubmitted))} (a resubmission runs only "
+                                "the jobs still missing; the results of the earlier attempt were kept)."))
+    nodes = sorted({s.get("node") for s in subs if s.get("node")})
+    if len(nodes) > 1:
+        blocks.append(Note(f"Sessions ran on {len(nodes)} nodes ({literal(', '.join(nodes))}): arms compared across "
+                           "nodes carry the nodes' difference too.", "warning"))
+    return Section("Slurm jobs", 2, blocks, anchor="slurm")
+
+
+def provenance_section(run: RunData) -> Section:
+    m = run.manifest
+    host = m.get("host", {})
+    items = [f"suite {literal(m.get('suite_version'))}; created {literal(m.get('created'))}; finished "
+             f"{literal(m.get('finished', '—'))}; matrix file {code(m.get('matrix_path'))}",
+             f"host {literal(host.get('hostname'))}: {literal(host.get('platform'))}, {host.get('cpu_count')} CPUs, "
+             f"Python {literal(host.get('python'))}"]
+    gpus = m.get("gpus") or host.get("gpus")
+    if gpus:
+        items.append(f"GPUs: {literal(json.dumps(gpus))}")
+    if m.get("compare"):
+        a, b = m["compare"].get("a", {}), m["compare"].get("b", {})
+        items.append(f"compared: {literal(a.get('arm'))} of {code(a.get('run'))} ({literal(a.get('status'))}) as "
+                     f"{literal(a.get('label'))} against {literal(b.get('arm'))} of {code(b.get('run'))} "
+                     f"({literal(b.get('status'))}) as {literal(b.get('label'))}")
+    rows = []
+    for arm, info in m.get("arms", {}).items():
+        patches = "\n".join(f"{'reverse ' if p.get('reverse') else ''}**{literal(p.get('name'))}** {code(p.get('sha256'))}"
+                            for p in info.get("patches", [])) or "none"
+        env = ", ".join(f"{k}={v}" for k, v in (info.get("env") or {}).items())
+        known = {"vllm_version", "image", "patches", "env"}
+        extra = {k: v for k, v in info.items() if k not in known and v not in (None, "", [], {})}
+        rows.append([Cell(f"**{literal(arm)}**"), Cell(literal(info.get("vllm_version"))),
+                     Cell(literal(info.get("image") or "—")), Cell(patches), Cell(code(env) if env else "—"),
+                     Cell(literal(json.dumps(extra, sort_keys=True)) if extra else "—")])
+    blocks: list[Any] = [BulletList(items)]
+    if rows:
+        blocks.append(Table(["Arm", "vLLM", "Image", "Patches (sha256)", "Env", "Other"], rows, align=["left"] * 6,
+                            name="provenance"))
+    blocks.append(Code(json.dumps(run.matrix, indent=2, sort_keys=True), title="Resolved matrix"))
+    return Section("Provenance", 2, blocks, anchor="provenance")
