@@ -389,12 +389,23 @@ def check_warmup(repeats: Sequence[RepeatResult]) -> list[Finding]:
     return findings
 
 
+SHUTDOWN_MARK = "[shutdown]"  # vLLM logs its teardown with this tag once it got SIGTERM
+SERVER_START_MARK = "--- suite: vllm serve started "  # the local runtime's line before each server start
+
+
 def count_log_errors(text: str) -> tuple[int, str | None]:
-    """Lines of a server log that report an error: the word ERROR (vLLM's log level) or a Python
-    traceback header. Returns the count and the first such line (trimmed)."""
+    """Lines of a server log that report an error while it served: the word ERROR (vLLM's log level) or a
+    Python traceback header. Errors logged during a shutdown the suite asked for (SIGTERM at the end of a
+    session: vLLM tears the engine down and its API server reports the engine dead) do not count; a new
+    server start in the same log counts again. Returns the count and the first such line (trimmed)."""
     count, first = 0, None
+    stopping = False
     for line in text.splitlines():
-        if _LOG_ERROR.search(line):
+        if line.startswith(SERVER_START_MARK):
+            stopping = False
+        elif SHUTDOWN_MARK in line:
+            stopping = True
+        if not stopping and _LOG_ERROR.search(line):
             count += 1
             if first is None:
                 first = line.strip()[:160]

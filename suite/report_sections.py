@@ -41,6 +41,8 @@ MAX_SHOWN_PCT = 1000.0  # an MDE beyond +1,000 % (×11) is said in words
 MAX_CARD_HALF_WIDTH_LOG = math.log1p(MAX_SHOWN_PCT / 100)
 ERROR_CHARS = 300  # first line of a failed job's error, in both reports
 MAX_LISTED_CELLS = 8
+OUTPUT_CHANGED = "OUTPUT CHANGED"  # the correctness word: greedy completions differ from the baseline's
+OUTPUT_IDENTICAL = "OUTPUT IDENTICAL"
 
 
 # ---------------------------------------------------------------------------------------------- header
@@ -128,8 +130,18 @@ def card(run: RunData, s: CandidateSummary) -> Card:
     title_ = f"{literal(s.candidate)} vs {literal(s.baseline)}"
     correct = correctness_lines(s.correctness)
     ev = s.evaluation
+    eq = s.correctness.equivalence
+    changed = eq is not None and eq.n_identical < eq.n
     if ev is None or s.overall == NO_DATA:
-        why = s.error or "no serving rounds of both arms"
+        arm = (run.matrix.get("arms") or {}).get(s.candidate) or {}
+        why = s.error or ("a correctness-only arm (serving: false)" if arm.get("serving") is False
+                          else "no serving rounds of both arms")
+        if eq is not None:  # a correctness-only arm (or one without serving rounds): judged on its outputs
+            word = OUTPUT_CHANGED if changed else OUTPUT_IDENTICAL
+            head = (f"greedy outputs differ from the baseline's in {eq.n - eq.n_identical} of {eq.n} prompts"
+                    if changed else f"greedy outputs identical to the baseline's in all {eq.n} prompts")
+            return Card(title_, word, outcome_style(word), head, correctness=correct,
+                        lines=[f"no speed verdict: {literal(why)}"])
         return Card(title_, NO_DATA, outcome_style(NO_DATA), f"no primary test: {literal(why)}",
                     correctness=correct)
     c = ev.composite
@@ -150,6 +162,9 @@ def card(run: RunData, s: CandidateSummary) -> Card:
     if ev.outcome == Outcome.MIXED or ev.confirmed:
         lines.append("confirmed per metric (Holm across metrics): " + ", ".join(
             f"{METRICS[m].label} {'better' if o == Outcome.IMPROVEMENT else 'worse'}" for m, o in ev.confirmed.items()))
+    if changed:
+        lines.insert(0, f"**{OUTPUT_CHANGED}**: greedy outputs differ from the baseline's in "
+                        f"{eq.n - eq.n_identical} of {eq.n} prompts — a speed verdict says nothing about correctness")
     if s.geomean_throughput_pct is not None:
         lines.append(f"output throughput {fmt_pct(s.geomean_throughput_pct)} (geometric mean over {s.points} points)")
     if s.left_out:

@@ -485,3 +485,19 @@ def test_gate_shapes_from_model_configs():
         (256, 6144), (257, 6144)]
     assert gate_shapes_from_config({"text_config": {"hidden_size": 2816, "num_experts": 128}}) == [(128, 2816)]
     assert gate_shapes_from_config({"hidden_size": 4096}) == []  # a dense model: no router gate
+
+
+def test_errors_of_the_requested_shutdown_do_not_count():
+    from suite.quality import count_log_errors
+
+    log = "\n".join([
+        "--- suite: vllm serve started 2026-12-01T01:32:00+0000 ---",
+        "(APIServer pid=1) INFO ready",
+        "(EngineCore pid=2) INFO 12-01 01:34:02 [core.py:1454] [shutdown] EngineCore: trigger received signal=SIGTERM",
+        "(APIServer pid=1) ERROR 12-01 01:34:02 [async_llm.py:906] AsyncLLM output_handler failed.",
+        "(APIServer pid=1) ERROR 12-01 01:34:02 [async_llm.py:906] Traceback (most recent call last):",
+        "--- suite: vllm serve started 2026-12-01T01:35:00+0000 ---",
+        "(APIServer pid=3) ERROR 12-01 01:35:40 [serving.py:1] request failed",
+    ])
+    count, first = count_log_errors(log)
+    assert count == 1 and "request failed" in first
