@@ -1,7 +1,8 @@
 """Apply an arm's patch sets to the vLLM installed in an image, verify them and record what was applied.
 
 Runs inside `docker build` with the image's own python (stdlib only here); the patching itself is done by
-`suite patches apply` (the suite package copied to /opt/suite), the same code path as the local runtime.
+`suite patches apply` (its command module and what it imports, copied to /opt/suite), the same code path as the
+local runtime.
 
 Build args read from the environment:
   VLLM_VERSION          the vLLM version the matrix arm asks for; the image's must match (0.32.0 == 0.32.0+cpu)
@@ -22,7 +23,21 @@ import tempfile
 from pathlib import Path
 
 SUITE_ROOT = Path(__file__).resolve().parent
-DEPS = ("pydantic", "yaml", "rich")
+DEPS = ("pydantic", "yaml", "rich", "numpy", "scipy")
+# `suite patches ARGS` through the command module itself: the image holds only the modules that command
+# imports, not every command suite.cli imports
+RUN_PATCHES_COMMAND = (
+    "import argparse, sys\n"
+    "from suite.commands import patches\n"
+    "from suite.errors import SuiteError\n"
+    "parser = argparse.ArgumentParser(prog='suite patches')\n"
+    "patches.add_arguments(parser)\n"
+    "args = parser.parse_args()\n"
+    "try:\n"
+    "    sys.exit(patches.run(args))\n"
+    "except SuiteError as exc:\n"
+    "    sys.exit(f'suite patches: error: {exc}')\n"
+)
 
 
 def fail(msg: str) -> None:
@@ -40,14 +55,15 @@ def vllm_site() -> Path:
 
 
 def suite_deps() -> str | None:
-    """suite needs pydantic 2, pyyaml and rich; vLLM images carry them. Otherwise: a throw-away --target."""
-    probe = "import pydantic, yaml, rich; assert int(pydantic.VERSION.split('.')[0]) >= 2"
+    """suite needs pydantic 2, pyyaml, rich and (suite.matrix -> suite.stats) numpy and scipy; vLLM images
+    carry them. Otherwise: a throw-away --target."""
+    probe = f"import {', '.join(DEPS)}; assert int(pydantic.VERSION.split('.')[0]) >= 2"
     if subprocess.run([sys.executable, "-c", probe], capture_output=True).returncode == 0:
         return None
     target = tempfile.mkdtemp(prefix="suite-deps-")
-    print(f"apply_patches: installing pydantic, pyyaml, rich into {target} (removed afterwards)")
+    print(f"apply_patches: installing pydantic, pyyaml, rich, numpy, scipy into {target} (removed afterwards)")
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-cache-dir", "--target", target,
-                    "pydantic>=2.6", "pyyaml>=6", "rich>=13"], check=True)
+                    "pydantic>=2.6", "pyyaml>=6", "rich>=13", "numpy>=1.26", "scipy>=1.10"], check=True)
     return target
 
 
@@ -69,7 +85,7 @@ def main() -> None:
     applied = []
     for ref in refs:  # one call per set, in the arm's order (a set may rely on an earlier one)
         name, reverse = (ref[1:], True) if ref.startswith("-") else (ref, False)
-        cmd = [sys.executable, "-m", "suite.cli", "patches", "apply", *(["--reverse"] if reverse else []), name,
+        cmd = [sys.executable, "-c", RUN_PATCHES_COMMAND, "apply", *(["--reverse"] if reverse else []), name,
                "--target", str(site), "--vllm", version, "--json"]
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
         if proc.returncode != 0:

@@ -32,7 +32,14 @@ from pydantic import ValidationError
 
 from suite.errors import SuiteError
 from suite.plan import AA_SUFFIX, Job
-from suite.quality import Finding, RepeatResult, order_findings, run_checks
+from suite.quality import (
+    Finding,
+    RepeatResult,
+    check_fast_path,
+    gate_shapes_from_config,
+    order_findings,
+    run_checks,
+)
 from suite.stages.accuracy.read import ArmsCorrectness, compare_arms
 from suite.stages.serve.read import PointResults, load_points, server_logs, server_records
 from suite.stats import Comparison, Verdict, compare_metric, geometric_mean_ratio, noise_floor_pct
@@ -167,10 +174,30 @@ def quality_findings(run: RunData) -> list[Finding]:
                 repeats.append(RepeatResult(arm=arm, point=p.point, round=r, raw=raw, params=p.params,
                                             session=job.session, order=positions.get((arm, job.key)),
                                             client=client if isinstance(client, dict) else None))
+    logs = server_logs(run.store, sessions)
+    found = fast_path_findings(run, logs)
     if not repeats:
-        return []
-    return run_checks(repeats, servers=server_records(run.store, sessions),
-                      logs=server_logs(run.store, sessions))
+        return found
+    return order_findings(run_checks(repeats, servers=server_records(run.store, sessions), logs=logs) + found)
+
+
+def fast_path_findings(run: RunData, logs: dict[tuple[str, int], str]) -> list[Finding]:
+    """Per patched arm: did its server log say the kernel its patch sets route the gate to ran untuned or was
+    switched off (then the arm measured the old path)."""
+    shapes: list[tuple[int, int]] = []
+    config = Path(str(run.matrix.get("model", {}).get("id", ""))) / "config.json"
+    if config.is_file():
+        try:
+            shapes = gate_shapes_from_config(json.loads(config.read_text()))
+        except (OSError, ValueError):
+            shapes = []
+    out: list[Finding] = []
+    for arm, info in (run.manifest.get("arms") or {}).items():
+        patches = info.get("patches") or []
+        text = "\n".join(v for (a, _), v in sorted(logs.items()) if a == arm)
+        if patches and text:
+            out += check_fast_path(arm, patches, text, gate_shapes=shapes)
+    return out
 
 
 class QualityIndex:

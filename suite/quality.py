@@ -72,8 +72,8 @@ BIMODAL_MIN_GAP = 0.05
 BIMODAL_MIN_CLUSTER = 2
 BIMODAL_NULL_DRAWS = 20_000
 
-CHECK_ORDER = ("failed-requests", "server-health", "client-bound", "low-concurrency", "coalesced-stream",
-               "warmup-outlier", "bimodal-sessions", "drift")
+CHECK_ORDER = ("failed-requests", "fast-path-not-taken", "server-health", "client-bound", "low-concurrency",
+               "coalesced-stream", "warmup-outlier", "bimodal-sessions", "drift")
 _LOG_ERROR = re.compile(r"\bERROR\b|^\s*Traceback \(most recent call last\)")
 
 

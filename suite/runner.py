@@ -381,6 +381,12 @@ def dry_run(matrix_path: Path) -> str:
         tail[tail.index("--port") + 1] = "PORT"
         words = [w for w in (env, where, "vllm serve", " ".join(tail)) if w]
         lines.append(f"  [{arm}] server: {' '.join(words)}")
+    if matrix.runtime.kind == "docker":  # every vLLM-side tool of an arm runs in the arm's image
+        docker = DockerRuntime(matrix, REPO_ROOT / ".cache")
+        for arm in plan.arms:
+            lines.append(f"  [{arm}] clients: {docker.describe_client(arm)}")
+            if any(j.arm == arm and j.kind in ("latency", "kernel") for j in plan.jobs):
+                lines.append(f"  [{arm}] offline tools: {docker.describe_tool(arm, 'ARM-IMAGE')}")
     seen = set()
     for job in plan.jobs:
         if job.kind != "serve" or job.point in seen:

@@ -1,13 +1,18 @@
-"""Docker runtime pieces that need no engine: vendor run flags, secrets by name, tag determinism,
-`suite build --dry-run` on CUDA/ROCm matrices without any GPU or engine, and hadolint on every Dockerfile."""
+"""Docker runtime pieces that need no engine: vendor run flags (ROCm groups by the devices' numeric ids), the
+invoking user, per-arm HOME and caches, secrets by name, the exact `docker exec` / `docker run` command lines of
+client and offline tools in the arm's image, tag determinism and image content (the in-image tools, the suite
+modules `suite patches` needs), extra CA certificates, the CUDA 12.9 option, `suite build --dry-run` on CUDA/ROCm
+matrices without any GPU or engine, and hadolint on every Dockerfile."""
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -15,7 +20,7 @@ import pytest
 from dockerfile_parse import DockerfileParser
 
 from suite.errors import SuiteError
-from suite.matrix import DockerSpec, parse_matrix
+from suite.matrix import AccuracySpec, DockerSpec, parse_matrix
 from suite.runtime.base import ArmEnv
 from suite.runtime.docker import runtime as docker_runtime
 from suite.runtime.docker.images import DOCKER_DIR, compute_identity, context_files, plan_image, with_digest
@@ -290,6 +295,21 @@ def test_rocm_tool_container_gets_devices_groups_and_aiter_env(tmp_path, monkeyp
     assert line.endswith("--entrypoint vllm suite-vllm:rocm-0.33.0-abc bench latency")
 
 
+def test_a_local_accuracy_dataset_is_mounted_for_lm_eval(tmp_path, monkeypatch):
+    matrix, run, _ = cpu_setup(tmp_path, monkeypatch)
+    data = tmp_path / "gsm8k-local"
+    data.mkdir()
+    matrix = matrix.model_copy(update={"accuracy": AccuracySpec(dataset=str(data))})
+    env = ArmEnv(arm="baseline", vllm_version="0.32.0", image="img")
+    cfg = container_config(matrix, env, argv_tail=["m"], extra_env={}, cache_dir=run / "baseline" / "cache",
+                           log_path=run / "baseline" / "server-0.log", port=8000)
+    assert (str(data.resolve()), str(data.resolve()), "ro") in cfg.mounts
+    synthetic = matrix.model_copy(update={"accuracy": AccuracySpec(dataset="synthetic")})  # written into the run
+    cfg = container_config(synthetic, env, argv_tail=["m"], extra_env={}, cache_dir=run / "baseline" / "cache",
+                           log_path=run / "baseline" / "server-0.log", port=8000)
+    assert len(cfg.mounts) == 3  # HF cache, run directory, model
+
+
 def test_client_without_a_server_is_a_sibling_on_the_host_network(tmp_path, monkeypatch):
     matrix, run, _ = cpu_setup(tmp_path, monkeypatch)
     rt = DockerRuntime(matrix, tmp_path / "cache")
@@ -304,6 +324,7 @@ def test_client_without_a_server_is_a_sibling_on_the_host_network(tmp_path, monk
 
 
 def test_image_argv_maps_the_suite_tools_and_refuses_the_rest():
+    assert docker_runtime.WORKER_PATH == WORKER_PATH  # the file the serve stage starts is the one mapped
     assert image_argv(["vllm", "bench", "latency"]) == ["vllm", "bench", "latency"]
     assert image_argv(["python", "-c", "print(1)"]) == ["python3", "-c", "print(1)"]
     assert image_argv(["python", str(WORKER_PATH), "--x"]) == ["python3", "/opt/suite/tools/client_worker.py", "--x"]
@@ -538,3 +559,36 @@ def test_cpu_image_lock_agrees_with_the_repo_lock():
     shared = set(image) & set(repo)
     assert len(shared) >= len(image) - 1  # everything but setuptools is pinned in the repo lock too
     assert {n: image[n] for n in shared} == {n: repo[n] for n in shared}
+
+
+def test_image_suite_modules_are_enough_for_the_patches_command(tmp_path):
+    """What `suite build` copies of the suite into an image runs `suite patches` there on its own: the command
+    module through docker/apply_patches.py's runner, nothing else of the suite importable."""
+    import importlib.util
+
+    from suite.runtime.docker.images import suite_files
+
+    files = suite_files()
+    assert {"suite/commands/patches.py", "suite/patches.py", "suite/matrix.py", "suite/errors.py"} <= set(files)
+    assert "suite/cli.py" not in files and "suite/runner.py" not in files  # not every command: only this one
+    for rel in files:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(REPO / rel, tmp_path / rel)
+    spec = importlib.util.spec_from_file_location("apply_patches", DOCKER_DIR / "apply_patches.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    # -I -S: no .pth files, so the checkout's editable install cannot fill in a module the copy lacks
+    boot = ("import sys; sys.path[:0] = [sys.argv.pop(1)]; sys.path.append(sys.argv.pop(1)); "
+            "exec(sys.argv.pop(1))")
+    purelib = sysconfig.get_paths()["purelib"]
+    env = {"PATH": os.environ["PATH"], "SUITE_PATCHES_DIR": str(REPO / "patches")}
+
+    def patches_command(root: Path, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-I", "-S", "-c", boot, str(root), purelib, module.RUN_PATCHES_COMMAND,
+                               *args], cwd=root, env=env, capture_output=True, text=True, timeout=120)
+
+    proc = patches_command(tmp_path, "list", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert "synthetic-gate-delay" in {s["name"] for s in json.loads(proc.stdout)}
+    (tmp_path / "suite" / "errors.py").unlink()  # the check can fail: one module fewer and the command breaks
+    assert "No module named 'suite.errors'" in patches_command(tmp_path, "list", "--json").stderr

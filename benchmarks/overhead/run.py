@@ -279,7 +279,7 @@ def run_sweeps(matrix_path: Path, out: Path) -> dict[str, Any]:
         port = free_port(matrix.runtime.host)
         cache = out / "sweep-cache" / arm
         env = dict(os.environ)
-        env.update(runtime.arm_env_vars(arm_env, cache))
+        env.update(runtime.arm_vars(arm_env, cache))
         env.update({**matrix.env, **spec.env, "HF_HUB_OFFLINE": "1"})
         serve = [vllm_executable(), "serve", *server_argv_tail(matrix, arm, plan, port)]
         # the client runs the installed vLLM, as in the suite (the server keeps the arm's overlay)

@@ -82,12 +82,13 @@ def dry_run_text(matrix, plans, client, cache_root: Path) -> str:
     from suite.runner import server_argv_tail
     from suite.runtime.base import ArmEnv
     from suite.runtime.docker.images import existing_image
-    from suite.runtime.docker.runtime import container_config
+    from suite.runtime.docker.runtime import DockerRuntime, container_config
 
     plan_all = build_plan(matrix)
     port = matrix.runtime.port or DRY_RUN_PORT
     run_dir = Path("runs").resolve() / f"RUN-ID-{matrix.name}"
     docker = matrix.runtime.docker
+    runtime = DockerRuntime(matrix, cache_root)
     lines = [f"build plan for {matrix.name}: vendor {docker.vendor if docker else 'cpu'}, {len(matrix.arms)} arms, "
              f"{len({p.identity for p in plans.values()})} images"]
     if client is None:
@@ -116,6 +117,8 @@ def dry_run_text(matrix, plans, client, cache_root: Path) -> str:
                                extra_env={**matrix.env, **spec.env}, cache_dir=run_dir / arm / "cache",
                                log_path=run_dir / arm / "server-0.log", port=port)
         lines.append(f"  run:     {cfg.cli()}")
+        lines.append(f"  clients: {runtime.describe_client(arm, run_dir=run_dir)}")
+        lines.append(f"  tools:   {runtime.describe_tool(arm, image or '', run_dir=run_dir)}")
     if not matrix.runtime.port:
         lines.append("")
         lines.append(f"(port {DRY_RUN_PORT} shown: `suite run` picks a free one; RUN-ID is the run directory)")

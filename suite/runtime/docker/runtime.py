@@ -47,11 +47,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from suite import REPO_ROOT
 from suite.errors import ServerError, SuiteError
 from suite.matrix import ArmSpec, DockerSpec, Matrix
 from suite.proc import read_tail
 from suite.runtime.base import ArmEnv, RuntimeBase, ServerBase, ServerSpec
-from suite.stages.serve.client import WORKER_PATH
 
 STOP_GRACE_S = 30
 PASS_THROUGH = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")  # by name only, from the host environment
@@ -72,6 +72,8 @@ IMAGE_WORKER = f"{IMAGE_TOOLS}/client_worker.py"
 IMAGE_KERNEL_BENCH = f"{IMAGE_TOOLS}/kernel_bench.py"
 IMAGE_PYTHON = "python3"
 IMAGE_MODULES = {"suite.stages.kernel.bench": IMAGE_KERNEL_BENCH}  # `python -m` of the suite -> its image file
+# the persistent bench client as the serve stage starts it (`python <this file>`; suite.stages.serve.client)
+WORKER_PATH = REPO_ROOT / "suite" / "stages" / "serve" / "client_worker.py"
 
 
 @dataclass(frozen=True)
@@ -273,7 +275,7 @@ def image_argv(argv: list[str]) -> list[str]:
     if argv[0] not in ("python", "python3", sys.executable):
         return list(argv)
     rest = list(argv[1:])
-    if rest[:1] == [str(WORKER_PATH)]:
+    if rest and Path(rest[0]) == WORKER_PATH:
         return [IMAGE_PYTHON, IMAGE_WORKER, *rest[1:]]
     if len(rest) >= 2 and rest[0] == "-m" and rest[1].split(".")[0] == "suite":
         if rest[1] not in IMAGE_MODULES:
@@ -323,6 +325,9 @@ def _arm_settings(matrix: Matrix, env: ArmEnv, *, cache_dir: Path, root: Path, e
     tok = matrix.model.tokenizer
     if tok and Path(tok).is_absolute() and Path(tok).is_dir() and Path(tok) != model:
         mounts.append((tok, tok, "ro"))
+    data = Path(matrix.accuracy.dataset) if matrix.accuracy is not None else None
+    if data is not None and data.is_dir() and not data.resolve().is_relative_to(root):  # lm-eval reads it inside
+        mounts.append((str(data.resolve()), str(data.resolve()), "ro"))
     environment.update(extra_env)
     run_id = root.name
     return dict(

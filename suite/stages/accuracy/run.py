@@ -16,9 +16,11 @@ import json
 import os
 import re
 import shlex
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -47,6 +49,41 @@ def local_task_name(task: str) -> str:
     return LOCAL_TASK_PREFIX + task
 
 
+# The same search as lm_eval_task_yaml, as a script for the interpreter that runs lm-eval (under the docker
+# runtime: the arm image's python3), so the path it prints is valid where lm-eval runs.
+FIND_TASK_YAML = r"""
+import importlib.util, pathlib, re, sys
+task = sys.argv[1]
+spec = importlib.util.find_spec("lm_eval")
+if spec is None or spec.origin is None:
+    sys.exit("lm-eval is not installed in this Python environment (pip install 'lm-eval[api]')")
+root = pathlib.Path(spec.origin).parent / "tasks"
+pattern = re.compile(r"^task:\s*['\"]?" + re.escape(task) + r"['\"]?\s*$", re.M)
+for path in sorted(root.rglob(task + ".yaml")) + sorted(root.rglob("*.yaml")):
+    try:
+        if pattern.search(path.read_text()):
+            print(path)
+            sys.exit(0)
+    except OSError:
+        pass
+sys.exit(f"lm-eval has no task {task!r} under {root}")
+"""
+
+
+def tool_task_yaml(task: str, argv: Callable[[list[str]], list[str]], env: dict | None = None) -> str:
+    """lm-eval's own YAML that defines ``task``, as the tool that runs lm-eval sees it (``argv`` maps a
+    ``python ...`` command line onto that tool's interpreter: JobEnv.client_argv)."""
+    cmd = argv(["python", "-c", FIND_TASK_YAML, task])
+    try:
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise SuiteError(f"cannot locate lm-eval's {task} task: {exc}\n  command: {shlex.join(cmd)}") from None
+    if proc.returncode != 0 or not proc.stdout.strip():
+        raise SuiteError(f"cannot locate lm-eval's {task} task: {(proc.stderr or proc.stdout).strip()[-500:]}\n"
+                         f"  command: {shlex.join(cmd)}")
+    return proc.stdout.strip().splitlines()[-1]
+
+
 def lm_eval_task_yaml(task: str) -> Path:
     """lm-eval's own YAML that defines ``task`` (found inside the installed lm_eval package)."""
     spec = importlib.util.find_spec("lm_eval")
@@ -63,8 +100,9 @@ def lm_eval_task_yaml(task: str) -> Path:
     raise SuiteError(f"lm-eval has no task {task!r} under {tasks_root}")
 
 
-def write_local_task(spec: AccuracySpec, include_dir: Path) -> str:
-    """Write a task YAML reading ``spec.dataset``'s local JSON files; returns the task name."""
+def write_local_task(spec: AccuracySpec, include_dir: Path, task_yaml: str | None = None) -> str:
+    """Write a task YAML reading ``spec.dataset``'s local JSON files; returns the task name. ``task_yaml``:
+    lm-eval's own YAML of the task as lm-eval's interpreter sees it (default: this interpreter's lm-eval)."""
     data = Path(spec.dataset).resolve()
     files = {split: data / f"{split}.jsonl" for split in ("train", "test")}
     missing = [str(p) for p in files.values() if not p.is_file()]
@@ -75,7 +113,7 @@ def write_local_task(spec: AccuracySpec, include_dir: Path) -> str:
     name = local_task_name(spec.task)
     include_dir.mkdir(parents=True, exist_ok=True)
     body = {
-        "include": str(lm_eval_task_yaml(spec.task)),
+        "include": task_yaml or str(lm_eval_task_yaml(spec.task)),
         "task": name,
         "tag": [],
         "dataset_path": "json",
@@ -164,8 +202,11 @@ def run_accuracy(
     env: dict | None = None,
     timeout_s: float | None = None,
     cpus: frozenset[int] | None = None,
+    argv: Callable[[list[str]], list[str]] | None = None,
 ) -> Path:
-    """Run lm-eval on the live server at ``base_url``; returns ``out_dir`` holding its raw outputs.
+    """Run lm-eval on the live server at ``base_url``; returns ``out_dir`` holding its raw outputs. ``argv``
+    (JobEnv.client_argv) maps the ``python -m lm_eval ...`` command onto the tool that runs it (the docker
+    runtime: the arm's image, in the server's container); default: this interpreter.
 
     Raises ``SuiteError`` (with the command and the log tail) when lm-eval fails, times out or writes no
     samples.
@@ -177,7 +218,7 @@ def run_accuracy(
     local = is_local_dataset(spec.dataset)
     include_dir = out_dir / TASK_DIR if local else None
     if include_dir is not None:
-        write_local_task(spec, include_dir)
+        write_local_task(spec, include_dir, tool_task_yaml(spec.task, argv, env) if argv is not None else None)
     elif spec.dataset != HUB_DATASET:
         raise SuiteError(
             f"accuracy dataset {spec.dataset!r} is neither an existing local directory nor lm-eval's own "
@@ -187,6 +228,8 @@ def run_accuracy(
         base_url=base_url, served_name=served_name, tokenizer=tokenizer, spec=spec, out_dir=out_dir,
         include_dir=include_dir,
     )  # fmt: skip
+    if argv is not None:
+        cmd = argv(["python", *cmd[1:]])
     run_env = dict(os.environ if env is None else env)
     run_env.setdefault("TOKENIZERS_PARALLELISM", "false")
     hf_cache: tempfile.TemporaryDirectory[str] | None = None
@@ -248,5 +291,5 @@ def execute(env: JobEnv) -> dict[str, Any]:
     assert env.server is not None
     run_accuracy(base_url=env.server.base_url, served_name=env.model.name, tokenizer=env.tokenizer,
                  spec=resolve_spec(AccuracySpec.model_validate(env.job.params), env.run_root), out_dir=env.result,
-                 log_path=env.log, env=env.client_env, cpus=env.client_cpus)
+                 log_path=env.log, env=env.client_env, cpus=env.client_cpus, argv=env.client_argv)
     return {}

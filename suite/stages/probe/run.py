@@ -61,10 +61,12 @@ def install_probe_site(dest: Path) -> Path:
 def server_env(session: SessionEnv) -> dict[str, str]:
     """Server hook: environment additions for a server whose session holds a pending probe job.
 
-    Local runtime only: the site directory goes on PYTHONPATH after the arm's overlay; each server start
-    gets a fresh output directory (a restart never mixes its counters with the last one's). Once the
-    probe job is done (a restart later in the session, or a resume) it is no longer pending: nothing added."""
-    if session.runtime != "local" or not any(j.kind == "probe" for j in session.pending):
+    Local and docker runtimes: the site directory (in the run directory, which a container sees at the same
+    path) goes on PYTHONPATH after the arm's overlay (docker: the image's own vLLM; this host's PYTHONPATH means
+    nothing inside the image); each server start gets a fresh output directory (a restart never mixes its
+    counters with the last one's). Once the probe job is done (a restart later in the session, or a resume) it
+    is no longer pending: nothing added."""
+    if session.runtime not in ("local", "docker") or not any(j.kind == "probe" for j in session.pending):
         return {}
     base = session.arm_dir / "probe"
     site = install_probe_site(base / "site")
@@ -75,7 +77,8 @@ def server_env(session: SessionEnv) -> dict[str, str]:
         n += 1
     out = procs / f"server-{n}"
     out.mkdir()
-    pythonpath = session.base_env.get("PYTHONPATH") or os.environ.get("PYTHONPATH", "")
+    host = os.environ.get("PYTHONPATH", "") if session.runtime == "local" else ""
+    pythonpath = session.base_env.get("PYTHONPATH") or host
     env = {ENV_DIR: str(out), ENV_FLUSH: str(FLUSH_S),
            "PYTHONPATH": os.pathsep.join(p for p in (pythonpath, str(site)) if p)}
     plugins = session.base_env.get("VLLM_PLUGINS", os.environ.get("VLLM_PLUGINS"))
@@ -253,7 +256,7 @@ def execute(env: JobEnv) -> dict[str, Any]:
     out_dir = Path(server.env[ENV_DIR]) if server.env.get(ENV_DIR) else None
     if out_dir is None:
         raise SuiteError(f"gate probe: the server of arm {job.arm!r} was started without the probe plugin "
-                         "(the probe supports the local runtime)")
+                         "(the probe supports the local and docker runtimes)")
     t0 = time.time()
     _wait_flush(out_dir, t0, timeout=60.0, need_gates=True)
     before = read_procs(out_dir)
