@@ -521,7 +521,13 @@ class DockerRuntime(RuntimeBase):
 
     def prepare_arm(self, arm: str, spec: ArmSpec) -> ArmEnv:
         """The arm's image: `image:` as given, else the content-tagged image (built here when missing)."""
-        from suite.runtime.docker.images import build_image, image_patches, image_vllm_source, plan_image, resolve_digest
+        from suite.runtime.docker.images import (
+            build_image,
+            image_patches,
+            image_vllm_source,
+            plan_image,
+            resolve_digest,
+        )
 
         if spec.image:
             return self._given_image(arm, spec)
