@@ -55,8 +55,10 @@ arms:
   baseline: {{vllm: "0.32.0", env: {{FOO_API_KEY: {foo}}}}}
 baseline: baseline
 serve:
-  - {{isl: 32, osl: 8, concurrency: [1, 2, 3], num_prompts: 2}}
+  - {{isl: 32, osl: 8, concurrency: [1, 2, 3], num_prompts: 2, client: cli, warmup: false}}
 """
+# `client: cli` (a `vllm bench serve` process per point, the persistent client's fallback path) keeps each
+# point ~10 s long: the window in which this chain kills the server or the run mid-point
 
 
 def matrix_text(model: Path, timeout: float = 600, port: int = 0, broken: bool = True) -> str:

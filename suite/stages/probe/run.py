@@ -241,6 +241,18 @@ def _wait_flush(out_dir: Path, since: float, timeout: float, need_gates: bool) -
         time.sleep(0.2)
 
 
+def _wait_stopped(out_dir: Path, timeout: float) -> bool:
+    """After the STOP file: wait until every process has taken its wrappers out (its last report says
+    inactive), so the serving points after the probe job run the server's own, unwrapped code."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        procs = read_procs(out_dir)
+        if procs and not any(p.get("active") for p in procs.values()):
+            return True
+        time.sleep(0.2)
+    return False
+
+
 def _max_num_seqs(argv: list[str]) -> int | None:
     for i, a in enumerate(argv):
         if a == "--max-num-seqs" and i + 1 < len(argv):
@@ -266,11 +278,12 @@ def execute(env: JobEnv) -> dict[str, Any]:
     t_done = time.time()
     after = _wait_flush(out_dir, t_done, timeout=30.0, need_gates=True)
     atomic_write_text(out_dir / STOP_FILE, f"probe job done at {t_done}\n")
+    stopped = _wait_stopped(out_dir, timeout=30.0)
     merged = merge_processes(before, after)
     result = {"arm": job.arm, "max_num_seqs": max_seqs, "requests": sent, "probe_dir": out_dir.name, **merged}
     atomic_write_json(env.result, result)
     exercised = [b for b, s in merged["buckets"].items() if s["verdict"] != NOT_EXERCISED]
-    return {"buckets_exercised": exercised, "processes": len(after)}
+    return {"buckets_exercised": exercised, "processes": len(after), "probe_stopped": stopped}
 
 
 # ---------------------------------------------------------------------------------------- report
