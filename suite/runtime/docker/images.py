@@ -32,7 +32,7 @@ from typing import Any
 
 from suite import REPO_ROOT, __version__
 from suite.errors import SuiteError
-from suite.matrix import LOCAL_PREFIXES, ArmSpec, Matrix, VllmSource
+from suite.matrix import LOCAL_PREFIXES, ArmSpec, Matrix, VllmSource, file_sha256
 
 DOCKER_DIR = REPO_ROOT / "docker"
 IMAGE_REPO = "suite-vllm"
@@ -227,19 +227,6 @@ def base_image_for(vendor: str, vllm: str, override: str | None) -> str:
     return template.replace("{vllm}", vllm)
 
 
-_file_hashes: dict[tuple[str, int, int], str] = {}
-
-
-def file_sha256(path: Path) -> str:
-    st = path.stat()
-    key = (str(path), st.st_size, st.st_mtime_ns)
-    if key not in _file_hashes:
-        h = hashlib.sha256()
-        with open(path, "rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                h.update(chunk)
-        _file_hashes[key] = h.hexdigest()
-    return _file_hashes[key]
 
 
 def _lock_pin(name: str, lock: Path) -> str | None:
