@@ -63,6 +63,7 @@ class SequentialRun:
     looks: list[Look] = field(default_factory=list)
     stop_after: int | None = None  # rounds run; later rounds are not needed
     why: str = ""
+    round_ends: list[float] = field(default_factory=list)  # when each round of this process finished
 
     @classmethod
     def resume(cls, spec: VerdictSpec, budget_s: float | None, stored: dict[str, Any] | None) -> SequentialRun:
@@ -76,22 +77,27 @@ class SequentialRun:
 
     def after_round(self, run_dir: Path, rounds_done: int, rounds_started: int) -> Look | None:
         """Called when ``rounds_done`` rounds are complete; takes the look if one is due and decides to stop."""
+        now = time.monotonic()
+        self.round_ends.append(now)
         looks = self.spec.looks or (self.spec.max_rounds,)
         if rounds_done not in looks or self.stop_after is not None:
             return None
         last = rounds_done == looks[-1]
         over_budget = False
         if not last and self.budget_s is not None and rounds_started:
-            per_round = (time.monotonic() - self.started) / rounds_started
+            # a later round costs what the last one did (the first round also ran the one-time jobs:
+            # accuracy, equivalence, the client's start); with one round only, that round
+            ends = [self.started, *self.round_ends]
+            per_round = ends[-1] - ends[-2]
             nxt = next(k for k in looks if k > rounds_done)
-            over_budget = (time.monotonic() - self.started) + (nxt - rounds_done) * per_round > self.budget_s
+            over_budget = (now - self.started) + (nxt - rounds_done) * per_round > self.budget_s
         look = evaluate_look(run_dir, self.spec, rounds_done, final=last or over_budget)
         self.looks.append(look)
-        if all(look.decided.values()) and look.decided:
-            self.stop_after, self.why = rounds_done, f"every candidate decided at look {len(self.looks)}"
-        elif over_budget:
+        if over_budget:  # a final look: every test decides (INCONCLUSIVE at the latest)
             self.stop_after = rounds_done
             self.why = f"time budget ({self.budget_s / 60:g} min) would be spent before the next look"
+        elif all(look.decided.values()) and look.decided:
+            self.stop_after, self.why = rounds_done, f"every candidate decided at look {len(self.looks)}"
         elif last:
             self.stop_after, self.why = rounds_done, "last look of the design"
         return look

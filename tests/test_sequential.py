@@ -1,0 +1,44 @@
+"""Rounds until decided: looks on stored rounds, the stop when all are decided, the time budget."""
+
+from __future__ import annotations
+
+import suite.sequential as sequential
+from suite.sequential import SequentialRun, evaluate_look
+from suite.verdict import VerdictSpec
+from tests.test_report_html import build_run_dir
+
+SPEC = VerdictSpec(max_rounds=4, looks=(2, 4))
+
+
+def test_a_look_evaluates_every_candidate_on_the_stored_rounds(tmp_path):
+    run = build_run_dir(tmp_path / "run", scale={"patched": 0.5})  # real demo rounds, patched halved
+    look = evaluate_look(run, SPEC, rounds=2, final=False)
+    assert look.rounds == 2 and set(look.outcomes) == {"patched"}
+    assert not look.decided["patched"]  # 2 rounds of this noisy CPU data cannot decide at an interim look
+    final = evaluate_look(run, VerdictSpec(max_rounds=3, looks=(3,)), rounds=3, final=True)
+    assert final.decided["patched"] and final.outcomes["patched"] in ("REGRESSION", "INCONCLUSIVE")
+    assert "−" in final.reasons["patched"]  # the estimate says the candidate got slower
+
+
+def test_budget_stops_at_the_last_look_that_fits(tmp_path, monkeypatch):
+    run = build_run_dir(tmp_path / "run")  # no change: undecided at the first look
+    clock = [0.0]
+    monkeypatch.setattr(sequential.time, "monotonic", lambda: clock[0])
+
+    roomy = SequentialRun(spec=SPEC, budget_s=900.0)
+    clock[0] = 400.0  # round 1 also ran the one-time jobs
+    assert roomy.after_round(run, 1, 1) is None  # not a look
+    clock[0] = 550.0  # round 2 took 150 s: two more fit (550 + 300 < 900)
+    roomy.after_round(run, 2, 2)
+    assert roomy.stop_after is None and len(roomy.looks) == 1
+
+    tight = SequentialRun(spec=SPEC, budget_s=800.0)
+    clock[0] = 0.0
+    tight.started = 0.0
+    clock[0] = 400.0
+    tight.after_round(run, 1, 1)
+    clock[0] = 550.0  # 550 + 2 x 150 > 800: the look at 2 is the last one that fits, and it is final
+    look = tight.after_round(run, 2, 2)
+    assert tight.stop_after == 2 and "budget" in tight.why and look.final
+    assert not tight.needed(2) and tight.needed(1) and tight.needed(None)
+    assert SequentialRun.resume(SPEC, None, tight.record()).stop_after == 2
