@@ -68,3 +68,14 @@ def processes_mentioning(value: str) -> list[int]:
         except (OSError, IndexError):
             continue
     return pids
+
+
+@pytest.fixture(scope="session")
+def engine():
+    """The Docker engine (the SDK client); tests that need one skip with a clear reason without it."""
+    from suite.runtime.docker.images import docker_client
+
+    client = docker_client(required=False)
+    if client is None:
+        pytest.skip("no Docker engine reachable (start dockerd or set DOCKER_HOST)")
+    return client

@@ -23,21 +23,13 @@ from pathlib import Path
 import pytest
 
 from suite.report import fmt
-from suite.runtime.docker.images import DOCKER_DIR, LOCAL_BOOKWORM, docker_client
+from suite.runtime.docker.images import DOCKER_DIR, LOCAL_BOOKWORM
 from tests.conftest import REPO, SUITE, run_suite
 
 pytestmark = pytest.mark.docker
 
 VENDOR_SITE = "/usr/local/lib/python3.12/dist-packages"  # where vllm/vllm-openai(-rocm) carry vLLM
 STANDIN = "suite-standin/vllm-vendor:0.33.0"
-
-
-@pytest.fixture(scope="session")
-def engine():
-    client = docker_client(required=False)
-    if client is None:
-        pytest.skip("no Docker engine reachable (start dockerd or set DOCKER_HOST)")
-    return client
 
 
 @pytest.fixture(scope="session")

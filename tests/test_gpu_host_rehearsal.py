@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from suite.runtime.docker.images import docker_client, wheel_dirs
+from suite.runtime.docker.images import wheel_dirs
 from tests.conftest import REPO
 
 pytestmark = [pytest.mark.docker, pytest.mark.e2e]
@@ -66,14 +66,6 @@ def host_env(**extra: str) -> dict[str, str]:
 
 def run(cmd: list[str], env: dict[str, str], timeout: float, cwd: Path = REPO) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-
-
-@pytest.fixture(scope="module")
-def engine():
-    client = docker_client(required=False)
-    if client is None:
-        pytest.skip("no Docker engine reachable (start dockerd or set DOCKER_HOST)")
-    return client
 
 
 @pytest.fixture(scope="module")
