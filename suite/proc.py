@@ -191,3 +191,11 @@ def cpu_list(cpus: frozenset[int]) -> str:
     if run:
         out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
     return ",".join(out)
+
+
+def load_average() -> tuple[float, float, float] | None:
+    """The host's 1-, 5- and 15-minute load averages (None where the OS does not report them)."""
+    try:
+        return os.getloadavg()
+    except OSError:
+        return None

@@ -14,6 +14,8 @@ failed-requests     ``failed > 0``, an error string, or ``completed`` < the prom
 coalesced-stream    median ITL < 0.05 ms; or ≥ 10 % of requests got every token after the   unreliable
                     first in one burst (< 0.05 ms per token); or median ITL < 10 % of the
                     mean decode time per token (bursts with gaps); fewer burst requests     warning
+chunked-stream      ≥ 10 % of requests got their tokens after the first in fewer than half  unreliable
+                    as many chunks (ITL then times chunks; TTFT, TPOT, E2E stay right)      (ITL only)
 low-concurrency     mean in-flight requests (Σ latencies / duration) < 70 % of              unreliable
                     min(concurrency, prompts), closed-loop runs only
 client-bound        the benchmark client used ≥ 90 % of a core over the measurement         unreliable
@@ -58,6 +60,7 @@ BURST_S_PER_TOKEN = 50e-6  # faster than any decode step: tokens that close toge
 BURST_REQUEST_SHARE = 0.10  # this share of burst requests (or more) makes the token timings unreliable
 ITL_MEDIAN_FLOOR_MS = BURST_S_PER_TOKEN * 1000
 ITL_MEDIAN_REL = 0.10  # median ITL below this share of the mean decode time per token: bursts with gaps
+CHUNK_SHARE = 0.5  # a request whose chunks after the first are fewer than this share of its tokens is chunked
 MIN_CONCURRENCY_SHARE = 0.70
 CLIENT_CPU_MAX = 0.90
 WARMUP_FACTOR = 3.0
@@ -73,7 +76,7 @@ BIMODAL_MIN_CLUSTER = 2
 BIMODAL_NULL_DRAWS = 20_000
 
 CHECK_ORDER = ("failed-requests", "fast-path-not-taken", "server-health", "client-bound", "low-concurrency",
-               "coalesced-stream", "warmup-outlier", "bimodal-sessions", "drift")
+               "coalesced-stream", "chunked-stream", "warmup-outlier", "bimodal-sessions", "drift")
 _LOG_ERROR = re.compile(r"\bERROR\b|^\s*Traceback \(most recent call last\)")
 
 
@@ -268,6 +271,29 @@ def check_coalesced(raw: Mapping[str, Any], *, arm: str, point: str | None,
     return []
 
 
+def check_chunked(raw: Mapping[str, Any], *, arm: str, point: str | None, round: int | None) -> list[Finding]:
+    """Chunked stream: the server sent several tokens per streamed chunk (vLLM's `--stream-interval N`, or an
+    API server that merged a request's pending outputs), so `vllm bench serve` timed gaps between chunks,
+    not tokens: ITL is the chunk interval, while TTFT (first chunk), TPOT ((latency − TTFT) / (tokens − 1))
+    and E2E latency stay right. A request is chunked when its gaps after the first token (the detailed
+    ``itls`` list) number fewer than ``CHUNK_SHARE`` of its tokens after the first; ≥ ``BURST_REQUEST_SHARE``
+    of the requests chunked makes the ITL numbers unreliable."""
+    itls, outs = raw.get("itls"), raw.get("output_lens")
+    if not (isinstance(itls, list) and isinstance(outs, list) and len(itls) == len(outs)):
+        return []
+    rows = [(len(gaps), int(n) - 1) for gaps, n in zip(itls, outs, strict=True)
+            if isinstance(gaps, list) and isinstance(n, int | float) and n > 2]
+    chunked = [(g, n) for g, n in rows if g < CHUNK_SHARE * n]
+    if not rows or len(chunked) < BURST_REQUEST_SHARE * len(rows):
+        return []
+    gaps = statistics.median(g for g, _ in chunked)
+    tokens = statistics.median(n for _, n in chunked)
+    return [Finding("chunked-stream", arm, point, round, "unreliable",
+                    f"{_rep(round)}chunked stream: {len(chunked)} of {len(rows)} requests got their {tokens:g} tokens "
+                    f"after the first in {gaps:g} chunk(s) (median): ITL times chunks, not tokens (TTFT, TPOT and "
+                    "E2E latency are unaffected)", metrics=("itl",))]
+
+
 def check_concurrency(raw: Mapping[str, Any], params: Mapping[str, Any], *, arm: str, point: str | None,
                       round: int | None) -> list[Finding]:
     """Achieved concurrency below target. The mean number of requests in flight is Σ latencies / duration
@@ -329,6 +355,7 @@ def check_repeat(raw: Mapping[str, Any], params: Mapping[str, Any], *, arm: str,
     client-bound."""
     return [*check_failed(raw, params, arm=arm, point=point, round=round),
             *check_coalesced(raw, arm=arm, point=point, round=round),
+            *check_chunked(raw, arm=arm, point=point, round=round),
             *check_concurrency(raw, params, arm=arm, point=point, round=round),
             *check_client(client, arm=arm, point=point, round=round)]
 

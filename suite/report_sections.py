@@ -201,7 +201,7 @@ def data_quality_section(run: RunData) -> Section | None:
     findings = order_findings(run.findings)
     if not findings:
         return Section("Data quality", 2, [Paragraph(
-            "No problem found in any repeat (failed requests, coalesced streams, achieved concurrency, client load, "
+            "No problem found in any repeat (failed requests, coalesced or chunked streams, achieved concurrency, client load, "
             "warm-up outliers, server health, drift, bimodal sessions).")], anchor="quality")
     groups: dict[tuple[str, str, str], list[Any]] = {}
     for f in findings:

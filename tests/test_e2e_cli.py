@@ -95,6 +95,19 @@ def test_patched_server_imported_the_overlay(e2e_run):
     assert rec["patches"][0]["files"] == ["vllm/model_executor/layers/fused_moe/router/gate_linear.py"]
 
 
+def test_cpu_servers_ran_with_vllms_preloaded_libraries(e2e_run):
+    from suite.runtime.local import TCMALLOC, cpu_preload
+
+    _, run_dir, _ = e2e_run
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    for arm in ("baseline", "patched"):
+        log = (run_dir / arm / "server-0.log").read_text()
+        assert "libiomp is not found in LD_PRELOAD" not in log  # vLLM's CPU worker checks its own environment
+        if any(TCMALLOC in p for p in cpu_preload()):
+            assert "libtcmalloc is not found in LD_PRELOAD" not in log
+        assert manifest["arms"][arm]["ld_preload"] == cpu_preload()
+
+
 def test_no_process_is_left(e2e_run):
     _, run_dir, _ = e2e_run
     assert processes_mentioning(str(run_dir)) == []

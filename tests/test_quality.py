@@ -18,6 +18,7 @@ from suite.quality import (
     Finding,
     RepeatResult,
     check_bimodal_sessions,
+    check_chunked,
     check_client,
     check_coalesced,
     check_concurrency,
@@ -122,6 +123,34 @@ def test_coalesced_streams_in_the_real_results_are_named():
     msg = check_coalesced(real("baseline", C1, 2).raw, arm="baseline", point=C1, round=2)[0].message
     assert "2 of 4 requests received every token after the first in one burst" in msg
     assert "median ITL" not in msg
+
+
+def _streamed(raw: dict) -> dict:
+    """The repeat with the per-token gap lists `--save-detailed` writes (trimmed from the stored data): each
+    request's decode time spread evenly over its tokens after the first, one gap per token."""
+    raw["itls"] = [[(lat - ttft) / (n - 1)] * (n - 1)
+                   for lat, ttft, n in zip(raw["latencies"], raw["ttfts"], raw["output_lens"], strict=True)]
+    return raw
+
+
+def test_chunked_stream_planted_spoils_itl_only():
+    """vLLM's `--stream-interval N` sends N tokens per chunk: the client times gaps between chunks."""
+    healthy = _streamed(raw_copy(*CLEAN))
+    assert check_chunked(healthy, arm="patched", point=C8, round=0) == []
+    raw = copy.deepcopy(healthy)
+    n = raw["output_lens"][0] - 1
+    raw["itls"] = [[sum(gaps)] for gaps in raw["itls"]]  # every answer after its first token in one chunk
+    (found,) = check_chunked(raw, arm="patched", point=C8, round=0)
+    assert found.check == "chunked-stream" and found.severity == "unreliable" and found.metrics == ("itl",)
+    assert f"{len(raw['itls'])} of {len(raw['itls'])} requests got their {n} tokens after the first in 1 chunk(s)" \
+        in found.message
+    assert found.affects("median_itl_ms") and found.affects("p99_itl_ms")
+    assert not any(found.affects(k) for k in ("mean_tpot_ms", "mean_ttft_ms", "mean_e2el_ms", "output_throughput"))
+    assert found in check_repeat(raw, {}, arm="patched", point=C8, round=0)
+    # one chunked request in sixteen stays below the 10 % share: silent
+    raw = copy.deepcopy(healthy)
+    raw["itls"][0] = [sum(raw["itls"][0])]
+    assert check_chunked(raw, arm="patched", point=C8, round=0) == []
 
 
 def test_everything_in_one_burst_is_caught():

@@ -4,6 +4,7 @@ mean ITL not counted twice, pairing by round index, failures listed. Every numbe
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import statistics
@@ -40,10 +41,10 @@ def raw(tput: float, lat: float | dict[str, float], completed: int = 8) -> dict:
 
 
 def make_run(tmp_path: Path, values, *, order: str = "blocked", repeats: int = 3, fail_job: str | None = None,
-             skip: frozenset[tuple[str, str]] = frozenset()) -> Path:
+             skip: frozenset[tuple[str, str]] = frozenset(), matrix_text: str = MATRIX) -> Path:
     """A run directory written through the store. ``values(arm, concurrency, repeat) -> (tput, latency)``;
     ``skip``: (arm, job key) never measured (a lost repeat); ``fail_job``: the patched arm's job that failed."""
-    matrix = parse_matrix(MATRIX % {"repeats": repeats, "order": order})
+    matrix = parse_matrix(matrix_text % {"repeats": repeats, "order": order})
     plan = build_plan(matrix)
     store = RunStore.create(tmp_path, matrix.name)
     store.write_manifest(new_manifest("m.yaml", matrix.model_dump(mode="json"), {
@@ -120,6 +121,19 @@ def test_clear_improvement_card_and_cells_match_raw(tmp_path):
     run = load_run(root)
     assert len(run.points) == 2 and [len(v) for v in run.points["isl64-osl16-c2-n8"].reps.values()] == [3, 3]
     assert assert_arrows_agree(text) >= 2 * len(HEADLINE) + 2 * len(DETAIL)
+
+
+def test_each_repeats_measured_duration_is_shown_and_a_timed_point_says_its_time(tmp_path):
+    root = make_run(tmp_path, scaled([100, 101, 99], [100, 100, 100]))
+    for r, d in enumerate((0.8, 1.0, 1.3)):  # the baseline's repeats at concurrency 2 measured 0.8, 1.0, 1.3 s
+        f = root / "baseline" / "serve" / "isl64-osl16-c2-n8" / f"rep-{r}.json"
+        f.write_text(json.dumps(json.loads(f.read_text()) | {"duration": d}))
+    row = next(line for line in build_report(root).read_text().splitlines() if line.startswith("| 64 | 16 | 2 | 8 |"))
+    assert row.endswith("| 0.8–1.3 / 1.0 | 24/24 | 0/0 |"), row
+    timed = MATRIX.replace("num_prompts: 8}", "num_prompts: 8, duration_s: 2.5}")
+    root = make_run(tmp_path / "timed", scaled([100, 101, 99], [100, 100, 100]), matrix_text=timed)
+    text = build_report(root).read_text()
+    assert any(line.startswith("| 64 | 16 | 2 | 2.5 s |") for line in text.splitlines()), text
 
 
 def test_regression_card_has_interval_mde_rounds_and_where(tmp_path):

