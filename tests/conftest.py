@@ -38,6 +38,29 @@ def run_suite(*args: str, cwd: Path | None = None, env: dict | None = None, time
     return proc
 
 
+def tiny_cpu_matrix(name: str, model: Path | str, body: str, *, max_model_len: int = 1024,
+                    max_num_seqs: int = 4) -> str:
+    """A local-runtime matrix on the tiny MoE with the CPU settings every end-to-end module uses; ``body``
+    holds its arms, points and stages (plain YAML)."""
+    return (f"name: {name}\n"
+            f"model: {{id: {model}, served_name: tiny-moe, max_model_len: {max_model_len}}}\n"
+            "runtime: {kind: local, startup_timeout_s: 600}\n"
+            f'serve_args: [--dtype, bfloat16, --max-num-seqs, "{max_num_seqs}", --enforce-eager]\n'
+            'env: {VLLM_CPU_KVCACHE_SPACE: "1"}\n' + body)
+
+
+def run_matrix_once(base: Path, matrix_text: str,
+                    timeout: float = 1800) -> tuple[Path, Path, subprocess.CompletedProcess]:
+    """Write ``matrix_text`` to base/m.yaml and `suite run` it into base/runs (one run directory expected):
+    (matrix path, run directory, the finished process)."""
+    matrix = base / "m.yaml"
+    matrix.write_text(matrix_text)
+    proc = run_suite("run", str(matrix), "--out", str(base / "runs"), timeout=timeout)
+    runs = sorted(p for p in (base / "runs").iterdir() if p.is_dir()) if (base / "runs").is_dir() else []
+    assert len(runs) == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return matrix, runs[0], proc
+
+
 def vllm_serve_processes(marker: str | None = None) -> list[str]:
     """Command lines of live `vllm serve` processes (optionally only those mentioning marker)."""
     out = []

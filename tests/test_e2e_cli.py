@@ -14,34 +14,23 @@ import re
 import pytest
 
 from suite.report import fmt
-from tests.conftest import REPO, processes_mentioning, run_suite
+from tests.conftest import REPO, processes_mentioning, run_matrix_once, run_suite, tiny_cpu_matrix
 
 pytestmark = pytest.mark.e2e
 
-MATRIX = """\
-name: e2e-cli
-model: {{id: {model}, served_name: tiny-moe, max_model_len: 1024}}
-runtime: {{kind: local, startup_timeout_s: 600}}
-serve_args: [--dtype, bfloat16, --max-num-seqs, "4", --enforce-eager]
-env: {{VLLM_CPU_KVCACHE_SPACE: "1"}}
+BODY = """\
 arms:
-  baseline: {{vllm: "0.32.0"}}
-  patched: {{vllm: "0.32.0", patches: [synthetic-gate-delay], env: {{SUITE_GATE_DELAY_US: "20"}}}}
+  baseline: {vllm: "0.32.0"}
+  patched: {vllm: "0.32.0", patches: [synthetic-gate-delay], env: {SUITE_GATE_DELAY_US: "20"}}
 serve:
-  - {{isl: 64, osl: 16, concurrency: [1, 4], num_prompts: 2x}}
-kernel: {{hidden: 256, experts: 16, m: [1, 4, 16], trace_m: 64, iters: 5, trials: 5}}
+  - {isl: 64, osl: 16, concurrency: [1, 4], num_prompts: 2x}
+kernel: {hidden: 256, experts: 16, m: [1, 4, 16], trace_m: 64, iters: 5, trials: 5}
 """
 
 
 @pytest.fixture(scope="module")
 def e2e_run(tmp_path_factory, tiny_model):
-    base = tmp_path_factory.mktemp("e2e")
-    matrix = base / "m.yaml"
-    matrix.write_text(MATRIX.format(model=tiny_model))
-    proc = run_suite("run", str(matrix), "--out", str(base / "runs"))
-    runs = sorted(p for p in (base / "runs").iterdir() if p.is_dir())
-    assert len(runs) == 1, proc.stdout + proc.stderr
-    return matrix, runs[0], proc
+    return run_matrix_once(tmp_path_factory.mktemp("e2e"), tiny_cpu_matrix("e2e-cli", tiny_model, BODY))
 
 
 def test_run_succeeds_and_stores_raw_results(e2e_run):

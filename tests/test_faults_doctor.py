@@ -49,6 +49,33 @@ def test_doctor_on_this_machine_finds_vllm_and_the_cli(tmp_path):
     assert preload["status"] == ("ok" if "libtcmalloc" in ":".join(cpu_preload()) else "warn")
 
 
+def test_steadiness_warns_on_a_machine_whose_cpus_wander(monkeypatch):
+    import suite.proc
+    from suite.doctor import check_steadiness
+
+    steady = {0: [0.010, 0.0101, 0.0099, 0.010], 1: [0.011, 0.0111, 0.0109, 0.011]}
+    monkeypatch.setattr(suite.proc, "cpu_timings", lambda seconds: steady)
+    check = check_steadiness()
+    assert check.status == "ok" and check.detail == "a fixed task's time spreads by 1 % on CPU 0, 1 % on CPU 1"
+    # this box on 2026-12-01: the same work took 23-48 ms from one moment to the next
+    wandering = {0: [0.023, 0.047, 0.026, 0.030, 0.046, 0.024], 1: [0.028] * 6}
+    monkeypatch.setattr(suite.proc, "cpu_timings", lambda seconds: wandering)
+    check = check_steadiness()
+    assert check.status == "warn" and not check.failed and "on CPU 1" in check.detail
+    assert "suite plan MATRIX --from RUN" in check.hint
+
+
+def test_cpu_timings_time_the_same_work_on_every_allowed_cpu():
+    import os
+
+    from suite.proc import cpu_timings
+
+    before = os.sched_getaffinity(0)
+    timings = cpu_timings(0.3, pause_s=0.0, work=10_000)
+    assert sorted(timings) == sorted(before) and all(len(ts) >= 2 and min(ts) > 0 for ts in timings.values())
+    assert os.sched_getaffinity(0) == before  # the probe leaves the process where it was
+
+
 def test_doctor_names_the_package_when_tcmalloc_is_missing(monkeypatch, tmp_path):
     import suite.runtime.local as local
     from suite.doctor import check_cpu_preload

@@ -11,7 +11,7 @@ import json
 import pytest
 
 from suite.stages.probe.plugin import SEP
-from tests.conftest import processes_mentioning, run_suite
+from tests.conftest import processes_mentioning, run_matrix_once
 
 pytestmark = pytest.mark.e2e
 
@@ -36,13 +36,8 @@ GATES_PER_STEP = 2  # the tiny MoE has two MoE layers
 
 @pytest.fixture(scope="module")
 def probe_run(tmp_path_factory, tiny_model):
-    base = tmp_path_factory.mktemp("probe")
-    matrix = base / "m.yaml"
-    matrix.write_text(MATRIX.format(model=tiny_model))
-    proc = run_suite("run", str(matrix), "--out", str(base / "runs"))
-    runs = sorted(p for p in (base / "runs").iterdir() if p.is_dir())
-    assert len(runs) == 1, proc.stdout + proc.stderr
-    return runs[0], proc
+    _, run_dir, proc = run_matrix_once(tmp_path_factory.mktemp("probe"), MATRIX.format(model=tiny_model))
+    return run_dir, proc
 
 
 def _result(run_dir, arm):

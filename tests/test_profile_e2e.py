@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import processes_mentioning, run_suite
+from tests.conftest import processes_mentioning, run_matrix_once
 
 pytestmark = pytest.mark.e2e
 
@@ -49,14 +49,9 @@ profile:
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory, tiny_model):
-    base = tmp_path_factory.mktemp("latprof")
-    model = Path(tiny_model)
-    matrix = base / "m.yaml"
-    matrix.write_text(MATRIX.format(model=model, delay=DELAY_US))
-    proc = run_suite("run", str(matrix), "--out", str(base / "runs"), timeout=2400)
-    runs = sorted(d for d in (base / "runs").iterdir() if d.is_dir())
-    assert len(runs) == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return runs[0], proc
+    _, run_dir, proc = run_matrix_once(tmp_path_factory.mktemp("latprof"),
+                                       MATRIX.format(model=Path(tiny_model), delay=DELAY_US), timeout=2400)
+    return run_dir, proc
 
 
 def latencies_ms(run_dir: Path, arm: str, bs: int) -> list[float]:

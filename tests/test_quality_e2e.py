@@ -13,35 +13,26 @@ import json
 
 import pytest
 
-from tests.conftest import run_suite
+from tests.conftest import run_matrix_once, tiny_cpu_matrix
 
 pytestmark = pytest.mark.e2e
 
-MATRIX = """\
-name: e2e-quality
-model: {{id: {model}, served_name: tiny-moe, max_model_len: 1024}}
-runtime: {{kind: local, startup_timeout_s: 600}}
-serve_args: [--dtype, bfloat16, --max-num-seqs, "4", --enforce-eager]
-env: {{VLLM_CPU_KVCACHE_SPACE: "1"}}
+BODY = """\
 arms:
-  baseline: {{vllm: "0.32.0"}}
-  bursty: {{vllm: "0.32.0", serve_args: [--stream-interval, "64"]}}
+  baseline: {vllm: "0.32.0"}
+  bursty: {vllm: "0.32.0", serve_args: [--stream-interval, "64"]}
 serve:
-  - {{isl: 64, osl: 24, concurrency: [1, 4], num_prompts: 2x}}
+  - {isl: 64, osl: 24, concurrency: [1, 4], num_prompts: 2x}
 """
 POINTS = ("isl64-osl24-c1-n2", "isl64-osl24-c4-n8")
 
 
 @pytest.fixture(scope="module")
 def quality_run(tmp_path_factory, tiny_model):
-    base = tmp_path_factory.mktemp("quality")
-    matrix = base / "m.yaml"
-    matrix.write_text(MATRIX.format(model=tiny_model))
-    proc = run_suite("run", str(matrix), "--out", str(base / "runs"))
-    runs = sorted(p for p in (base / "runs").iterdir() if p.is_dir())
-    assert len(runs) == 1, proc.stdout + proc.stderr
+    _, run_dir, proc = run_matrix_once(tmp_path_factory.mktemp("quality"),
+                                       tiny_cpu_matrix("e2e-quality", tiny_model, BODY))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return runs[0]
+    return run_dir
 
 
 def test_the_persistent_client_ran_every_point_of_each_session(quality_run):

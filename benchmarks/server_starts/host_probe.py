@@ -1,6 +1,7 @@
 """Does this machine's CPU speed wander by itself? A fixed pure-Python task (sum of 2 million integers), timed
 every half second for a minute on each CPU, with nothing else running. If its time wanders as much as the
 serving numbers do, the spread is the host's (a shared or throttled machine), not vLLM's or the suite's.
+(`suite doctor` runs the same probe for 3 s as its "CPU steadiness" check.)
 
     .venv/bin/python benchmarks/server_starts/host_probe.py --seconds 60
 """
@@ -9,35 +10,23 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import statistics
 import sys
-import time
 
-from suite.proc import load_average
+from suite.proc import cpu_timings, load_average
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=60.0)
     args = ap.parse_args()
-    cpus = sorted(os.sched_getaffinity(0))
     print(f"load before {load_average()}")
-    times: dict[int, list[float]] = {c: [] for c in cpus}
-    end = time.monotonic() + args.seconds
-    while time.monotonic() < end:
-        for c in cpus:
-            os.sched_setaffinity(0, {c})
-            t0 = time.perf_counter()
-            sum(range(2_000_000))
-            times[c].append(time.perf_counter() - t0)
-        time.sleep(0.5)
-    os.sched_setaffinity(0, set(cpus))
+    times = cpu_timings(args.seconds, pause_s=0.5, work=2_000_000)
     for c, ts in times.items():
-        logs = [math.log(t) for t in ts]
-        cv = 100 * math.expm1(statistics.stdev(logs))
+        cv = 100 * math.expm1(statistics.stdev(math.log(t) for t in ts))
         print(f"CPU {c}: {len(ts)} timings, median {1000 * statistics.median(ts):.1f} ms, "
               f"min {1000 * min(ts):.1f}, max {1000 * max(ts):.1f}, CV {cv:.1f} %")
+    cpus = sorted(times)
     if len(cpus) > 1 and len(times[cpus[0]]) > 3:
         a, b = ([math.log(t) for t in times[c]] for c in cpus[:2])
         print(f"same-moment correlation CPU {cpus[0]} / CPU {cpus[1]}: {statistics.correlation(a, b):.2f}; "
