@@ -173,10 +173,14 @@ def card(run: RunData, s: CandidateSummary) -> Card:
     lines.append(f"where (point × metric cells, Holm over {s.family_size}): {s.counts[Verdict.WORSE]} worse, "
                  f"{s.counts[Verdict.BETTER]} better, {s.counts[Verdict.NOT_SIGNIFICANT]} not significant, "
                  f"{s.counts[Verdict.UNRELIABLE]} unreliable of {n}")
-    for c_ in (s.regressions + s.improvements)[:MAX_LISTED_CELLS]:
+    changed = s.regressions + s.improvements
+    for c_ in changed[:MAX_LISTED_CELLS]:
         lo_hi = fmt_interval(*c_.interval) if c_.interval else ""
         lines.append(f"{'▼ worse' if c_.verdict is Verdict.WORSE else '▲ better'}: {literal(c_.point)} "
                      f"{METRICS[c_.metric].label} {fmt_pct(c_.delta_pct)} {lo_hi}")
+    if len(changed) > MAX_LISTED_CELLS:
+        lines.append(f"… and {len(changed) - MAX_LISTED_CELLS} more significant cells (Serving and Statistics "
+                     "per point below)")
     return Card(title_, s.overall, outcome_style(s.overall), headline, mde=mde, rounds=rounds, correctness=correct,
                 lines=lines)
 

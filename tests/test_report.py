@@ -148,6 +148,9 @@ def test_regression_card_has_interval_mde_rounds_and_where(tmp_path):
     assert lo < est < hi < 0
     assert "3 rounds paired by round index" in card and "smallest change it could detect: ±" in card
     assert "▼ worse: isl64-osl16-c2-n8 Mean TTFT" in card  # where it changed, after Holm
+    (s,) = load_run(root).summaries
+    assert len(s.regressions) == 24 and card.count("▼ worse: ") == 8
+    assert "… and 16 more significant cells" in card  # the card never hides that it lists only some of them
     assert "1.00 → 1.25 (+25.0% [" in text  # mean TTFT went up: worse
     assert "POSSIBLE" not in text
     assert_arrows_agree(text)
