@@ -90,6 +90,14 @@ class RunData:
     def candidates(self) -> list[str]:
         return [a for a in self.arms if a != self.baseline and not a.endswith(AA_SUFFIX)]
 
+    def serves(self, arm: str) -> bool:
+        """False for a correctness-only arm (`serving: false`): it has no serving numbers to show."""
+        return ((self.matrix.get("arms") or {}).get(arm) or {}).get("serving", True) is not False
+
+    @property
+    def serving_summaries(self) -> list[CandidateSummary]:
+        return [s for s in self.summaries if self.serves(s.candidate)]
+
     @property
     def aa_arm(self) -> str | None:
         name = self.baseline + AA_SUFFIX

@@ -97,7 +97,9 @@ def correctness_lines(c: ArmsCorrectness) -> list[str]:
         else:
             what = "no samples"
         gate = f"gate **{acc.verdict}**" if acc.gates else "no gate set"
-        lines.append(f"accuracy {literal(acc.task)}{' (synthetic)' if acc.synthetic else ''}: {what}; {gate}")
+        changed = (f"; responses changed on {acc.responses_changed}/{acc.n_questions} questions"
+                   if acc.responses_changed else "")
+        lines.append(f"accuracy {literal(acc.task)}{' (synthetic)' if acc.synthetic else ''}: {what}; {gate}{changed}")
     lines += [literal(p) for p in c.problems]
     return lines or ["not measured (no accuracy or equivalence jobs)"]
 
@@ -133,9 +135,8 @@ def card(run: RunData, s: CandidateSummary) -> Card:
     eq = s.correctness.equivalence
     changed = eq is not None and eq.n_identical < eq.n
     if ev is None or s.overall == NO_DATA:
-        arm = (run.matrix.get("arms") or {}).get(s.candidate) or {}
-        why = s.error or ("a correctness-only arm (serving: false)" if arm.get("serving") is False
-                          else "no serving rounds of both arms")
+        why = s.error or ("no serving rounds of both arms" if run.serves(s.candidate)
+                          else "a correctness-only arm (serving: false)")
         if eq is not None:  # a correctness-only arm (or one without serving rounds): judged on its outputs
             word = OUTPUT_CHANGED if changed else OUTPUT_IDENTICAL
             head = (f"greedy outputs differ from the baseline's in {eq.n - eq.n_identical} of {eq.n} prompts"

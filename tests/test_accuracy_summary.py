@@ -29,9 +29,11 @@ def write_arm(
     sidecar: bool = True,
     synthetic: bool = True,
     doc_hash: dict[int, str] | None = None,
+    responses: dict[int, str] | None = None,
 ) -> Path:
     """An accuracy dir shaped like run_accuracy's: lm-eval samples + results, and the sidecar."""
     strict = strict if strict is not None else [0] * len(flex)
+    text = {i: (responses or {}).get(i, f"so the answer is {1 if v else 0}") for i, v in enumerate(flex)}
     sub = d / "tiny-moe"
     sub.mkdir(parents=True, exist_ok=True)
     lines = []
@@ -43,8 +45,10 @@ def write_arm(
                 "exact_match": float(v),
                 "doc_hash": (doc_hash or {}).get(doc_id, f"d{doc_id}"),
                 "prompt_hash": f"p{doc_id}",
-                "resps": [["x"]],
-                "filtered_resps": ["1"],
+                # the generated text (one per question: it ends in the flexible answer), and what each filter
+                # extracted from it: a right answer is "1"; strict-match finds nothing in a wrong one
+                "resps": [[text[doc_id]]],
+                "filtered_resps": [("1" if v else "[invalid]") if filt == "strict-match" else text[doc_id].split()[-1]],
             }
             lines.append(json.dumps(row))
     samples = sub / f"samples_suite_local_gsm8k_{stamp}.jsonl"
@@ -147,6 +151,22 @@ def test_no_arm_right_is_uninformative(tmp_path: Path) -> None:
     assert "uninformative: no arm answers any question right" in md and "| +0.0 [" not in md.split("flexible")[1]
 
 
+def test_changed_responses_show_a_changed_model_even_when_no_arm_scores(tmp_path: Path) -> None:
+    """A random-weight model scores 0 in both arms; a candidate that changes the tokens still shows."""
+    same = summarize_accuracy(write_arm(tmp_path / "a", [0] * 20), write_arm(tmp_path / "b", [0] * 20))
+    assert same.responses_changed == 0 and [f.answers_changed for f in same.filters] == [0, 0]
+    changed = {0: "x 7", 1: "y 7", 2: "z 0", 3: "w 9"}  # doc 2: other text, the same extracted answer "0"
+    s = summarize_accuracy(write_arm(tmp_path / "c", [0] * 20), write_arm(tmp_path / "d", [0] * 20,
+                                                                         responses=changed))
+    assert s.responses_changed == 4
+    assert s.by_filter("strict-match").answers_changed == 0  # wrong in both arms: nothing extracted
+    assert s.by_filter("flexible-extract").answers_changed == 3  # docs 0, 1, 3: "7", "7", "9" against "0"
+    md = render_accuracy_md(s)
+    assert "**Responses changed on 4 of 20 questions**" in md
+    assert "| flexible-extract | 0.0 ± 0.0 % (0/20) | 0.0 ± 0.0 % (0/20) | uninformative: no arm answers any " \
+           "question right | 0 | 0 | 3 | 1 | 20 |" in md
+
+
 def test_gain_never_fails_max_drop(tmp_path: Path) -> None:
     s = summarize_accuracy(
         write_arm(tmp_path / "b", CAND_FLEX), write_arm(tmp_path / "c", BASE_FLEX), AccuracySpec(max_drop=0.0)
@@ -242,12 +262,12 @@ Gates: **INCONCLUSIVE**
 - min_accuracy (flexible-extract): **INCONCLUSIVE** — 50.0 % (95% [29.9, 70.1] %) straddles floor 45.0 %
 - max_drop (flexible-extract): **INCONCLUSIVE** — -10.0 pp (95% [-35.0, +15.9] pp, 4 lost, 2 gained of 20): interval reaches past −5 pp; more questions needed
 
-| filter | baseline | patched | Δ (pp) [95% interval] | right→wrong | wrong→right | McNemar p | n |
-|---|--:|--:|--:|--:|--:|--:|--:|
-| strict-match | 0.0 ± 0.0 % (0/20) | 0.0 ± 0.0 % (0/20) | uninformative: no arm answers any question right | 0 | 0 | 1 | 20 |
-| flexible-extract | 60.0 ± 11.2 % (12/20) | 50.0 ± 11.5 % (10/20) | -10.0 [-35.0, +15.9] | 4 | 2 | 0.688 | 20 |
+| filter | baseline | patched | Δ (pp) [95% interval] | right→wrong | wrong→right | answer changed | McNemar p | n |
+|---|--:|--:|--:|--:|--:|--:|--:|--:|
+| strict-match | 0.0 ± 0.0 % (0/20) | 0.0 ± 0.0 % (0/20) | uninformative: no arm answers any question right | 0 | 0 | 0 | 1 | 20 |
+| flexible-extract | 60.0 ± 11.2 % (12/20) | 50.0 ± 11.5 % (10/20) | -10.0 [-35.0, +15.9] | 4 | 2 | 6 | 0.688 | 20 |
 
-Accuracy ± standard error, recomputed from lm-eval's per-question samples; pairs matched on (doc_id, filter); interval: Tango's score interval on the paired difference; McNemar: exact two-sided binomial test on the questions that flipped.
+Accuracy ± standard error, recomputed from lm-eval's per-question samples; pairs matched on (doc_id, filter); interval: Tango's score interval on the paired difference; McNemar: exact two-sided binomial test on the questions that flipped; answer changed: questions whose extracted answer differs, right or wrong. **Responses changed on 6 of 20 questions** (the whole generated text; lm-eval generates greedily, so a change means other tokens, whatever the score).
 
 - flexible-extract: right→wrong doc_ids 8, 9, 10, 11; wrong→right 12, 13
 - lm-eval wall time: baseline 12.5 s, patched 12.5 s

@@ -338,3 +338,41 @@ def test_the_declared_test_and_the_look_a_sequential_run_stopped_at(tmp_path):
     assert (c.n_rounds, c.look, c.n_looks) == (4, 2, 3)
     text = render_markdown(run)
     assert "repeated" in text and "look 2 of 3" in text
+
+
+CORRECTNESS_ONLY = MATRIX.replace('  patched: {vllm: "0.32.0"}\n', '''  patched: {vllm: "0.32.0"}
+  wrong: {vllm: "0.32.0", serving: false}
+''') + "accuracy: {task: gsm8k, dataset: synthetic, limit: 4, equivalence_prompts: 3}\n"
+
+
+def test_a_correctness_only_arm_reads_output_changed_and_has_no_serving_rows(tmp_path):
+    from tests.test_accuracy_summary import write_arm, write_eq
+
+    matrix = parse_matrix(CORRECTNESS_ONLY % {"repeats": 3, "order": "blocked"})
+    plan = build_plan(matrix)
+    store = RunStore.create(tmp_path, matrix.name)
+    store.write_manifest(new_manifest("m.yaml", matrix.model_dump(mode="json"), {
+        "order": plan.order, "baseline": plan.baseline, "arms": list(plan.arms),
+        "jobs": [{"key": j.key, "arm": j.arm, "session": j.session, "hash": j.hash} for j in plan.jobs]}))
+    outputs = {"baseline": [[1, 2, 3], [4, 5, 6], [7, 8, 9]], "patched": [[1, 2, 3], [4, 5, 6], [7, 8, 9]],
+               "wrong": [[1, 2, 0], [0, 5, 6], [7, 8, 9]]}
+    for job in plan.jobs:
+        path = store.result_path(job)
+        if job.kind == "serve":
+            tput, lat = scaled([100, 101, 99], [100, 100, 100])(job.arm, job.params["concurrency"], job.repeat)
+            atomic_write_json(path, raw(tput, lat))
+        elif job.kind == "equivalence":
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_eq(path, outputs[job.arm])
+        else:  # accuracy: nobody right; the wrong gate's responses differ on two questions
+            changed = {0: "so it is 7", 1: "so it is 9"} if job.arm == "wrong" else None
+            write_arm(path, [0] * 4, responses=changed)  # lm-eval's output directory
+        store.write_record(job, "ok")
+    assert {j.kind for j in plan.jobs if j.arm == "wrong"} == {"equivalence", "accuracy"}
+    text = build_report(store.root).read_text()
+    card = next(line for line in text.splitlines() if line.startswith("- **wrong vs baseline"))
+    assert card == "- **wrong vs baseline: OUTPUT CHANGED** — greedy outputs differ from the baseline's in 2 of 3 prompts"
+    assert "no speed verdict: a correctness-only arm (serving: false)" in text
+    assert "### baseline → patched" in text and "### baseline → wrong" not in text  # no rows of "missing"
+    assert "isl64-osl16-c2-n8: baseline → wrong" not in text
+    assert "responses changed on 2/4 questions" in text

@@ -56,6 +56,7 @@ class FilterComparison:
     both_wrong: int
     lost_doc_ids: tuple[int, ...] = ()  # right on base, wrong on candidate
     gained_doc_ids: tuple[int, ...] = ()  # wrong on base, right on candidate
+    answers_changed: int | None = None  # questions whose extracted answer differs (None: not in the samples)
 
     @property
     def delta(self) -> float:
@@ -126,6 +127,9 @@ class AccuracyComparison:
     cand_run: ArmRun
     synthetic: bool = False
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # questions whose whole generated response differs (lm-eval generates greedily): a change in the model's
+    # outputs, right or wrong; None when the samples hold no responses
+    responses_changed: int | None = None
 
     def by_filter(self, name: str) -> FilterComparison:
         for f in self.filters:
@@ -295,6 +299,15 @@ def gate_verdict(gates: tuple[GateResult, ...] | list[GateResult]) -> str:
     return next(o for o in GATE_ORDER if any(g.outcome == o for g in gates)).value
 
 
+def _changed(base: dict[tuple[int, str], dict[str, Any]], cand: dict[tuple[int, str], dict[str, Any]],
+             keys: list[tuple[int, str]], field_: str) -> int | None:
+    """How many of ``keys`` hold a different ``field_`` (lm-eval's `resps` / `filtered_resps`) in the two arms;
+    None when a sample lacks it."""
+    if not all(field_ in base[k] and field_ in cand[k] for k in keys):
+        return None
+    return sum(1 for k in keys if base[k][field_] != cand[k][field_])
+
+
 def summarize_accuracy(
     base_dir: Path,
     cand_dir: Path,
@@ -348,6 +361,7 @@ def summarize_accuracy(
                 both_wrong=len(keys) - both - len(lost_ids) - len(gained_ids),
                 lost_doc_ids=lost_ids,
                 gained_doc_ids=gained_ids,
+                answers_changed=_changed(base, cand, keys, "filtered_resps"),
             )
         )
     gates: list[GateResult] = []
@@ -375,6 +389,9 @@ def summarize_accuracy(
         cand_run=cand_run,
         synthetic=base_run.synthetic or cand_run.synthetic,
         notes=tuple(notes),
+        # the raw response does not depend on the filter: one filter's rows, one row per question
+        responses_changed=_changed(base, cand, sorted(k for k in base if k[1] == filters[0]), "resps")
+        if filters else None,
     )
 
 

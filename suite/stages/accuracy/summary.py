@@ -71,14 +71,21 @@ def accuracy_blocks(s: AccuracyComparison) -> list[Any]:
     else:
         blocks.append(Paragraph("Gates: none configured (set accuracy.min_accuracy / accuracy.max_drop)."))
     rows = [[Cell(literal(f.filter)), Cell(_score_cell(f.base)), Cell(_score_cell(f.cand)), _delta_cell(f),
-             Cell(str(f.lost)), Cell(str(f.gained)), Cell(fmt_p(f.mcnemar_p)), Cell(str(f.n_paired))]
+             Cell(str(f.lost)), Cell(str(f.gained)),
+             Cell("n/a" if f.answers_changed is None else str(f.answers_changed),
+                  style="worse" if f.answers_changed else None),
+             Cell(fmt_p(f.mcnemar_p)), Cell(str(f.n_paired))]
             for f in s.filters]
     blocks.append(Table(["filter", literal(s.base_label), literal(s.cand_label), "Δ (pp) [95% interval]",
-                         "right→wrong", "wrong→right", "McNemar p", "n"], rows, name="accuracy"))
-    blocks.append(Paragraph(
-        "Accuracy ± standard error, recomputed from lm-eval's per-question samples; pairs matched on (doc_id, "
-        "filter); interval: Tango's score interval on the paired difference; McNemar: exact two-sided binomial "
-        "test on the questions that flipped."))
+                         "right→wrong", "wrong→right", "answer changed", "McNemar p", "n"], rows, name="accuracy"))
+    text = ("Accuracy ± standard error, recomputed from lm-eval's per-question samples; pairs matched on (doc_id, "
+            "filter); interval: Tango's score interval on the paired difference; McNemar: exact two-sided binomial "
+            "test on the questions that flipped; answer changed: questions whose extracted answer differs, right or "
+            "wrong.")
+    if s.responses_changed is not None:
+        text += (f" **Responses changed on {s.responses_changed} of {s.n_questions} questions** (the whole "
+                 "generated text; lm-eval generates greedily, so a change means other tokens, whatever the score).")
+    blocks.append(Paragraph(text))
     items = [f"{literal(f.filter)}: right→wrong doc_ids {_ids(f.lost_doc_ids)}; wrong→right {_ids(f.gained_doc_ids)}"
              for f in s.filters if f.lost or f.gained]
     durations = [(s.base_label, s.base_run.duration_s), (s.cand_label, s.cand_run.duration_s)]

@@ -104,7 +104,7 @@ def serving_section(run: RunData) -> Section | None:
         "significant, ? unreliable (with why). Prompts: the point's count, or its measuring time for a point "
         "sized by time; Measured: the shortest and longest measured duration of one repeat; completed / failed "
         "requests are summed over repeats; each baseline/candidate.")]
-    for s in run.summaries:
+    for s in run.serving_summaries:
         rows = []
         for p in run.points.values():
             pr = p.params
@@ -135,7 +135,7 @@ def charts_section(run: RunData) -> Section | None:
         charts = []
         for key in HEADLINE:
             series = []
-            for arm in run.arms:
+            for arm in (a for a in run.arms if run.serves(a)):
                 med, lo, hi, n = [], [], [], []
                 for p in pts:
                     vals = list(p.values(arm, key).values())
@@ -154,13 +154,13 @@ def charts_section(run: RunData) -> Section | None:
 
 
 def heatmap_section(run: RunData) -> Section | None:
-    if not run.points or not run.summaries:
+    if not run.points or not run.serving_summaries:
         return None
     blocks: list = [Paragraph(
         f"Δ% per point and metric against {literal(run.baseline)}: green significantly better, red significantly "
         f"worse (deeper from |Δ| ≥ {', '.join(f'{s:g}' for s in HEAT_STEPS)} %), grey not significant, amber "
         "unreliable, hatched missing. Mean ITL is left out: it equals mean TPOT by construction.")]
-    for s in run.summaries:
+    for s in run.serving_summaries:
         rows = []
         for p in run.points.values():
             pr = p.params
@@ -214,7 +214,7 @@ def _point_notes(run: RunData, s: CandidateSummary, point: str) -> list[Note]:
 
 
 def statistics_section(run: RunData) -> Section | None:
-    if not run.points or not run.summaries:
+    if not run.points or not run.serving_summaries:
         return None
     pairing = ("paired per round (ABBA): Δ from the rounds both arms have" if run.paired
                else "Welch (independent repeats)")
@@ -228,7 +228,7 @@ def statistics_section(run: RunData) -> Section | None:
         blocks.append(Paragraph("A/A noise floor (baseline vs itself): "
                                 + ", ".join(f"{METRICS[k].label} {v:.2f}%" for k, v in run.floors.items())))
     headers = ["Metric", "Before", "After", "Δ%", "95% interval", "p", "MDE", "n", "Verdict"]
-    for s in run.summaries:
+    for s in run.serving_summaries:
         for p in run.points.values():
             rows = [_stats_row(k, s.cells[(p.point, k)]) for k in DETAIL]
             blocks.append(Section(f"{p.point}: {run.baseline} → {s.candidate}", 3,
