@@ -192,6 +192,8 @@ def test_smoke_matrix_runs_end_to_end_in_containers(engine, docker_run):
         assert info["image_info"]["id"].startswith("sha256:") and info["image_info"]["base_digest"]
         log = (run_dir / arm / "server-0.log").read_text()
         assert "Application startup complete" in log or "Started server process" in log, log[-2000:]
+        # the image preloads what vLLM's CPU worker looks for (tcmalloc, Intel OpenMP)
+        assert "libtcmalloc is not found in LD_PRELOAD" not in log and "libiomp is not found" not in log
     (patch,) = manifest["arms"]["patched"]["patches"]
     diff = REPO / "patches" / "synthetic-gate-delay" / "0.32.0.diff"
     assert patch["sha256"] == hashlib.sha256(diff.read_bytes()).hexdigest()
