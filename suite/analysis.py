@@ -53,6 +53,8 @@ DETAIL = ("output_throughput", "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", 
 DUPLICATES = {"mean_itl_ms": "mean_tpot_ms"}  # left out: equal by construction in vLLM's bench
 FAMILY_ALPHA = 0.05  # Holm: family-wise error rate over a candidate's cells
 NO_DATA = "NO DATA"
+OUTPUT_CHANGED = "OUTPUT CHANGED"  # the correctness word: greedy completions differ from the baseline's
+OUTPUT_IDENTICAL = "OUTPUT IDENTICAL"
 
 
 # ---------------------------------------------------------------------------------------------- run data
@@ -522,6 +524,15 @@ class CandidateSummary:
     left_out: tuple[str, ...] = ()  # values the primary test did not use (data quality)
     error: str | None = None  # why there is no primary test although both arms have rounds
     family_alpha: float = FAMILY_ALPHA
+
+    @property
+    def word(self) -> str:
+        """The card's word: the speed outcome, or for a candidate without one (a correctness-only arm) what
+        greedy equivalence says."""
+        eq = self.correctness.equivalence
+        if (self.evaluation is None or self.overall == NO_DATA) and eq is not None:
+            return OUTPUT_CHANGED if eq.n_identical < eq.n else OUTPUT_IDENTICAL
+        return self.overall
 
     @property
     def regressions(self) -> list[CellResult]:

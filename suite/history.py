@@ -144,7 +144,7 @@ def index_run(run_dir: Path, db: Path | None = None) -> RunRow:
         jobs_failed=counts.get("failed"),
         jobs_missing=counts.get("missing"),
         points=len(run.points),
-        verdicts=[VerdictRow(s.candidate, s.baseline, s.overall, s.counts[Verdict.BETTER], s.counts[Verdict.WORSE],
+        verdicts=[VerdictRow(s.candidate, s.baseline, s.word, s.counts[Verdict.BETTER], s.counts[Verdict.WORSE],
                              s.counts[Verdict.NOT_SIGNIFICANT], s.counts[Verdict.UNRELIABLE],
                              s.geomean_throughput_pct) for s in summaries],
     )

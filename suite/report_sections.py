@@ -12,7 +12,7 @@ import json
 import math
 from typing import Any
 
-from suite.analysis import NO_DATA, CandidateSummary, RunData, failed_jobs
+from suite.analysis import NO_DATA, OUTPUT_CHANGED, CandidateSummary, RunData, failed_jobs
 from suite.document import (
     BulletList,
     Card,
@@ -41,8 +41,6 @@ MAX_SHOWN_PCT = 1000.0  # an MDE beyond +1,000 % (×11) is said in words
 MAX_CARD_HALF_WIDTH_LOG = math.log1p(MAX_SHOWN_PCT / 100)
 ERROR_CHARS = 300  # first line of a failed job's error, in both reports
 MAX_LISTED_CELLS = 8
-OUTPUT_CHANGED = "OUTPUT CHANGED"  # the correctness word: greedy completions differ from the baseline's
-OUTPUT_IDENTICAL = "OUTPUT IDENTICAL"
 
 
 # ---------------------------------------------------------------------------------------------- header
@@ -138,7 +136,7 @@ def card(run: RunData, s: CandidateSummary) -> Card:
         why = s.error or ("no serving rounds of both arms" if run.serves(s.candidate)
                           else "a correctness-only arm (serving: false)")
         if eq is not None:  # a correctness-only arm (or one without serving rounds): judged on its outputs
-            word = OUTPUT_CHANGED if changed else OUTPUT_IDENTICAL
+            word = s.word
             head = (f"greedy outputs differ from the baseline's in {eq.n - eq.n_identical} of {eq.n} prompts"
                     if changed else f"greedy outputs identical to the baseline's in all {eq.n} prompts")
             return Card(title_, word, outcome_style(word), head, correctness=correct,

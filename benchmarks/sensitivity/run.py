@@ -30,13 +30,13 @@ from pathlib import Path
 
 import yaml
 
-from suite.analysis import load_run, stopped_after, summarize_candidates
+from suite.analysis import OUTPUT_CHANGED, OUTPUT_IDENTICAL, load_run, stopped_after, summarize_candidates
 from suite.matrix import load_matrix
 from suite.proc import load_average
 from suite.verdict import Outcome
 
 REPO = Path(__file__).resolve().parents[2]
-SIGNIFICANT = {Outcome.REGRESSION.value, Outcome.IMPROVEMENT.value, Outcome.MIXED.value}
+SIGNIFICANT = {Outcome.REGRESSION.value, Outcome.IMPROVEMENT.value, Outcome.MIXED.value, OUTPUT_CHANGED}
 
 
 def _load() -> str:
@@ -92,7 +92,7 @@ def outcome_of(run_dir: Path) -> list[dict]:
         c = ev.composite if ev else None
         arm = run.matrix["arms"].get(s.candidate, {})
         delay = (arm.get("env") or {}).get("SUITE_GATE_DELAY_US")
-        rows.append({"run": str(run_dir), "candidate": s.candidate, "outcome": s.overall,
+        rows.append({"run": str(run_dir), "candidate": s.candidate, "outcome": s.word,
                      "delay_us": int(delay) if delay is not None else None,
                      "estimate_pct": c.estimate_pct if c else None, "ci": (c.rci_low_pct, c.rci_high_pct) if c
                      else None, "mde_pct": c.mde_pct if c else None, "rounds": c.n_rounds if c else None,
@@ -110,8 +110,8 @@ def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
 
 
 def table(rows: list[dict], walls: dict[str, float]) -> str:
-    words = [o.value for o in Outcome]
-    head = ["candidate / delay", "runs", "measured Δ (median, range)", *words, "significant (95 % CI)",
+    words = [*(o.value for o in Outcome), OUTPUT_CHANGED, OUTPUT_IDENTICAL]
+    head = ["candidate / delay", "runs", "measured Δ (median, range)", *words, "flagged (95 % CI)",
             "rounds (median)", "wall min (median)"]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     groups: dict[str, list[dict]] = {}

@@ -175,7 +175,7 @@ def _summary_lines(s: CandidateSummary, md: str, page: str) -> list[str]:
     comp = (f"composite {fmt_pct(c.estimate_pct)} {fmt_interval(c.rci_low_pct, c.rci_high_pct)}; "
             if c is not None else "")
     geo = fmt_pct(s.geomean_throughput_pct)
-    return [f"- **{s.candidate} vs {s.baseline}: {s.overall}** — {comp}output throughput (geomean) {geo}; cells "
+    return [f"- **{s.candidate} vs {s.baseline}: {s.word}** — {comp}output throughput (geomean) {geo}; cells "
             f"(Holm): {s.counts[Verdict.BETTER]} better, {s.counts[Verdict.WORSE]} worse, "
             f"{s.counts[Verdict.NOT_SIGNIFICANT]} not significant, {s.counts[Verdict.UNRELIABLE]} unreliable "
             f"([report]({md}), [html]({page}))"]
