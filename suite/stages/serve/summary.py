@@ -101,7 +101,9 @@ def serving_section(run: RunData) -> Section | None:
     blocks: list = [Paragraph(
         "Geometric mean over repeats, baseline → candidate, Δ% (the ratio of those geometric means) with its 95 % "
         "interval; ▲ better, ▼ worse (significant after Holm over every cell of the candidate), · not "
-        "significant, ? unreliable (with why). Prompts: the point's count, or its measuring time for a point "
+        "significant (a cell's own 95 % interval can exclude 0 and still not survive Holm over all the "
+        "candidate's cells; the verdict above comes from the primary test, not from the cells), ? unreliable "
+        "(with why). Prompts: the point's count, or its measuring time for a point "
         "sized by time; Measured: the shortest and longest measured duration of one repeat; completed / failed "
         "requests are summed over repeats; each baseline/candidate.")]
     for s in run.serving_summaries:
