@@ -41,6 +41,7 @@ MAX_SHOWN_PCT = 1000.0  # an MDE beyond +1,000 % (×11) is said in words
 MAX_CARD_HALF_WIDTH_LOG = math.log1p(MAX_SHOWN_PCT / 100)
 ERROR_CHARS = 300  # first line of a failed job's error, in both reports
 MAX_LISTED_CELLS = 8
+SESSION_CHECKS = ("drift", "bimodal-sessions")  # findings about an arm's rounds, which the primary test pairs
 
 
 # ---------------------------------------------------------------------------------------------- header
@@ -172,14 +173,19 @@ def card(run: RunData, s: CandidateSummary) -> Card:
     lines.append(f"where (point × metric cells, Holm over {s.family_size}): {s.counts[Verdict.WORSE]} worse, "
                  f"{s.counts[Verdict.BETTER]} better, {s.counts[Verdict.NOT_SIGNIFICANT]} not significant, "
                  f"{s.counts[Verdict.UNRELIABLE]} unreliable of {n}")
-    changed = s.regressions + s.improvements
-    for c_ in changed[:MAX_LISTED_CELLS]:
+    cells_changed = s.regressions + s.improvements
+    for c_ in cells_changed[:MAX_LISTED_CELLS]:
         lo_hi = fmt_interval(*c_.interval) if c_.interval else ""
         lines.append(f"{'▼ worse' if c_.verdict is Verdict.WORSE else '▲ better'}: {literal(c_.point)} "
                      f"{METRICS[c_.metric].label} {fmt_pct(c_.delta_pct)} {lo_hi}")
-    if len(changed) > MAX_LISTED_CELLS:
-        lines.append(f"… and {len(changed) - MAX_LISTED_CELLS} more significant cells (Serving and Statistics "
-                     "per point below)")
+    if len(cells_changed) > MAX_LISTED_CELLS:
+        lines.append(f"… and {len(cells_changed) - MAX_LISTED_CELLS} more significant cells (Serving and "
+                     "Statistics per point below)")
+    doubts = sorted({f"{f.check} ({f.arm})" for f in run.findings
+                     if f.check in SESSION_CHECKS and f.arm in (s.baseline, s.candidate)})
+    if doubts:  # what the rounds' independence rests on: the Data quality box has the numbers
+        lines.append(f"data quality: {', '.join(literal(d) for d in doubts)} — the rounds may not be independent "
+                     "draws; see Data quality")
     return Card(title_, s.overall, outcome_style(s.overall), headline, mde=mde, rounds=rounds, correctness=correct,
                 lines=lines)
 

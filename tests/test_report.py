@@ -376,3 +376,14 @@ def test_a_correctness_only_arm_reads_output_changed_and_has_no_serving_rows(tmp
     assert "### baseline → patched" in text and "### baseline → wrong" not in text  # no rows of "missing"
     assert "isl64-osl16-c2-n8: baseline → wrong" not in text
     assert "responses changed on 2/4 questions" in text
+
+
+def test_the_card_points_at_session_findings_of_its_arms(tmp_path):
+    # the baseline's throughput climbs 8 % a round (a drifting machine): the drift check names it, and the
+    # card of the candidate compared with it says so beside the verdict
+    root = make_run(tmp_path, scaled([100, 108, 117, 126, 136], [100, 101, 99, 100, 101]), repeats=5)
+    text = build_report(root).read_text()
+    card = text.split("## Verdict")[1].split("\n\n")[1]
+    assert "- data quality: drift (baseline) — the rounds may not be independent draws; see Data quality" in card
+    quiet = make_run(tmp_path / "quiet", scaled([100, 101, 99, 100, 101], [100, 101, 99, 100, 101]), repeats=5)
+    assert "data quality:" not in build_report(quiet).read_text().split("## Verdict")[1].split("\n\n")[1]
