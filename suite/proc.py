@@ -221,3 +221,47 @@ def cpu_timings(seconds: float, cpus: list[int] | None = None, pause_s: float = 
     finally:
         os.sched_setaffinity(0, set(allowed))
     return out
+
+
+WATCHDOG = """
+import os, signal, sys, time
+pgid, grace = int(sys.argv[1]), float(sys.argv[2])
+def alive():
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+def end(*_):
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except ProcessLookupError:
+        sys.exit(0)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and alive():
+        time.sleep(0.2)
+    if alive():
+        os.killpg(pgid, signal.SIGKILL)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, end)
+signal.signal(signal.SIGHUP, end)
+while alive():
+    time.sleep(1.0)
+"""
+
+
+def group_watchdog(pgid: int, grace_s: float = 10.0) -> subprocess.Popen | None:
+    """A small process that ends the process group ``pgid`` (SIGTERM, then SIGKILL after ``grace_s``) when
+    `suite` dies without stopping it (kill -9, OOM killer), and exits by itself once the group is gone.
+
+    The parent-death signal alone reaches only the group's leader: a vLLM API server that gets it while its
+    engine is still starting can wait for that engine forever, and its engine and worker processes do not
+    watch their parent. Linux only (None elsewhere)."""
+    hook = parent_death_hook()
+    if hook is None:
+        return None
+    return subprocess.Popen([sys.executable, "-I", "-c", WATCHDOG, str(pgid), str(grace_s)],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True, preexec_fn=hook)

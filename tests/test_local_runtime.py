@@ -75,3 +75,38 @@ def test_cpu_servers_preload_vllms_libraries_after_the_users(tmp_path, monkeypat
     off = LocalRuntime(parse_matrix(MATRIX, "m.yaml"), tmp_path / ".cache")
     assert off.preload == [] and "LD_PRELOAD" not in off.arm_vars(
         ArmEnv(arm="baseline", vllm_version="0.32.0+cpu", pythonpath=None), tmp_path / "c")
+
+
+def _group(cmd: str):
+    import subprocess
+
+    return subprocess.Popen(["sh", "-c", cmd], start_new_session=True)
+
+
+def test_the_watchdog_ends_a_server_group_that_ignores_sigterm_when_suite_dies():
+    import signal
+    import time
+
+    from suite.proc import group_watchdog, wait_group_gone
+
+    # a leader that ignores SIGTERM (a vLLM API server waiting for its engine) and a child of it
+    group = _group("trap '' TERM; sleep 60 & sleep 60; wait")
+    dog = group_watchdog(group.pid, grace_s=1.0)
+    time.sleep(0.5)
+    dog.send_signal(signal.SIGTERM)  # what the parent-death signal sends when suite is killed
+    assert dog.wait(timeout=10) == 0
+    assert wait_group_gone(group.pid, 5.0)
+    group.wait(timeout=5)
+
+
+def test_the_watchdog_leaves_by_itself_when_the_group_is_stopped():
+    import time
+
+    from suite.proc import group_watchdog, stop_group
+
+    group = _group("sleep 60")
+    dog = group_watchdog(group.pid)
+    time.sleep(0.3)
+    assert dog.poll() is None  # watching
+    assert stop_group(group, grace_s=2.0)
+    assert dog.wait(timeout=5) == 0

@@ -192,7 +192,9 @@ def test_report_numbers_equal_the_raw_results(killed_run) -> None:
         for i, key in enumerate(HEADLINE):
             cell = rows[conc][4 + i]
             assert cell.startswith(f"{fmt(raw['baseline'][key])} → {fmt(raw['patched'][key])} "), (key, cell)
-        assert rows[conc][4 + len(HEADLINE)] == "4/4"  # completed requests, baseline/patched
+        durations = " / ".join(f"{raw[arm]['duration']:.1f}" for arm in ("baseline", "patched"))
+        assert rows[conc][4 + len(HEADLINE)] == durations  # measured seconds of the one repeat, per arm
+        assert rows[conc][5 + len(HEADLINE)] == "4/4"  # completed requests, baseline/patched
 
 
 def test_killed_job_is_reported_and_resubmitted(killed_run) -> None:

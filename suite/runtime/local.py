@@ -23,7 +23,7 @@ from typing import Any
 
 from suite.errors import ServerError, SuiteError
 from suite.matrix import ArmSpec
-from suite.proc import cpu_list, cpu_split, read_tail, start, stop_group
+from suite.proc import cpu_list, cpu_split, group_watchdog, read_tail, start, stop_group
 from suite.runtime.base import ArmEnv, RuntimeBase, ServerBase, ServerSpec
 
 STOP_GRACE_S = 30.0
@@ -109,6 +109,7 @@ class LocalServer(ServerBase):
     def __init__(self, spec: ServerSpec):
         self.spec = spec
         self.proc: subprocess.Popen | None = None
+        self.watchdog: subprocess.Popen | None = None
 
     def describe(self, what: str) -> str:
         code = self.proc.poll() if self.proc else None
@@ -124,7 +125,7 @@ class LocalServer(ServerBase):
                               header=header, cpus=self.spec.cpus)
         except SuiteError as exc:
             raise ServerError(f"arm {self.spec.arm}: {str(exc).splitlines()[0]}") from None
-
+        self.watchdog = group_watchdog(self.proc.pid)  # ends the whole server group if suite is killed
 
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -141,6 +142,13 @@ class LocalServer(ServerBase):
         if not stop_group(self.proc, grace_s=STOP_GRACE_S):
             raise ServerError(self.describe("could not be stopped"))
         self.proc = None
+        if self.watchdog is not None:  # it sees the group gone within a second
+            try:
+                self.watchdog.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.watchdog.kill()
+                self.watchdog.wait()
+            self.watchdog = None
 
 
 def short_tmpdir(key: Path) -> Path:
