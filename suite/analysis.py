@@ -54,6 +54,8 @@ DUPLICATES = {"mean_itl_ms": "mean_tpot_ms"}  # left out: equal by construction 
 FAMILY_ALPHA = 0.05  # Holm: family-wise error rate over a candidate's cells
 NO_DATA = "NO DATA"
 OUTPUT_CHANGED = "OUTPUT CHANGED"  # the correctness word: greedy completions differ from the baseline's
+CONTROL_PASSED = "CONTROL PASSED"  # the A/A control: two identical arms, no difference found
+CONTROL_FAILED = "CONTROL FAILED"  # the A/A control: two identical arms called different (a false alarm)
 OUTPUT_IDENTICAL = "OUTPUT IDENTICAL"
 
 
@@ -122,6 +124,15 @@ class RunData:
     def summaries(self) -> list[CandidateSummary]:
         """One per candidate, computed once: every section and command reads these same values."""
         return summarize_candidates(self, self.floors)
+
+    @cached_property
+    def control(self) -> CandidateSummary | None:
+        """The A/A control: the baseline's second arm judged by the same primary test as a candidate (never
+        pooled with itself). Two identical arms: a REGRESSION / IMPROVEMENT / MIXED here is a false alarm of
+        this run, the measure of how far its speed verdicts can be trusted. None without an A/A arm."""
+        if self.aa_arm is None:
+            return None
+        return summarize_candidate(self, self.aa_arm, self.floors, verdict_spec(self))
 
     @cached_property
     def findings(self) -> list[Finding]:
@@ -486,10 +497,12 @@ def primary(run: RunData, cand: str, spec: VerdictSpec, *, look: int | None = No
     """The candidate's primary test. ``look``: evaluate the first ``look`` rounds (round index < look) at the
     design's look for that many rounds, as the sequential runner does after each round and the report does for
     a run that stopped early; None: every stored round. ``final``: no more rounds will come (an undecided test
-    is INCONCLUSIVE). The A/A arm's rounds are pooled only under ABBA, where they share the baseline's rounds."""
+    is INCONCLUSIVE). The A/A arm's rounds are pooled only under ABBA, where they share the baseline's rounds,
+    and never into the A/A arm's own test (the control)."""
     base, left_b = round_data(run, run.baseline, spec.metrics)
     new, left_c = round_data(run, cand, spec.metrics)
-    aa = round_data(run, run.aa_arm, spec.metrics)[0] if run.aa_arm and run.paired else None
+    pool = run.aa_arm is not None and run.paired and cand != run.aa_arm
+    aa = round_data(run, run.aa_arm, spec.metrics)[0] if pool and run.aa_arm else None
     k = None
     if look is not None:
         base, new = {r: v for r, v in base.items() if r < look}, {r: v for r, v in new.items() if r < look}
@@ -533,6 +546,15 @@ class CandidateSummary:
         if (self.evaluation is None or self.overall == NO_DATA) and eq is not None:
             return OUTPUT_CHANGED if eq.n_identical < eq.n else OUTPUT_IDENTICAL
         return self.overall
+
+    @property
+    def control_word(self) -> str:
+        """The word of this summary read as the A/A control (the A/A arm against its own baseline): any
+        confirmed change between two identical arms is a false alarm."""
+        if self.evaluation is None or self.overall == NO_DATA:
+            return NO_DATA
+        changed = self.overall in (Outcome.IMPROVEMENT.value, Outcome.REGRESSION.value, Outcome.MIXED.value)
+        return CONTROL_FAILED if changed else CONTROL_PASSED
 
     @property
     def regressions(self) -> list[CellResult]:

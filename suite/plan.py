@@ -5,7 +5,10 @@ Pure: no I/O, no processes. ``format_plan`` prints it for ``suite run --dry-run`
 Orders:
 - ``blocked``: one server per arm; inside it, repeat r runs every point before repeat r+1.
 - ``abba``: every repeat is a fresh server per arm, and the arm order alternates between rounds
-  (A B, B A, A B, ...), so slow drift of the machine cancels out of the difference.
+  (A B, B A, A B, ...), so slow drift of the machine cancels out of the difference. With three or more
+  serving arms each pair of rounds also rotates the order (A B C, C B A, B C A, A C B, ...): every arm's
+  mean slot stays the same (linear drift still cancels), and no arm (the A/A arm beside the baseline, a
+  candidate in the middle) keeps the same slot and neighbours in every round (``round_order``).
 The A/A mode adds an arm ``<baseline>.aa`` that is the baseline again; the drift check repeats the first
 serve point at the end of every session.
 """
@@ -160,6 +163,15 @@ def _offline_jobs(matrix: Matrix, arms: dict[str, ArmSpec], arm: str, session: i
     return jobs
 
 
+def round_order(arms: list[str], r: int) -> list[str]:
+    """The arm order of round r under ABBA: rounds come in mirrored pairs (order, reversed order), so every
+    arm's mean slot over a pair is the same; with three or more arms, pair k starts from the k-th arm
+    (a cyclic shift), so slots and neighbours rotate too. Two arms: A B, B A, A B, B A."""
+    k = (r // 2) % len(arms) if len(arms) >= 3 else 0
+    order = arms[k:] + arms[:k]
+    return order if r % 2 == 0 else order[::-1]
+
+
 def build_plan(matrix: Matrix) -> Plan:
     arms = effective_arms(matrix)
     names = list(arms)
@@ -177,10 +189,11 @@ def build_plan(matrix: Matrix) -> Plan:
             for arm in names:
                 add(arm, _server_jobs(matrix, arms, arm, counters[arm], range(matrix.rounds), True), True)
         else:  # abba: one fresh server per arm per repeat, arm order alternating between rounds
+            serving = [a for a in names if arms[a].serving]
             for r in range(matrix.rounds):
-                for arm in names if r % 2 == 0 else list(reversed(names)):
-                    if r == 0 or arms[arm].serving:  # a correctness-only arm: its first session only
-                        add(arm, _server_jobs(matrix, arms, arm, counters[arm], range(r, r + 1), r == 0), True)
+                # a correctness-only arm: its first session only, in its declared place
+                for arm in names if r == 0 else round_order(serving, r):
+                    add(arm, _server_jobs(matrix, arms, arm, counters[arm], range(r, r + 1), r == 0), True)
     for arm in names:
         add(arm, _offline_jobs(matrix, arms, arm, counters[arm]), False)
     if matrix.profile is not None:

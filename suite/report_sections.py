@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from typing import Any
 
-from suite.analysis import NO_DATA, OUTPUT_CHANGED, CandidateSummary, RunData, failed_jobs
+from suite.analysis import CONTROL_FAILED, NO_DATA, OUTPUT_CHANGED, CandidateSummary, RunData, failed_jobs
 from suite.document import (
     BulletList,
     Card,
@@ -186,8 +187,36 @@ def card(run: RunData, s: CandidateSummary) -> Card:
     if doubts:  # what the rounds' independence rests on: the Data quality box has the numbers
         lines.append(f"data quality: {', '.join(literal(d) for d in doubts)} — the rounds may not be independent "
                      "draws; see Data quality")
+    ctrl = run.control
+    if ctrl is not None and ctrl.control_word == CONTROL_FAILED and ctrl.evaluation is not None:
+        cc = ctrl.evaluation.composite
+        lines.insert(0, f"**A/A control failed**: two identical arms differed by {fmt_pct(cc.estimate_pct)} "
+                        f"{_interval(cc.rci_low_pct, cc.rci_high_pct)} in this run; a speed verdict here is "
+                        "evidence only for a change well beyond that (see the A/A control card)")
     return Card(title_, s.overall, outcome_style(s.overall), headline, mde=mde, rounds=rounds, correctness=correct,
                 lines=lines)
+
+
+def control_card(run: RunData, s: CandidateSummary) -> Card:
+    """The A/A control: the baseline started again as its own arm, judged by the candidates' primary test."""
+    base = card(run, s)
+    word = s.control_word
+    eq = s.correctness.equivalence
+    if word == CONTROL_FAILED:
+        why = ("the same test called two identical arms different: this run's rounds were not independent draws "
+               "(the machine's speed drifted, or sessions differed); a candidate verdict near this size is not "
+               "evidence — rerun on a steadier machine or with more rounds")
+    elif word == NO_DATA:
+        why = "no A/A result: the control could not be judged"
+    else:
+        why = ("the same test found no change between two identical arms (the baseline started again in every "
+               "round): the candidates' verdicts rest on noise this run measured")
+    lines = [why] + [ln for ln in base.lines if not ln.startswith("no speed verdict")]
+    if eq is not None and eq.n_identical < eq.n:
+        lines.insert(1, f"greedy outputs of two identical arms differ in {eq.n - eq.n_identical} of {eq.n} prompts: "
+                        "the server is not deterministic here, so greedy equivalence is no evidence in this run")
+    return replace(base, title=f"A/A control: {literal(s.candidate)} vs {literal(s.baseline)}", word=word,
+                   style=outcome_style(word), lines=lines)
 
 
 def verdict_section(run: RunData) -> Section:
@@ -200,8 +229,12 @@ def verdict_section(run: RunData) -> Section:
         "**REGRESSION** / **IMPROVEMENT**: its interval excludes 0; **EQUIVALENT**: the interval lies inside "
         f"±{spec.target_pct:g} % (TOST); **MIXED**: one metric confirmed better and another worse; "
         "**INCONCLUSIVE**: none of these, with the smallest change the run could have detected. The cells below "
-        "only show where it changed.")
-    return Section("Verdict", 2, [card(run, s) for s in run.summaries] + [legend], anchor="verdict")
+        "only show where it changed."
+        + (" **A/A control**: the baseline started again as a second arm and judged by the same test; "
+           "**CONTROL FAILED** means two identical arms came out different, so this run's speed verdicts are "
+           "suspect." if run.control is not None else ""))
+    control = [control_card(run, run.control)] if run.control is not None else []
+    return Section("Verdict", 2, [card(run, s) for s in run.summaries] + control + [legend], anchor="verdict")
 
 
 def data_quality_section(run: RunData) -> Section | None:

@@ -38,10 +38,11 @@ class Look:
 
 
 def evaluate_look(run_dir: Path, spec: VerdictSpec, rounds: int, final: bool) -> Look:
-    """Every candidate's primary test on the first ``rounds`` rounds stored in the run directory."""
+    """Every serving candidate's primary test on the first ``rounds`` rounds stored in the run directory (a
+    correctness-only arm has no speed test to wait for: it would keep every run to its last look)."""
     run = load_run(run_dir)
     outcomes, decided, reasons = {}, {}, {}
-    for cand in run.candidates:
+    for cand in (c for c in run.candidates if run.serves(c)):
         res = primary(run, cand, spec, look=rounds, final=final)
         ev = res.evaluation
         if ev is None:

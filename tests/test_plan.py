@@ -33,6 +33,25 @@ def test_abba_alternates_arms_with_fresh_servers():
     assert {j.repeat for j in plan.sessions[2].jobs} == {1}
 
 
+def test_abba_with_three_or_more_arms_rotates_slots_and_keeps_drift_balance():
+    extra = 'aa: true\norder: abba\nrepeats: 4\n'
+    plan = build_plan(parse_matrix(BASE.replace("  B: {", "  C: {vllm: \"0.32.0\", patches: [y]}\n  B: {") + extra))
+    rounds = [[s.arm for s in plan.sessions if s.jobs[0].repeat == r] for r in range(4)]
+    assert rounds == [["A", "A.aa", "C", "B"], ["B", "C", "A.aa", "A"],
+                      ["A.aa", "C", "B", "A"], ["A", "B", "C", "A.aa"]]
+    slots = {arm: [order.index(arm) for order in rounds] for arm in rounds[0]}
+    assert all(sum(s) / 4 == 1.5 for s in slots.values())  # linear drift cancels for every arm
+    assert len({tuple(s) for s in slots.values()}) == 4 and slots["A.aa"] != [1, 2, 1, 2]  # A/A not pinned
+
+
+def test_correctness_only_arm_keeps_its_place_in_round_zero_only():
+    matrix = BASE.replace("  B: {", "  W: {vllm: \"0.32.0\", patches: [y], serving: false}\n  C: {vllm: \"0.32.0\"}\n  B: {")
+    plan = build_plan(parse_matrix(matrix + "order: abba\nrepeats: 4\naccuracy: {limit: 10}\n"))
+    rounds = [[s.arm for s in plan.sessions if s.jobs[0].repeat == r] for r in range(4)]
+    assert rounds[0] == ["A", "W", "C", "B"]
+    assert rounds[1:] == [["B", "C", "A"], ["C", "B", "A"], ["A", "B", "C"]]
+
+
 def test_aa_arm_and_drift_check():
     plan = plan_of("aa: true\ndrift_check: true\n")
     assert list(plan.arms) == ["A", "A.aa", "B"]

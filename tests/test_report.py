@@ -387,3 +387,43 @@ def test_the_card_points_at_session_findings_of_its_arms(tmp_path):
     assert "- data quality: drift (baseline) — the rounds may not be independent draws; see Data quality" in card
     quiet = make_run(tmp_path / "quiet", scaled([100, 101, 99, 100, 101], [100, 101, 99, 100, 101]), repeats=5)
     assert "data quality:" not in build_report(quiet).read_text().split("## Verdict")[1].split("\n\n")[1]
+
+
+AA_MATRIX = MATRIX + "aa: true\n"
+
+
+def aa_values(aa_shift: float):
+    """The A/A arm is the baseline again (within 1 %), shifted by aa_shift; the candidate 20 % slower."""
+    noise = {"baseline": (100, 112, 95, 104), "baseline.aa": (101, 111, 95.5, 103), "patched": (80, 91, 74, 85)}
+
+    def values(arm: str, conc: int, r: int):
+        t = noise[arm][r] * (aa_shift if arm == "baseline.aa" else 1.0)
+        return t, 100.0 / t
+    return values
+
+
+def test_the_aa_control_passes_for_two_identical_arms_and_is_never_pooled_with_itself(tmp_path):
+    root = make_run(tmp_path, aa_values(1.0), order="abba", repeats=4, matrix_text=AA_MATRIX)
+    run = load_run(root)
+    assert [s.candidate for s in run.summaries] == ["patched"]  # the A/A arm is no candidate
+    ctrl = run.control
+    assert ctrl is not None and ctrl.candidate == "baseline.aa" and ctrl.control_word == "CONTROL PASSED"
+    assert ctrl.evaluation is not None and ctrl.evaluation.composite.pooled is False
+    assert run.summaries[0].evaluation.composite.pooled is True  # the candidate's test does pool it
+    text = build_report(root).read_text()
+    assert "- **A/A control: baseline.aa vs baseline: CONTROL PASSED** — composite " in text
+    assert "A/A control failed" not in text
+    assert "class='card ov-control-passed'" in render_html(run)
+
+
+def test_a_failed_aa_control_is_named_on_every_candidate_card(tmp_path):
+    root = make_run(tmp_path, aa_values(1.2), order="abba", repeats=4, matrix_text=AA_MATRIX)
+    run = load_run(root)
+    assert run.control is not None and run.control.overall == "IMPROVEMENT"
+    assert run.control.control_word == "CONTROL FAILED"
+    text = build_report(root).read_text()
+    verdict = text.split("## Verdict")[1].split("\n## ")[0]
+    assert "- **A/A control: baseline.aa vs baseline: CONTROL FAILED** — composite +" in verdict
+    est = run.control.evaluation.composite.estimate_pct
+    cand_card = verdict.split("- **patched vs baseline:")[1].split("- **A/A control: ")[0]
+    assert f"**A/A control failed**: two identical arms differed by {est:+.1f}% [" in cand_card

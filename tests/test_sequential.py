@@ -42,3 +42,15 @@ def test_budget_stops_at_the_last_look_that_fits(tmp_path, monkeypatch):
     assert tight.stop_after == 2 and "budget" in tight.why and look.final
     assert not tight.needed(2) and tight.needed(1) and tight.needed(None)
     assert SequentialRun.resume(SPEC, None, tight.record()).stop_after == 2
+
+
+def test_a_correctness_only_arm_does_not_hold_the_run_to_its_last_look(tmp_path):
+    from tests.test_report import MATRIX, make_run, scaled
+    text = MATRIX.replace('  patched: {vllm: "0.32.0"}',
+                          '  patched: {vllm: "0.32.0"}\n  wrong: {vllm: "0.32.0", serving: false}')
+    root = make_run(tmp_path, scaled([100, 102, 99, 101], [70, 71, 69.5, 70.5]), order="abba", repeats=4,
+                    matrix_text=text)
+    seq = SequentialRun(spec=VerdictSpec(max_rounds=8, looks=(4, 8)), budget_s=None)
+    look = seq.after_round(root, 4, 4)
+    assert set(look.outcomes) == {"patched"} and look.outcomes["patched"] == "REGRESSION"
+    assert seq.stop_after == 4 and "every candidate decided" in seq.why
