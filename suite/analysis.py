@@ -501,8 +501,9 @@ def primary(run: RunData, cand: str, spec: VerdictSpec, *, look: int | None = No
     and never into the A/A arm's own test (the control)."""
     base, left_b = round_data(run, run.baseline, spec.metrics)
     new, left_c = round_data(run, cand, spec.metrics)
-    pool = run.aa_arm is not None and run.paired and cand != run.aa_arm
-    aa = round_data(run, run.aa_arm, spec.metrics)[0] if pool and run.aa_arm else None
+    if cand == run.aa_arm:  # the control: its own paired test, without the "not pooled" remark of a candidate
+        spec = spec.model_copy(update={"pool_aa": False})
+    aa = round_data(run, run.aa_arm, spec.metrics)[0] if run.aa_arm and run.paired and spec.pool_aa else None
     k = None
     if look is not None:
         base, new = {r: v for r, v in base.items() if r < look}, {r: v for r, v in new.items() if r < look}

@@ -209,8 +209,8 @@ def control_card(run: RunData, s: CandidateSummary) -> Card:
     elif word == NO_DATA:
         why = "no A/A result: the control could not be judged"
     else:
-        why = ("the same test found no change between two identical arms (the baseline started again in every "
-               "round): the candidates' verdicts rest on noise this run measured")
+        why = ("no false alarm: the same test found no change between two identical arms (the baseline started "
+               "again in every round)")
     lines = [why] + [ln for ln in base.lines if not ln.startswith("no speed verdict")]
     if eq is not None and eq.n_identical < eq.n:
         lines.insert(1, f"greedy outputs of two identical arms differ in {eq.n - eq.n_identical} of {eq.n} prompts: "

@@ -342,10 +342,11 @@ def execute_here(ctx: RunContext) -> dict[str, int]:
                     rounds_started += 1
                     look = seq.after_round(ctx.store.root, rnd + 1, rounds_started)
                     if look is not None:
-                        words = ", ".join(f"{c} {o}" for c, o in look.outcomes.items())
+                        words = ", ".join(f"{c} {o}" for c, o in look.outcomes.items()) + (
+                            f"; A/A control {look.control}" if look.control else "")
                         ctx.console.print(f"look after {look.rounds} rounds: {words}"
                                           + (f"; stopping: {seq.why}" if seq.stop_after is not None else ""),
-                                          markup=False, highlight=False)
+                                          markup=False, highlight=False, soft_wrap=True)
                         ctx.store.update_manifest(sequential=seq.record())
     except KeyboardInterrupt:
         status = "interrupted"

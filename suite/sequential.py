@@ -31,10 +31,11 @@ class Look:
     decided: dict[str, bool]
     reasons: dict[str, str]
     final: bool
+    control: str | None = None  # the A/A arm's outcome under the same test (never a reason to stop)
 
     def record(self) -> dict[str, Any]:
         return {"rounds": self.rounds, "outcomes": self.outcomes, "decided": self.decided, "reasons": self.reasons,
-                "final": self.final}
+                "final": self.final, "control": self.control}
 
 
 def evaluate_look(run_dir: Path, spec: VerdictSpec, rounds: int, final: bool) -> Look:
@@ -51,7 +52,11 @@ def evaluate_look(run_dir: Path, spec: VerdictSpec, rounds: int, final: bool) ->
         outcomes[cand] = str(ev.outcome)
         decided[cand] = bool(ev.composite.decided)
         reasons[cand] = ev.reason
-    return Look(rounds=rounds, outcomes=outcomes, decided=decided, reasons=reasons, final=final)
+    control = None
+    if run.aa_arm is not None:
+        ctrl = primary(run, run.aa_arm, spec, look=rounds, final=final).evaluation
+        control = str(ctrl.outcome) if ctrl is not None else "INCONCLUSIVE"
+    return Look(rounds=rounds, outcomes=outcomes, decided=decided, reasons=reasons, final=final, control=control)
 
 
 @dataclass
