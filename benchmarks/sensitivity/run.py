@@ -9,7 +9,8 @@ Each run is one `suite run` of a two-arm matrix derived from the demo's (model, 
 order, repeats/budget and verdict block of `--matrix`; no eval): `baseline` (the installed vLLM) against
 `gate-<d>us`, the patch set `synthetic-gate-delay` with `SUITE_GATE_DELAY_US=d`. Level 0 is the same patched
 door with the delay off (the patched module tests one constant and does nothing): an A/A run whose every
-REGRESSION, IMPROVEMENT or MIXED is a false positive. Runs go level by level in a shuffled order per replicate,
+REGRESSION, IMPROVEMENT or MIXED is a false positive; a run with an A/A arm (`aa: true`, as the demo) adds
+its A/A control as one more row. Runs go level by level in a shuffled order per replicate,
 one server at a time. The table gives, per level: the measured effect (the primary test's estimate), the
 verdict counts, the detection rate with a Wilson 95 % interval, rounds used and wall time per run. Run it on a
 quiet box; it prints the load average before and after every run.
@@ -84,15 +85,18 @@ def run_one(out: Path, source: Path, delay_us: int, replicate: int, budget_min: 
 
 
 def outcome_of(run_dir: Path) -> list[dict]:
-    """One row per candidate of a stored run: its verdict word, estimate and interval, rounds used."""
+    """One row per candidate of a stored run: its verdict word, estimate and interval, rounds used; and one
+    for the A/A control when the run has one (its raw outcome: anything significant is a false alarm)."""
     run = load_run(run_dir)
     rows = []
-    for s in summarize_candidates(run):
+    for s in summarize_candidates(run) + ([run.control] if run.control is not None else []):
         ev = s.evaluation
         c = ev.composite if ev else None
         arm = run.matrix["arms"].get(s.candidate, {})
         delay = (arm.get("env") or {}).get("SUITE_GATE_DELAY_US")
-        rows.append({"run": str(run_dir), "candidate": s.candidate, "outcome": s.word,
+        control = s.candidate == run.aa_arm
+        rows.append({"run": str(run_dir), "candidate": s.candidate + (" (A/A control)" if control else ""),
+                     "outcome": s.overall if control else s.word,
                      "delay_us": int(delay) if delay is not None else None,
                      "estimate_pct": c.estimate_pct if c else None, "ci": (c.rci_low_pct, c.rci_high_pct) if c
                      else None, "mde_pct": c.mde_pct if c else None, "rounds": c.n_rounds if c else None,
@@ -178,8 +182,10 @@ def main() -> int:
     text = table(rows, walls)
     print(text)
     for r in rows:
-        print(f"- {r['run']}: {r['candidate']} {r['outcome']} {r['estimate_pct'] if r['estimate_pct'] is None else round(r['estimate_pct'], 1)} % "
-              f"after {r['rounds']} rounds (MDE {r['mde_pct'] and round(r['mde_pct'], 1)} %)")
+        speed = ("no speed test" if r["estimate_pct"] is None else
+                 f"{r['estimate_pct']:+.1f} % after {r['rounds']} rounds"
+                 + (f" (MDE {r['mde_pct']:.1f} %)" if r["mde_pct"] is not None else ""))
+        print(f"- {r['run']}: {r['candidate']} {r['outcome']} {speed}")
     if out is not None:
         (out / "table.md").write_text(text)
         (out / "rows.json").write_text(json.dumps(rows, indent=2))
