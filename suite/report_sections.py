@@ -49,7 +49,8 @@ SESSION_CHECKS = ("drift", "bimodal-sessions")  # findings about an arm's rounds
 
 
 def title(run: RunData) -> str:
-    return f"{literal(run.matrix.get('name', run.root.name))}: {literal(' vs '.join(run.arms))}"
+    compared = [a for a in run.arms if a != run.aa_arm]  # the A/A arm is the control, not a compared arm
+    return f"{literal(run.matrix.get('name', run.root.name))}: {literal(' vs '.join(compared))}"
 
 
 def intro(run: RunData) -> list[Paragraph | BulletList | Note]:

@@ -411,6 +411,7 @@ def test_the_aa_control_passes_for_two_identical_arms_and_is_never_pooled_with_i
     assert ctrl.evaluation is not None and ctrl.evaluation.composite.pooled is False
     assert run.summaries[0].evaluation.composite.pooled is True  # the candidate's test does pool it
     text = build_report(root).read_text()
+    assert text.startswith("# rep: baseline vs patched\n")  # the control is no compared arm
     assert "- **A/A control: baseline.aa vs baseline: CONTROL PASSED** — composite " in text
     assert "A/A control failed" not in text
     assert "class='card ov-control-passed'" in render_html(run)
