@@ -189,7 +189,8 @@ def card(run: RunData, s: CandidateSummary) -> Card:
         lines.append(f"data quality: {', '.join(literal(d) for d in doubts)} — the rounds may not be independent "
                      "draws; see Data quality")
     ctrl = run.control
-    if ctrl is not None and ctrl.control_word == CONTROL_FAILED and ctrl.evaluation is not None:
+    if (ctrl is not None and ctrl.control_word == CONTROL_FAILED and ctrl.evaluation is not None
+            and s.candidate != run.aa_arm):
         cc = ctrl.evaluation.composite
         lines.insert(0, f"**A/A control failed**: two identical arms differed by {fmt_pct(cc.estimate_pct)} "
                         f"{_interval(cc.rci_low_pct, cc.rci_high_pct)} in this run; a speed verdict here is "

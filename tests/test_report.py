@@ -428,3 +428,4 @@ def test_a_failed_aa_control_is_named_on_every_candidate_card(tmp_path):
     est = run.control.evaluation.composite.estimate_pct
     cand_card = verdict.split("- **patched vs baseline:")[1].split("- **A/A control: ")[0]
     assert f"**A/A control failed**: two identical arms differed by {est:+.1f}% [" in cand_card
+    assert verdict.count("**A/A control failed**") == 1  # on the candidate's card, not on the control's own
