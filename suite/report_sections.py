@@ -213,7 +213,7 @@ def control_card(run: RunData, s: CandidateSummary) -> Card:
     else:
         why = ("no false alarm: the same test found no change between two identical arms (the baseline started "
                "again in every round)")
-    lines = [why] + [ln for ln in base.lines if not ln.startswith("no speed verdict")]
+    lines = [why, *base.lines]
     if eq is not None and eq.n_identical < eq.n:
         lines.insert(1, f"greedy outputs of two identical arms differ in {eq.n - eq.n_identical} of {eq.n} prompts: "
                         "the server is not deterministic here, so greedy equivalence is no evidence in this run")
