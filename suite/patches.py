@@ -301,8 +301,9 @@ def _unique_block(src: list[bytes], block: list[bytes], lo: int) -> int | None:
 
 def apply_hunks(original: bytes | None, fp: FilePatch) -> bytes | None:
     """Apply one file's hunks with zero fuzz: each hunk's old lines (context and removed) must occur exactly,
-    at the stated line or, when an earlier set moved them, at their only exact occurrence after the previous
-    hunk. Returns None when the file is deleted."""
+    at the stated line (shifted by the offset at which the previous hunk matched) or, when an earlier set
+    moved them, at their only exact occurrence after the previous hunk. Returns None when the file is
+    deleted."""
     if fp.old_path is None:
         if original is not None:
             raise HunkError(fp.hunks[0], "the diff creates this file but it already exists")
@@ -313,9 +314,11 @@ def apply_hunks(original: bytes | None, fp: FilePatch) -> bytes | None:
         src = original.splitlines(keepends=True)
     out: list[bytes] = []
     pos = 0  # next unconsumed index in src
+    offset = 0  # how far the previous hunk sat from its stated line (another set moved the file's lines)
     for hunk in fp.hunks:
         old = hunk.old_lines()
-        start = hunk.old_start - 1 if hunk.old_len else hunk.old_start  # len 0: insert *after* old_start
+        stated = hunk.old_start - 1 if hunk.old_len else hunk.old_start  # len 0: insert *after* old_start
+        start = stated + offset  # first guess: where the previous hunk's offset puts it
         if start < pos:
             raise HunkError(hunk, "hunks overlap or are out of order")
         actual = src[start : start + len(old)]
@@ -335,6 +338,7 @@ def apply_hunks(original: bytes | None, fp: FilePatch) -> bytes | None:
         out.extend(src[pos:start])
         out.extend(hunk.new_lines())
         pos = start + len(old)
+        offset = start - stated
     out.extend(src[pos:])
     if fp.new_path is None:
         if out:

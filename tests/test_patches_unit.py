@@ -301,3 +301,105 @@ def test_cli_apply_diff_file(sets_dir, site, tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     assert (site / MODULE).read_text() == ORIGINAL
+
+
+# ---------------------------------------------------------------- two sets on one file: offsets carry over
+
+
+def test_second_set_hunks_follow_the_offset_of_its_first(sets_dir, site):
+    """A set that adds lines near the top moves every later hunk of a second set: each must still land on its
+    exact lines (the previous hunk's offset carries over; no 'out of order' refusal)."""
+    # more lines than lie between the second set's two hunks, so its second hunk's stated line falls inside
+    # the (moved) first
+    top = ORIGINAL.replace("line 2\n", "line 2\n" + "".join(f"added {k}\n" for k in range(10)))
+    _make_set(sets_dir, "top", _diff(ORIGINAL, top))
+    two = ORIGINAL.replace("line 6\n", "line six\n").replace("line 16\n", "line sixteen\n")
+    _make_set(sets_dir, "two", _diff(ORIGINAL, two))
+    apply_patch_sets(["top", "two"], site, "0.32.0")
+    want = top.replace("line 6\n", "line six\n").replace("line 16\n", "line sixteen\n")
+    assert (site / MODULE).read_text() == want
+
+
+# ---------------------------------------------------------------- the repo's sets on vLLM 0.26.0
+
+GATE = "vllm/model_executor/layers/fused_moe/router/gate_linear.py"
+V026_SETS = ("ll-bf16-router-gemm-dispatch", "synthetic-gate-delay", "perturbed-gate-logits")
+
+
+@pytest.fixture(scope="module")
+def vllm_026() -> Path:
+    """vLLM 0.26.0's Python files (its wheel, pip-downloaded once into .cache/vllm-src; as the docker tests
+    get 0.33.0's)."""
+    from suite.patches import vllm_source_tree
+
+    return vllm_source_tree("0.26.0")
+
+
+def _patched_026(tree: Path, tmp_path: Path, *refs: str) -> str:
+    overlay = tmp_path / "overlay"
+    make_overlay(tree, overlay)
+    apply_patch_sets(list(refs), overlay, "0.26.0")
+    return (overlay / GATE).read_text()
+
+
+def test_cli_check_on_vllm_026(vllm_026):
+    proc = subprocess.run(
+        [sys.executable, "-m", "suite", "patches", "check", "--vllm", "0.26.0", "--json",
+         "--cache-dir", str(vllm_026.parent), *(a for s in V026_SETS for a in ("--set", s))],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert {r["set"]: r["status"] for r in json.loads(proc.stdout)} == dict.fromkeys(V026_SETS, "applies")
+
+
+def test_ll_bf16_026_moves_the_token_test_into_the_op(vllm_026, tmp_path):
+    import ast
+
+    before = (vllm_026 / GATE).read_text()
+    assert "x.shape[0] <= 16 and x.dtype == torch.bfloat16" in before  # the seed's branch in 0.26.0
+    after = _patched_026(vllm_026, tmp_path, "ll-bf16-router-gemm-dispatch")
+    tree = ast.parse(after)
+    forward = next(
+        n for c in tree.body if isinstance(c, ast.ClassDef) for n in c.body
+        if isinstance(n, ast.FunctionDef) and n.name == "forward"
+    )
+    src = ast.get_source_segment(after, forward)
+    tier1 = "\n".join(ln for ln in src.split("# Tier 2")[0].splitlines() if not ln.strip().startswith("#"))
+    assert "x.shape[0]" not in tier1 and "ll_bf16_gemm(" not in tier1
+    assert "torch.ops.vllm.ll_bf16_router_gemm_dispatch(\n                x, self.weight, self.LL_BF16_MAX_TOKENS" in tier1
+    assert "LL_BF16_MAX_TOKENS = 16" in after
+    impl = after.split("def ll_bf16_router_gemm_dispatch_impl(")[1].split("\ndef ")[0]
+    assert "if 0 < x.shape[0] <= max_tokens:" in impl
+    assert "return ll_bf16_gemm(x.contiguous(), weight)" in impl
+    assert "return torch.mm(x, weight.T, out_dtype=torch.float32)" in impl  # 0.26.0's tier 5
+    assert 'op_name="ll_bf16_router_gemm_dispatch"' in after and "fake_impl=ll_bf16_router_gemm_dispatch_fake" in after
+
+
+def test_synthetic_gate_delay_026_is_a_gpu_kernel_and_no_cuda_at_import(vllm_026, tmp_path):
+    import ast
+
+    after = _patched_026(vllm_026, tmp_path, "synthetic-gate-delay")
+    impl = after.split("def suite_gate_delay_impl(")[1].split("\ndef ")[0]
+    assert "torch.cuda._sleep(" in impl and "if x.is_cuda:" in impl and "perf_counter_ns" in impl
+    # nothing at module level touches CUDA (the API server imports the module without a GPU)
+    module_level = [n for n in ast.parse(after).body if not isinstance(n, ast.FunctionDef | ast.ClassDef)]
+    assert not any("torch.cuda" in ast.unparse(n) for n in module_level)
+    assert "x = torch.ops.vllm.suite_gate_delay(x)" in after
+
+
+def test_perturbed_gate_logits_026_rotates_every_return(vllm_026, tmp_path):
+    after = _patched_026(vllm_026, tmp_path, "perturbed-gate-logits")
+    forward = after.split("    def forward(")[1].split("\n_FP32_ROUTER_GEMM_MAX_TOKENS")[0]
+    returns = [ln.strip() for ln in forward.splitlines() if ln.strip().startswith("return ")]
+    assert len(returns) == 6 and all(r.startswith("return _suite_perturb(output), ") for r in returns)
+
+
+def test_026_sets_compose_ll_bf16_then_delay(vllm_026, tmp_path):
+    """The gemma4-h200 arms: ll-bf16 and the delay each alone, and stacked (ll-bf16 listed first)."""
+    both = _patched_026(vllm_026, tmp_path, "ll-bf16-router-gemm-dispatch", "synthetic-gate-delay")
+    compile(both, GATE, "exec")
+    assert "torch.ops.vllm.ll_bf16_router_gemm_dispatch(" in both and "torch.ops.vllm.suite_gate_delay(x)" in both
+    assert both.index("x = torch.ops.vllm.suite_gate_delay(x)") < both.index("# Tier 1: cuteDSL")
+    with pytest.raises(PatchError, match="ll-bf16-router-gemm-dispatch.*does not apply"):
+        _patched_026(vllm_026, tmp_path / "other", "synthetic-gate-delay", "ll-bf16-router-gemm-dispatch")
