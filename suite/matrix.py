@@ -12,6 +12,7 @@ without ``base_dir`` checks the text alone (no file system).
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 from dataclasses import dataclass
@@ -83,6 +84,13 @@ class ModelSpec(Strict):
     tokenizer: str | None = Field(None, description="tokenizer id or directory; defaults to the model")
     max_model_len: int = Field(2048, gt=0, le=MAX_MODEL_LEN,
                                description="--max-model-len, also the point feasibility limit")
+    load_format: Literal["auto", "dummy"] = Field(
+        "auto", description="vLLM's --load-format: auto = the checkpoint's weights; dummy = random weights of the "
+        "config's shapes (no weights needed: timings are real, outputs are not a model's; accuracy is refused)")
+    generate: str | None = Field(
+        None, description="a built-in generator (suite.fixtures.gemma4.GENERATORS: gemma4-26b-a4b, "
+        "gemma4-26b-a4b-6l) that writes model.id (config + tokenizer) when that directory does not exist yet; "
+        "needs load_format: dummy and a local directory id")
 
     @field_validator("id", "tokenizer", mode="before")
     @classmethod
@@ -92,9 +100,61 @@ class ModelSpec(Strict):
             raise ValueError("must not be empty")
         return value
 
+    @field_validator("generate")
+    @classmethod
+    def _generator(cls, value: str | None) -> str | None:
+        from suite.fixtures.gemma4 import GENERATORS
+
+        if value is not None and value not in GENERATORS:
+            raise ValueError(f"unknown generator {value!r} (known: {', '.join(GENERATORS)})")
+        return value
+
+    @model_validator(mode="after")
+    def _generated(self) -> ModelSpec:
+        if self.generate is not None:
+            if self.load_format != "dummy":
+                raise ValueError("generate: a generated model has no weights: it needs load_format: dummy")
+            if not self.id.startswith(LOCAL_PREFIXES):
+                raise ValueError(f"generate: writes a local directory: give model.id as one (./, ../, /, ~), not "
+                                 f"{self.id!r}")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: Any) -> Any:
+        data = handler(self)
+        if isinstance(data, dict):  # a model with real weights dumps (and hashes) as it always did
+            if self.load_format == "auto":
+                data.pop("load_format", None)
+            if self.generate is None:
+                data.pop("generate", None)
+        return data
+
     @property
     def name(self) -> str:
         return self.served_name or self.id
+
+    @property
+    def dummy(self) -> bool:
+        return self.load_format == "dummy"
+
+    def vllm_args(self) -> list[str]:
+        """The model's own vLLM engine flags, for `vllm serve` and `vllm bench latency` alike: ``--load-format
+        dummy``, and for a generated model its ``--hf-overrides`` (suite.fixtures.gemma4.HF_OVERRIDES)."""
+        if not self.dummy:
+            return []
+        args = ["--load-format", "dummy"]
+        if self.generate is not None:
+            from suite.fixtures.gemma4 import HF_OVERRIDES
+
+            args += ["--hf-overrides", json.dumps(HF_OVERRIDES, separators=(",", ":"))]
+        return args
+
+    def weights_note(self) -> str | None:
+        """One line for the report and the manifest when the weights are not a checkpoint's."""
+        if not self.dummy:
+            return None
+        config = f"real-shape config {self.generate}" if self.generate else "the config of this model"
+        return f"dummy (--load-format dummy, {config}): timings are real, outputs are not a model's"
 
 
 class DockerSpec(Strict):
@@ -620,6 +680,27 @@ class Matrix(Strict):
                                  "vLLM)")
         return self
 
+    @model_validator(mode="after")
+    def _model_flags(self) -> Matrix:
+        """The flags model: owns are given there only (vLLM would take the last copy silently), and dummy
+        weights claim no accuracy."""
+        owned = {"--load-format": "model.load_format (auto | dummy)"}
+        if self.model.generate is not None:
+            owned["--hf-overrides"] = (f"the generator: model.generate: {self.model.generate} passes its own "
+                                       "--hf-overrides (suite.fixtures.gemma4.HF_OVERRIDES)")
+        places = [("serve_args", self.serve_args)] + [(f"arms.{n}.serve_args", a.serve_args)
+                                                      for n, a in self.arms.items()]
+        for where, args in places:
+            for token in args:
+                name = token.split("=", 1)[0]
+                name = "--" + name[2:].replace("_", "-") if name.startswith("--") else name
+                if name in owned:
+                    raise ValueError(f"{where}: {name} is set by {owned[name]}; remove it from serve_args")
+        if self.accuracy is not None and self.model.dummy:
+            raise ValueError("accuracy: model.load_format: dummy serves random weights, so an accuracy score "
+                             "would say nothing about the model: remove accuracy: (or serve real weights)")
+        return self
+
     @property
     def baseline_arm(self) -> str:
         return self.baseline or next(iter(self.arms))
@@ -681,14 +762,18 @@ def _clean_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:
 
 # A whole-matrix check about one place names it first ("serve[2]: ...", "arms.patched.vllm: ..."), so that the
 # error points at that place's line.
-LOCATED = re.compile(r"^(?:(serve|latency)\[(\d+)\]|arms\.([A-Za-z0-9][A-Za-z0-9_.-]*)\.(vllm|patches)): ")
+LOCATED = re.compile(r"^(?:(serve|latency)\[(\d+)\]|arms\.([A-Za-z0-9][A-Za-z0-9_.-]*)\.(vllm|patches|serve_args)"
+                     r"|(serve_args|accuracy)): ")
 
 
 def _located(msg: str) -> tuple[tuple[Any, ...], str] | None:
     m = LOCATED.match(msg)
     if not m:
         return None
-    loc = (m.group(1), int(m.group(2))) if m.group(1) else ("arms", m.group(3), m.group(4))
+    if m.group(5):
+        loc: tuple[Any, ...] = (m.group(5),)
+    else:
+        loc = (m.group(1), int(m.group(2))) if m.group(1) else ("arms", m.group(3), m.group(4))
     return loc, msg[m.end():]
 
 

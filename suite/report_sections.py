@@ -53,6 +53,17 @@ def title(run: RunData) -> str:
     return f"{literal(run.matrix.get('name', run.root.name))}: {literal(' vs '.join(compared))}"
 
 
+def weights_line(matrix: dict[str, Any]) -> str | None:
+    """The report's line about a dummy-weight model (model.load_format: dummy), None for real weights."""
+    model = matrix.get("model") or {}
+    if model.get("load_format", "auto") != "dummy":
+        return None
+    config = (f"real-shape config {code(model['generate'])}" if model.get("generate")
+              else f"the config of {code(model.get('id'))}")
+    return (f"weights: **dummy** ({code('--load-format dummy')}, {config}): timings are real, outputs are not a "
+            "model's")
+
+
 def intro(run: RunData) -> list[Paragraph | BulletList | Note]:
     m = run.manifest
     counts = m.get("job_counts", {})
@@ -68,6 +79,7 @@ def intro(run: RunData) -> list[Paragraph | BulletList | Note]:
         f"order: {literal(run.order)}; repeats: {literal(matrix.get('repeats', 1))}",
         f"baseline: **{literal(run.baseline)}**; candidates: {literal(', '.join(run.candidates) or '(none)')}"
         + (f"; A/A arm: {literal(run.aa_arm)}" if run.aa_arm else ""),
+        *([weights] if (weights := weights_line(matrix)) else []),
     ]))
     if run.order == "blocked" and isinstance(matrix.get("repeats"), int) and matrix["repeats"] > 1:
         out.append(Note("Order **blocked**: each arm ran on its own server at its own time, so machine drift "
@@ -328,6 +340,10 @@ def provenance_section(run: RunData) -> Section:
     gpus = m.get("gpus") or host.get("gpus")
     if gpus:
         items.append(f"GPUs: {literal(json.dumps(gpus))}")
+    weights = weights_line(run.matrix)
+    if weights:
+        args = (m.get("weights") or {}).get("model_args")
+        items.append(weights + (f"; model flags {code(' '.join(args))}" if args else ""))
     if m.get("compare"):
         a, b = m["compare"].get("a", {}), m["compare"].get("b", {})
         items.append(f"compared: {literal(a.get('arm'))} of {code(a.get('run'))} ({literal(a.get('status'))}) as "

@@ -20,6 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from suite import REPO_ROOT
 from suite.errors import ServerError, SuiteError
+from suite.fixtures.gemma4 import ensure_model
 from suite.matrix import Matrix, load_matrix
 from suite.plan import Job, Plan, Session, build_plan, format_plan
 from suite.proc import signals_as_interrupt
@@ -76,7 +77,8 @@ def make_runtime(matrix: Matrix, cache_root: Path) -> Runtime:
 def server_argv_tail(matrix: Matrix, arm: str, plan: Plan, port: int, extra: list[str] | None = None) -> list[str]:
     m = matrix.model
     return [m.id, "--served-model-name", m.name, "--host", matrix.runtime.host, "--port", str(port),
-            "--max-model-len", str(m.max_model_len), *matrix.serve_args, *plan.arms[arm].serve_args, *(extra or [])]
+            "--max-model-len", str(m.max_model_len), *m.vllm_args(), *matrix.serve_args, *plan.arms[arm].serve_args,
+            *(extra or [])]
 
 
 # ---------------------------------------------------------------------------------------- jobs
@@ -252,6 +254,8 @@ def run_session(ctx: RunContext, session: Session, pending: list[Job], advance: 
 def prepare(matrix_path: Path, out_base: Path, resume: Path | None, console: Console) -> RunContext:
     matrix = load_matrix(matrix_path)
     plan = build_plan(matrix)
+    # a generated dummy-weight model (model.generate) is written before anything reads or mounts its directory
+    ensure_model(matrix.model, log=lambda msg: console.print(msg, markup=False, highlight=False))
     runtime = make_runtime(matrix, REPO_ROOT / ".cache")
     # every arm is prepared (patches applied strictly) before any server starts
     arm_envs = {arm: runtime.prepare_arm(arm, spec) for arm, spec in plan.arms.items()}
@@ -271,6 +275,8 @@ def prepare(matrix_path: Path, out_base: Path, resume: Path | None, console: Con
             "jobs": [{"key": j.key, "arm": j.arm, "session": j.session, "hash": j.hash} for j in plan.jobs]}))
     store.update_manifest(
         runtime=matrix.runtime.kind,
+        weights={"load_format": matrix.model.load_format, "generate": matrix.model.generate,
+                 "model_args": matrix.model.vllm_args(), "note": matrix.model.weights_note()},
         arms={a: {"vllm_version": e.vllm_version, "image": e.image, "patches": e.patches,
                   "env": redact_env({**matrix.env, **plan.arms[a].env}),
                   **runtime.arm_info(a)} for a, e in arm_envs.items()},

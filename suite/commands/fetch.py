@@ -5,7 +5,9 @@ hundreds of GB inside the server's start-up timeout.
 The cache is the one the runtime uses: for `runtime: docker` the directory mounted as the containers' HF_HOME
 (`docker.hf_cache`, else $HF_HOME, else ~/.cache/huggingface) plus `hub/`; otherwise the hub's own default
 ($HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub). A model given as a local directory needs
-nothing and is only checked. Access tokens come from the environment (HF_TOKEN), as huggingface_hub reads them.
+nothing and is only checked; one with `model.generate:` (a dummy-weight model: config + tokenizer, no weights) is
+written here when its directory does not exist yet (suite.fixtures.gemma4.ensure_model, the same call the runner
+makes before its first server). Access tokens come from the environment (HF_TOKEN), as huggingface_hub reads them.
 """
 
 from __future__ import annotations
@@ -19,10 +21,12 @@ from pathlib import Path
 from rich.console import Console
 
 from suite.errors import SuiteError
+from suite.fixtures.gemma4 import ensure_model
 from suite.matrix import DockerSpec, Matrix, load_matrix
 
 NAME = "fetch"
-HELP = "Download the matrix's model and tokenizer into the HF cache before a run (local models: nothing to do)."
+HELP = ("Download the matrix's model and tokenizer into the HF cache before a run (local models: nothing to do; "
+        "model.generate: write the dummy-weight model's directory).")
 
 # What vLLM reads from a model repository: configs, safetensors weights, tokenizer files, chat templates and
 # remote code. Original/consolidated checkpoints, GGUF, ONNX, TF/Flax weights are left out.
@@ -37,6 +41,7 @@ class Download:
     what: str  # model | tokenizer
     repo_id: str
     allow_patterns: tuple[str, ...]
+    weights: bool = True  # False: a dummy-weight model (load_format: dummy) needs its config and tokenizer only
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -72,12 +77,19 @@ def plan_fetch(matrix: Matrix) -> tuple[list[Download], list[str]]:
         if ref is None or (what == "tokenizer" and ref == model):
             continue
         if is_local(ref):
+            generated = what == "model" and matrix.model.generate is not None
+            if generated and not Path(ref).exists():
+                notes.append(f"{what} {ref}: generated here by model.generate: {matrix.model.generate} (config + "
+                             "tokenizer; weights: dummy)")
+                continue
             if not Path(ref).is_dir():
                 raise SuiteError(f"{what} {ref} is a local path but no such directory exists")
-            notes.append(f"{what} {ref} is a local directory: nothing to fetch")
+            notes.append(f"{what} {ref} is a local directory: nothing to fetch"
+                         + (" (weights: dummy, --load-format dummy)" if matrix.model.dummy else ""))
             continue
-        patterns = MODEL_PATTERNS if what == "model" else TOKENIZER_PATTERNS
-        downloads.append(Download(what, ref, patterns))
+        weights = what == "model" and not matrix.model.dummy
+        patterns = MODEL_PATTERNS if weights else TOKENIZER_PATTERNS
+        downloads.append(Download(what, ref, patterns, weights=weights))
     return downloads, notes
 
 
@@ -110,7 +122,7 @@ def fetch(downloads: list[Download], cache_dir: Path, log: Callable[[str], None]
         try:
             path = Path(huggingface_hub.snapshot_download(d.repo_id, cache_dir=cache_dir,
                                                           allow_patterns=list(d.allow_patterns)))
-            if d.what == "model" and not any(p.suffix == ".safetensors" for p in _snapshot_files(path)):
+            if d.what == "model" and d.weights and not any(p.suffix == ".safetensors" for p in _snapshot_files(path)):
                 log(f"{d.what} {d.repo_id}: no safetensors; downloading {', '.join(FALLBACK_WEIGHT_PATTERNS)}")
                 path = Path(huggingface_hub.snapshot_download(d.repo_id, cache_dir=cache_dir,
                                                               allow_patterns=list(FALLBACK_WEIGHT_PATTERNS)))
@@ -138,5 +150,8 @@ def run(args: argparse.Namespace) -> int:
         for d in downloads:
             log(f"would download {d.what} {d.repo_id} ({', '.join(d.allow_patterns)}) into {cache_dir}")
         return 0
+    generated = ensure_model(matrix.model, log=log)
+    if generated is not None:
+        log(f"model {generated}: ready ({matrix.model.weights_note()})")
     fetch(downloads, cache_dir, log=log)
     return 0

@@ -24,7 +24,7 @@ from suite.store import read_json
 
 # flags this module sets itself: a copy in serve_args is dropped so the tool sees one value
 OWN_FLAGS = {"--model", "--tokenizer", "--max-model-len", "--served-model-name", "--input-len", "--output-len",
-             "--batch-size", "--num-iters-warmup", "--num-iters", "--output-json"}
+             "--batch-size", "--num-iters-warmup", "--num-iters", "--output-json", "--load-format"}
 NUMBER = re.compile(r"^-\d")
 
 
@@ -113,13 +113,15 @@ def check_vocab(model: str) -> None:
 
 
 def latency_command(*, vllm: str, model: str, tokenizer: str, max_model_len: int, params: dict[str, Any],
-                    engine_args: list[str], output_json: Path) -> list[str]:
-    """The exact `vllm bench latency` command for one point (vLLM's own flags)."""
+                    engine_args: list[str], output_json: Path, model_args: list[str] | None = None) -> list[str]:
+    """The exact `vllm bench latency` command for one point (vLLM's own flags). ``model_args``: the model's own
+    flags (``ModelSpec.vllm_args``: ``--load-format dummy`` and a generated model's ``--hf-overrides``)."""
     return [
         vllm, "bench", "latency",
         "--model", model,
         "--tokenizer", tokenizer,
         "--max-model-len", str(max_model_len),
+        *(model_args or []),
         "--input-len", str(params["input_len"]),
         "--output-len", str(params["output_len"]),
         "--batch-size", str(params["batch_size"]),
@@ -152,7 +154,7 @@ def execute(env: JobEnv) -> dict[str, Any]:
     partial.unlink(missing_ok=True)
     cmd = env.wrap(latency_command(vllm="vllm", model=env.model.id, tokenizer=env.tokenizer,
                                    max_model_len=env.model.max_model_len, params=job.params,
-                                   engine_args=engine_args, output_json=partial))
+                                   engine_args=engine_args, output_json=partial, model_args=env.model.vllm_args()))
     p = job.params
     try:
         run_tool(cmd, env=tool_env, log_path=env.log, timeout_s=timeout_for(p), what="`vllm bench latency`")
