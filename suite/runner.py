@@ -57,8 +57,14 @@ class RunContext:
     run_scope: SessionScope = field(default_factory=SessionScope)  # lives as long as the run (bench client)
 
     def client_env(self) -> dict[str, str]:
-        """Environment of client tools (bench, lm-eval): the installed vLLM, never an arm's overlay."""
+        """Environment of client tools (bench, lm-eval): the installed vLLM, never an arm's overlay. The suite's
+        own PYTHONPATH stays (a `pip install --target` vLLM lives there, as on the GPU bundle), less any
+        overlay on it (a directory with the overlay's applied.json beside its vllm/)."""
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        keep = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+                if p and not (Path(p) / "applied.json").is_file()]
+        if keep:
+            env["PYTHONPATH"] = os.pathsep.join(keep)
         if Path(self.matrix.model.id).is_dir():
             env.setdefault("HF_HUB_OFFLINE", "1")
         tmp = self.store.root / ".tmp"

@@ -30,7 +30,7 @@ from suite.matrix import load_matrix
 from suite.plan import build_plan, serve_points
 from suite.runner import server_argv_tail
 from suite.runtime.base import free_port, http_ok
-from suite.runtime.local import LocalRuntime, vllm_executable
+from suite.runtime.local import LocalRuntime, vllm_command
 from suite.stages.serve.run import serve_command
 
 REPO = Path(__file__).resolve().parents[2]
@@ -249,7 +249,7 @@ def suite_summary(out: Path, wall: float, w: Timings) -> dict[str, Any]:
 
 def bench_base_cmd(matrix, params: dict[str, Any], port: int) -> list[str]:
     """`vllm bench serve` exactly as the suite runs it, minus the flags the sweep adds itself."""
-    cmd = serve_command(vllm=vllm_executable(), base_url=f"http://{matrix.runtime.host}:{port}",
+    cmd = serve_command(vllm=vllm_command()[0], base_url=f"http://{matrix.runtime.host}:{port}",
                         served_name=matrix.model.name, tokenizer=matrix.model.tokenizer or matrix.model.id,
                         params=params, result_dir=Path("unused"), result_filename="unused")
     out, i = [], 0
@@ -281,12 +281,12 @@ def run_sweeps(matrix_path: Path, out: Path) -> dict[str, Any]:
         env = dict(os.environ)
         env.update(runtime.arm_vars(arm_env, cache))
         env.update({**matrix.env, **spec.env, "HF_HUB_OFFLINE": "1"})
-        serve = [vllm_executable(), "serve", *server_argv_tail(matrix, arm, plan, port)]
+        serve = [*vllm_command(), "serve", *server_argv_tail(matrix, arm, plan, port)]
         # the client runs the installed vLLM, as in the suite (the server keeps the arm's overlay)
         bench = ["env", "-u", "PYTHONPATH", *bench_base_cmd(matrix, points[0][1], port)]
         params_file = out / f"bench-params-{arm}.json"
         params_file.write_text(json.dumps(bench_params, indent=2))
-        cmd = [vllm_executable(), "bench", "sweep", "serve", "--serve-cmd", shlex.join(serve),
+        cmd = [*vllm_command(), "bench", "sweep", "serve", "--serve-cmd", shlex.join(serve),
                "--bench-cmd", shlex.join(bench), "--bench-params", str(params_file),
                "--num-runs", str(matrix.repeats), "--output-dir", str(out / "sweep"), "--experiment-name", arm,
                "--server-ready-timeout", str(int(matrix.runtime.startup_timeout_s)), "--show-stdout"]

