@@ -29,8 +29,12 @@ H, E = 256, 16  # gate shape (hidden, experts); small, so the probes stay quick 
 
 def _init_vllm():
     """FACTS §1 recipe: vLLM's parallel state on gloo, no engine."""
-    from vllm.config import VllmConfig, set_current_vllm_config
+    from vllm.config import KernelConfig, VllmConfig, set_current_vllm_config
     from vllm.distributed import init_distributed_environment, initialize_model_parallel
+
+    if not hasattr(KernelConfig, "enable_bf16x3_router_gemm"):
+        # vLLM 0.26.0's gate_linear.py (the *_026_* tests) reads this option, which 0.32.0 no longer has
+        KernelConfig.enable_bf16x3_router_gemm = False
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
