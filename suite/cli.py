@@ -4,6 +4,7 @@ run), listed here. This file only dispatches and turns SuiteError into a one-lin
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 
 from suite import __version__
@@ -23,6 +24,7 @@ from suite.commands import (
     validate,
 )
 from suite.errors import SuiteError
+from suite.proc import signals_as_interrupt
 
 COMMANDS = (build, compare, demo, doctor, fetch, history, kernel, patches, plan, report, run, slurm_scripts,
             validate)
@@ -43,8 +45,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # a run started in the background (`cmd &`, setsid, nohup) inherits SIGINT ignored: take it back, and
+    # let SIGTERM / SIGHUP end a run the way Ctrl-C does (servers stopped, GPU memory freed, manifest written)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        return int(args._run(args) or 0)
+        with signals_as_interrupt():
+            return int(args._run(args) or 0)
     except SuiteError as exc:
         print(f"suite {args.command}: error: {exc}", file=sys.stderr)
         return 2

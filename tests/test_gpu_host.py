@@ -151,3 +151,34 @@ def test_stop_fails_loudly_when_the_gpu_stays_held(tmp_path, monkeypatch):
             server.stop()
     finally:
         real_kill(engine, 9)
+
+
+SLEEPING_COMMAND = """
+import argparse, signal, sys, time
+signal.signal(signal.SIGINT, signal.SIG_IGN)  # what a background job (`cmd &`, setsid) inherits
+import suite.cli as cli
+
+def parser():
+    p = argparse.ArgumentParser()
+    p.set_defaults(_run=lambda args: (print("running", flush=True), time.sleep(60)), command="run")
+    return p
+
+cli.build_parser = parser
+sys.exit(cli.main([]))
+"""
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_a_background_run_ends_through_its_interrupt_path(sig):
+    """`suite run` started in the background (the H200 recipe: setsid ... &) must still stop its servers when
+    told to: SIGINT (ignored by inheritance) and SIGTERM both become the Ctrl-C path (exit 130)."""
+    import signal
+    import subprocess
+
+    proc = subprocess.Popen([sys.executable, "-c", SLEEPING_COMMAND], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    assert proc.stdout.readline().strip() == "running"
+    proc.send_signal(getattr(signal, sig))
+    _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err

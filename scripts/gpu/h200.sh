@@ -100,8 +100,8 @@ PY
     ;;
   stop)
     pid=$(cat "$GPU_ROOT/suite.pid")
-    kill -INT "$pid" 2>/dev/null || true
-    for _ in $(seq 1 120); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
+    kill -TERM "$pid" 2>/dev/null || true   # suite turns SIGTERM into its Ctrl-C path
+    for _ in $(seq 1 240); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
     nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader || true
     ;;
   *)

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import atexit
 import importlib.abc
+import inspect
 import json
 import os
 import sys
@@ -258,10 +259,17 @@ def _instrument_gate_module(module: Any) -> None:
         if not hasattr(torch.ops.vllm, op):
             continue
         impl = getattr(module, attr)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # "Overriding a previously registered kernel": intended
-            vllm_lib.impl(op, _wrap_gate_specific(impl, f"torch.ops.vllm.{op}"),
-                          dispatch_key=current_platform.dispatch_key)
+        # torch >= 2.8 refuses a second Python kernel for the same key unless allow_override=True (the H200's
+        # torch 2.11); older ones only warn. One op that cannot be wrapped never stops the rest of the probe.
+        override = {"allow_override": True} if "allow_override" in inspect.signature(vllm_lib.impl).parameters else {}
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # "Overriding a previously registered kernel": intended
+                vllm_lib.impl(op, _wrap_gate_specific(impl, f"torch.ops.vllm.{op}"),
+                              dispatch_key=current_platform.dispatch_key, **override)
+        except RuntimeError as exc:
+            _S.errors.append(f"wrapping torch.ops.vllm.{op}: {exc}")
+            continue
         _S.present_ops.append(op)
         _S.instrumented.append(f"torch.ops.vllm.{op}")
 
