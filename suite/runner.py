@@ -360,6 +360,10 @@ def execute_here(ctx: RunContext) -> dict[str, int]:
                                           + (f"; stopping: {seq.why}" if seq.stop_after is not None else ""),
                                           markup=False, highlight=False, soft_wrap=True)
                         ctx.store.update_manifest(sequential=seq.record())
+                    elif seq.stop_after == rnd + 1:  # stopped between looks (the budget)
+                        ctx.console.print(f"stopping after {rnd + 1} round(s): {seq.why}", markup=False,
+                                          highlight=False, soft_wrap=True)
+                        ctx.store.update_manifest(sequential=seq.record())
     except KeyboardInterrupt:
         status = "interrupted"
         raise

@@ -86,7 +86,7 @@ class SequentialRun:
         now = time.monotonic()
         self.round_ends.append(now)
         looks = self.spec.looks or (self.spec.max_rounds,)
-        if rounds_done not in looks or self.stop_after is not None:
+        if self.stop_after is not None:
             return None
         last = rounds_done == looks[-1]
         over_budget = False
@@ -95,8 +95,14 @@ class SequentialRun:
             # accuracy, equivalence, the client's start); with one round only, that round
             ends = [self.started, *self.round_ends]
             per_round = ends[-1] - ends[-2]
-            nxt = next(k for k in looks if k > rounds_done)
+            nxt = next((k for k in looks if k > rounds_done), looks[-1])
             over_budget = (now - self.started) + (nxt - rounds_done) * per_round > self.budget_s
+        if rounds_done not in looks:
+            if over_budget:  # the next look cannot be reached: stop here rather than run past the budget
+                self.stop_after = rounds_done
+                self.why = (f"time budget ({self.budget_s / 60:g} min) would be spent before the next look "
+                            f"(after {nxt} rounds); {rounds_done} round(s) measured, no look taken")
+            return None
         look = evaluate_look(run_dir, self.spec, rounds_done, final=last or over_budget)
         self.looks.append(look)
         if over_budget:  # a final look: every test decides (INCONCLUSIVE at the latest)

@@ -44,6 +44,22 @@ def test_budget_stops_at_the_last_look_that_fits(tmp_path, monkeypatch):
     assert SequentialRun.resume(SPEC, None, tight.record()).stop_after == 2
 
 
+def test_budget_stops_before_a_look_it_cannot_reach(tmp_path, monkeypatch):
+    """A GPU stretch: the first round takes most of the budget, so the first look (after 2) cannot be
+    reached: the run stops after round 1 instead of running past its budget (seen on the H200: a round of
+    four 30-layer server starts is ~14 min against a 19 min budget)."""
+    run = build_run_dir(tmp_path / "run")
+    clock = [0.0]
+    monkeypatch.setattr(sequential.time, "monotonic", lambda: clock[0])
+    seq = SequentialRun(spec=SPEC, budget_s=600.0)
+    seq.started = 0.0
+    clock[0] = 400.0  # 400 + 400 > 600: round 2 would end after the budget
+    assert seq.after_round(run, 1, 1) is None
+    assert seq.stop_after == 1 and "before the next look (after 2 rounds)" in seq.why and not seq.looks
+    assert not seq.needed(1) and seq.needed(0)
+    assert seq.record()["stop_after"] == 1
+
+
 def test_a_correctness_only_arm_does_not_hold_the_run_to_its_last_look(tmp_path):
     from tests.test_report import MATRIX, make_run, scaled
     text = MATRIX.replace('  patched: {vllm: "0.32.0"}',
