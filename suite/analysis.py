@@ -56,6 +56,7 @@ NO_DATA = "NO DATA"
 OUTPUT_CHANGED = "OUTPUT CHANGED"  # the correctness word: greedy completions differ from the baseline's
 CONTROL_PASSED = "CONTROL PASSED"  # the A/A control: two identical arms, no difference found
 CONTROL_FAILED = "CONTROL FAILED"  # the A/A control: two identical arms called different (a false alarm)
+CONTROL_UNTESTED = "CONTROL UNTESTED"  # the A/A control: too few rounds for the test to say anything
 OUTPUT_IDENTICAL = "OUTPUT IDENTICAL"
 
 
@@ -554,6 +555,8 @@ class CandidateSummary:
         confirmed change between two identical arms is a false alarm."""
         if self.evaluation is None or self.overall == NO_DATA:
             return NO_DATA
+        if self.evaluation.composite.rci_low_pct is None:  # one round (or no spread): no test, no pass
+            return CONTROL_UNTESTED
         changed = self.overall in (Outcome.IMPROVEMENT.value, Outcome.REGRESSION.value, Outcome.MIXED.value)
         return CONTROL_FAILED if changed else CONTROL_PASSED
 

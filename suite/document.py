@@ -21,7 +21,7 @@ Align = Literal["left", "right", "center"]
 
 # Style keys. A renderer must give every one of them its own look (the HTML renderer: one CSS class each).
 OUTCOME_STYLES = ("regression", "improvement", "equivalent", "mixed", "inconclusive", "no-data", "output-changed",
-                  "output-identical", "control-passed", "control-failed")
+                  "output-identical", "control-passed", "control-failed", "control-untested")
 CELL_STYLES = ("better", "worse", "not-significant", "unreliable", "missing")
 STYLES = OUTCOME_STYLES + CELL_STYLES
 MAX_STRENGTH = 4  # tint levels of a styled cell (a heat map: stronger with larger |Δ|)

@@ -13,7 +13,15 @@ import math
 from dataclasses import replace
 from typing import Any
 
-from suite.analysis import CONTROL_FAILED, NO_DATA, OUTPUT_CHANGED, CandidateSummary, RunData, failed_jobs
+from suite.analysis import (
+    CONTROL_FAILED,
+    CONTROL_UNTESTED,
+    NO_DATA,
+    OUTPUT_CHANGED,
+    CandidateSummary,
+    RunData,
+    failed_jobs,
+)
 from suite.document import (
     BulletList,
     Card,
@@ -222,6 +230,9 @@ def control_card(run: RunData, s: CandidateSummary) -> Card:
                "evidence — rerun on a steadier machine or with more rounds")
     elif word == NO_DATA:
         why = "no A/A result: the control could not be judged"
+    elif word == CONTROL_UNTESTED:
+        why = ("not tested: the test needs at least two rounds with a spread between them, so it can neither "
+               "pass nor fail this run; the between-start difference below is one draw, not a noise estimate")
     else:
         why = ("no false alarm: the same test found no change between two identical arms (the baseline started "
                "again in every round)")

@@ -593,7 +593,7 @@ def primary_test(
     def inconclusive(why: str, **known) -> PrimaryResult:
         return PrimaryResult(**base, **{**empty, **known}, pooled=False, variance="none",
                              outcome=Outcome.INCONCLUSIVE, decided=last,
-                             reason=f"{why} ({where}{', budget spent' if last else ''})")
+                             reason=f"{why} ({where}{', final: no more rounds' if last else ''})")
 
     xs = list(s.values())
     bad = [r for r, v in s.items() if not math.isfinite(v)]
@@ -666,7 +666,7 @@ def primary_test(
         if crit * se > MAX_HALF_WIDTH_LOG:
             interval = "[interval wider than ×/÷ 2]"
         reason = (f"{est} {interval}, p={p_value:.2g}: {could} at {spec.power * 100:g} % power{plan} "
-                  f"({where}{', budget spent' if last else ''})")
+                  f"({where}{', final: no more rounds' if last else ''})")
     return PrimaryResult(**base, **stats, pooled=pooled, variance=variance, outcome=outcome, decided=decided,
                          reason=reason)
 

@@ -402,6 +402,17 @@ def aa_values(aa_shift: float):
     return values
 
 
+def test_one_round_cannot_pass_the_aa_control(tmp_path):
+    """Seen on the H200: one round, two identical arms 34 % apart; with no interval the control is untested,
+    never PASSED."""
+    root = make_run(tmp_path, aa_values(1.5), order="abba", repeats=1, matrix_text=AA_MATRIX)
+    run = load_run(root)
+    assert run.control is not None and run.control.control_word == "CONTROL UNTESTED"
+    text = build_report(root).read_text()
+    assert "CONTROL UNTESTED" in text and "CONTROL PASSED" not in text
+    assert "not tested: the test needs at least two rounds" in text
+
+
 def test_the_aa_control_passes_for_two_identical_arms_and_is_never_pooled_with_itself(tmp_path):
     root = make_run(tmp_path, aa_values(1.0), order="abba", repeats=4, matrix_text=AA_MATRIX)
     run = load_run(root)

@@ -151,10 +151,10 @@ def test_inconclusive_states_what_it_could_detect():
     # 4 rounds at O'Brien-Fleming's second look: the repeated interval is wider than x/÷ 2, not printed
     assert r.rci_too_wide and "[interval wider than ×/÷ 2]" in r.reason
     last = primary_test(noisy(0.05, 0.20, 8, seed=4), SPEC, look=4)
-    assert last.outcome == Outcome.INCONCLUSIVE and last.decided and "budget spent" in last.reason
+    assert last.outcome == Outcome.INCONCLUSIVE and last.decided and "final: no more rounds" in last.reason
     assert not last.rci_too_wide and re.search(r"\[−\d+\.\d, \+\d+\.\d\]", last.reason), last.reason
     spent = primary_test(scores, SPEC, look=2, final=True)
-    assert spent.decided and "budget spent" in spent.reason
+    assert spent.decided and "final: no more rounds" in spent.reason
 
 
 @pytest.mark.parametrize(

@@ -40,7 +40,7 @@ STYLE_RGB = {
     "regression": (215, 48, 39), "improvement": (26, 152, 80), "equivalent": (66, 112, 170),
     "mixed": (232, 118, 22), "inconclusive": (214, 158, 0), "no-data": (130, 130, 130),
     "output-changed": (215, 48, 39), "output-identical": (70, 110, 180),
-    "control-passed": (66, 112, 170), "control-failed": (215, 48, 39),
+    "control-passed": (66, 112, 170), "control-failed": (215, 48, 39), "control-untested": (130, 130, 130),
     "better": (26, 152, 80), "worse": (215, 48, 39), "not-significant": (120, 120, 120),
     "unreliable": (214, 158, 0), "missing": (160, 160, 160),
 }
