@@ -108,7 +108,8 @@ time.sleep(600)
 """
 
 
-def test_stop_waits_for_the_gpu_and_ends_an_engine_that_left_the_group(tmp_path, monkeypatch):
+def start_escaping_server(tmp_path: Path, monkeypatch) -> tuple[LocalServer, int]:
+    """A GPU "server" whose engine left its process group and holds GPU memory: (server, engine pid)."""
     holders = fake_smi(tmp_path, monkeypatch)
     script = tmp_path / "server.py"
     script.write_text(ESCAPING_SERVER)
@@ -120,7 +121,11 @@ def test_stop_waits_for_the_gpu_and_ends_an_engine_that_left_the_group(tmp_path,
         if holders.read_text().strip():
             break
         time.sleep(0.05)
-    engine = int(holders.read_text())
+    return server, int(holders.read_text())
+
+
+def test_stop_waits_for_the_gpu_and_ends_an_engine_that_left_the_group(tmp_path, monkeypatch):
+    server, engine = start_escaping_server(tmp_path, monkeypatch)
     assert os.getpgid(engine) != server.proc.pid  # really outside the group a killpg reaches
     assert gpu.gpu_apps() == {engine: 1000}
     server.stop()
@@ -129,18 +134,7 @@ def test_stop_waits_for_the_gpu_and_ends_an_engine_that_left_the_group(tmp_path,
 
 
 def test_stop_fails_loudly_when_the_gpu_stays_held(tmp_path, monkeypatch):
-    holders = fake_smi(tmp_path, monkeypatch)
-    script = tmp_path / "server.py"
-    script.write_text(ESCAPING_SERVER)
-    spec = ServerSpec(arm="baseline", argv=[sys.executable, str(script), str(holders)], env=dict(os.environ),
-                      log_path=tmp_path / "server.log", host="127.0.0.1", port=1, startup_timeout_s=5)
-    server = LocalServer(spec, gpu=True)
-    server.start()
-    for _ in range(100):
-        if holders.read_text().strip():
-            break
-        time.sleep(0.05)
-    engine = int(holders.read_text())
+    server, engine = start_escaping_server(tmp_path, monkeypatch)
     real_kill = os.kill
     # the escaped engine cannot be ended (say, another user's process): the stop must say so, with the pid
     monkeypatch.setattr(gpu, "_kill", lambda pid, sig: None)

