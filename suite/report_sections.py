@@ -251,8 +251,10 @@ def verdict_section(run: RunData) -> Section:
     legend = Paragraph(
         "One primary test per candidate, declared before the run: per round, the geometric mean over points and "
         "metrics of candidate/baseline (signed so better is +), paired by round, t test over rounds. "
-        "**REGRESSION** / **IMPROVEMENT**: its interval excludes 0; **EQUIVALENT**: the interval lies inside "
-        f"±{spec.target_pct:g} % (TOST); **MIXED**: one metric confirmed better and another worse; "
+        "**REGRESSION** / **IMPROVEMENT**: its interval excludes 0, or a metric's own test (Holm across metrics) "
+        "confirmed it worse / better with none confirmed the other way; **EQUIVALENT**: the interval lies inside "
+        f"±{spec.target_pct:g} % (TOST) and no metric is confirmed changed; **MIXED**: metrics confirmed in both "
+        "directions, or one against the composite's; "
         "**INCONCLUSIVE**: none of these, with the smallest change the run could have detected. The cells below "
         "only show where it changed."
         + (" **A/A control**: the baseline started again as a second arm and judged by the same test; "

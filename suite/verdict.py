@@ -689,11 +689,16 @@ def holm_confirmed(per_metric: Mapping[str, PrimaryResult], alpha: float) -> dic
 
 
 def overall_outcome(per_metric: Mapping[str, PrimaryResult], composite: PrimaryResult) -> Outcome:
-    """MIXED when, by Holm across metrics at the composite look's nominal alpha, one metric is confirmed
-    better and another confirmed worse; otherwise the composite's outcome."""
+    """The word never contradicts a metric the test confirmed (Holm across metrics at the composite look's
+    nominal alpha): MIXED when metrics are confirmed in both directions, or one is confirmed against the
+    composite's direction; a metric confirmed worse (better) with none the other way makes an EQUIVALENT or
+    INCONCLUSIVE composite a REGRESSION (IMPROVEMENT); with nothing confirmed, the composite's outcome."""
     confirmed = set(holm_confirmed(per_metric, composite.nominal_alpha).values())
     if {Outcome.IMPROVEMENT, Outcome.REGRESSION} <= confirmed:
         return Outcome.MIXED
+    for found, opposite in ((Outcome.REGRESSION, Outcome.IMPROVEMENT), (Outcome.IMPROVEMENT, Outcome.REGRESSION)):
+        if found in confirmed:
+            return Outcome.MIXED if composite.outcome == opposite else found
     return composite.outcome
 
 
@@ -728,11 +733,12 @@ def evaluate_scores(
     }
     confirmed = holm_confirmed(per_metric, composite.nominal_alpha)
     outcome = overall_outcome(per_metric, composite)
-    if outcome == Outcome.MIXED:
+    if outcome != composite.outcome:  # a confirmed metric decided the word: say which, with its own Δ
         parts = [f"{m} {'better' if o == Outcome.IMPROVEMENT else 'worse'} "
-                 f"({fmt_pct(per_metric[m].estimate_pct)}, p={per_metric[m].p_value:.2g})"
+                 f"({fmt_pct(per_metric[m].delta_pct)}, p={per_metric[m].p_value:.2g})"
                  for m, o in confirmed.items()]
-        reason = f"confirmed (Holm across metrics): {', '.join(parts)}; composite {composite.reason}"
+        reason = (f"confirmed (Holm across metrics): {', '.join(parts)}; composite "
+                  f"{composite.outcome.value}: {composite.reason}")
     else:
         reason = composite.reason
     return Evaluation(outcome=outcome, reason=reason, composite=composite, per_metric=per_metric,

@@ -185,9 +185,37 @@ def test_mixed():
     assert ev.confirmed == {"output_throughput": Outcome.IMPROVEMENT, "mean_ttft_ms": Outcome.REGRESSION}
     assert ev.composite.outcome != Outcome.MIXED and "output_throughput better" in ev.reason
     assert overall_outcome(ev.per_metric, ev.composite) == Outcome.MIXED
-    # one metric confirmed, the others not: the composite's word stands
+    # the reason prints each metric's own Δ: a TTFT rise is +, never "worse (-23 %)"
+    assert re.search(r"mean_ttft_ms worse \(\+(29|30)\.\d %", ev.reason), ev.reason
+    # one metric confirmed against the composite's direction: the word never contradicts it
     only = {m: ev.per_metric[m] for m in ("output_throughput", "mean_tpot_ms")}
-    assert overall_outcome(only, ev.composite) == ev.composite.outcome
+    assert ev.composite.outcome == Outcome.REGRESSION
+    assert overall_outcome(only, ev.composite) == Outcome.MIXED
+    # confirmed in the composite's own direction: the composite's word stands
+    worse = {m: ev.per_metric[m] for m in ("mean_ttft_ms", "mean_tpot_ms")}
+    assert overall_outcome(worse, ev.composite) == Outcome.REGRESSION
+
+
+def test_a_metric_confirmed_worse_is_never_equivalent():
+    """The audit's case: TTFT alone 6 % worse, the other headline metrics unchanged; the composite (four
+    metrics averaged) reads EQUIVALENT while TTFT's own test confirms the rise. The word is REGRESSION, and
+    the reason names TTFT with its own Δ."""
+    rng = np.random.default_rng(11)
+    base, cand = {}, {}
+    for r in range(8):
+        speed = float(np.exp(rng.normal(0, 0.01)))
+        base[r] = results(speed)
+        c = results(speed)
+        for p in c:
+            for m in c[p]:  # the other metrics noisy and unchanged, TTFT steady and 6 % worse
+                c[p][m] *= (1.06 * float(np.exp(rng.normal(0, 0.003))) if m == "mean_ttft_ms"
+                            else float(np.exp(rng.normal(0, 0.08))))
+        cand[r] = c
+    ev = evaluate(base, cand, SPEC, look=4)
+    assert ev.confirmed == {"mean_ttft_ms": Outcome.REGRESSION}
+    assert ev.composite.outcome in (Outcome.EQUIVALENT, Outcome.INCONCLUSIVE)
+    assert ev.outcome == Outcome.REGRESSION
+    assert re.search(r"mean_ttft_ms worse \(\+[56]\.\d %", ev.reason) and f"composite {ev.composite.outcome.value}" in ev.reason
 
 
 def test_evaluate_reports_dropped_rounds_and_a_regression():
