@@ -2,7 +2,9 @@
 # The H200 side of a GPU run (docs/gpu-h200.md). Run from the repository root on the device machine:
 #   scripts/gpu/h200.sh receive              # move the carried bundle parts (.gpu/bundle/*) to $GPU_ROOT/parts
 #   scripts/gpu/h200.sh install              # check and unpack the bundle: vLLM 0.26.0 + wheels in $GPU_ROOT/site
-#   scripts/gpu/h200.sh start MATRIX [ARGS]  # `suite run MATRIX ARGS` in its own session (outlives this call)
+#   scripts/gpu/h200.sh restore              # unpack a carried run archive (.gpu/run.tar.xz) into $GPU_ROOT/runs
+#   scripts/gpu/h200.sh start MATRIX [ARGS]  # `suite run MATRIX ARGS` in its own session (outlives this call);
+#                                            # a later stretch: start MATRIX --resume /root/gpu/runs/<run>
 #   scripts/gpu/h200.sh wait SECONDS         # follow the run's log until it ends or SECONDS pass
 #   scripts/gpu/h200.sh collect              # the run directory (no server logs over 1 MB) -> $OUT/run.tar.xz
 #   scripts/gpu/h200.sh stop                 # end the run (suite's own Ctrl-C path: servers stopped for real)
@@ -60,6 +62,11 @@ print(f"h200: vllm {md.version('vllm')} from {vllm.__file__}; torch {torch.__ver
       f"pydantic {pydantic.__version__}")
 PY
     echo "h200: installed in $(( $(date +%s) - t0 )) s"
+    ;;
+  restore)
+    mkdir -p "$RUNS"
+    tar -C "$RUNS" -xJf .gpu/run.tar.xz
+    echo "h200: runs now: $(ls "$RUNS" | tr '\n' ' ')"
     ;;
   start)
     shift
