@@ -13,13 +13,14 @@ from pathlib import Path
 import pytest
 
 from suite.commands.fetch import TOKENIZER_PATTERNS, plan_fetch
-from suite.errors import MatrixError, SuiteError
+from suite.errors import SuiteError
 from suite.fixtures import gemma4
 from suite.matrix import load_matrix
 from suite.plan import build_plan
 from suite.runner import server_argv_tail
 from suite.stages.latency.run import latency_command
 from tests.conftest import run_suite
+from tests.test_matrix_errors import error_of, write
 from tests.test_report import make_run
 
 MATRIX = """\
@@ -45,16 +46,6 @@ def text(id: str = "./g4-model", load_format: str | None = "dummy", generate: st
     return MATRIX.format(id=id, extra=extra, serve_args=serve_args, arm=arm, tail=tail)
 
 
-def write(tmp_path: Path, body: str) -> Path:
-    path = tmp_path / "m.yaml"
-    path.write_text(body)
-    return path
-
-
-def error_of(path: Path) -> str:
-    with pytest.raises(MatrixError) as exc:
-        load_matrix(path)
-    return str(exc.value)
 
 
 def line_of(body: str, needle: str) -> int:
