@@ -171,8 +171,11 @@ def failed_jobs(run: RunData) -> list[dict[str, Any]]:
 
 def _plan_positions(run: RunData) -> dict[tuple[str, str], int]:
     """(arm, job key) -> position in the run order: the planned order (a session runs its jobs in plan
-    order); for a job the plan does not list, its record's start time."""
+    order); for a job the plan does not list, and for every job of a side-by-side run, its record's start
+    time."""
     positions = {(j.get("arm"), j.get("key")): i for i, j in enumerate(run.plan.get("jobs") or [])}
+    if int(run.matrix.get("side_by_side") or 1) > 1:  # a window's jobs alternate: their start times say the order
+        positions = {}
     unplanned = sorted((str(rec.get("started") or ""), job.arm, job.key) for job, rec in run.jobs
                        if (job.arm, job.key) not in positions and rec.get("started"))
     base = len(positions)

@@ -624,6 +624,11 @@ class Matrix(Strict):
     order: Literal["blocked", "abba"] = "blocked"
     aa: bool = Field(False, description="also run the baseline arm twice to measure the A/A noise floor")
     drift_check: bool = Field(False, description="repeat the first point at the end of each session")
+    side_by_side: int = Field(1, ge=1, le=8, description=(
+        "order: abba only: the servers of this many arms of a round are alive at once (one time window: "
+        "started together, their jobs alternating); each round's arms are put in windows in a seeded "
+        "random order (order_seed)"))
+    order_seed: int = Field(0, ge=0, description="seed of the random arm order of side_by_side rounds")
     accuracy: AccuracySpec | None = None
     kernel: KernelSpec | None = None
     profile: ProfileSpec | None = None
@@ -676,6 +681,15 @@ class Matrix(Strict):
                 object.__setattr__(self, "verdict", VerdictSpec())
         elif self.budget_min is not None:
             raise ValueError("budget_min goes with repeats: auto")
+        if self.side_by_side > 1:
+            if self.order != "abba":
+                raise ValueError("side_by_side needs order: abba (a window holds sessions of one round)")
+            if self.runtime.kind == "slurm":
+                raise ValueError("side_by_side: the slurm runtime runs one session per batch job; use the local "
+                                 "or docker runtime")
+            if self.runtime.port != 0:
+                raise ValueError(f"side_by_side: {self.side_by_side} servers cannot share runtime.port "
+                                 f"{self.runtime.port}: set runtime.port: 0 (a free port each)")
         for name, arm in self.arms.items():
             if arm.vllm_from is not None and self.runtime.kind != "docker":
                 kind = "wheel" if arm.vllm_from.wheel is not None else "git"

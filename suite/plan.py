@@ -9,6 +9,11 @@ Orders:
   serving arms each pair of rounds also rotates the order (A B C, C B A, B C A, A C B, ...): every arm's
   mean slot stays the same (linear drift still cancels), and no arm (the A/A arm beside the baseline, a
   candidate in the middle) keeps the same slot and neighbours in every round (``round_order``).
+- ``abba`` with ``side_by_side: k`` (k > 1): each round's serving arms, in a seeded random order
+  (``side_by_side_order``), are cut into time windows of k sessions. The servers of a window are alive at once
+  (started together, their jobs alternating, ``suite.runner.run_window``), so whatever drifts on the host
+  within a window drifts for all its arms alike. Rounds stay the unit of the verdict (one session per arm per
+  round), and which arms share a window changes at random from round to round.
 The A/A mode adds an arm ``<baseline>.aa`` that is the baseline again; the drift check repeats the first
 serve point at the end of every session.
 """
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -54,6 +60,7 @@ class Session(BaseModel):
     index: int
     needs_server: bool
     jobs: list[Job]
+    window: int | None = None  # sessions of one window run side by side (their servers alive at once)
 
 
 class Plan(BaseModel):
@@ -172,6 +179,14 @@ def round_order(arms: list[str], r: int) -> list[str]:
     return order if r % 2 == 0 else order[::-1]
 
 
+def side_by_side_order(arms: list[str], r: int, seed: int) -> list[str]:
+    """The arm order of round r with side_by_side: a fresh random permutation per round, from a string seed
+    (``random.Random`` hashes it with SHA-512: the same on every machine and Python run)."""
+    order = list(arms)
+    random.Random(f"suite-round-order:{seed}:{r}").shuffle(order)
+    return order
+
+
 def build_plan(matrix: Matrix) -> Plan:
     arms = effective_arms(matrix)
     names = list(arms)
@@ -179,15 +194,29 @@ def build_plan(matrix: Matrix) -> Plan:
     sessions: list[Session] = []
     counters = dict.fromkeys(names, 0)
 
-    def add(arm: str, jobs: list[Job], needs_server: bool) -> None:
+    def add(arm: str, jobs: list[Job], needs_server: bool, window: int | None = None) -> None:
         if jobs:
-            sessions.append(Session(arm=arm, index=counters[arm], needs_server=needs_server, jobs=jobs))
+            sessions.append(Session(arm=arm, index=counters[arm], needs_server=needs_server, jobs=jobs,
+                                    window=window))
             counters[arm] += 1
 
     if has_server_work:
         if matrix.order == "blocked":
             for arm in names:
                 add(arm, _server_jobs(matrix, arms, arm, counters[arm], range(matrix.rounds), True), True)
+        elif matrix.side_by_side > 1:  # abba in time windows of side_by_side servers, random order per round
+            serving = [a for a in names if arms[a].serving]
+            windows = 0
+            for arm in names:  # a correctness-only arm: its first session only, on its own
+                if not arms[arm].serving:
+                    add(arm, _server_jobs(matrix, arms, arm, 0, range(0, 1), True), True)
+            for r in range(matrix.rounds):
+                order = side_by_side_order(serving, r, matrix.order_seed)
+                for w in range(0, len(order), matrix.side_by_side):
+                    for arm in order[w:w + matrix.side_by_side]:
+                        add(arm, _server_jobs(matrix, arms, arm, counters[arm], range(r, r + 1), r == 0), True,
+                            window=windows)
+                    windows += 1
         else:  # abba: one fresh server per arm per repeat, arm order alternating between rounds
             serving = [a for a in names if arms[a].serving]
             for r in range(matrix.rounds):
@@ -211,7 +240,8 @@ def format_plan(plan: Plan) -> str:
         lines.append(f"  arm {arm}: vLLM {spec.vllm}; patches: {patches}")
     for s in plan.sessions:
         what = "server" if s.needs_server else "offline"
-        lines.append(f"  session {s.arm}#{s.index} ({what}, {len(s.jobs)} jobs)")
+        window = f", window {s.window}" if s.window is not None else ""
+        lines.append(f"  session {s.arm}#{s.index} ({what}, {len(s.jobs)} jobs{window})")
         for j in s.jobs:
             lines.append(f"    {j.key}")
     return "\n".join(lines)

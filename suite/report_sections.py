@@ -84,7 +84,10 @@ def intro(run: RunData) -> list[Paragraph | BulletList | Note]:
     out.append(BulletList([
         f"run: {code(run.root.name)}, status **{literal(m.get('status', 'unknown'))}**{jobs}",
         f"model: {code(matrix.get('model', {}).get('id'))}; runtime: {literal(m.get('runtime', 'local'))}; "
-        f"order: {literal(run.order)}; repeats: {literal(matrix.get('repeats', 1))}",
+        f"order: {literal(run.order)}"
+        + (f", side by side: {literal(k)} servers per time window (arms in random order per round, "
+           f"seed {literal(matrix.get('order_seed', 0))})" if (k := int(matrix.get("side_by_side") or 1)) > 1 else "")
+        + f"; repeats: {literal(matrix.get('repeats', 1))}",
         f"baseline: **{literal(run.baseline)}**; candidates: {literal(', '.join(run.candidates) or '(none)')}"
         + (f"; A/A arm: {literal(run.aa_arm)}" if run.aa_arm else ""),
         *([weights] if (weights := weights_line(matrix)) else []),

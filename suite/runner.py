@@ -24,7 +24,7 @@ from suite.fixtures.gemma4 import ensure_model
 from suite.matrix import Matrix, load_matrix
 from suite.plan import Job, Plan, Session, build_plan, format_plan
 from suite.proc import signals_as_interrupt
-from suite.runtime.base import ArmEnv, Runtime, Server, free_port, port_in_use
+from suite.runtime.base import ArmEnv, Runtime, Server, free_port, http_ok, port_in_use
 from suite.runtime.docker.runtime import DockerRuntime
 from suite.runtime.local import LocalRuntime
 from suite.runtime.slurm.runtime import SlurmRuntime
@@ -155,18 +155,42 @@ def _run_job(ctx: RunContext, job: Job, server: Server | None, scope: SessionSco
 # ---------------------------------------------------------------------------------------- sessions
 
 
-def _pick_port(ctx: RunContext) -> int:
+def _pick_port(ctx: RunContext, taken: frozenset[int] = frozenset()) -> int:
     port = ctx.matrix.runtime.port
     if port == 0:
-        return free_port(ctx.matrix.runtime.host)
+        while (port := free_port(ctx.matrix.runtime.host)) in taken:  # a window's servers bind theirs later
+            pass
+        return port
     if port_in_use(ctx.matrix.runtime.host, port):
         raise ServerError(f"port {port} on {ctx.matrix.runtime.host} is already in use (set runtime.port: 0 "
                           "to pick a free one)")
     return port
 
 
-def _start_server(ctx: RunContext, session: Session, attempt: int) -> Any:
-    port = _pick_port(ctx)
+@dataclass
+class Launch:
+    """A server started and not yet known healthy: what its record needs once /health answers."""
+
+    server: Any
+    session: Session
+    attempt: int
+    started: str
+    t0: float
+
+    def record(self, ctx: RunContext) -> None:
+        spec = self.server.spec
+        atomic_write_json(ctx.store.server_record_path(self.session.arm, self.session.index, self.attempt), {
+            "arm": self.session.arm, "session": self.session.index, "attempt": self.attempt,
+            "window": self.session.window, "started": self.started,
+            "healthy_after_s": round(time.monotonic() - self.t0, 3), "port": spec.port,
+            "cpus": sorted(spec.cpus) if spec.cpus else None,
+            "client_cpus": sorted(ctx.runtime.client_cpus() or []),
+            "argv": [redact_text(a, ctx.secrets) for a in spec.argv]})
+
+
+def _launch_server(ctx: RunContext, session: Session, attempt: int, taken: frozenset[int] = frozenset()) -> Launch:
+    """Start the session's server process (the stages shape its flags and env); /health is not awaited."""
+    port = _pick_port(ctx, taken)
     arm_spec = ctx.plan.arms[session.arm]
     extra_env = {**ctx.matrix.env, **arm_spec.env}
     cache_dir = ctx.store.cache_dir(session.arm)
@@ -191,14 +215,53 @@ def _start_server(ctx: RunContext, session: Session, attempt: int) -> Any:
         extra_env=extra_env, cache_dir=cache_dir,
         log_path=ctx.store.server_log(session.arm, session.index, attempt), port=port, redact=ctx.secrets)
     server = ctx.runtime.server(spec)
-    started, t0 = utc_now(), time.monotonic()
-    server.__enter__()
-    atomic_write_json(ctx.store.server_record_path(session.arm, session.index, attempt), {
-        "arm": session.arm, "session": session.index, "attempt": attempt, "started": started,
-        "healthy_after_s": round(time.monotonic() - t0, 3), "port": port,
-        "cpus": sorted(spec.cpus) if spec.cpus else None, "client_cpus": sorted(ctx.runtime.client_cpus() or []),
-        "argv": [redact_text(a, ctx.secrets) for a in spec.argv]})
-    return server
+    launch = Launch(server=server, session=session, attempt=attempt, started=utc_now(), t0=time.monotonic())
+    try:
+        server.start()
+    except BaseException:
+        server.stop()
+        raise
+    return launch
+
+
+def await_healthy(ctx: RunContext, launches: list[Launch]) -> dict[int, ServerError]:
+    """Poll every launched server's /health together until each answers, exits or times out; a healthy
+    one's record is written the moment it answers. Returns the failures by position (their servers stopped)."""
+    waiting = dict(enumerate(launches))
+    failures: dict[int, ServerError] = {}
+    deadlines = {i: launch.t0 + launch.server.spec.startup_timeout_s for i, launch in waiting.items()}
+    try:
+        while waiting:
+            for i, launch in list(waiting.items()):
+                server = launch.server
+                error = None
+                if not server.running():
+                    error = ServerError(server.describe("exited before it became healthy"))
+                elif http_ok(f"{server.base_url}/health", timeout=2.0):
+                    launch.record(ctx)
+                    del waiting[i]
+                    continue
+                elif time.monotonic() > deadlines[i]:
+                    error = ServerError(server.describe(f"not healthy after {server.spec.startup_timeout_s:.0f} s"))
+                if error is not None:
+                    server.stop()
+                    failures[i] = error
+                    del waiting[i]
+            if waiting:
+                time.sleep(1.0)
+    except BaseException:
+        for launch in waiting.values():
+            launch.server.stop()
+        raise
+    return failures
+
+
+def _start_server(ctx: RunContext, session: Session, attempt: int) -> Any:
+    launch = _launch_server(ctx, session, attempt)
+    failure = await_healthy(ctx, [launch]).get(0)
+    if failure is not None:
+        raise failure
+    return launch.server
 
 
 def _error_brief(message: str, tail_lines: int = 5) -> str:
@@ -214,44 +277,113 @@ def _fail_all(ctx: RunContext, jobs: list[Job], error: str) -> None:
         ctx.store.write_record(job, "failed", error=error)
 
 
+class LiveSession:
+    """One server session while it runs: its server (restarted, bounded, when it dies), its scope, and which
+    of its pending jobs are left. ``ended`` once its jobs are done or its server cannot be had."""
+
+    def __init__(self, ctx: RunContext, session: Session, pending: list[Job]):
+        self.ctx, self.session, self.pending = ctx, session, pending
+        self.scope = SessionScope()
+        self.server: Any = None
+        self.attempt = 0
+        self.restarts_left = ctx.matrix.runtime.max_restarts
+        self.next = 0  # index of the next pending job
+        self.ended = not pending
+
+    def server_lost(self, exc: ServerError) -> None:
+        """The server could not be started: every job left is recorded failed with the command and log tail."""
+        _fail_all(self.ctx, self.pending[self.next:], str(exc))
+        self.ctx.console.print(f"[red]{str(exc).splitlines()[0]}[/red]")
+        self.ctx.console.print(_error_brief(str(exc)), markup=False, highlight=False)
+        self.ended = True
+
+    def _ensure_server(self) -> bool:
+        if self.server is not None and self.server.alive():
+            return True
+        if self.server is not None:  # it died: stop what is left of it, then restart (bounded)
+            self.scope.close()
+            self.server.__exit__(None, None, None)
+            self.server = None
+            if self.restarts_left == 0:
+                _fail_all(self.ctx, self.pending[self.next:], "server died and no restarts are left")
+                self.ctx.console.print(f"[red]arm {self.session.arm}: server died; no restarts left[/red]")
+                self.ended = True
+                return False
+            self.restarts_left -= 1
+            self.attempt += 1
+            self.ctx.console.print(f"[yellow]arm {self.session.arm}: restarting the server[/yellow]")
+        try:
+            self.server = _start_server(self.ctx, self.session, self.attempt)
+        except ServerError as exc:
+            self.server_lost(exc)
+            return False
+        return True
+
+    def step(self, advance: Callable[..., None]) -> None:
+        """Run the next pending job (starting or restarting the server first when it is not alive)."""
+        if self.ended or not self._ensure_server():
+            return
+        job = self.pending[self.next]
+        _run_job(self.ctx, job, self.server, self.scope, tuple(self.pending[self.next:]))
+        self.next += 1
+        self.ended = self.next >= len(self.pending)
+        advance(job)
+
+    def close(self) -> None:
+        self.scope.close()
+        if self.server is not None:
+            self.server.__exit__(None, None, None)
+            self.server = None
+
+
 def run_session(ctx: RunContext, session: Session, pending: list[Job], advance: Callable[..., None]) -> None:
-    scope = SessionScope()
     if not session.needs_server:
+        scope = SessionScope()
         with scope.open():
             for job in pending:
                 _run_job(ctx, job, None, scope)
                 advance(job)
         return
-    restarts_left = ctx.matrix.runtime.max_restarts
-    attempt = 0
-    server = None
+    live = LiveSession(ctx, session, pending)
     try:
-        for i, job in enumerate(pending):
-            if server is None or not server.alive():
-                if server is not None:
-                    scope.close()
-                    server.__exit__(None, None, None)
-                    server = None
-                    if restarts_left == 0:
-                        _fail_all(ctx, pending[i:], "server died and no restarts are left")
-                        ctx.console.print(f"[red]arm {session.arm}: server died; no restarts left[/red]")
-                        return
-                    restarts_left -= 1
-                    attempt += 1
-                    ctx.console.print(f"[yellow]arm {session.arm}: restarting the server[/yellow]")
-                try:
-                    server = _start_server(ctx, session, attempt)
-                except ServerError as exc:
-                    _fail_all(ctx, pending[i:], str(exc))
-                    ctx.console.print(f"[red]{str(exc).splitlines()[0]}[/red]")
-                    ctx.console.print(_error_brief(str(exc)), markup=False, highlight=False)
-                    return
-            _run_job(ctx, job, server, scope, tuple(pending[i:]))
-            advance(job)
+        while not live.ended:
+            live.step(advance)
     finally:
-        scope.close()
-        if server is not None:
-            server.__exit__(None, None, None)
+        live.close()
+
+
+def run_window(ctx: RunContext, items: list[tuple[Session, list[Job]]], advance: Callable[..., None]) -> None:
+    """Sessions of one time window side by side: every server is started at once and awaited together, then
+    the sessions take turns, one job each, the turn order mirrored from one job to the next (A B, B A, ...),
+    so that a drift within the window falls on every arm alike. A server that dies is restarted alone."""
+    lives = [LiveSession(ctx, s, p) for s, p in items if p]
+    if len(lives) <= 1:
+        for live in lives:
+            run_session(ctx, live.session, live.pending, advance)
+        return
+    try:
+        launches: list[Launch] = []
+        for live in lives:
+            try:
+                launches.append(_launch_server(ctx, live.session, live.attempt,
+                                               frozenset(la.server.spec.port for la in launches)))
+            except ServerError as exc:
+                live.server_lost(exc)
+        failures = await_healthy(ctx, launches)
+        for i, launch in enumerate(launches):
+            live = next(lv for lv in lives if lv.session is launch.session)
+            if i in failures:
+                live.server_lost(failures[i])
+            else:
+                live.server = launch.server
+        turn = 0
+        while any(not live.ended for live in lives):
+            for live in lives if turn % 2 == 0 else lives[::-1]:
+                live.step(advance)
+            turn += 1
+    finally:
+        for live in lives:
+            live.close()
 
 
 # ---------------------------------------------------------------------------------------- the run
@@ -346,7 +478,13 @@ def execute_here(ctx: RunContext) -> dict[str, int]:
                 if seq is not None and not seq.needed(rnd):
                     progress.advance(task, len(pending))
                     continue
-                if pending:
+                if session.window is not None:  # a window runs once, at its first session
+                    if i == 0 or todo[i - 1][0].window != session.window:
+                        window = [(s, p) for s, p in todo[i:] if s.window == session.window]
+                        progress.update(task, description=f"{ctx.matrix.name}: " + " + ".join(
+                            f"{s.arm}#{s.index}" for s, _ in window))
+                        run_window(ctx, window, advance)
+                elif pending:
                     progress.update(task, description=f"{ctx.matrix.name}: {session.arm}#{session.index}")
                     run_session(ctx, session, pending, advance)
                 next_round = session_round(todo[i + 1][0]) if i + 1 < len(todo) else None

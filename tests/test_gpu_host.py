@@ -75,6 +75,11 @@ def test_gpu_host_gets_no_cpu_settings_and_its_gpu(tmp_path, monkeypatch):
     for cpu_only in ("VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND", "LD_PRELOAD", "PYTHONHASHSEED"):
         assert cpu_only not in env
     assert env["VLLM_CACHE_ROOT"].startswith(str(tmp_path / "runs" / "r" / "baseline" / "cache"))  # per arm
+    # the FA4 JIT cache is shared by every arm (keyed by its own sources), not per arm like the compile cache
+    other = runtime.arm_vars(ArmEnv(arm="ll-bf16", vllm_version="0.26.0"), tmp_path / "runs" / "r" / "ll" / "cache")
+    assert env["FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED"] == "1"
+    assert env["FLASH_ATTENTION_CUTE_DSL_CACHE_DIR"] == other["FLASH_ATTENTION_CUTE_DSL_CACHE_DIR"]
+    assert env["FLASH_ATTENTION_CUTE_DSL_CACHE_DIR"].startswith(str((tmp_path / ".cache").resolve()))
     assert runtime.split is None and runtime.preload == [] and runtime.client_cpus() is None
     assert runtime.arm_info("baseline")["host"] == "cuda"
     spec = runtime.server_spec(ArmEnv(arm="baseline", vllm_version="0.26.0"), argv_tail=["m"], extra_env={},
@@ -84,6 +89,7 @@ def test_gpu_host_gets_no_cpu_settings_and_its_gpu(tmp_path, monkeypatch):
     cpu = LocalRuntime(parse_matrix(MATRIX, "m.yaml"), tmp_path / ".cache", host="cpu")
     cpu_env = cpu.arm_vars(ArmEnv(arm="baseline", vllm_version="0.26.0"), tmp_path / "c2")
     assert "CUDA_VISIBLE_DEVICES" not in cpu_env and cpu_env["VLLM_CPU_KVCACHE_SPACE"]
+    assert "FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED" not in cpu_env
 
 
 def test_vllm_without_console_script_runs_as_module(tmp_path, monkeypatch):

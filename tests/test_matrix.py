@@ -69,6 +69,18 @@ def test_bad_num_prompts(value):
         parse_matrix(MINIMAL.replace("num_prompts: 3x", f"num_prompts: {value}"))
 
 
+@pytest.mark.parametrize(("extra", "message"), [
+    ("side_by_side: 2\n", "side_by_side needs order: abba"),
+    ("order: abba\nside_by_side: 2\nruntime: {kind: local, port: 8000}\n", "cannot share runtime.port 8000"),
+    ("order: abba\nside_by_side: 2\nruntime: {kind: slurm}\n", "slurm runtime runs one session per batch job"),
+    ("order: abba\nside_by_side: 0\n", "side_by_side"),
+])
+def test_side_by_side_is_refused_where_it_cannot_run(extra, message):
+    with pytest.raises(MatrixError, match=message):
+        parse_matrix(MINIMAL + extra)
+    assert parse_matrix(MINIMAL + "order: abba\nside_by_side: 2\n").side_by_side == 2
+
+
 def test_unknown_baseline_and_empty_matrix():
     with pytest.raises(MatrixError, match="baseline 'nope' is not one of the arms"):
         parse_matrix(MINIMAL + "baseline: nope\n")

@@ -83,3 +83,25 @@ def test_format_plan_lists_every_job():
     assert "2 sessions, 8 jobs, order blocked" in text
     assert "arm B: vLLM 0.32.0; patches: x" in text
     assert text.count("serve/isl64") == 8
+
+
+def test_side_by_side_puts_each_round_in_seeded_random_windows():
+    extra = "aa: true\norder: abba\nrepeats: 6\nside_by_side: 2\norder_seed: 7\n"
+    matrix = BASE.replace("  B: {", "  C: {vllm: \"0.32.0\", patches: [y]}\n  B: {") + extra
+    plan = build_plan(parse_matrix(matrix))
+    assert plan == build_plan(parse_matrix(matrix))  # seeded: the same plan on every machine and run
+    windows: dict[int, list[tuple[str, int]]] = {}
+    for s in plan.sessions:
+        windows.setdefault(s.window, []).append((s.arm, s.jobs[0].repeat))
+    assert sorted(windows) == list(range(12)) and all(len(w) == 2 for w in windows.values())
+    for r in range(6):  # every arm once per round, its round's two windows next to each other
+        in_round = [w for w, members in windows.items() if {rep for _, rep in members} == {r}]
+        assert len(in_round) == 2 and in_round[1] == in_round[0] + 1
+        assert sorted(arm for w in in_round for arm, _ in windows[w]) == ["A", "A.aa", "B", "C"]
+    orders = {tuple(arm for w in sorted(windows) for arm, rep in windows[w] if rep == r) for r in range(6)}
+    assert len(orders) > 3  # a fresh order per round, not a fixed rotation
+    other = build_plan(parse_matrix(matrix.replace("order_seed: 7", "order_seed: 8")))
+    assert [s.arm for s in other.sessions] != [s.arm for s in plan.sessions]
+    assert {j.hash for j in other.jobs} == {j.hash for j in plan.jobs}  # the order is not part of what a job is
+    assert "window 0" in format_plan(plan)
+    assert all(s.window is None for s in plan_of("order: abba\nrepeats: 2\n").sessions)

@@ -55,6 +55,9 @@ PY
     cp -a "$GPU_ROOT"/bundle/vllm/. "$SITE"/
     cp -a "$GPU_ROOT"/bundle/cutlass-libs/. "$SITE"/
     rm -rf "$GPU_ROOT/bundle"
+    # bytecode once, here, on all cores: else every server's first import compiles vLLM's ~2,000 modules
+    # (the API server and its EngineCore both pay it, once per arm overlay)
+    "$PY" -m compileall -q -j 0 "$SITE" >/dev/null 2>&1 || echo "h200: compileall reported errors (kept going)"
     env_for_suite
     "$PY" - <<'PY'
 import importlib.metadata as md, torch, vllm, pydantic

@@ -254,6 +254,13 @@ class LocalRuntime(RuntimeBase):
         gpus = self.matrix.runtime.gpus
         if self.host != "cpu" and gpus is not None:  # the GPU(s) this arm's processes see
             out["CUDA_VISIBLE_DEVICES" if self.host == "cuda" else "HIP_VISIBLE_DEVICES"] = gpus
+        if self.host == "cuda":
+            # vLLM's cuteDSL FlashAttention (FA4: Gemma 4's mixed head sizes) JIT-compiles its kernels at every
+            # start (~40 s on the H200) unless its persistent cache is on. The cache namespaces its entries by
+            # a fingerprint of its own sources and the cutlass / tvm-ffi versions, so every arm and run can
+            # share one (a router-gate patch never touches them); the matrix's env can still turn it off.
+            out["FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED"] = "1"
+            out["FLASH_ATTENTION_CUTE_DSL_CACHE_DIR"] = str((self.cache_root / "flash-attn-cute").resolve())
         if self.host == "cpu":
             # by default the CPU backend reserves ~92% of the NUMA node's memory (FACTS §6)
             out["VLLM_CPU_KVCACHE_SPACE"] = os.environ.get("VLLM_CPU_KVCACHE_SPACE") or "1"

@@ -1,0 +1,80 @@
+"""End to end through the CLI: `side_by_side: 2` on the tiny MoE (CPU), two real `vllm serve` at once.
+
+One module-scoped run: two arms (the installed vLLM and the synthetic-gate-delay overlay), two rounds, each
+round one time window of both arms. Checks what the mode promises: both servers of a window healthy before
+either's first job, their jobs alternating (A B, B A), the rounds paired as under plain ABBA, the report
+saying how the run was ordered, and no process left behind.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+import pytest
+
+from tests.conftest import processes_mentioning, run_matrix_once, tiny_cpu_matrix
+
+pytestmark = pytest.mark.e2e
+
+BODY = """\
+arms:
+  baseline: {vllm: "0.32.0"}
+  patched: {vllm: "0.32.0", patches: [synthetic-gate-delay], env: {SUITE_GATE_DELAY_US: "20"}}
+serve:
+  - {isl: 64, osl: 16, concurrency: [1, 2], num_prompts: 2x, num_warmups: 1}
+repeats: 2
+order: abba
+side_by_side: 2
+order_seed: 3
+"""
+
+
+def _t(stamp: str) -> float:
+    return datetime.fromisoformat(stamp).timestamp()
+
+
+@pytest.fixture(scope="module")
+def sbs_run(tmp_path_factory, tiny_model):
+    return run_matrix_once(tmp_path_factory.mktemp("sbs"), tiny_cpu_matrix("sbs", tiny_model, BODY, max_num_seqs=2))
+
+
+def test_run_completes_with_every_job(sbs_run):
+    _, run_dir, proc = sbs_run
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "jobs: 8 ok, 0 failed, 0 missing" in proc.stdout
+    assert json.loads((run_dir / "manifest.json").read_text())["status"] == "complete"
+
+
+def test_a_windows_servers_are_up_together_and_their_jobs_alternate(sbs_run):
+    _, run_dir, _ = sbs_run
+    for window, session in ((0, 0), (1, 1)):
+        servers = {arm: json.loads((run_dir / arm / f"server-{session}.json").read_text())
+                   for arm in ("baseline", "patched")}
+        assert {s["window"] for s in servers.values()} == {window}
+        assert servers["baseline"]["port"] != servers["patched"]["port"]
+        jobs = []
+        for arm in servers:
+            for rec in (run_dir / arm / "serve").glob(f"*/rep-{session}.job.json"):
+                # (written when the job ends: its mtime orders the jobs; "started" has whole seconds only)
+                jobs.append((rec.stat().st_mtime, _t(json.loads(rec.read_text())["started"]), arm))
+        jobs.sort()
+        assert len(jobs) == 4
+        healthy = [_t(s["started"]) + s["healthy_after_s"] for s in servers.values()]
+        assert max(healthy) <= min(start for _, start, _ in jobs) + 1  # both up before the first job
+        starts = [_t(s["started"]) for s in servers.values()]
+        assert abs(starts[0] - starts[1]) < min(s["healthy_after_s"] for s in servers.values())  # started together
+        arms = [arm for _, _, arm in jobs]
+        assert arms[0] != arms[1] and arms[1] == arms[2] and arms[2] != arms[3]  # A B, B A
+
+
+def test_report_states_the_side_by_side_order(sbs_run):
+    _, run_dir, _ = sbs_run
+    report = (run_dir / "report.md").read_text()
+    assert "side by side: 2 servers per time window (arms in random order per round, seed 3)" in report
+    assert "paired by round" in report or "paired" in report
+
+
+def test_no_process_is_left(sbs_run):
+    _, run_dir, _ = sbs_run
+    assert processes_mentioning(str(run_dir)) == []
