@@ -151,3 +151,26 @@ def test_vllm_discovers_the_plugin_from_the_site_dir_and_honours_vllm_plugins(tm
     first, second = proc.stdout.strip().splitlines()[-2:]
     assert PLUGIN_NAME in first
     assert PLUGIN_NAME not in second
+
+
+def test_replayed_cuda_graphs_show_what_their_capture_ran(tmp_path):
+    """On a GPU, decode steps replay CUDA graphs: no Python runs, so the run-time counters see no gate call in
+    either arm. What the graphs hold is what the gate ran while the server captured them (startup_counts):
+    the patched arm's op there, nothing in the stock arm's (its GEMM is inside the compiled graph)."""
+    op = "torch.ops.vllm.ll_bf16_router_gemm_dispatch"
+    patched = _result("patched", [c("steps", "1", "", 6), c("steps", "17-32", "", 5)],
+                      ["ll_bf16_router_gemm_dispatch"], allow_ll="True")
+    patched["startup_counts"] = [c("outside", "1", f"{op} > ll_bf16_gemm", 120),
+                                 c("outside", "17-32", f"{op} > torch.mm(out_dtype=float32)", 270)]
+    base = _result("baseline", [c("steps", "1", "", 5), c("steps", "17-32", "", 5)], [])
+    base["startup_counts"] = [c("steps", "1", "", 4)]
+    text = report_text(_run(tmp_path, {"baseline": base, "patched": patched}))
+    assert (f"| 1 | {FROZEN} (5 steps) | replayed graph, captured at startup with `{op} > ll_bf16_gemm` ×120 "
+            "(6 steps) |") in text
+    assert "**Gate paths differ** between `baseline` and `patched` in buckets 1, 17-32." in text
+    assert f"`patched`: `{op}` is inside the CUDA graphs its decode steps replayed (captured at startup; " \
+           "buckets 1, 17-32)." in text
+    assert f"- `patched`: buckets 1 replayed CUDA graphs captured with `{op} > ll_bf16_gemm`" in text
+    assert f"- `baseline`: buckets 1, 17-32 ran as a {FROZEN}" in text
+    assert "`patched`: buckets" not in text.split("ran as a")[0].split("\n")[-1]  # the patched arm is not frozen
+    assert "never ran" not in text

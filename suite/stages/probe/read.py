@@ -24,6 +24,9 @@ def load_probe_results(store: RunStore, jobs: list[tuple[Job, dict[str, Any]]],
 
 
 FROZEN = "compiled graph (frozen: torch.mm/F.linear inside the graph)"
+# a bucket whose steps made no Python gate call at run time, but whose gate did run in Python while the server
+# started (CUDA-graph capture, warm-up): a replayed CUDA graph runs the kernels its capture recorded
+REPLAYED = "replayed graph, captured at startup with"
 
 
 NOT_EXERCISED = "not exercised"
