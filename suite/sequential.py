@@ -108,10 +108,11 @@ class SequentialRun:
         if over_budget:  # a final look: every test decides (INCONCLUSIVE at the latest)
             self.stop_after = rounds_done
             self.why = f"time budget ({self.budget_s / 60:g} min) would be spent before the next look"
+        elif last:  # every test decides at the last look, INCONCLUSIVE at the latest: say which stop this is
+            self.stop_after, self.why = rounds_done, f"last look of the design (after {rounds_done} rounds)"
         elif all(look.decided.values()) and look.decided:
-            self.stop_after, self.why = rounds_done, f"every candidate decided at look {len(self.looks)}"
-        elif last:
-            self.stop_after, self.why = rounds_done, "last look of the design"
+            k = looks.index(rounds_done) + 1
+            self.stop_after, self.why = rounds_done, f"every candidate decided at look {k} of {len(looks)}"
         return look
 
     def record(self) -> dict[str, Any]:

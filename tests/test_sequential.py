@@ -79,3 +79,15 @@ def test_a_look_records_the_aa_control_but_never_waits_for_it(tmp_path):
     look = seq.after_round(root, 4, 4)
     assert set(look.outcomes) == {"patched"} and look.control == "IMPROVEMENT"  # a false alarm, recorded
     assert seq.stop_after == 4 and look.record()["control"] == "IMPROVEMENT"
+
+
+def test_the_last_look_says_it_is_the_last_not_that_every_candidate_decided(tmp_path):
+    """At the last look every test is final (INCONCLUSIVE counts as decided): the stop is the design's end."""
+    from tests.test_report import MATRIX, make_run, scaled
+    root = make_run(tmp_path, scaled([100, 102, 99, 101], [101, 100, 102, 99]), order="abba", repeats=4,
+                    matrix_text=MATRIX)
+    seq = SequentialRun(spec=VerdictSpec(max_rounds=4, looks=(2, 4)), budget_s=None)
+    assert seq.after_round(root, 2, 2).final is False and seq.stop_after is None
+    look = seq.after_round(root, 4, 4)
+    assert look.final and look.outcomes["patched"] == "EQUIVALENT"  # decided, and still the design's end
+    assert seq.stop_after == 4 and seq.why == "last look of the design (after 4 rounds)"
