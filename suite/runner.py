@@ -132,6 +132,7 @@ def _run_job(ctx: RunContext, job: Job, server: Server | None, scope: SessionSco
              pending: tuple[Job, ...] = ()) -> bool:
     started = utc_now()
     t0 = time.monotonic()
+    device = ctx.runtime.device_state()  # GPU clocks, P-state, power at the job's start (None on a CPU host)
     stage = STAGES.get(job.kind)
     if stage is None:
         ctx.store.write_record(job, "failed", started=started, error=f"no stage for job kind {job.kind!r}")
@@ -148,6 +149,8 @@ def _run_job(ctx: RunContext, job: Job, server: Server | None, scope: SessionSco
         ctx.store.write_record(job, "failed", started=started, seconds=round(time.monotonic() - t0, 3), **fields)
         ctx.console.print(f"[red]failed[/red] {job.arm} {job.key}: {str(exc).splitlines()[0]}")
         return False
+    if device is not None:
+        extra = {**extra, "device": {"before": device, "after": ctx.runtime.device_state()}}
     ctx.store.write_record(job, "ok", started=started, seconds=round(time.monotonic() - t0, 3), **extra)
     return True
 

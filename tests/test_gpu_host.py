@@ -40,6 +40,8 @@ def fake_smi(tmp_path: Path, monkeypatch, gpus: str = "0, NVIDIA H200, 143771") 
     smi.write_text(textwrap.dedent(f"""\
         #!/bin/sh
         case "$1" in
+          --query-gpu=index,pstate,*) echo "0, P0, 1980, 3201, 512.25, 41, 97, 101375" ;;
+          --query-gpu=clocks_event_reasons.active) echo "0x0000000000000001" ;;
           --query-gpu=*) echo "{gpus}" ;;
           --query-compute-apps=*)
             for p in $(cat {holders}); do
@@ -182,3 +184,17 @@ def test_a_background_run_ends_through_its_interrupt_path(sig):
     _, err = proc.communicate(timeout=20)
     assert proc.returncode == 130, err
     assert "interrupted" in err
+
+
+def test_a_cuda_host_records_each_gpus_clocks_and_pstate(tmp_path, monkeypatch):
+    """Two starts of one server ran ~7 % apart on the H200: the state a job ran in is kept for each job."""
+    fake_smi(tmp_path, monkeypatch)
+    state = gpu.gpu_state()
+    assert state == [{"index": "0", "pstate": "P0", "clocks.sm": "1980", "clocks.mem": "3201",
+                      "power.draw": "512.25", "temperature.gpu": "41", "utilization.gpu": "97",
+                      "memory.used": "101375", "clock_event_reasons": "0x0000000000000001"}]
+    runtime = LocalRuntime(parse_matrix(MATRIX, "m.yaml"), tmp_path / ".cache", host="cuda")
+    assert runtime.device_state() == state
+    assert LocalRuntime(parse_matrix(MATRIX, "m.yaml"), tmp_path / ".cache", host="cpu").device_state() is None
+    monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
+    assert gpu.gpu_state() is None  # no nvidia-smi: nothing recorded, nothing fails

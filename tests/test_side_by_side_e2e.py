@@ -4,16 +4,22 @@ One module-scoped run: two arms (the installed vLLM and the synthetic-gate-delay
 round one time window of both arms. Checks what the mode promises: both servers of a window healthy before
 either's first job, their jobs alternating (A B, B A), the rounds paired as under plain ABBA, the report
 saying how the run was ordered, and no process left behind.
+
+The run takes the CUDA host's path (SUITE_HOST=cuda, an `nvidia-smi` on PATH that reports one GPU's state
+and no process holding it), as on the H200: no CPU-only settings, the GPU-memory check at every stop, and
+the GPU's clocks and P-state recorded around every job.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import textwrap
 from datetime import datetime
 
 import pytest
 
-from tests.conftest import processes_mentioning, run_matrix_once, tiny_cpu_matrix
+from tests.conftest import processes_mentioning, run_suite, tiny_cpu_matrix
 
 pytestmark = pytest.mark.e2e
 
@@ -34,9 +40,29 @@ def _t(stamp: str) -> float:
     return datetime.fromisoformat(stamp).timestamp()
 
 
+SMI = """\
+#!/bin/sh
+case "$1" in
+  --query-gpu=index,pstate,*) echo "0, P0, 1980, 3201, 512.25, 41, 97, 101375" ;;
+  --query-gpu=clocks_event_reasons.active) echo "0x0000000000000000" ;;
+  --query-gpu=*) echo "0, NVIDIA H200, 143771" ;;
+esac
+"""
+
+
 @pytest.fixture(scope="module")
 def sbs_run(tmp_path_factory, tiny_model):
-    return run_matrix_once(tmp_path_factory.mktemp("sbs"), tiny_cpu_matrix("sbs", tiny_model, BODY, max_num_seqs=2))
+    base = tmp_path_factory.mktemp("sbs")
+    (base / "bin").mkdir()
+    (base / "bin" / "nvidia-smi").write_text(textwrap.dedent(SMI))
+    (base / "bin" / "nvidia-smi").chmod(0o755)
+    matrix = base / "m.yaml"
+    matrix.write_text(tiny_cpu_matrix("sbs", tiny_model, BODY, max_num_seqs=2))
+    env = {"SUITE_HOST": "cuda", "PATH": f"{base / 'bin'}{os.pathsep}{os.environ['PATH']}"}
+    proc = run_suite("run", str(matrix), "--out", str(base / "runs"), env=env, timeout=1800)
+    runs = sorted(p for p in (base / "runs").iterdir() if p.is_dir())
+    assert len(runs) == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return matrix, runs[0], proc
 
 
 def test_run_completes_with_every_job(sbs_run):
@@ -78,3 +104,16 @@ def test_report_states_the_side_by_side_order(sbs_run):
 def test_no_process_is_left(sbs_run):
     _, run_dir, _ = sbs_run
     assert processes_mentioning(str(run_dir)) == []
+
+
+def test_the_gpu_state_is_recorded_around_every_job(sbs_run):
+    _, run_dir, _ = sbs_run
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["arms"]["baseline"]["host"] == "cuda"
+    records = list(run_dir.glob("*/serve/*/rep-*.job.json"))
+    assert len(records) == 8
+    for rec in records:
+        device = json.loads(rec.read_text())["device"]
+        for when in ("before", "after"):
+            (gpu,) = device[when]
+            assert gpu["pstate"] == "P0" and gpu["clocks.mem"] == "3201" and gpu["clock_event_reasons"] == "0x0000000000000000"

@@ -153,6 +153,7 @@ class Runtime(Protocol):
     def tool_argv(self, env: ArmEnv, argv: list[str]) -> list[str]: ...
     def client_argv(self, env: ArmEnv, argv: list[str], server: Any = None) -> list[str]: ...
     def client_cpus(self) -> frozenset[int] | None: ...
+    def device_state(self) -> list[dict[str, str]] | None: ...
     def execute(self, ctx: Any, run_here: Callable[[], dict[str, int]]) -> dict[str, int]: ...
 
 
@@ -164,6 +165,10 @@ class RuntimeBase:
 
     def arm_info(self, arm: str) -> dict[str, Any]:  # noqa: ARG002
         return {}
+
+    def device_state(self) -> list[dict[str, str]] | None:
+        """The accelerators' state (clocks, P-state, power) around a job; None where the runtime records none."""
+        return None
 
     def client_cpus(self) -> frozenset[int] | None:
         return None

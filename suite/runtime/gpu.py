@@ -71,6 +71,30 @@ def nvidia_gpus() -> list[str]:
     return _smi(["--query-gpu=index,name,memory.total"]) or []
 
 
+# what a job's timing can depend on, per GPU; the clock-event reasons are asked for apart (older drivers call
+# them clocks_throttle_reasons and refuse the whole query over one unknown field)
+GPU_STATE_FIELDS = ("index", "pstate", "clocks.sm", "clocks.mem", "power.draw", "temperature.gpu",
+                    "utilization.gpu", "memory.used")
+GPU_EVENT_FIELDS = (("clocks_event_reasons.active",), ("clocks_throttle_reasons.active",))
+
+
+def gpu_state() -> list[dict[str, str]] | None:
+    """Per NVIDIA GPU: its P-state, SM and memory clocks (MHz), power (W), temperature (C), utilization (%),
+    memory used (MiB) and the active clock-event reasons (a bitmask), as nvidia-smi prints them; None when
+    nvidia-smi cannot answer. Recorded before and after every job on a CUDA host."""
+    lines = _smi([f"--query-gpu={','.join(GPU_STATE_FIELDS)}"])
+    if lines is None:
+        return None
+    states = [dict(zip(GPU_STATE_FIELDS, (v.strip() for v in line.split(",")), strict=False)) for line in lines]
+    for fields in GPU_EVENT_FIELDS:
+        reasons = _smi([f"--query-gpu={fields[0]}"])
+        if reasons is not None and len(reasons) == len(states):
+            for state, value in zip(states, reasons, strict=True):
+                state["clock_event_reasons"] = value.strip()
+            break
+    return states
+
+
 def gpu_apps() -> dict[int, int] | None:
     """pid -> MiB of GPU memory for every process holding GPU memory (None when nvidia-smi cannot answer)."""
     lines = _smi(["--query-compute-apps=pid,used_memory"])

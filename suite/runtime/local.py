@@ -25,7 +25,7 @@ from suite.errors import ServerError, SuiteError
 from suite.matrix import ArmSpec
 from suite.proc import cpu_list, cpu_split, group_watchdog, read_tail, start, stop_group
 from suite.runtime.base import ArmEnv, RuntimeBase, ServerBase, ServerSpec
-from suite.runtime.gpu import HostKind, host_kind, process_tree, release_gpu
+from suite.runtime.gpu import HostKind, gpu_state, host_kind, process_tree, release_gpu
 
 STOP_GRACE_S = 30.0
 LOG_MARK = "--- suite: vllm serve started "
@@ -232,6 +232,11 @@ class LocalRuntime(RuntimeBase):
 
     def client_cpus(self) -> frozenset[int] | None:
         return self.split[1] if self.split else None
+
+    def device_state(self) -> list[dict[str, str]] | None:
+        """On a CUDA host, every GPU's clocks, P-state and power (nvidia-smi): two starts of one server can run at
+        two speeds ~7 % apart (docs/gpu-h200.md), and the job record is where the reason can show."""
+        return gpu_state() if self.host == "cuda" else None
 
     def prepare_arm(self, arm: str, spec: ArmSpec) -> ArmEnv:
         return prepare_local_arm(arm, spec, self.cache_root / "overlays")
