@@ -9,6 +9,7 @@ the session goes on; Ctrl-C / SIGTERM stop the servers, mark the manifest interr
 from __future__ import annotations
 
 import os
+import shlex
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -532,12 +533,13 @@ def dry_run(matrix_path: Path) -> str:
     plan = build_plan(matrix)
     lines = [format_plan(plan), "", f"commands (runtime {matrix.runtime.kind}; PORT is picked at start):"]
     for arm, spec in plan.arms.items():
-        env = " ".join(f"{k}={v}" for k, v in redact_env({**matrix.env, **spec.env}).items())
+        # shell-quoted (a user copies these lines): only the overlay placeholder below is not a shell word
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in redact_env({**matrix.env, **spec.env}).items())
         where = ("(in the arm's image: see `suite build --dry-run`)" if matrix.runtime.kind == "docker"
                  else "PYTHONPATH=<arm overlay: the installed vLLM" + (" + patches>" if spec.patches else ">"))
         tail = server_argv_tail(matrix, arm, plan, 0)
         tail[tail.index("--port") + 1] = "PORT"
-        words = [w for w in (env, where, "vllm serve", " ".join(tail)) if w]
+        words = [w for w in (env, where, "vllm serve", shlex.join(tail)) if w]
         lines.append(f"  [{arm}] server: {' '.join(words)}")
     if matrix.runtime.kind == "docker":  # every vLLM-side tool of an arm runs in the arm's image
         docker = DockerRuntime(matrix, REPO_ROOT / ".cache")
@@ -553,5 +555,5 @@ def dry_run(matrix_path: Path) -> str:
         cmd = serve_command(vllm="vllm", base_url=f"http://{matrix.runtime.host}:PORT", served_name=matrix.model.name,
                             tokenizer=matrix.model.tokenizer or matrix.model.id, params=job.params,
                             result_dir=Path("<run>/<arm>/serve") / job.point, result_filename="rep-<r>.json")
-        lines.append(f"  [{job.point}] client: {' '.join(cmd)}")
+        lines.append(f"  [{job.point}] client: {shlex.join(cmd)}")
     return "\n".join(lines)

@@ -105,3 +105,18 @@ def test_side_by_side_puts_each_round_in_seeded_random_windows():
     assert {j.hash for j in other.jobs} == {j.hash for j in plan.jobs}  # the order is not part of what a job is
     assert "window 0" in format_plan(plan)
     assert all(s.window is None for s in plan_of("order: abba\nrepeats: 2\n").sessions)
+
+
+def test_dry_run_lines_are_shell_quoted(tmp_path):
+    """A user copies the dry run's command lines into a shell: an argument or env value is one quoted word,
+    never a command substitution that runs."""
+    from suite.runner import dry_run
+
+    matrix = tmp_path / "m.yaml"
+    matrix.write_text(BASE.replace("patches: [x]", "patches: [synthetic-gate-delay]").replace(
+        "serve:", 'serve_args: [--compilation-config, \'{"a": "$(touch x)"}\']\nenv: {NOTE: "$(touch y)"}\nserve:'))
+    text = dry_run(matrix)
+    server = next(line for line in text.splitlines() if "[A] server:" in line)
+    assert "--compilation-config '{\"a\": \"$(touch x)\"}'" in server
+    assert "NOTE='$(touch y)'" in server
+    assert "[isl64-osl16-c1-n4] client: vllm bench serve" in text
