@@ -104,7 +104,7 @@ PY
     [ -n "$run" ] || { echo "h200: no run directory under $RUNS"; exit 1; }
     cp "$LOG" "$run/suite.log" 2>/dev/null || true
     # raw results, manifest, reports, probe and session logs; compile caches and overlays stay behind
-    tar -C "$(dirname "$run")" --exclude='*/cache' --exclude='*/overlays' --exclude='*.pt.trace.json.gz' \
+    tar -C "$(dirname "$run")" --exclude='*/cache' --exclude='*/overlays' --exclude='*/probe/site' --exclude='*.pt.trace.json.gz' \
         -cJf "$OUT/run.tar.xz" "$(basename "$run")"
     ls -la "$OUT"
     ;;
