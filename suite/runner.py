@@ -25,7 +25,7 @@ from suite.fixtures.gemma4 import ensure_model
 from suite.matrix import Matrix, load_matrix
 from suite.plan import Job, Plan, Session, build_plan, format_plan
 from suite.proc import signals_as_interrupt
-from suite.runtime.base import ArmEnv, Runtime, Server, free_port, http_ok, port_in_use
+from suite.runtime.base import ArmEnv, Runtime, Server, free_port, port_in_use, wait_healthy
 from suite.runtime.docker.runtime import DockerRuntime
 from suite.runtime.local import LocalRuntime
 from suite.runtime.slurm.runtime import SlurmRuntime
@@ -229,35 +229,9 @@ def _launch_server(ctx: RunContext, session: Session, attempt: int, taken: froze
 
 
 def await_healthy(ctx: RunContext, launches: list[Launch]) -> dict[int, ServerError]:
-    """Poll every launched server's /health together until each answers, exits or times out; a healthy
-    one's record is written the moment it answers. Returns the failures by position (their servers stopped)."""
-    waiting = dict(enumerate(launches))
-    failures: dict[int, ServerError] = {}
-    deadlines = {i: launch.t0 + launch.server.spec.startup_timeout_s for i, launch in waiting.items()}
-    try:
-        while waiting:
-            for i, launch in list(waiting.items()):
-                server = launch.server
-                error = None
-                if not server.running():
-                    error = ServerError(server.describe("exited before it became healthy"))
-                elif http_ok(f"{server.base_url}/health", timeout=2.0):
-                    launch.record(ctx)
-                    del waiting[i]
-                    continue
-                elif time.monotonic() > deadlines[i]:
-                    error = ServerError(server.describe(f"not healthy after {server.spec.startup_timeout_s:.0f} s"))
-                if error is not None:
-                    server.stop()
-                    failures[i] = error
-                    del waiting[i]
-            if waiting:
-                time.sleep(1.0)
-    except BaseException:
-        for launch in waiting.values():
-            launch.server.stop()
-        raise
-    return failures
+    """Wait for every launched server together (``suite.runtime.base.wait_healthy``); each healthy one's record
+    is written the moment it answers. Returns the failures by position (their servers stopped)."""
+    return wait_healthy([launch.server for launch in launches], on_healthy=lambda i: launches[i].record(ctx))
 
 
 def _start_server(ctx: RunContext, session: Session, attempt: int) -> Any:

@@ -11,7 +11,7 @@ import socket
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -87,10 +87,12 @@ class ServerBase:
     def __enter__(self):
         try:
             self.start()
-            wait_healthy(self.base_url, self.spec.startup_timeout_s, self.running, self.describe)
         except BaseException:
             self.stop()
             raise
+        failure = wait_healthy([self]).get(0)  # a failed one is stopped already
+        if failure is not None:
+            raise failure
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -125,16 +127,38 @@ def http_ok(url: str, method: str = "GET", timeout: float = 5.0) -> bool:
         return False
 
 
-def wait_healthy(base_url: str, timeout_s: float, still_running, describe) -> None:
-    """Poll /health until 200; raise ServerError as soon as the server exits, or at the timeout."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if not still_running():
-            raise ServerError(describe("exited before it became healthy"))
-        if http_ok(f"{base_url}/health", timeout=2.0):
-            return
-        time.sleep(1.0)
-    raise ServerError(describe(f"not healthy after {timeout_s:.0f} s"))
+def wait_healthy(servers: Sequence[ServerBase], on_healthy: Callable[[int], None] | None = None
+                 ) -> dict[int, ServerError]:
+    """Poll the /health of every started server together until each answers (``on_healthy(i)`` at that
+    moment), exits or passes its own startup timeout; a server that fails is stopped. Returns the failures by
+    position. Interrupted (Ctrl-C), it stops every server still waited for before the interrupt goes on."""
+    t0 = time.monotonic()
+    waiting = dict(enumerate(servers))
+    failures: dict[int, ServerError] = {}
+    try:
+        while waiting:
+            for i, server in list(waiting.items()):
+                error = None
+                if not server.running():
+                    error = ServerError(server.describe("exited before it became healthy"))
+                elif http_ok(f"{server.base_url}/health", timeout=2.0):
+                    del waiting[i]
+                    if on_healthy is not None:
+                        on_healthy(i)
+                    continue
+                elif time.monotonic() - t0 > server.spec.startup_timeout_s:
+                    error = ServerError(server.describe(f"not healthy after {server.spec.startup_timeout_s:.0f} s"))
+                if error is not None:
+                    server.stop()
+                    failures[i] = error
+                    del waiting[i]
+            if waiting:
+                time.sleep(1.0)
+    except BaseException:
+        for server in waiting.values():
+            server.stop()
+        raise
+    return failures
 
 
 class Runtime(Protocol):
