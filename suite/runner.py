@@ -340,16 +340,15 @@ def run_window(ctx: RunContext, items: list[tuple[Session, list[Job]]], advance:
             run_session(ctx, live.session, live.pending, advance)
         return
     try:
-        launches: list[Launch] = []
+        launched: list[tuple[LiveSession, Launch]] = []
         for live in lives:
             try:
-                launches.append(_launch_server(ctx, live.session, live.attempt,
-                                               frozenset(la.server.spec.port for la in launches)))
+                taken = frozenset(la.server.spec.port for _, la in launched)
+                launched.append((live, _launch_server(ctx, live.session, live.attempt, taken)))
             except ServerError as exc:
                 live.server_lost(exc)
-        failures = await_healthy(ctx, launches)
-        for i, launch in enumerate(launches):
-            live = next(lv for lv in lives if lv.session is launch.session)
+        failures = await_healthy(ctx, [la for _, la in launched])
+        for i, (live, launch) in enumerate(launched):
             if i in failures:
                 live.server_lost(failures[i])
             else:
