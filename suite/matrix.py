@@ -629,6 +629,10 @@ class Matrix(Strict):
         "started together, their jobs alternating); each round's arms are put in windows in a seeded "
         "random order (order_seed)"))
     order_seed: int = Field(0, ge=0, description="seed of the random arm order of side_by_side rounds")
+    settle_s: float = Field(0, ge=0, le=600, description=(
+        "a serving session's first point is measured no sooner than this many seconds after its server (in a "
+        "side-by-side window: the window's last server) answered /health; the wait is filled with load at "
+        "the first point's shape, each chunk's TPOT recorded"))
     accuracy: AccuracySpec | None = None
     kernel: KernelSpec | None = None
     profile: ProfileSpec | None = None

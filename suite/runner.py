@@ -114,7 +114,7 @@ class ServerView:
 
 
 def job_env(ctx: RunContext, job: Job, server: Server | None, scope: SessionScope,
-            pending: tuple[Job, ...] = ()) -> JobEnv:
+            pending: tuple[Job, ...] = (), settle_until: float | None = None) -> JobEnv:
     arm_env, arm_spec = ctx.arm_envs[job.arm], ctx.plan.arms[job.arm]
     offline = server is None
     return JobEnv(
@@ -126,11 +126,11 @@ def job_env(ctx: RunContext, job: Job, server: Server | None, scope: SessionScop
         client_cpus=ctx.runtime.client_cpus(),
         server=None if offline else ServerView(server), scope=scope,
         session_dir=ctx.store.session_dir(job.arm, job.kind, job.session), pending=pending,
-        run_scope=ctx.run_scope, client_in_server=ctx.runtime.client_in_server)
+        run_scope=ctx.run_scope, client_in_server=ctx.runtime.client_in_server, settle_until=settle_until)
 
 
 def _run_job(ctx: RunContext, job: Job, server: Server | None, scope: SessionScope,
-             pending: tuple[Job, ...] = ()) -> bool:
+             pending: tuple[Job, ...] = (), settle_until: float | None = None) -> bool:
     started = utc_now()
     t0 = time.monotonic()
     device = ctx.runtime.device_state()  # GPU clocks, P-state, power at the job's start (None on a CPU host)
@@ -139,7 +139,7 @@ def _run_job(ctx: RunContext, job: Job, server: Server | None, scope: SessionSco
         ctx.store.write_record(job, "failed", started=started, error=f"no stage for job kind {job.kind!r}")
         return False
     try:
-        extra = stage.execute(job_env(ctx, job, server, scope, pending))
+        extra = stage.execute(job_env(ctx, job, server, scope, pending, settle_until))
         if server is not None and not server.alive():
             raise ServerError("the server died during the job; its output is kept but not used")
     except SuiteError as exc:
@@ -263,6 +263,7 @@ class LiveSession:
         self.ctx, self.session, self.pending = ctx, session, pending
         self.scope = SessionScope()
         self.server: Any = None
+        self.ready_at: float | None = None  # time.monotonic() when its server (its window's last) answered
         self.attempt = 0
         self.restarts_left = ctx.matrix.runtime.max_restarts
         self.next = 0  # index of the next pending job
@@ -295,6 +296,7 @@ class LiveSession:
         except ServerError as exc:
             self.server_lost(exc)
             return False
+        self.ready_at = time.monotonic()
         return True
 
     def step(self, advance: Callable[..., None]) -> None:
@@ -302,7 +304,9 @@ class LiveSession:
         if self.ended or not self._ensure_server():
             return
         job = self.pending[self.next]
-        _run_job(self.ctx, job, self.server, self.scope, tuple(self.pending[self.next:]))
+        settle_s = self.ctx.matrix.settle_s
+        settle_until = self.ready_at + settle_s if settle_s and self.ready_at is not None else None
+        _run_job(self.ctx, job, self.server, self.scope, tuple(self.pending[self.next:]), settle_until)
         self.next += 1
         self.ended = self.next >= len(self.pending)
         advance(job)
@@ -348,11 +352,12 @@ def run_window(ctx: RunContext, items: list[tuple[Session, list[Job]]], advance:
             except ServerError as exc:
                 live.server_lost(exc)
         failures = await_healthy(ctx, [la for _, la in launched])
+        ready = time.monotonic()  # the window's last server answered: its settle counts from here
         for i, (live, launch) in enumerate(launched):
             if i in failures:
                 live.server_lost(failures[i])
             else:
-                live.server = launch.server
+                live.server, live.ready_at = launch.server, ready
         turn = 0
         while any(not live.ended for live in lives):
             for live in lives if turn % 2 == 0 else lives[::-1]:

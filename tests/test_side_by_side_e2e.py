@@ -33,6 +33,7 @@ repeats: 2
 order: abba
 side_by_side: 2
 order_seed: 3
+settle_s: 4
 """
 
 
@@ -92,6 +93,38 @@ def test_a_windows_servers_are_up_together_and_their_jobs_alternate(sbs_run):
         assert abs(starts[0] - starts[1]) < min(s["healthy_after_s"] for s in servers.values())  # started together
         arms = [arm for _, _, arm in jobs]
         assert arms[0] != arms[1] and arms[1] == arms[2] and arms[2] != arms[3]  # A B, B A
+
+
+def test_each_window_settles_before_its_first_measured_point(sbs_run):
+    """settle_s: 4: the window's first session fills what is left of the 4 s after both servers answered with
+    load at its first point's shape (each chunk recorded), so its first measured request comes after them.
+    The run's one bench client starts at the first job and takes its time out of window 0's settle."""
+    _, run_dir, _ = sbs_run
+    for session in (0, 1):
+        servers = [json.loads((run_dir / arm / f"server-{session}.json").read_text()) for arm in ("baseline", "patched")]
+        ready = max(_t(s["started"]) + s["healthy_after_s"] for s in servers)
+        firsts = []
+        for arm in ("baseline", "patched"):
+            for rec in (run_dir / arm / "serve").glob(f"*/rep-{session}.job.json"):
+                job = json.loads(rec.read_text())
+                if "warmup" in job:
+                    firsts.append((rec.stat().st_mtime, job))
+        assert len(firsts) == 2  # one warm-up per session, each with its settle record
+        (_, first), (_, second) = sorted(firsts, key=lambda f: f[0])
+        assert second["warmup"]["settle"] == {"left_s": 0.0, "chunks": []}  # its turn came after the deadline
+        settle = first["warmup"]["settle"]
+        if session == 1:  # the client was running: most of the 4 s were left to fill
+            assert settle["left_s"] > 2 and len(settle["chunks"]) >= 2
+        for c in settle["chunks"]:
+            assert c["error"] is None and c["completed"] == 4 and c["mean_tpot_ms"] > 0
+        if settle["chunks"]:
+            last = settle["chunks"][-1]
+            assert last["at_s"] < settle["left_s"] <= last["at_s"] + last["wall_s"] + 0.1  # load until the deadline
+        # the first measured request comes after the settle ("started" and the server's "started" are whole
+        # seconds: 1.5 s of slack)
+        assert _t(first["started"]) + first["seconds"] - first["client"]["wall_s"] >= ready + 4 - 1.5
+    assert "settle: a session's first point measured 4 s or more after its servers answered" in (
+        run_dir / "report.md").read_text()
 
 
 def test_report_states_the_side_by_side_order(sbs_run):

@@ -80,6 +80,7 @@ class JobEnv:
     pending: tuple[Job, ...] = ()  # the session's jobs still to run, this one included (warm-ups)
     run_scope: SessionScope | None = None  # resources that outlive a server (a client that needs no server)
     client_in_server: bool = False  # client tools run inside the server's container: one client per server
+    settle_until: float | None = None  # time.monotonic() before which a session's first point is not measured
 
     @property
     def tokenizer(self) -> str:

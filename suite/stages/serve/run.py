@@ -101,13 +101,14 @@ def session_client(env: JobEnv) -> PersistentClient:
 
 def warm(env: JobEnv, client: PersistentClient) -> dict[str, Any] | None:
     """Before the first measured point of a session: every pending point's shape once (requests discarded),
+    the settle (load at the first point's shape until ``env.settle_until``, when the matrix asks for one),
     then the prefix cache reset. Returns the warm-up record (None when this session is already warm)."""
     if env.scope.has("warm") or env.job.params.get("warmup", True) is False:
         return None
     assert env.server is not None and env.session_dir is not None
     points = [bench_argv(env, j, env.result) for j in env.pending if j.kind == "serve"]
     warmed = warm_session(client, points, reset_prefix_cache=env.server.reset_prefix_cache,
-                          scratch_dir=env.session_dir / "warmup")
+                          scratch_dir=env.session_dir / "warmup", settle_until=env.settle_until)
     env.scope.get("warm", lambda: contextlib.nullcontext(warmed))
     env.scope.notes["warmup"] = warmed.record()
     return warmed.record()

@@ -9,6 +9,11 @@ points by time) and then resets the prefix cache, so warm-up prompts do not make
 
 Warm-ups use a different ``--seed`` than the point (other prompts), so even a server that cannot reset its
 prefix cache (``/reset_prefix_cache`` needs ``VLLM_SERVER_DEV_MODE=1``) has not cached the measured prompts.
+
+A settle (the matrix's ``settle_s``) comes last: load at the first point's shape, in short chunks, until a
+deadline a fixed time after the session's servers answered /health. On the H200 a server measured at once after
+it answered ran its whole first point 7 % slower in 3 of 16 sessions (every token ~0.27 ms later); each chunk's
+mean TPOT is kept, so the record shows whether the settle outlasted that state.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +37,7 @@ SHAPE_FLAGS = ("--backend", "--base-url", "--endpoint", "--model", "--dataset-na
                "--output-len", "--max-concurrency", "--request-rate", "--burstiness", "--temperature",
                "--ignore-eos")
 WARM_FACTOR = 2  # warm-up prompts per unit of concurrency
+SETTLE_FACTOR = 4  # settle chunk prompts per unit of concurrency
 UNBOUNDED_WARM_PROMPTS = 16  # a point without --max-concurrency
 SEED_SHIFT = 104729  # warm-up seed = point seed + this: other prompts than the measured ones
 
@@ -50,7 +56,9 @@ class WarmShape:
     failed: int | None = None
     request_throughput: float | None = None
     output_throughput: float | None = None
+    mean_tpot_ms: float | None = None
     error: str | None = None
+    at_s: float | None = None  # a settle chunk: seconds from the settle's start to the chunk's start
 
     @property
     def ok(self) -> bool:
@@ -64,10 +72,15 @@ class SessionWarmup:
     shapes: list[WarmShape] = field(default_factory=list)
     prefix_cache_reset: bool = False
     wall_s: float = 0.0
+    settle: list[WarmShape] = field(default_factory=list)  # the settle's chunks, in order
+    settle_left_s: float | None = None  # how long the settle had to run when it began (None: no settle)
 
     def record(self) -> dict[str, Any]:
-        return {"shapes": [asdict(s) for s in self.shapes], "prefix_cache_reset": self.prefix_cache_reset,
-                "wall_s": round(self.wall_s, 3)}
+        out: dict[str, Any] = {"shapes": [asdict(s) for s in self.shapes],
+                               "prefix_cache_reset": self.prefix_cache_reset, "wall_s": round(self.wall_s, 3)}
+        if self.settle_left_s is not None:
+            out["settle"] = {"left_s": round(self.settle_left_s, 3), "chunks": [asdict(c) for c in self.settle]}
+        return out
 
     def for_argv(self, argv: Sequence[str]) -> WarmShape | None:
         """The warm-up of argv's shape (None when it was not warmed)."""
@@ -112,10 +125,13 @@ def warm_argv(argv: Sequence[str], prompts: int) -> list[str]:
 
 def warm_session(client: PersistentClient, points: Sequence[Sequence[str]], *,
                  reset_prefix_cache: Callable[[], bool] | None, scratch_dir: Path | None = None,
-                 timeout_s: float = 600.0, factor: int = WARM_FACTOR) -> SessionWarmup:
+                 timeout_s: float = 600.0, factor: int = WARM_FACTOR,
+                 settle_until: float | None = None) -> SessionWarmup:
     """Warm the server once per distinct shape of ``points`` (each the argv after `vllm bench serve` of a
     measured point), in order of first appearance, then POST /reset_prefix_cache.
 
+    ``settle_until`` (a ``time.monotonic()`` deadline): after those, chunks of load at the first point's shape
+    (SETTLE_FACTOR x concurrency prompts each) until the deadline has passed; a failed chunk ends the settle.
     A failed warm-up is recorded (``error``) and the others still run: the measured points report their own
     failures. ``scratch_dir`` must be visible to the client's worker (default: a temporary directory)."""
     t0 = time.monotonic()
@@ -132,6 +148,17 @@ def warm_session(client: PersistentClient, points: Sequence[Sequence[str]], *,
             seen.append(key)
             result = scratch / f"warm-{len(seen)}.json"
             out.shapes.append(_warm_one(client, argv, key, result, timeout_s, factor))
+        if settle_until is not None and points:  # last, so the first point's shape is what ran just before it
+            start = time.monotonic()
+            out.settle_left_s = max(0.0, settle_until - start)
+            first = points[0]
+            while time.monotonic() < settle_until:
+                at = time.monotonic() - start
+                chunk = _warm_one(client, first, shape_of(first), scratch / f"settle-{len(out.settle)}.json",
+                                  timeout_s, SETTLE_FACTOR)
+                out.settle.append(replace(chunk, at_s=round(at, 3)))
+                if not chunk.ok:
+                    break
     finally:
         if own_scratch:
             shutil.rmtree(scratch, ignore_errors=True)
@@ -157,7 +184,7 @@ def _warm_one(client: PersistentClient, argv: Sequence[str], key: dict[str, str]
     return WarmShape(shape=key, prompts=prompts, concurrency=conc, wall_s=round(run.wall_s, 3), mode=run.mode,
                      duration_s=raw.get("duration"), completed=raw.get("completed"), failed=raw.get("failed"),
                      request_throughput=raw.get("request_throughput"),
-                     output_throughput=raw.get("output_throughput"))
+                     output_throughput=raw.get("output_throughput"), mean_tpot_ms=raw.get("mean_tpot_ms"))
 
 
 def size_for_duration(duration_s: float, warm: WarmShape | Mapping[str, Any], concurrency: int) -> int:
