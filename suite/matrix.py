@@ -629,6 +629,9 @@ class Matrix(Strict):
         "started together, their jobs alternating); each round's arms are put in windows in a seeded "
         "random order (order_seed)"))
     order_seed: int = Field(0, ge=0, description="seed of the random arm order of side_by_side rounds")
+    quiet_s: float = Field(0, ge=0, le=600, description=(
+        "no request reaches a server (in a side-by-side window: any of the window's servers) until this many "
+        "seconds after it (the window's last) answered /health; then the warm-up"))
     settle_s: float = Field(0, ge=0, le=600, description=(
         "a serving session's first point is measured no sooner than this many seconds after its server (in a "
         "side-by-side window: the window's last server) answered /health; the wait is filled with load at "

@@ -87,6 +87,8 @@ def intro(run: RunData) -> list[Paragraph | BulletList | Note]:
         f"order: {literal(run.order)}"
         + (f", side by side: {literal(k)} servers per time window (arms in random order per round, "
            f"seed {literal(matrix.get('order_seed', 0))})" if (k := int(matrix.get("side_by_side") or 1)) > 1 else "")
+        + (f", quiet: no request until {literal(f'{quiet:g}')} s after the servers answered"
+           if (quiet := float(matrix.get("quiet_s") or 0)) else "")
         + (f", settle: a session's first point measured {literal(f'{settle:g}')} s or more after its servers "
            "answered (load at that point's shape until then)" if (settle := float(matrix.get("settle_s") or 0)) else "")
         + f"; repeats: {literal(matrix.get('repeats', 1))}",

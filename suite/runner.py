@@ -264,6 +264,7 @@ class LiveSession:
         self.scope = SessionScope()
         self.server: Any = None
         self.ready_at: float | None = None  # time.monotonic() when its server (its window's last) answered
+        self.quiet_until: float | None = None  # no request before this (matrix quiet_s), then None
         self.attempt = 0
         self.restarts_left = ctx.matrix.runtime.max_restarts
         self.next = 0  # index of the next pending job
@@ -296,14 +297,24 @@ class LiveSession:
         except ServerError as exc:
             self.server_lost(exc)
             return False
-        self.ready_at = time.monotonic()
+        self.became_ready(time.monotonic())
         return True
+
+    def became_ready(self, at: float) -> None:
+        """Its server (in a window: the window's last) answered /health at ``at``: the quiet and the settle
+        count from here."""
+        self.ready_at = at
+        quiet_s = self.ctx.matrix.quiet_s
+        self.quiet_until = at + quiet_s if quiet_s else None
 
     def step(self, advance: Callable[..., None]) -> None:
         """Run the next pending job (starting or restarting the server first when it is not alive)."""
         if self.ended or not self._ensure_server():
             return
         job = self.pending[self.next]
+        if self.quiet_until is not None:  # the window's servers left idle before their first request
+            time.sleep(max(0.0, self.quiet_until - time.monotonic()))
+            self.quiet_until = None
         settle_s = self.ctx.matrix.settle_s
         settle_until = self.ready_at + settle_s if settle_s and self.ready_at is not None else None
         _run_job(self.ctx, job, self.server, self.scope, tuple(self.pending[self.next:]), settle_until)
@@ -357,7 +368,8 @@ def run_window(ctx: RunContext, items: list[tuple[Session, list[Job]]], advance:
             if i in failures:
                 live.server_lost(failures[i])
             else:
-                live.server, live.ready_at = launch.server, ready
+                live.server = launch.server
+                live.became_ready(ready)
         turn = 0
         while any(not live.ended for live in lives):
             for live in lives if turn % 2 == 0 else lives[::-1]:

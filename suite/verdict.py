@@ -437,14 +437,22 @@ def round_scores(
     metrics: Sequence[str] = HEADLINE,
 ) -> RoundScores:
     """Scores of the rounds both arms have, paired by round index (a round one arm lost is dropped from
-    both, never paired with a neighbour)."""
+    both, never paired with a neighbour). A round that lacks a point other rounds compare (a run cut short
+    in the middle of a round, a failed job) is dropped too: its composite would weigh the points it has
+    more, and the effect differs by point."""
     b_keys = {_round_index(r) for r in base_rounds}
     c_keys = {_round_index(r) for r in cand_rounds}
     dropped = [f"round {r}: no {'candidate' if r in b_keys else 'baseline'} result"
                for r in sorted(b_keys ^ c_keys)]
     scores: dict[int, float] = {}
     skipped: list[str] = []
-    for r in sorted(b_keys & c_keys):
+    both = sorted(b_keys & c_keys)
+    compared = {r: set(base_rounds[r]) & set(cand_rounds[r]) for r in both}
+    every = set().union(*compared.values()) if compared else set()
+    for r in both:
+        if missing := every - compared[r]:
+            dropped.append(f"round {r}: incomplete (no {', '.join(sorted(map(str, missing)))} in both arms)")
+            continue
         s = score_round(base_rounds[r], cand_rounds[r], metrics)
         if s.value is None:
             dropped.append(f"round {r}: nothing comparable ({'; '.join(s.skipped) or 'no points'})")

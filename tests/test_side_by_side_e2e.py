@@ -33,7 +33,8 @@ repeats: 2
 order: abba
 side_by_side: 2
 order_seed: 3
-settle_s: 4
+quiet_s: 3
+settle_s: 6
 """
 
 
@@ -95,10 +96,11 @@ def test_a_windows_servers_are_up_together_and_their_jobs_alternate(sbs_run):
         assert arms[0] != arms[1] and arms[1] == arms[2] and arms[2] != arms[3]  # A B, B A
 
 
-def test_each_window_settles_before_its_first_measured_point(sbs_run):
-    """settle_s: 4: the window's first session fills what is left of the 4 s after both servers answered with
-    load at its first point's shape (each chunk recorded), so its first measured request comes after them.
-    The run's one bench client starts at the first job and takes its time out of window 0's settle."""
+def test_each_window_is_quiet_then_settles_before_its_first_measured_point(sbs_run):
+    """quiet_s: 3, settle_s: 6: no request reaches a window's servers for 3 s after both answered; then the
+    first session warms each shape and fills what is left of the 6 s with load at its first point's shape
+    (each chunk recorded), so its first measured request comes after that. The run's one bench client starts
+    at the first job and takes its time out of window 0's settle."""
     _, run_dir, _ = sbs_run
     for session in (0, 1):
         servers = [json.loads((run_dir / arm / f"server-{session}.json").read_text()) for arm in ("baseline", "patched")]
@@ -111,20 +113,22 @@ def test_each_window_settles_before_its_first_measured_point(sbs_run):
                     firsts.append((rec.stat().st_mtime, job))
         assert len(firsts) == 2  # one warm-up per session, each with its settle record
         (_, first), (_, second) = sorted(firsts, key=lambda f: f[0])
+        # whole-second stamps: "started" and the servers' ready time are each up to 1 s early
+        assert _t(first["started"]) >= ready + 3 - 1  # the quiet: no job began before it ended
         assert second["warmup"]["settle"] == {"left_s": 0.0, "chunks": []}  # its turn came after the deadline
         settle = first["warmup"]["settle"]
-        if session == 1:  # the client was running: most of the 4 s were left to fill
-            assert settle["left_s"] > 2 and len(settle["chunks"]) >= 2
+        if session == 1:  # the client was running: the 3 s after the quiet, less the warm-up, to fill
+            assert 1 < settle["left_s"] < 3 and len(settle["chunks"]) >= 2
         for c in settle["chunks"]:
             assert c["error"] is None and c["completed"] == 4 and c["mean_tpot_ms"] > 0
         if settle["chunks"]:
             last = settle["chunks"][-1]
             assert last["at_s"] < settle["left_s"] <= last["at_s"] + last["wall_s"] + 0.1  # load until the deadline
-        # the first measured request comes after the settle ("started" and the server's "started" are whole
-        # seconds: 1.5 s of slack)
-        assert _t(first["started"]) + first["seconds"] - first["client"]["wall_s"] >= ready + 4 - 1.5
-    assert "settle: a session's first point measured 4 s or more after its servers answered" in (
-        run_dir / "report.md").read_text()
+        # the first measured request comes after the settle
+        assert _t(first["started"]) + first["seconds"] - first["client"]["wall_s"] >= ready + 6 - 1.5
+    report = (run_dir / "report.md").read_text()
+    assert "quiet: no request until 3 s after the servers answered" in report
+    assert "settle: a session's first point measured 6 s or more after its servers answered" in report
 
 
 def test_report_states_the_side_by_side_order(sbs_run):

@@ -92,6 +92,22 @@ def test_round_score_malformed_input_raises():
         round_score(results(1.0), zeros)
 
 
+def test_a_round_missing_a_point_is_dropped_not_scored_on_the_rest():
+    # the change acts at c1 only (-5 %); a run cut short after the candidate's c1 of round 2 must not score
+    # round 2 on c1 alone (-5 %) beside full rounds (-2.5 %): the composite would weigh the points differently
+    base = {r: results(1.0) for r in range(3)}
+    cand = {r: {"c1": {"output_throughput": 700.0 * 0.95}, "c4": {"output_throughput": 700.0}} for r in range(3)}
+    cand[2] = {"c1": cand[2]["c1"]}
+    rs = round_scores(base, cand, ("output_throughput",))
+    assert sorted(rs.scores) == [0, 1]
+    assert rs.scores[0] == pytest.approx(math.log(0.95) / 2)
+    assert rs.dropped == ("round 2: incomplete (no c4 in both arms)",)
+    # a point no round compares (an arm that never ran it) drops nothing
+    rs = round_scores({r: results(1.0) for r in range(3)}, {r: {"c1": {"output_throughput": 665.0}} for r in range(3)},
+                      ("output_throughput",))
+    assert sorted(rs.scores) == [0, 1, 2] and rs.dropped == ()
+
+
 def test_pairing_is_by_round_index_not_position():
     # each round has its own machine speed, shared by both arms of that round: the true score is +log 1.05
     # in every round. Shifting the candidate's rounds after a lost one would mix speeds 1.0 / 1.3 / 0.8.
