@@ -198,7 +198,8 @@ def quality_findings(run: RunData) -> list[Finding]:
                 client = rec.get("client")
                 repeats.append(RepeatResult(arm=arm, point=p.point, round=r, raw=raw, params=p.params,
                                             session=job.session, order=positions.get((arm, job.key)),
-                                            client=client if isinstance(client, dict) else None))
+                                            client=client if isinstance(client, dict) else None,
+                                            end=p.drift.get(arm, {}).get(r)))
     logs = server_logs(run.store, sessions)
     found = fast_path_findings(run, logs)
     if not repeats:
@@ -420,24 +421,27 @@ def noise_floors(run: RunData) -> dict[str, float]:
 
 @dataclass(frozen=True)
 class DriftCheck:
+    """A point of one session measured first and again at the session's end (``drift_check``)."""
+
     arm: str
     point: str
-    end_value: float  # output throughput of the repeat at the end of the session
-    median: float  # median of the arm's repeats at that point
+    round: int
+    values: tuple[tuple[str, float, float], ...]  # (metric, at the first measurement, at the session's end)
 
-    @property
-    def delta_pct(self) -> float:
-        return (self.end_value / self.median - 1) * 100
+
+DRIFT_METRICS = ("mean_tpot_ms", "output_throughput")
 
 
 def drift_checks(point: PointResults) -> list[DriftCheck]:
-    """Per arm: output throughput of the drift repeat (end of session) against the median of the repeats."""
+    """Per arm and round: the drift repeat (end of session) against the same round's repeat of the point."""
     out = []
-    for arm, raw in sorted(point.drift.items()):
-        reps = list(point.values(arm, "output_throughput").values())
-        end = raw.get("output_throughput")
-        if reps and isinstance(end, int | float) and end > 0 and statistics.median(reps) > 0:
-            out.append(DriftCheck(arm, point.point, float(end), statistics.median(reps)))
+    for arm, ends in sorted(point.drift.items()):
+        for r, end in sorted(ends.items()):
+            start = point.reps.get(arm, {}).get(r, {})
+            values = tuple((k, float(start[k]), float(end[k])) for k in DRIFT_METRICS
+                           if all(isinstance(x.get(k), int | float) and x[k] > 0 for x in (start, end)))
+            if values:
+                out.append(DriftCheck(arm, point.point, r, values))
     return out
 
 

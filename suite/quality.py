@@ -46,6 +46,8 @@ from functools import lru_cache
 from typing import Any, Literal
 
 import numpy as np
+
+from suite.stats import METRICS
 from scipy.stats import norm
 
 Severity = Literal["unreliable", "warning"]
@@ -67,6 +69,9 @@ WARMUP_FACTOR = 3.0
 WARMUP_MIN_OTHERS = 2
 START_SLOW_FACTOR = 3.0
 START_MIN_OTHERS = 2
+SESSION_DRIFT_MIN_PCT = 2.0  # a session's point measured again at its end: differences below this are noise
+SESSION_DRIFT_FACTOR = 4.0  # ... or below this many times the run's median difference (its own noise)
+SESSION_DRIFT_MIN_PAIRS = 4  # pairs the median needs
 DRIFT_ALPHA = 0.05
 DRIFT_MIN_ROUNDS = 3
 BIMODAL_ALPHA = 0.05
@@ -76,7 +81,7 @@ BIMODAL_MIN_CLUSTER = 2
 BIMODAL_NULL_DRAWS = 20_000
 
 CHECK_ORDER = ("failed-requests", "fast-path-not-taken", "server-health", "client-bound", "low-concurrency",
-               "coalesced-stream", "chunked-stream", "warmup-outlier", "bimodal-sessions", "drift")
+               "coalesced-stream", "chunked-stream", "warmup-outlier", "session-drift", "bimodal-sessions", "drift")
 _LOG_ERROR = re.compile(r"\bERROR\b|^\s*Traceback \(most recent call last\)")
 
 
@@ -119,6 +124,7 @@ class RepeatResult:
     session: int | None = None
     order: int | None = None
     client: Mapping[str, Any] | None = None
+    end: Mapping[str, Any] | None = None  # the same point measured again at the end of its session (drift_check)
 
 
 # ------------------------------------------------------------------------------------ helpers
@@ -599,6 +605,30 @@ def check_drift(repeats: Sequence[RepeatResult], metric: str = "output_throughpu
     return findings
 
 
+def check_session_drift(repeats: Sequence[RepeatResult], metric: str = "mean_tpot_ms") -> list[Finding]:
+    """Within one server session: a repeat against the same point measured again at the session's end
+    (``drift_check``). A change under test is the same all through a server's life, so a difference here is
+    the server or the machine changing state while it was measured (on the H200: a server whose first
+    request came within a second of /health decoded ~7 % slower for 20-60 s). A warning when the two differ
+    by more than ``SESSION_DRIFT_MIN_PCT`` and ``SESSION_DRIFT_FACTOR`` times the run's median difference."""
+    pairs = []
+    for r in repeats:
+        start, end = _num(r.raw.get(metric)), _num((r.end or {}).get(metric))
+        if start and end and start > 0 and end > 0:
+            pairs.append((r, start, end, math.log(end / start)))
+    if not pairs:
+        return []
+    floor = math.log1p(SESSION_DRIFT_MIN_PCT / 100)
+    if len(pairs) >= SESSION_DRIFT_MIN_PAIRS:
+        floor = max(floor, SESSION_DRIFT_FACTOR * statistics.median(abs(d) for *_, d in pairs))
+    m = METRICS[metric]
+    return [Finding("session-drift", r.arm, r.point, r.round, "warning",
+                    f"round {r.round}: {m.label} {_fmt(start)} {m.unit} at the point's first measurement, {_fmt(end)} "
+                    f"{m.unit} when it was measured again at the session's end ({math.expm1(d) * 100:+.1f} %; this "
+                    f"run's threshold {math.expm1(floor) * 100:.1f} %): the server was not steady", session=r.session)
+            for r, start, end, d in pairs if abs(d) > floor]
+
+
 @lru_cache(maxsize=64)
 def _best_split_null_r2(n: int) -> float:
     """95th percentile (1 − ``BIMODAL_ALPHA``) of the best-split R² of n draws from one normal distribution
@@ -703,6 +733,7 @@ def run_checks(repeats: Sequence[RepeatResult], *, servers: Iterable[Mapping[str
         findings += check_repeat(r.raw, r.params, arm=r.arm, point=r.point, round=r.round, client=r.client)
     findings += check_warmup(repeats)
     findings += check_server_health(servers, logs)
+    findings += check_session_drift(repeats)
     findings += check_drift(repeats)
     findings += check_bimodal_sessions(repeats)
     return order_findings(findings)

@@ -26,6 +26,7 @@ from suite.quality import (
     check_failed,
     check_repeat,
     check_server_health,
+    check_session_drift,
     check_warmup,
     count_log_errors,
     finding_line,
@@ -336,6 +337,25 @@ def test_mann_kendall_exact_p_matches_scipy():
 def _series_repeats(arm: str, values: dict[str, list[float]]) -> list[RepeatResult]:
     return [RepeatResult(arm, point, rnd, {"output_throughput": v}, session=rnd, order=0)
             for point, vals in values.items() for rnd, v in enumerate(vals)]
+
+
+def test_session_drift_flags_a_server_that_changed_speed_within_its_session():
+    # the H200 run's c1 (mean TPOT, ms): 16 sessions whose end-of-session repeat agrees within ~1 %, and three
+    # whose first measurement ran ~7 % slow (a server measured the moment it answered /health)
+    starts = [3.93, 3.93, 3.89, 3.93, 4.26, 4.00, 4.11, 3.90, 4.11, 4.02, 4.30, 3.87, 4.04, 4.01, 4.10, 4.15]
+    ends = [3.95, 3.96, 3.90, 3.95, 3.99, 3.99, 4.10, 3.88, 4.10, 4.01, 3.99, 3.91, 4.02, 4.00, 4.11, 3.89]
+    repeats = [RepeatResult(f"arm{i % 4}", "c1", i // 4, {"mean_tpot_ms": a}, session=i // 4,
+                            end={"mean_tpot_ms": b}) for i, (a, b) in enumerate(zip(starts, ends, strict=True))]
+    found = check_session_drift(repeats)
+    assert [(f.arm, f.round) for f in found] == [("arm0", 1), ("arm2", 2), ("arm3", 3)]
+    assert all(f.severity == "warning" and f.check == "session-drift" for f in found)
+    assert "Mean TPOT 4.26 ms at the point's first measurement, 3.99 ms when it was measured again" in found[0].message
+    assert "(-6.3 %; this run's threshold 2.0 %)" in found[0].message
+    # a noisy run sets its own threshold (4 x its median difference): 3 % swings everywhere are its noise
+    noisy = [RepeatResult("a", "c1", r, {"mean_tpot_ms": 10.0}, end={"mean_tpot_ms": 10.0 * (1.03 if r % 2 else 0.97)})
+             for r in range(6)]
+    assert check_session_drift(noisy) == []
+    assert check_session_drift(_series_repeats("a", {"c1": [1.0, 2.0]})) == []  # no end-of-session repeats
 
 
 def test_drift_per_point_planted():

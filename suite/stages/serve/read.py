@@ -25,7 +25,7 @@ class PointResults:
     params: dict[str, Any]
     reps: dict[str, dict[int, dict[str, Any]]] = field(default_factory=dict)  # arm -> round -> raw result
     records: dict[str, dict[int, dict[str, Any]]] = field(default_factory=dict)  # arm -> round -> job record
-    drift: dict[str, dict[str, Any]] = field(default_factory=dict)  # arm -> raw result of the drift repeat
+    drift: dict[str, dict[int, dict[str, Any]]] = field(default_factory=dict)  # arm -> round -> the drift repeat
 
     def values(self, arm: str, key: str) -> dict[int, float]:
         """round -> value of one metric (rounds whose result lacks it are left out)."""
@@ -48,7 +48,7 @@ def load_points(store: RunStore, jobs: list[tuple[Job, dict[str, Any]]]) -> dict
             continue
         pr = points.setdefault(job.point, PointResults(job.point, dict(job.params)))
         if job.tag == DRIFT_TAG:
-            pr.drift[job.arm] = raw
+            pr.drift.setdefault(job.arm, {})[job.repeat] = raw
         elif not job.tag:
             pr.reps.setdefault(job.arm, {})[job.repeat] = raw
             pr.records.setdefault(job.arm, {})[job.repeat] = rec

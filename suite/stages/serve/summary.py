@@ -210,8 +210,9 @@ def _point_notes(run: RunData, s: CandidateSummary, point: str) -> list[Note]:
         notes.append(Note("Unpaired rounds dropped from both sides: " + "; ".join(
             f"round {r} (no {literal(arm)} value)" for r, arm in sorted(dropped)), "warning"))
     for d in _drift_checks(run.points[point]):
-        notes.append(Note(f"Drift check {literal(d.arm)}: output throughput at the end of the session "
-                          f"{fmt(d.end_value)} vs {fmt(d.median)} ({fmt_pct(d.delta_pct)})", "warning"))
+        notes.append(Note(f"Drift check {literal(d.arm)} round {d.round}, the point again at the session's end: " + ", ".join(
+            f"{METRICS[k].label} {fmt(a)} → {fmt(b)} ({fmt_pct((b / a - 1) * 100)})" for k, a, b in d.values),
+            "warning"))
     return notes
 
 
