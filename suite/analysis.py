@@ -474,6 +474,20 @@ def stopped_after(run: RunData) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def decided_after(run: RunData, cand: str) -> int | None:
+    """Rounds after which the sequential runner's look decided ``cand`` (the first look that did), when the
+    run went on for other candidates: a decided test is final at its look; the rounds after it are measured,
+    shown in the cells, and not tested again."""
+    seq = run.manifest.get("sequential")
+    looks = seq.get("looks") if isinstance(seq, dict) else None
+    for look in looks if isinstance(looks, list) else ():
+        decided = look.get("decided") if isinstance(look, dict) else None
+        rounds = look.get("rounds") if isinstance(look, dict) else None
+        if isinstance(decided, dict) and decided.get(cand) is True and isinstance(rounds, int):
+            return rounds
+    return None
+
+
 def round_data(run: RunData, arm: str, metrics: tuple[str, ...]) -> tuple[dict[int, dict[str, dict[str, float]]],
                                                                              list[str]]:
     """round -> point -> metric -> value of one arm, without values a data-quality check spoiled (listed)."""
@@ -546,6 +560,7 @@ class CandidateSummary:
     left_out: tuple[str, ...] = ()  # values the primary test did not use (data quality)
     error: str | None = None  # why there is no primary test although both arms have rounds
     family_alpha: float = FAMILY_ALPHA
+    decided_after: int | None = None  # the runner's look decided it after this many rounds (the test stops there)
 
     @property
     def word(self) -> str:
@@ -591,13 +606,14 @@ def summarize_candidate(run: RunData, cand: str, floors: dict[str, float] | None
             counts[c.verdict] += 1
     ratios = [c.ratio for (_, k), c in cells.items() if k == "output_throughput" and c.ratio]
     geo = (geometric_mean_ratio(ratios) - 1) * 100 if ratios else None
-    test = primary(run, cand, spec, look=stopped_after(run))
+    decided = decided_after(run, cand)
+    test = primary(run, cand, spec, look=decided if decided is not None else stopped_after(run))
     ev = test.evaluation
     overall = NO_DATA if ev is None or not any(c.tested for c in cells.values()) else ev.outcome.value
     return CandidateSummary(candidate=cand, baseline=run.baseline, overall=overall, spec=spec, evaluation=ev,
                             cells=cells, counts=counts, geomean_throughput_pct=geo, points=len(ratios),
                             correctness=compare_arms(run.store, run.jobs, run.baseline, cand),
-                            left_out=test.left_out, error=test.error)
+                            left_out=test.left_out, error=test.error, decided_after=decided)
 
 
 def summarize_candidates(run: RunData, floors: dict[str, float] | None = None) -> list[CandidateSummary]:

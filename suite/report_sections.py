@@ -183,6 +183,11 @@ def card(run: RunData, s: CandidateSummary) -> Card:
         "" if run.paired else f" ({literal(run.order or 'unordered')} order: the pairing cancels no drift)")
     if ev.dropped:
         rounds += "; dropped: " + "; ".join(literal(d.split(" (", 1)[0]) for d in ev.dropped)
+    later = sorted({r for p in run.points.values() for r in p.reps.get(s.candidate, {})
+                    if s.decided_after is not None and r >= s.decided_after})
+    if later:  # decided at a look, measured on for other candidates: the test stopped at its look
+        rounds += (f"; decided at the look after {s.decided_after} rounds: round{'s' if len(later) > 1 else ''} "
+                   f"{', '.join(map(str, later))} measured for the other candidates, shown in the cells, not tested")
     mde = (f"smallest change it could detect: ±{c.mde_pct:.1f} % at {100 * s.spec.power:g} % power"
            if c.mde_pct is not None and c.mde_pct < MAX_SHOWN_PCT else
            "smallest change it could detect: beyond ×10" if c.mde_pct is not None else None)

@@ -34,3 +34,20 @@ def test_stored_run_regenerates_its_report(run, tmp_path):
         assert (copy / name).read_text() == (run / name).read_text(), (
             f"{run.name}/{name} no longer matches its raw files: regenerate it (unpack raw.tar.xz, `suite report`) "
             "and say why")
+
+
+def test_a_candidate_decided_at_a_look_keeps_that_look(tmp_path):
+    """The second H200 run: the runner's look after two rounds decided ll-bf16 (EQUIVALENT) and went on for
+    slowed-gate; the report keeps ll-bf16's test at that look, not re-testing it on the rounds after it, and
+    tests slowed-gate on every round it has (its round 3 was never measured)."""
+    from suite.analysis import load_run
+
+    with tarfile.open(EVIDENCE / "h200-gemma4-settle-20261201" / "raw.tar.xz") as tar:
+        tar.extractall(tmp_path, filter="data")
+    run = load_run(tmp_path)
+    by_arm = {s.candidate: s for s in run.summaries}
+    ll, slowed = by_arm["ll-bf16"], by_arm["slowed-gate"]
+    assert run.manifest["sequential"]["looks"][0]["outcomes"]["ll-bf16"] == "EQUIVALENT"
+    assert ll.decided_after == 2 and ll.overall == "EQUIVALENT"
+    assert ll.evaluation.composite.n_rounds == 2 and ll.evaluation.composite.look == 1
+    assert slowed.decided_after is None and slowed.evaluation.composite.n_rounds == 3
