@@ -488,12 +488,15 @@ def decided_after(run: RunData, cand: str) -> int | None:
     return None
 
 
-def round_data(run: RunData, arm: str, metrics: tuple[str, ...]) -> tuple[dict[int, dict[str, dict[str, float]]],
-                                                                             list[str]]:
-    """round -> point -> metric -> value of one arm, without values a data-quality check spoiled (listed)."""
+def round_data(run: RunData, arm: str, metrics: tuple[str, ...], points: tuple[str, ...] | None = None
+               ) -> tuple[dict[int, dict[str, dict[str, float]]], list[str]]:
+    """round -> point -> metric -> value of one arm (``points``: only those), without values a data-quality
+    check spoiled (listed)."""
     rounds: dict[int, dict[str, dict[str, float]]] = defaultdict(dict)
     left_out: list[str] = []
     for p in run.points.values():
+        if points is not None and p.point not in points:
+            continue
         for r, raw in p.reps.get(arm, {}).items():
             row = {}
             for key in metrics:
@@ -521,11 +524,12 @@ def primary(run: RunData, cand: str, spec: VerdictSpec, *, look: int | None = No
     a run that stopped early; None: every stored round. ``final``: no more rounds will come (an undecided test
     is INCONCLUSIVE). The A/A arm's rounds are pooled only under ABBA, where they share the baseline's rounds,
     and never into the A/A arm's own test (the control)."""
-    base, left_b = round_data(run, run.baseline, spec.metrics)
-    new, left_c = round_data(run, cand, spec.metrics)
+    base, left_b = round_data(run, run.baseline, spec.metrics, spec.points)
+    new, left_c = round_data(run, cand, spec.metrics, spec.points)
     if cand == run.aa_arm:  # the control: its own paired test, without the "not pooled" remark of a candidate
         spec = spec.model_copy(update={"pool_aa": False})
-    aa = round_data(run, run.aa_arm, spec.metrics)[0] if run.aa_arm and run.paired and spec.pool_aa else None
+    aa = (round_data(run, run.aa_arm, spec.metrics, spec.points)[0] if run.aa_arm and run.paired and spec.pool_aa
+          else None)
     k = None
     if look is not None:
         base, new = {r: v for r, v in base.items() if r < look}, {r: v for r, v in new.items() if r < look}

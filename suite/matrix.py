@@ -520,6 +520,12 @@ class ServePoint(Strict):
         return max(1, round(factor * concurrency))
 
 
+def serve_point_id(isl: int, osl: int, concurrency: int, num_prompts: int, duration_s: float | None = None) -> str:
+    """A serving point's id, as plans, stores and reports name it."""
+    size = f"t{duration_s:g}s" if duration_s else f"n{num_prompts}"
+    return f"isl{isl}-osl{osl}-c{concurrency}-{size}"
+
+
 class LatencyPoint(Strict):
     input_len: int = Field(gt=0, le=MAX_TOKENS)
     output_len: int = Field(gt=0, le=MAX_TOKENS)
@@ -679,6 +685,12 @@ class Matrix(Strict):
         for i, point in enumerate(self.latency):
             if point.input_len + point.output_len > self.model.max_model_len:
                 raise ValueError(f"latency[{i}]: input_len + output_len exceeds model.max_model_len")
+        if self.verdict is not None and self.verdict.points is not None:
+            ids = [serve_point_id(b.isl, b.osl, c, b.prompts_for(c), b.duration_s) for b in self.serve
+                   for c in b.concurrency]
+            if unknown := [p for p in self.verdict.points if p not in ids]:
+                raise ValueError(f"verdict.points: {unknown} are not serving points of this matrix; its points: "
+                                 f"{', '.join(dict.fromkeys(ids)) or '(none)'}")
         if not (self.serve or self.latency or self.accuracy or self.kernel or self.profile):
             raise ValueError("nothing to measure: give serve, latency, accuracy, kernel or profile")
         if self.repeats == "auto":

@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from suite.matrix import ArmSpec, Matrix
+from suite.matrix import ArmSpec, Matrix, serve_point_id
 
 AA_SUFFIX = ".aa"
 JobKind = Literal["serve", "equivalence", "accuracy", "probe", "profile", "latency", "kernel"]
@@ -75,11 +75,6 @@ class Plan(BaseModel):
     @property
     def jobs(self) -> list[Job]:
         return [j for s in self.sessions for j in s.jobs]
-
-
-def serve_point_id(isl: int, osl: int, concurrency: int, num_prompts: int, duration_s: float | None = None) -> str:
-    size = f"t{duration_s:g}s" if duration_s else f"n{num_prompts}"
-    return f"isl{isl}-osl{osl}-c{concurrency}-{size}"
 
 
 def serve_points(matrix: Matrix) -> list[tuple[str, dict[str, Any]]]:

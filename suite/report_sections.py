@@ -191,7 +191,10 @@ def card(run: RunData, s: CandidateSummary) -> Card:
     mde = (f"smallest change it could detect: ±{c.mde_pct:.1f} % at {100 * s.spec.power:g} % power"
            if c.mde_pct is not None and c.mde_pct < MAX_SHOWN_PCT else
            "smallest change it could detect: beyond ×10" if c.mde_pct is not None else None)
-    lines = [f"{level}; better is +; composite of {metrics}, geometric mean over points",
+    over = ("points" if s.spec.points is None else
+            f"the {len(s.spec.points)} declared points ({', '.join(literal(p) for p in s.spec.points)}; the others "
+            "are shown, not tested)")
+    lines = [f"{level}; better is +; composite of {metrics}, geometric mean over {over}",
              _reason(s, c)]
     if ev.outcome == Outcome.MIXED or ev.confirmed:
         lines.append("confirmed per metric (Holm across metrics): " + ", ".join(

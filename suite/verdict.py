@@ -89,6 +89,19 @@ class VerdictSpec(BaseModel):
         None, description="round counts at which the test is looked at; default: every 2 rounds, at most 4"
     )
     pool_aa: bool = Field(True, description="pool the variance with the A/A arm's scores when an F test allows")
+    points: tuple[str, ...] | None = Field(
+        None, description="the serving points (ids as the report names them, e.g. isl128-osl64-c1-n16) where the "
+        "change can act: only they feed the composite; the others are measured and shown; default: every point")
+
+    @field_validator("points")
+    @classmethod
+    def _points(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if value is not None:
+            if not value:
+                raise ValueError("points: give at least one point, or leave it out for every point")
+            if len(set(value)) != len(value):
+                raise ValueError(f"duplicate point(s) in {list(value)}")
+        return value
 
     @field_validator("metrics")
     @classmethod

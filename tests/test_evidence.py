@@ -51,3 +51,36 @@ def test_a_candidate_decided_at_a_look_keeps_that_look(tmp_path):
     assert ll.decided_after == 2 and ll.overall == "EQUIVALENT"
     assert ll.evaluation.composite.n_rounds == 2 and ll.evaluation.composite.look == 1
     assert slowed.decided_after is None and slowed.evaluation.composite.n_rounds == 3
+
+
+def test_declared_points_feed_the_composite_through_the_cli(tmp_path):
+    """verdict.points on the first complete H200 run: only c1, c8 and c16 (where ll-bf16 can act: M <= 16)
+    feed the composite; `suite report` tests that composite, and its value is the mean of the per-round
+    scores computed here from the raw JSON."""
+    import json
+    import math
+    import re
+
+    run = tmp_path / "h200-gemma4-20261201"
+    run.mkdir()
+    with tarfile.open(EVIDENCE / run.name / "raw.tar.xz") as tar:
+        tar.extractall(run, filter="data")
+    points = ("isl128-osl64-c1-n16", "isl128-osl64-c8-n64", "isl128-osl64-c16-n128")
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest["matrix"]["verdict"]["points"] = list(points)
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    assert main(["report", str(run)]) == 0
+    report = (run / "report.md").read_text()
+    assert ("composite of Mean TPOT, geometric mean over the 3 declared points (isl128-osl64-c1-n16, "
+            "isl128-osl64-c8-n64, isl128-osl64-c16-n128; the others are shown, not tested)") in report
+
+    def tpot(arm: str, point: str, r: int) -> float:
+        return json.loads((run / arm / "serve" / point / f"rep-{r}.json").read_text())["mean_tpot_ms"]
+
+    scores = [sum(-math.log(tpot("ll-bf16", p, r) / tpot("baseline", p, r)) for p in points) / len(points)
+              for r in range(4)]
+    expected = math.expm1(sum(scores) / 4) * 100
+    shown = re.search(r"\*\*ll-bf16 vs baseline: [A-Z]+\*\* — composite ([+-][0-9.]+)%", report)
+    assert shown is not None and float(shown.group(1)) == pytest.approx(expected, abs=0.05)
+    # the fourth point, where ll-bf16 cannot act, no longer dilutes it: over all four the composite read +1.6 %
+    assert expected > 1.6

@@ -317,3 +317,15 @@ def test_shipped_matrices_validate_through_the_cli():
     proc = run_suite("validate", *files, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("ok ") == len(files)
+
+
+def test_verdict_points_must_be_the_matrixs_serving_points(tmp_path):
+    ok = BASE + "verdict: {metrics: [mean_tpot_ms], points: [isl128-osl32-c1-n3]}\n"
+    assert load_matrix(write(tmp_path, ok)).verdict.points == ("isl128-osl32-c1-n3",)
+    f = write(tmp_path, ok.replace("points: [isl128-osl32-c1-n3]", "points: [isl128-osl32-c2-n3]"), "bad.yaml")
+    err = error_of(f)
+    assert err.startswith(f"{f}:")
+    assert ("verdict.points: ['isl128-osl32-c2-n3'] are not serving points of this matrix; its points: "
+            "isl128-osl32-c1-n3, isl128-osl32-c4-n12") in err
+    f = write(tmp_path, ok.replace("points: [isl128-osl32-c1-n3]", "points: []"), "empty.yaml")
+    assert "points: give at least one point" in error_of(f)

@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     run_ = load_run(args.run_dir)
     if run_.matrix.get("name") != matrix.name:
         raise SuiteError(f"{args.run_dir} is a run of {run_.matrix.get('name')!r}, not {matrix.name!r}")
-    base, _ = round_data(run_, run_.baseline, spec.metrics)
+    base, _ = round_data(run_, run_.baseline, spec.metrics, spec.points)
     others = [a for a in run_.arms if a != run_.baseline]
     if not base or not others:
         raise SuiteError(f"{args.run_dir}: needs serving rounds of the baseline and of one more arm")
@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
         table.add_column(col, justify="right" if col != "from arm" else "left")
     per_round = _seconds_per_round(run_.manifest, len(base))
     for arm in others:
-        scores = round_scores(base, round_data(run_, arm, spec.metrics)[0], spec.metrics).scores
+        scores = round_scores(base, round_data(run_, arm, spec.metrics, spec.points)[0], spec.metrics).scores
         if len(scores) < 2:
             table.add_row(arm, str(len(scores)), "n/a (needs 2 rounds)", "", "")
             continue
