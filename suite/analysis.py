@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import math
-import statistics
 from collections import defaultdict
 from dataclasses import dataclass, replace
 from functools import cached_property

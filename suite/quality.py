@@ -46,9 +46,9 @@ from functools import lru_cache
 from typing import Any, Literal
 
 import numpy as np
+from scipy.stats import norm
 
 from suite.stats import METRICS
-from scipy.stats import norm
 
 Severity = Literal["unreliable", "warning"]
 

@@ -13,8 +13,8 @@ raises ``ValueError``. A comparison that is well formed but cannot support a ver
 values, no spread, huge spread, an interval wider than a factor of 2 either way) returns verdict
 ``unreliable`` with the reason, never "better"/"worse"; an interval that wide is not returned as numbers.
 
-Accuracy: per-question pairing, exact McNemar, Tango's score interval on the paired difference and an
-accuracy gate (PASS / FAIL / INCONCLUSIVE / UNINFORMATIVE). The primary test of a candidate (composite,
+Accuracy: per-question pairing, McNemar's test in score form (and exact), Tango's score interval on the
+paired difference and an accuracy gate (PASS / FAIL / INCONCLUSIVE / UNINFORMATIVE). The primary test of a candidate (composite,
 sequential) lives in ``suite.verdict``.
 """
 
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from scipy.optimize import brentq
-from scipy.special import ndtri, stdtr, stdtrit
+from scipy.special import ndtr, ndtri, stdtr, stdtrit
 from scipy.stats import binomtest
 
 POWER = 0.80  # power used for the minimum detectable effect
@@ -333,14 +333,34 @@ class PairedAccuracy:
     delta_stderr: float  # stderr of the paired per-question difference
     flipped_to_correct: int  # wrong in baseline, right in candidate
     flipped_to_wrong: int  # right in baseline, wrong in candidate
-    p_value: float  # exact McNemar
+    p_value: float  # McNemar's score test: the statistic the interval inverts (agrees with it)
     delta_ci_low: float  # Tango's score interval on delta (fractions, like delta)
     delta_ci_high: float
     confidence: float
+    p_exact: float | None = None  # McNemar's exact binomial test on the flipped questions
 
 
 def _stderr(xs: Sequence[float]) -> float:
     return math.sqrt(_mean_var(xs)[1] / len(xs)) if len(xs) > 1 else 0.0
+
+
+def _tango_score(up: int, down: int, n: int, d: float) -> float:
+    """Tango's score statistic T(D) for the paired difference D (see ``paired_difference_interval``)."""
+    w = -up - down + (2 * n - up + down) * d
+    q = (math.sqrt(max(w * w + 8 * n * down * d * (1 - d), 0.0)) - w) / (4 * n)
+    var, num = n * (2 * q + d * (1 - d)), up - down - n * d
+    if var > 0:
+        return num / math.sqrt(var)
+    return 0.0 if num == 0 else math.copysign(math.inf, num)
+
+
+def paired_difference_p(up: int, down: int, n: int) -> float:
+    """Two-sided p of "no difference" from the statistic Tango's interval inverts, T(0) = (up - down) /
+    sqrt(up + down): McNemar's test in its score form. p < 1 - confidence exactly when the interval excludes 0
+    (the exact binomial McNemar, ``mcnemar``, can disagree: 0 up / 5 down gives 0.0625 there, 0.025 here)."""
+    if up + down == 0:
+        return 1.0
+    return float(2 * ndtr(-abs(_tango_score(up, down, n, 0.0))))
 
 
 def paired_difference_interval(
@@ -365,12 +385,7 @@ def paired_difference_interval(
     est = (up - down) / n
 
     def score(d: float) -> float:
-        w = -up - down + (2 * n - up + down) * d
-        q = (math.sqrt(max(w * w + 8 * n * down * d * (1 - d), 0.0)) - w) / (4 * n)
-        var, num = n * (2 * q + d * (1 - d)), up - down - n * d
-        if var > 0:
-            return num / math.sqrt(var)
-        return 0.0 if num == 0 else math.copysign(math.inf, num)
+        return _tango_score(up, down, n, d)
 
     edge = 1e-12
     lo = -1.0 if est <= -1 + edge or score(-1 + edge) <= z else brentq(
@@ -408,10 +423,11 @@ def paired_accuracy(
         delta_stderr=_stderr([y - x for x, y in zip(xb, xc, strict=True)]),
         flipped_to_correct=up,
         flipped_to_wrong=down,
-        p_value=mcnemar(up, down),
+        p_value=paired_difference_p(up, down, n),
         delta_ci_low=lo,
         delta_ci_high=hi,
         confidence=confidence,
+        p_exact=mcnemar(up, down),
     )
 
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
+from scipy.special import ndtr
 
 from suite.errors import SuiteError
 from suite.matrix import AccuracySpec
@@ -97,7 +99,8 @@ def test_paired_numbers(pair: tuple[Path, Path]) -> None:
     assert flex.lost_doc_ids == (8, 9, 10, 11) and flex.gained_doc_ids == (12, 13)
     assert (flex.base.acc, flex.cand.acc) == (0.6, 0.5)
     assert flex.delta == pytest.approx(-0.1)
-    assert flex.mcnemar_p == pytest.approx(0.6875)
+    assert flex.mcnemar_p == pytest.approx(2 * ndtr(-2 / math.sqrt(6)))  # score form: (2 - 4) / sqrt(6)
+    assert flex.paired.p_exact == pytest.approx(0.6875)  # the exact binomial, kept beside it
     assert flex.base.stderr == pytest.approx(flex.base.reported_stderr)
     assert flex.cand.acc == flex.cand.reported_acc
     strict = s.by_filter("strict-match")
@@ -265,9 +268,9 @@ Gates: **INCONCLUSIVE**
 | filter | baseline | patched | Δ (pp) [95% interval] | right→wrong | wrong→right | answer changed | McNemar p | n |
 |---|--:|--:|--:|--:|--:|--:|--:|--:|
 | strict-match | 0.0 ± 0.0 % (0/20) | 0.0 ± 0.0 % (0/20) | uninformative: no arm answers any question right | 0 | 0 | 0 | 1 | 20 |
-| flexible-extract | 60.0 ± 11.2 % (12/20) | 50.0 ± 11.5 % (10/20) | -10.0 [-35.0, +15.9] | 4 | 2 | 6 | 0.688 | 20 |
+| flexible-extract | 60.0 ± 11.2 % (12/20) | 50.0 ± 11.5 % (10/20) | -10.0 [-35.0, +15.9] | 4 | 2 | 6 | 0.414 | 20 |
 
-Accuracy ± standard error, recomputed from lm-eval's per-question samples; pairs matched on (doc_id, filter); interval: Tango's score interval on the paired difference; McNemar: exact two-sided binomial test on the questions that flipped; answer changed: questions whose extracted answer differs, right or wrong. **Responses changed on 6 of 20 questions** (the whole generated text; lm-eval generates greedily, so a change means other tokens, whatever the score).
+Accuracy ± standard error, recomputed from lm-eval's per-question samples; pairs matched on (doc_id, filter); interval: Tango's score interval on the paired difference; McNemar p: the score test on the questions that flipped (the statistic the interval inverts, so p < 0.05 exactly when it excludes 0); answer changed: questions whose extracted answer differs, right or wrong. **Responses changed on 6 of 20 questions** (the whole generated text; lm-eval generates greedily, so a change means other tokens, whatever the score).
 
 - flexible-extract: right→wrong doc_ids 8, 9, 10, 11; wrong→right 12, 13
 - lm-eval wall time: baseline 12.5 s, patched 12.5 s

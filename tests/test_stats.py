@@ -27,6 +27,7 @@ from suite.stats import (
     noise_floor_pct,
     paired_accuracy,
     paired_difference_interval,
+    paired_difference_p,
     summarize,
 )
 
@@ -316,12 +317,27 @@ def test_mcnemar_known_values():
         mcnemar(-1, 3)
 
 
+def test_mcnemar_p_agrees_with_the_interval_beside_it():
+    # the audit's case: 0 gained, 5 lost of 1000. The exact binomial says p = 0.0625 while Tango's interval
+    # excludes 0; the score form is the statistic the interval inverts, so the two always agree
+    lo, hi = paired_difference_interval(0, 5, 1000)
+    assert hi < 0 and mcnemar(0, 5) == pytest.approx(0.0625)
+    assert paired_difference_p(0, 5, 1000) == pytest.approx(0.0253, abs=1e-4)
+    assert paired_difference_p(0, 5, 1000) < 0.05
+    for up, down, n in [(0, 5, 1000), (3, 9, 200), (7, 7, 50), (1, 0, 20), (12, 30, 400), (0, 0, 10), (40, 20, 60)]:
+        lo, hi = paired_difference_interval(up, down, n)
+        assert (paired_difference_p(up, down, n) < 0.05) == (not lo <= 0 <= hi), (up, down, n)
+    assert paired_accuracy({i: i < 5 for i in range(1000)}, dict.fromkeys(range(1000), False)).p_value == (
+        pytest.approx(paired_difference_p(0, 5, 1000)))
+
+
 def test_paired_accuracy():
     base = {i: i < 80 for i in range(100)}  # 80 correct
     cand = {i: (i < 75 or 80 <= i < 90) for i in range(100)}  # loses 75-79, gains 80-89 -> 85 correct
     r = paired_accuracy(base, cand)
     assert (r.n, r.acc_base, r.acc_cand, r.flipped_to_correct, r.flipped_to_wrong) == (100, 0.8, 0.85, 10, 5)
-    assert r.delta == pytest.approx(0.05) and r.p_value == pytest.approx(mcnemar(10, 5))
+    assert r.delta == pytest.approx(0.05) and r.p_value == pytest.approx(paired_difference_p(10, 5, 100))
+    assert r.p_exact == pytest.approx(mcnemar(10, 5))
     assert r.stderr_base == pytest.approx(np.std([1] * 80 + [0] * 20, ddof=1) / 10)
     assert r.delta_stderr == pytest.approx(np.std([1] * 10 + [-1] * 5 + [0] * 85, ddof=1) / 10)
     assert r.delta_ci_low < r.delta < r.delta_ci_high and r.confidence == 0.95

@@ -2,8 +2,8 @@
 `suite.stages.accuracy.read` (found through the run's job records and the store).
 
 Per filter: accuracy ± standard error per arm, the paired difference with its 95 % interval (Tango's score
-interval), the questions that flipped each way and the exact McNemar p. A filter where no arm answers any
-question right says "uninformative" instead of "+0.0 pp". Gates (floor, largest drop) are judged on
+interval), the questions that flipped each way and McNemar's p (its score form: the interval's statistic). A
+filter where no arm answers any question right says "uninformative" instead of "+0.0 pp". Gates (floor, largest drop) are judged on
 intervals: PASS / FAIL / INCONCLUSIVE / UNINFORMATIVE, each with its reason.
 """
 
@@ -79,9 +79,9 @@ def accuracy_blocks(s: AccuracyComparison) -> list[Any]:
     blocks.append(Table(["filter", literal(s.base_label), literal(s.cand_label), "Δ (pp) [95% interval]",
                          "right→wrong", "wrong→right", "answer changed", "McNemar p", "n"], rows, name="accuracy"))
     text = ("Accuracy ± standard error, recomputed from lm-eval's per-question samples; pairs matched on (doc_id, "
-            "filter); interval: Tango's score interval on the paired difference; McNemar: exact two-sided binomial "
-            "test on the questions that flipped; answer changed: questions whose extracted answer differs, right or "
-            "wrong.")
+            "filter); interval: Tango's score interval on the paired difference; McNemar p: the score test on the "
+            "questions that flipped (the statistic the interval inverts, so p < 0.05 exactly when it excludes 0); "
+            "answer changed: questions whose extracted answer differs, right or wrong.")
     if s.responses_changed is not None:
         text += (f" **Responses changed on {s.responses_changed} of {s.n_questions} questions** (the whole "
                  "generated text; lm-eval generates greedily, so a change means other tokens, whatever the score).")
