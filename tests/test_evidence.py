@@ -16,6 +16,14 @@ EVIDENCE = Path(__file__).resolve().parent.parent / "docs" / "evidence"
 RUNS = sorted(p for p in EVIDENCE.iterdir() if (p / "raw.tar.xz").is_file()) if EVIDENCE.is_dir() else []
 
 
+def unpack(run: Path, dest: Path) -> Path:
+    """A stored run's raw files (its raw.tar.xz) unpacked into ``dest``."""
+    dest.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(run / "raw.tar.xz") as tar:
+        tar.extractall(dest, filter="data")
+    return dest
+
+
 def test_there_is_gpu_evidence():
     assert RUNS, "docs/evidence/ holds no stored run"
     hosts = {run.name for run in RUNS if "h200" in run.name}
@@ -24,10 +32,7 @@ def test_there_is_gpu_evidence():
 
 @pytest.mark.parametrize("run", RUNS, ids=[r.name for r in RUNS])
 def test_stored_run_regenerates_its_report(run, tmp_path):
-    copy = tmp_path / run.name  # the report names its run by the directory's name
-    copy.mkdir()
-    with tarfile.open(run / "raw.tar.xz") as tar:
-        tar.extractall(copy, filter="data")
+    copy = unpack(run, tmp_path / run.name)  # the report names its run by the directory's name
     assert (copy / "manifest.json").is_file() and not (copy / "report.md").exists()
     assert main(["report", str(copy)]) == 0
     for name in ("report.md", "report.html"):
@@ -42,9 +47,7 @@ def test_a_candidate_decided_at_a_look_keeps_that_look(tmp_path):
     tests slowed-gate on every round it has (its round 3 was never measured)."""
     from suite.analysis import load_run
 
-    with tarfile.open(EVIDENCE / "h200-gemma4-settle-20261201" / "raw.tar.xz") as tar:
-        tar.extractall(tmp_path, filter="data")
-    run = load_run(tmp_path)
+    run = load_run(unpack(EVIDENCE / "h200-gemma4-settle-20261201", tmp_path))
     by_arm = {s.candidate: s for s in run.summaries}
     ll, slowed = by_arm["ll-bf16"], by_arm["slowed-gate"]
     assert run.manifest["sequential"]["looks"][0]["outcomes"]["ll-bf16"] == "EQUIVALENT"
@@ -61,10 +64,7 @@ def test_declared_points_feed_the_composite_through_the_cli(tmp_path):
     import math
     import re
 
-    run = tmp_path / "h200-gemma4-20261201"
-    run.mkdir()
-    with tarfile.open(EVIDENCE / run.name / "raw.tar.xz") as tar:
-        tar.extractall(run, filter="data")
+    run = unpack(EVIDENCE / "h200-gemma4-20261201", tmp_path / "h200-gemma4-20261201")
     points = ("isl128-osl64-c1-n16", "isl128-osl64-c8-n64", "isl128-osl64-c16-n128")
     manifest = json.loads((run / "manifest.json").read_text())
     manifest["matrix"]["verdict"]["points"] = list(points)
