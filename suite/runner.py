@@ -28,6 +28,8 @@ from suite.proc import signals_as_interrupt
 from suite.runtime.base import ArmEnv, Runtime, Server, free_port, port_in_use, wait_healthy
 from suite.runtime.docker.runtime import DockerRuntime
 from suite.runtime.local import LocalRuntime
+from suite.runtime.scheduler import Batch, RunProgress, Scheduler
+from suite.runtime.slurm.driver import SlurmScheduler
 from suite.runtime.slurm.runtime import SlurmRuntime
 from suite.sequential import SequentialRun, session_round
 from suite.stages.base import JobEnv, SessionEnv, SessionScope
@@ -421,9 +423,42 @@ def job_counts(ctx: RunContext) -> dict[str, int]:
     return ctx.store.job_counts(ctx.plan)
 
 
-def execute(ctx: RunContext) -> dict[str, int]:
-    """Run every pending job; the runtime decides where sessions run (here, or as Slurm batch jobs)."""
-    return ctx.runtime.execute(ctx, lambda: execute_here(ctx))
+class HereScheduler:
+    """Sessions run in this process (runtimes local and docker): one after another, a side-by-side window's
+    sessions together."""
+
+    kind = "here"
+
+    def run(self, ctx: RunContext, batch: Batch, progress: RunProgress) -> None:
+        for i, (session, pending) in enumerate(batch):
+            if session.window is not None:  # a window runs once, at its first session
+                if i == 0 or batch[i - 1][0].window != session.window:
+                    window = [(s, p) for s, p in batch[i:] if s.window == session.window]
+                    progress.now(" + ".join(f"{s.arm}#{s.index}" for s, _ in window))
+                    run_window(ctx, window, progress.job_done)
+            elif pending:
+                progress.now(f"{session.arm}#{session.index}")
+                run_session(ctx, session, pending, progress.job_done)
+
+
+def make_scheduler(matrix: Matrix) -> Scheduler:
+    if matrix.runtime.kind == "slurm":
+        return SlurmScheduler(matrix)
+    return HereScheduler()
+
+
+def batches(todo: Batch, by_round: bool) -> list[Batch]:
+    """The runner's units of work for the scheduler: every session at once, or (a run that stops at looks)
+    one round at a time, cut where the plan's round changes (offline sessions form batches of their own)."""
+    if not by_round:
+        return [todo] if todo else []
+    out: list[Batch] = []
+    for item in todo:
+        if out and session_round(out[-1][-1][0]) == session_round(item[0]):
+            out[-1].append(item)
+        else:
+            out.append([item])
+    return out
 
 
 def _job_line(ctx: RunContext, job: Job, done: int, total: int) -> str:
@@ -434,7 +469,50 @@ def _job_line(ctx: RunContext, job: Job, done: int, total: int) -> str:
     return f"[{done}/{total}] {job.arm} {job.key} {status}{secs}{error}"
 
 
-def execute_here(ctx: RunContext) -> dict[str, int]:
+class _Progress:
+    """The run's progress: a bar on a terminal, one line per finished job elsewhere (CI logs, `make demo >
+    log`); every finished job also updates the manifest's counts, so a kill -9 leaves them current."""
+
+    def __init__(self, ctx: RunContext, seq: SequentialRun | None, total: int):
+        self.ctx, self.seq, self.total, self.done = ctx, seq, total, 0
+        self.lines = not ctx.console.is_terminal
+        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                            TimeElapsedColumn(), console=ctx.console, transient=False, disable=self.lines)
+        self.task = self.bar.add_task(ctx.matrix.name, total=total)
+
+    def job_done(self, job: Job | None = None) -> None:
+        self.done += 1
+        self.bar.advance(self.task)
+        if self.lines and job is not None:
+            self.ctx.console.print(_job_line(self.ctx, job, self.done, self.total), markup=False, highlight=False)
+        self.ctx.store.update_manifest(job_counts=counts_of(self.ctx, self.seq))
+
+    def now(self, what: str) -> None:
+        self.bar.update(self.task, description=f"{self.ctx.matrix.name}: {what}")
+
+    def skip(self, n: int) -> None:
+        self.bar.advance(self.task, n)
+
+
+def _take_look(ctx: RunContext, seq: SequentialRun, rnd: int, rounds_started: int) -> None:
+    look = seq.after_round(ctx.store.root, rnd + 1, rounds_started)
+    if look is not None:
+        words = ", ".join(f"{c} {o}" for c, o in look.outcomes.items()) + (
+            f"; A/A control {look.control}" if look.control else "")
+        ctx.console.print(f"look after {look.rounds} rounds: {words}"
+                          + (f"; stopping: {seq.why}" if seq.stop_after is not None else ""),
+                          markup=False, highlight=False, soft_wrap=True)
+        ctx.store.update_manifest(sequential=seq.record())
+    elif seq.stop_after == rnd + 1:  # stopped between looks (the budget)
+        ctx.console.print(f"stopping after {rnd + 1} round(s): {seq.why}", markup=False,
+                          highlight=False, soft_wrap=True)
+        ctx.store.update_manifest(sequential=seq.record())
+
+
+def execute(ctx: RunContext, scheduler: Scheduler | None = None) -> dict[str, int]:
+    """Run every pending job, batch by batch on the scheduler (here, or Slurm batch jobs); a `repeats: auto`
+    run takes its look after each round and leaves the rounds it no longer needs unrun."""
+    scheduler = scheduler or make_scheduler(ctx.matrix)
     todo = [(s, [j for j in s.jobs if not ctx.store.is_done(j)]) for s in ctx.plan.sessions]
     seq = None
     if ctx.matrix.sequential:
@@ -447,57 +525,27 @@ def execute_here(ctx: RunContext) -> dict[str, int]:
     if skipped:
         ctx.console.print(f"resume: {skipped} jobs already done, {total} to run")
     # the manifest tells what is incomplete at any moment, even after a kill -9: counts kept per job
-    ctx.store.update_manifest(status="running", started=utc_now(), job_counts=counts_of(ctx, seq))
-    lines = not ctx.console.is_terminal  # CI logs, `make demo > log`: one line per finished job
-    done = 0
-
-    def advance(job: Job | None = None) -> None:
-        nonlocal done
-        done += 1
-        progress.advance(task)
-        if lines and job is not None:
-            ctx.console.print(_job_line(ctx, job, done, total), markup=False, highlight=False)
-        ctx.store.update_manifest(job_counts=counts_of(ctx, seq))
-
+    ctx.store.update_manifest(status="running", started=utc_now(), job_counts=counts_of(ctx, seq),
+                              scheduler=scheduler.kind)
     status = "complete"
     try:
-        with signals_as_interrupt(), Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            console=ctx.console, transient=False, disable=lines,
-        ) as progress:
-            task = progress.add_task(ctx.matrix.name, total=total)
+        progress = _Progress(ctx, seq, total)
+        with signals_as_interrupt(), progress.bar:
             rounds_started = 0
-            for i, (session, pending) in enumerate(todo):
-                rnd = session_round(session)
+            for batch in batches(todo, by_round=seq is not None):
+                rnd = session_round(batch[-1][0])
                 if seq is not None and not seq.needed(rnd):
-                    progress.advance(task, len(pending))
+                    progress.skip(sum(len(p) for _, p in batch))
                     continue
-                if session.window is not None:  # a window runs once, at its first session
-                    if i == 0 or todo[i - 1][0].window != session.window:
-                        window = [(s, p) for s, p in todo[i:] if s.window == session.window]
-                        progress.update(task, description=f"{ctx.matrix.name}: " + " + ".join(
-                            f"{s.arm}#{s.index}" for s, _ in window))
-                        run_window(ctx, window, advance)
-                elif pending:
-                    progress.update(task, description=f"{ctx.matrix.name}: {session.arm}#{session.index}")
-                    run_session(ctx, session, pending, advance)
-                next_round = session_round(todo[i + 1][0]) if i + 1 < len(todo) else None
-                if seq is not None and rnd is not None and next_round != rnd:
+                scheduler.run(ctx, batch, progress)
+                if seq is not None and rnd is not None:
                     rounds_started += 1
-                    look = seq.after_round(ctx.store.root, rnd + 1, rounds_started)
-                    if look is not None:
-                        words = ", ".join(f"{c} {o}" for c, o in look.outcomes.items()) + (
-                            f"; A/A control {look.control}" if look.control else "")
-                        ctx.console.print(f"look after {look.rounds} rounds: {words}"
-                                          + (f"; stopping: {seq.why}" if seq.stop_after is not None else ""),
-                                          markup=False, highlight=False, soft_wrap=True)
-                        ctx.store.update_manifest(sequential=seq.record())
-                    elif seq.stop_after == rnd + 1:  # stopped between looks (the budget)
-                        ctx.console.print(f"stopping after {rnd + 1} round(s): {seq.why}", markup=False,
-                                          highlight=False, soft_wrap=True)
-                        ctx.store.update_manifest(sequential=seq.record())
+                    _take_look(ctx, seq, rnd, rounds_started)
     except KeyboardInterrupt:
         status = "interrupted"
+        raise
+    except BaseException:
+        status = "failed"
         raise
     finally:
         ctx.run_scope.close()

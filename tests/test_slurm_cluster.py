@@ -11,6 +11,9 @@ the sessions submitted together run one at a time (one vLLM server at a time on 
 2. Impossible requests (too many GPUs, a GPU type the node lacks, no such partition) are refused before any
    submission, with a clear message and no run directory.
 3. SIGTERM to `suite run` while a job runs: every Slurm job is cancelled and no process of the run is left.
+4. `repeats: auto` through Slurm: the runner hands the scheduler one round at a time and takes its look after
+   each round, as it does here: round 1 is submitted only after every job of round 0 is written, and the look
+   is printed and kept in the manifest.
 """
 
 from __future__ import annotations
@@ -69,7 +72,8 @@ def our_jobs(env: dict[str, str], name: str) -> list[str]:
     return [line for line in out.splitlines() if f"suite:{name}:" in line]
 
 
-def write_matrix(path: Path, name: str, model: Path, slurm_spec: dict, arms: dict | None = None) -> Path:
+def write_matrix(path: Path, name: str, model: Path, slurm_spec: dict, arms: dict | None = None,
+                 **extra) -> Path:
     doc = {
         "name": name,
         "model": {"id": str(model), "served_name": "tiny-moe", "max_model_len": 512},
@@ -81,6 +85,7 @@ def write_matrix(path: Path, name: str, model: Path, slurm_spec: dict, arms: dic
                          "patched": {"vllm": "0.32.0", "patches": ["synthetic-gate-delay"]}},
         "serve": SERVE,
         "repeats": 1,
+        **extra,
     }
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
@@ -272,3 +277,30 @@ def test_sigterm_cancels_every_job_and_leaves_no_process(slurm_env, tiny_model, 
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["status"] == "interrupted"
     assert all(s["state"] == "CANCELLED" and s["cancelled_by"] == "suite" for s in ledger(run_dir))
+
+
+# ------------------------------------------------------------------------------------------ 4. rounds until decided
+
+
+def test_repeats_auto_runs_round_by_round_and_takes_its_look(slurm_env, tiny_model, tmp_path) -> None:
+    """Before the scheduler split the Slurm runtime replaced the runner's loop: every round was submitted at
+    once and no look was ever taken (the manifest had no sequential record)."""
+    matrix = write_matrix(tmp_path / "auto.yaml", "slurm-auto", tiny_model, {"cpus_per_task": 2},
+                          repeats="auto", order="abba", verdict={"max_rounds": 2, "looks": [2]})
+    proc = run_suite("run", str(matrix), "--out", str(tmp_path / "runs"), env=slurm_env, timeout=900)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    run_dir = next((tmp_path / "runs").glob("*/manifest.json")).parent
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["scheduler"] == "slurm" and manifest["status"] == "complete"
+    seq = manifest["sequential"]
+    assert [look["rounds"] for look in seq["looks"]] == [2] and seq["looks"][0]["final"]
+    assert seq["stop_after"] == 2 and seq["why"] == "last look of the design (after 2 rounds)"
+    assert "look after 2 rounds: patched " in out
+    subs = {s["session"]: s for s in ledger(run_dir)}
+    assert set(subs) == {"baseline#0", "patched#0", "baseline#1", "patched#1"}
+    written = [json.loads(p.read_text())["written"] for p in run_dir.glob("*/serve/*/rep-0.job.json")]
+    assert len(written) == 2 * len(POINTS)
+    for later in ("baseline#1", "patched#1"):  # round 1 went to Slurm only once round 0 had ended
+        assert subs[later]["submitted"] > max(written), (subs[later], written)
+    assert our_jobs(slurm_env, "slurm-auto") == []

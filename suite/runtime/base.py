@@ -178,11 +178,10 @@ class Runtime(Protocol):
     def client_argv(self, env: ArmEnv, argv: list[str], server: Any = None) -> list[str]: ...
     def client_cpus(self) -> frozenset[int] | None: ...
     def device_state(self) -> list[dict[str, str]] | None: ...
-    def execute(self, ctx: Any, run_here: Callable[[], dict[str, int]]) -> dict[str, int]: ...
 
 
 class RuntimeBase:
-    """Defaults shared by the runtimes: sessions run in this process, no extra provenance."""
+    """Defaults shared by the runtimes: no extra provenance, no device state, no client CPUs."""
 
     kind = "base"
     client_in_server = False  # True: client tools run inside the server (its container), so they end with it
@@ -196,7 +195,3 @@ class RuntimeBase:
 
     def client_cpus(self) -> frozenset[int] | None:
         return None
-
-    def execute(self, ctx: Any, run_here: Callable[[], dict[str, int]]) -> dict[str, int]:  # noqa: ARG002
-        """Run the plan's sessions: here, one after another (the Slurm runtime submits them instead)."""
-        return run_here()

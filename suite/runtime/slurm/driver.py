@@ -1,12 +1,13 @@
-"""The Slurm driver: `suite run` of a `runtime: slurm` matrix, on the login node.
+"""The Slurm scheduler: the sessions of a `runtime: slurm` run, as batch jobs, from the login node.
 
-After ``suite.runner.prepare`` (arms prepared, manifest written) it writes one batch script per session with
-work left, checks the request against the cluster (partition, GPUs, ``sbatch --test-only``) before anything
-is submitted, submits the sessions (together, or one at a time with ``parallel: false``), follows them with
-``squeue`` (final states from ``sacct``, else the job-completion log through ``sacct -c``), resubmits a
-session whose job ended without completing (bounded by ``max_resubmits``; the worker skips what is done),
-cancels every job of the run on Ctrl-C / SIGTERM and waits until they are gone, and returns the job counts
-so ``suite run`` writes the report. Every submission is kept in ``<run>/slurm/jobs.json``.
+The runner (``suite.runner.execute``) hands it one batch of sessions at a time (every session, or one round
+when the run stops at looks). For a batch it writes one batch script per session with work left, submits
+them (together, or one at a time with ``parallel: false``), follows them with ``squeue`` (final states from
+``sacct``, else the job-completion log through ``sacct -c``), resubmits a session whose job ended without
+completing (bounded by ``max_resubmits``; the worker skips what is done), cancels every job of the run on
+Ctrl-C / SIGTERM and waits until they are gone. The request is checked against the cluster (partition, GPUs,
+``sbatch --test-only``) before the run directory exists (``suite.runtime.slurm.cluster.preflight``). Every
+submission is kept in ``<run>/slurm/jobs.json``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from suite import REPO_ROOT
 from suite.errors import SuiteError
 from suite.plan import Job, Session
 from suite.proc import signals_as_interrupt
+from suite.runtime.scheduler import Batch, RunProgress
 from suite.runtime.slurm.cluster import (
     JobScript,
     JobState,
@@ -55,15 +57,22 @@ class Tracked:
 
 
 class SlurmDriver:
-    def __init__(self, ctx: Any):  # the runner's RunContext
+    """One batch of sessions on the cluster, from submission until every job of it has ended."""
+
+    def __init__(self, ctx: Any, sessions: list[Session], progress: RunProgress):  # the runner's RunContext
         self.ctx = ctx
+        self.sessions = sessions
+        self.progress = progress
         self.spec = spec_of(ctx.matrix)
         self.console = ctx.console
         self.run_dir = ctx.store.root.resolve()
         self.ledger: list[dict[str, Any]] = []
         self.active: dict[str, Tracked] = {}
         self.waiting: list[Tracked] = []
-        self.done_count = -1
+        # each job's record as the batch began (a failed one may be there from before a resume): a job has
+        # ended when its record differs
+        self.before = {j.hash: ctx.store.record(j) for s in sessions for j in s.jobs}
+        self.ended: set[str] = set()
 
     # ------------------------------------------------------------------ setup
     def matrix_path(self) -> Path:
@@ -169,11 +178,19 @@ class SlurmDriver:
                     self.save_ledger()
                 continue
             self.finish(t, st)
-        done = sum(self.ctx.store.is_done(j) for j in self.ctx.plan.jobs)
-        if done != self.done_count:
-            if self.done_count >= 0:
-                self.console.print(f"progress: {done}/{len(self.ctx.plan.jobs)} jobs done")
-            self.done_count = done
+        self.report_ended()
+
+    def report_ended(self) -> None:
+        """Jobs of the batch whose record appeared since the last poll (written by the worker on the node, or
+        a failed one by give_up) go to the runner's progress."""
+        for s in self.sessions:
+            for job in s.jobs:
+                if job.hash in self.ended:
+                    continue
+                rec = self.ctx.store.record(job)
+                if rec is not None and rec != self.before[job.hash]:
+                    self.ended.add(job.hash)
+                    self.progress.job_done(job)
 
     def cancel_all(self) -> None:
         ids = list(self.active)
@@ -200,7 +217,9 @@ class SlurmDriver:
 
     # ------------------------------------------------------------------ the run
     def run(self) -> None:
-        sessions = [s for s in self.ctx.plan.sessions if any(not self.ctx.store.is_done(j) for j in s.jobs)]
+        sessions = [s for s in self.sessions if any(not self.ctx.store.is_done(j) for j in s.jobs)]
+        if not sessions:
+            return
         require_commands()
         tracked = self.scripts(sessions)
         if not tracked:
@@ -235,24 +254,18 @@ class SlurmDriver:
             raise
 
 
-def execute_slurm(ctx: Any) -> dict[str, int]:
-    """`execute` for runtime slurm: same contract as ``suite.runner.execute`` (job counts; manifest status)."""
-    skipped = sum(ctx.store.is_done(j) for j in ctx.plan.jobs)
-    if skipped:
-        ctx.console.print(f"resume: {skipped} jobs already done, {len(ctx.plan.jobs) - skipped} to run")
-    ctx.store.update_manifest(status="running", started=utc_now(), slurm=spec_of(ctx.matrix).model_dump())
-    status = "complete"
-    try:
-        SlurmDriver(ctx).run()
-    except KeyboardInterrupt:
-        status = "interrupted"
-        raise
-    except BaseException:
-        status = "failed"
-        raise
-    finally:
-        counts = ctx.store.job_counts(ctx.plan)
-        if status == "complete" and (counts["failed"] or counts["missing"]):
-            status = "incomplete"
-        ctx.store.update_manifest(status=status, finished=utc_now(), job_counts=counts)
-    return counts
+class SlurmScheduler:
+    """`runtime: slurm`: each batch's sessions become Slurm jobs (suite.runtime.scheduler)."""
+
+    kind = "slurm"
+
+    def __init__(self, matrix: Any):
+        self.spec = spec_of(matrix)
+
+    def run(self, ctx: Any, batch: Batch, progress: RunProgress) -> None:
+        ctx.store.update_manifest(slurm=self.spec.model_dump())
+        driver = SlurmDriver(ctx, [s for s, _ in batch], progress)
+        try:
+            driver.run()
+        finally:
+            driver.report_ended()

@@ -1,9 +1,8 @@
-"""The Slurm runtime on the login node: arms prepared here, sessions run as batch jobs (suite.runtime.slurm.driver
-submits them; suite.runtime.slurm.worker serves each one on a node)."""
+"""The Slurm runtime on the login node: arms prepared here; the sessions run as batch jobs (the scheduler
+suite.runtime.slurm.driver submits them; suite.runtime.slurm.worker serves each one on a node)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +10,6 @@ from suite.errors import SuiteError
 from suite.matrix import ArmSpec, Matrix
 from suite.runtime.base import ArmEnv, RuntimeBase, ServerSpec
 from suite.runtime.slurm.cluster import preflight, spec_of
-from suite.runtime.slurm.driver import execute_slurm
 
 
 class SlurmRuntime(RuntimeBase):
@@ -59,8 +57,4 @@ class SlurmRuntime(RuntimeBase):
         raise SuiteError("runtime slurm starts servers inside its batch jobs, not on the login node")
 
     server = tool_env = tool_argv = client_argv = server_spec
-
-    def execute(self, ctx: Any, run_here: Callable[[], dict[str, int]]) -> dict[str, int]:  # noqa: ARG002
-        """Sessions become batch jobs: written, checked, submitted, followed, resubmitted, cancelled."""
-        return execute_slurm(ctx)
 
