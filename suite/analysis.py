@@ -41,15 +41,19 @@ from suite.quality import (
 )
 from suite.stages.accuracy.read import ArmsCorrectness, compare_arms
 from suite.stages.serve.read import PointResults, load_points, server_logs, server_records
-from suite.stats import Comparison, Verdict, compare_metric, geometric_mean_ratio, noise_floor_pct
+from suite.stats import (
+    DETAIL,
+    Comparison,
+    Verdict,
+    compare_metric,
+    geometric_mean_ratio,
+    holm_threshold,
+    noise_floor_pct,
+)
+from suite.stats import holm as stats_holm
 from suite.store import RunStore
-from suite.verdict import HEADLINE as COMPOSITE_METRICS
 from suite.verdict import Evaluation, Outcome, VerdictSpec, evaluate
 
-HEADLINE = COMPOSITE_METRICS  # throughput, mean TTFT / TPOT / E2E latency: the default composite and the tables
-DETAIL = ("output_throughput", "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms",
-          "p99_tpot_ms", "median_itl_ms", "p99_itl_ms", "mean_e2el_ms", "median_e2el_ms", "p99_e2el_ms")
-DUPLICATES = {"mean_itl_ms": "mean_tpot_ms"}  # left out: equal by construction in vLLM's bench
 FAMILY_ALPHA = 0.05  # Holm: family-wise error rate over a candidate's cells
 NO_DATA = "NO DATA"
 OUTPUT_CHANGED = "OUTPUT CHANGED"  # the correctness word: greedy completions differ from the baseline's
@@ -364,15 +368,10 @@ def compare_cell(run: RunData, point: PointResults, cand: str, key: str, floors:
 def holm(cells: list[CellResult], alpha: float = FAMILY_ALPHA) -> list[CellResult]:
     """Holm's step-down over the reliable cells: a significant cell that does not survive it reads "not
     significant" with the threshold it missed."""
-    tested = sorted((c.comparison.p_value, i) for i, c in enumerate(cells)
-                    if c.reliable and c.comparison is not None and c.comparison.p_value is not None)
+    tested = {i: c.comparison.p_value for i, c in enumerate(cells)
+              if c.reliable and c.comparison is not None and c.comparison.p_value is not None}
     m = len(tested)
-    keep: dict[int, float] = {}
-    for rank, (p, i) in enumerate(tested):
-        threshold = alpha / (m - rank)
-        if p > threshold:
-            break
-        keep[i] = threshold
+    keep = stats_holm(tested, alpha)
     out = []
     for i, c in enumerate(cells):
         if not c.significant:
@@ -380,7 +379,7 @@ def holm(cells: list[CellResult], alpha: float = FAMILY_ALPHA) -> list[CellResul
         elif i in keep:
             out.append(_with(c, c.verdict, f"{c.reason}; survives Holm over {m} cells"))
         else:
-            needed = alpha / (m - next(k for k, (_, j) in enumerate(tested) if j == i))
+            needed = holm_threshold(tested, i, alpha)
             out.append(_with(c, Verdict.NOT_SIGNIFICANT,
                              f"p={c.comparison.p_value:.3g} alone, not significant after Holm over {m} cells"
                              f" (family-wise α {alpha:g}; this cell needed p ≤ {needed:.2g})"))

@@ -568,7 +568,7 @@ class KernelSpec(Strict):
 
 
 class ProfileSpec(Strict):
-    """A short decode-heavy window under vLLM's torch profiler (suite.measure.profile)."""
+    """A short decode-heavy window under vLLM's torch profiler (suite.stages.profile)."""
 
     isl: int = Field(128, gt=0, le=MAX_TOKENS)
     osl: int = Field(64, gt=0, le=MAX_TOKENS)

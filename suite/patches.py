@@ -35,6 +35,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from suite import REPO_ROOT
 from suite.errors import SuiteError
 
 PATCHES_DIR = Path(os.environ.get("SUITE_PATCHES_DIR") or Path(__file__).resolve().parent.parent / "patches")
@@ -602,7 +603,6 @@ def make_overlay(src_site_packages: Path, dest: Path) -> None:
 
 # ---------------------------------------------------------------- vLLM source trees (for `suite patches check`)
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 _VERSION_RE = re.compile(r"""^__version__\s*=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""", re.M)
 
 

@@ -25,13 +25,59 @@ import json
 import random
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
-from suite.matrix import ArmSpec, Matrix, serve_point_id
+from suite.matrix import AccuracySpec, ArmSpec, KernelSpec, Matrix, ProfileSpec, serve_point_id
 
 AA_SUFFIX = ".aa"
 JobKind = Literal["serve", "equivalence", "accuracy", "probe", "profile", "latency", "kernel"]
-SERVER_KINDS = {"serve", "equivalence", "accuracy", "probe", "profile"}
+
+
+class ServeParams(BaseModel):
+    """One serving point, as `vllm bench serve` runs it (suite.stages.serve.run.serve_command)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    isl: int
+    osl: int
+    concurrency: int
+    num_prompts: int
+    random_range_ratio: float
+    request_rate: float | None  # None: every request at once (inf)
+    num_warmups: int
+    seed: int
+    duration_s: float | None = None  # size the point by time (the prompts counted at the session's warm-up)
+    warmup: bool = True  # warm the server at this shape before the session's first point
+    client: Literal["persistent", "cli"] = "persistent"
+
+    def hashed(self) -> dict[str, Any]:
+        """What the job's hash covers: the knobs added later only when set away from their default, so the
+        hashes of runs made before them stay what they were."""
+        return self.model_dump(mode="json", exclude_defaults=True)
+
+
+class LatencyParams(BaseModel):
+    """One `vllm bench latency` batch size of a latency block."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    input_len: int
+    output_len: int
+    batch_size: int
+    num_iters_warmup: int
+    num_iters: int
+
+
+class ProbeParams(BaseModel):
+    """The gate-path probe takes nothing but its session's server."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+JobParams = ServeParams | LatencyParams | AccuracySpec | KernelSpec | ProfileSpec | ProbeParams
+PARAMS: dict[str, type[BaseModel]] = {"serve": ServeParams, "latency": LatencyParams, "accuracy": AccuracySpec,
+                                      "equivalence": AccuracySpec, "kernel": KernelSpec, "profile": ProfileSpec,
+                                      "probe": ProbeParams}
 
 
 class Job(BaseModel):
@@ -41,10 +87,25 @@ class Job(BaseModel):
     arm: str
     session: int
     point: str
-    repeat: int = 0
+    repeat: int = 0  # the round (ABBA); a blocked session's repeat inside its one server
     tag: str = ""
-    params: dict[str, Any] = {}
+    params: JobParams
     hash: str
+
+    @model_validator(mode="before")
+    @classmethod
+    def _params_of_kind(cls, data: Any) -> Any:
+        """Params given as a mapping (a record read back, a test), or none, become the kind's own type."""
+        if isinstance(data, dict) and isinstance(data.get("params", {}), dict) and data.get("kind") in PARAMS:
+            data = {**data, "params": PARAMS[data["kind"]].model_validate(data.get("params", {}))}
+        return data
+
+    @model_validator(mode="after")
+    def _params_match_kind(self) -> Job:
+        want = PARAMS[self.kind]
+        if type(self.params) is not want:
+            raise ValueError(f"a {self.kind} job takes {want.__name__}, not {type(self.params).__name__}")
+        return self
 
     @property
     def key(self) -> str:
@@ -77,32 +138,17 @@ class Plan(BaseModel):
         return [j for s in self.sessions for j in s.jobs]
 
 
-def serve_points(matrix: Matrix) -> list[tuple[str, dict[str, Any]]]:
-    points: dict[str, dict[str, Any]] = {}
+def serve_points(matrix: Matrix) -> list[tuple[str, ServeParams]]:
+    points: dict[str, ServeParams] = {}
     for block in matrix.serve:
         for conc in block.concurrency:
             n = block.prompts_for(conc)
             pid = serve_point_id(block.isl, block.osl, conc, n, block.duration_s)
-            if pid in points:
-                continue
-            points[pid] = {
-                "isl": block.isl,
-                "osl": block.osl,
-                "concurrency": conc,
-                "num_prompts": n,
-                "random_range_ratio": block.random_range_ratio,
-                "request_rate": block.request_rate,
-                "num_warmups": block.num_warmups,
-                "seed": block.seed,
-            }
-            # new knobs join the params only when set away from today's behaviour, so plans (and job hashes)
-            # of existing matrices do not change
-            if block.duration_s is not None:
-                points[pid]["duration_s"] = block.duration_s
-            if not block.warmup:
-                points[pid]["warmup"] = False
-            if block.client != "persistent":
-                points[pid]["client"] = block.client
+            points.setdefault(pid, ServeParams(
+                isl=block.isl, osl=block.osl, concurrency=conc, num_prompts=n,
+                random_range_ratio=block.random_range_ratio, request_rate=block.request_rate,
+                num_warmups=block.num_warmups, seed=block.seed, duration_s=block.duration_s, warmup=block.warmup,
+                client=block.client))
     return list(points.items())
 
 
@@ -114,20 +160,20 @@ def effective_arms(matrix: Matrix) -> dict[str, ArmSpec]:
     return arms
 
 
-def _hash(matrix: Matrix, arm: ArmSpec, kind: str, params: dict[str, Any]) -> str:
+def _hash(matrix: Matrix, arm: ArmSpec, kind: str, params: JobParams) -> str:
     content = {
         "model": matrix.model.model_dump(mode="json"),
         "serve_args": matrix.serve_args,
         "env": matrix.env,
         "arm": arm.model_dump(mode="json"),
         "kind": kind,
-        "params": params,
+        "params": params.hashed() if isinstance(params, ServeParams) else params.model_dump(mode="json"),
     }
     return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _job(matrix: Matrix, arms: dict[str, ArmSpec], kind: str, arm: str, session: int, point: str,
-         params: dict[str, Any], repeat: int = 0, tag: str = "") -> Job:
+         params: JobParams, repeat: int = 0, tag: str = "") -> Job:
     return Job(kind=kind, arm=arm, session=session, point=point, repeat=repeat, tag=tag, params=params,
                hash=_hash(matrix, arms[arm], kind, params))
 
@@ -137,7 +183,7 @@ def _server_jobs(matrix: Matrix, arms: dict[str, ArmSpec], arm: str, session: in
     points = serve_points(matrix) if arms[arm].serving else []
     jobs: list[Job] = []
     if first_session and matrix.probe:
-        jobs.append(_job(matrix, arms, "probe", arm, session, "gate-paths", {}))
+        jobs.append(_job(matrix, arms, "probe", arm, session, "gate-paths", ProbeParams()))
     for r in repeats:
         for pid, params in points:
             jobs.append(_job(matrix, arms, "serve", arm, session, pid, params, repeat=r))
@@ -145,7 +191,7 @@ def _server_jobs(matrix: Matrix, arms: dict[str, ArmSpec], arm: str, session: in
         pid, params = points[0]
         jobs.append(_job(matrix, arms, "serve", arm, session, pid, params, repeat=repeats[-1], tag="drift"))
     if first_session and matrix.accuracy is not None:
-        acc = matrix.accuracy.model_dump(mode="json")
+        acc = matrix.accuracy
         if matrix.accuracy.equivalence_prompts:
             jobs.append(_job(matrix, arms, "equivalence", arm, session, "greedy", acc))
         jobs.append(_job(matrix, arms, "accuracy", arm, session, matrix.accuracy.task, acc))
@@ -156,12 +202,13 @@ def _offline_jobs(matrix: Matrix, arms: dict[str, ArmSpec], arm: str, session: i
     jobs: list[Job] = []
     for block in matrix.latency:
         for bs in block.batch_size:
-            params = block.model_dump(mode="json") | {"batch_size": bs}
+            params = LatencyParams(input_len=block.input_len, output_len=block.output_len, batch_size=bs,
+                                   num_iters_warmup=block.num_iters_warmup, num_iters=block.num_iters)
             pid = f"in{block.input_len}-out{block.output_len}-bs{bs}"
             jobs.append(_job(matrix, arms, "latency", arm, session, pid, params))
     if matrix.kernel is not None:
-        params = matrix.kernel.model_dump(mode="json")
-        jobs.append(_job(matrix, arms, "kernel", arm, session, f"h{params['hidden']}-e{params['experts']}", params))
+        k = matrix.kernel
+        jobs.append(_job(matrix, arms, "kernel", arm, session, f"h{k.hidden}-e{k.experts}", k))
     return jobs
 
 
@@ -222,8 +269,7 @@ def build_plan(matrix: Matrix) -> Plan:
         add(arm, _offline_jobs(matrix, arms, arm, counters[arm]), False)
     if matrix.profile is not None:
         for arm in names:
-            params = matrix.profile.model_dump(mode="json")
-            add(arm, [_job(matrix, arms, "profile", arm, counters[arm], "decode-window", params)], True)
+            add(arm, [_job(matrix, arms, "profile", arm, counters[arm], "decode-window", matrix.profile)], True)
     return Plan(matrix=matrix.name, order=matrix.order, arms=arms, baseline=matrix.baseline_arm,
                 sessions=sessions)
 

@@ -41,20 +41,19 @@ import re
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Literal
 
 import numpy as np
 from scipy.stats import norm
 
-from suite.stats import METRICS
+from suite.plan import ServeParams
+from suite.stats import FAMILIES, METRICS
 
 Severity = Literal["unreliable", "warning"]
 
-# Metric families a finding can be limited to; a result key belongs to a family when it contains its name
-# ("mean_ttft_ms" -> "ttft", "output_throughput" -> "throughput").
-FAMILIES = ("throughput", "ttft", "tpot", "itl", "e2el")
+# a finding can be limited to metric families (suite.stats.FAMILIES: a metric's family is in the registry)
 TOKEN_TIMING = ("ttft", "tpot", "itl")
 
 # ------------------------------------------------------------------ thresholds (see the check docstrings)
@@ -102,9 +101,15 @@ class Finding:
     session: int | None = None
     metrics: tuple[str, ...] = ()
 
+    def __post_init__(self) -> None:
+        if unknown := [m for m in self.metrics if m not in FAMILIES]:
+            raise ValueError(f"finding {self.check}: unknown metric families {unknown}; known: {FAMILIES}")
+
     def affects(self, key: str) -> bool:
-        """True when the finding spoils the result key ``key`` (e.g. "mean_ttft_ms", "output_throughput")."""
-        return not self.metrics or any(fam in key for fam in self.metrics)
+        """True when the finding spoils the metric ``key`` (e.g. "mean_ttft_ms", "output_throughput"): one of
+        its families, or every metric when it names none (a key outside the registry: only then)."""
+        info = METRICS.get(key)
+        return not self.metrics or (info is not None and info.family in self.metrics)
 
 
 @dataclass(frozen=True)
@@ -120,7 +125,7 @@ class RepeatResult:
     point: str
     round: int
     raw: Mapping[str, Any]
-    params: Mapping[str, Any] = field(default_factory=dict)
+    params: ServeParams | None = None  # the point as planned (None: known only from the raw result)
     session: int | None = None
     order: int | None = None
     client: Mapping[str, Any] | None = None
@@ -147,10 +152,8 @@ def _fmt(value: float) -> str:
     return f"{value:.3f}"
 
 
-def _expected_prompts(raw: Mapping[str, Any], params: Mapping[str, Any]) -> int | None:
-    n = params.get("num_prompts")
-    if n is None:  # a point sized by time: the client says how many it sent
-        n = raw.get("num_prompts")
+def _expected_prompts(raw: Mapping[str, Any], params: ServeParams | None) -> int | None:
+    n = params.num_prompts if params is not None else raw.get("num_prompts")  # else: what the client sent
     return int(n) if isinstance(n, int | float) and not isinstance(n, bool) else None
 
 
@@ -197,7 +200,7 @@ def _median_itl_ms(raw: Mapping[str, Any]) -> float | None:
 # ------------------------------------------------------------------------------ per repeat
 
 
-def check_failed(raw: Mapping[str, Any], params: Mapping[str, Any], *, arm: str, point: str | None,
+def check_failed(raw: Mapping[str, Any], params: ServeParams | None, *, arm: str, point: str | None,
                  round: int | None) -> list[Finding]:
     """Failed or incomplete requests: ``failed > 0``, a non-empty error string, or ``completed`` below the
     prompts asked for. Any of them: the repeat measured a different workload than its neighbours (fewer
@@ -300,7 +303,7 @@ def check_chunked(raw: Mapping[str, Any], *, arm: str, point: str | None, round:
                     "E2E latency are unaffected)", metrics=("itl",))]
 
 
-def check_concurrency(raw: Mapping[str, Any], params: Mapping[str, Any], *, arm: str, point: str | None,
+def check_concurrency(raw: Mapping[str, Any], params: ServeParams | None, *, arm: str, point: str | None,
                       round: int | None) -> list[Finding]:
     """Achieved concurrency below target. The mean number of requests in flight is Σ latencies / duration
     (Little's law over the run); the target is min(concurrency, prompts). Below ``MIN_CONCURRENCY_SHARE`` =
@@ -308,10 +311,10 @@ def check_concurrency(raw: Mapping[str, Any], params: Mapping[str, Any], *, arm:
     long ramp-down), so the cell does not measure that point. The ramp-down alone costs little: with
     prompts ≥ 2 × concurrency the demo's clean repeats reach 92–100 %. Only for closed-loop points
     (request rate inf / unset): an open-loop rate sets its own load."""
-    rate = params.get("request_rate", raw.get("request_rate"))
+    rate = params.request_rate if params is not None else raw.get("request_rate")
     if _num(rate) is not None:  # a finite request rate ("inf" and inf read as None)
         return []
-    conc = params.get("concurrency", raw.get("max_concurrency"))
+    conc = params.concurrency if params is not None else raw.get("max_concurrency")
     lat, dur = raw.get("latencies"), _num(raw.get("duration"))
     n = _expected_prompts(raw, params)
     if not isinstance(conc, int) or not isinstance(lat, list) or not lat or not dur or dur <= 0:
@@ -355,7 +358,7 @@ def check_client(client: Mapping[str, Any] | None, *, arm: str, point: str | Non
                     f"{CLIENT_CPU_MAX:.0%}): the client, not the server, set the pace")]
 
 
-def check_repeat(raw: Mapping[str, Any], params: Mapping[str, Any], *, arm: str, point: str | None,
+def check_repeat(raw: Mapping[str, Any], params: ServeParams | None, *, arm: str, point: str | None,
                  round: int | None, client: Mapping[str, Any] | None = None) -> list[Finding]:
     """Every per-repeat check on one raw result: failed requests, coalesced stream, achieved concurrency,
     client-bound."""

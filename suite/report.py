@@ -13,12 +13,13 @@ from pathlib import Path
 
 from suite import __version__
 from suite import report_sections as run_sections
-from suite.analysis import HEADLINE, RunData, load_run
+from suite.analysis import RunData, load_run
 from suite.document import Document, Section, code, fmt
 from suite.render import html as html_render
 from suite.render import markdown as md_render
 from suite.stages.registry import sections as stage_sections
 from suite.stages.serve import summary as serve
+from suite.stats import HEADLINE
 from suite.store import atomic_write_text
 
 __all__ = ["HEADLINE", "build_document", "build_report", "fmt", "load_run", "render_html", "render_markdown"]

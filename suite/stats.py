@@ -46,26 +46,38 @@ class MetricInfo:
     label: str
     unit: str
     higher_is_better: bool
+    family: str  # what it measures: "throughput", or a latency of LATENCIES (a data-quality finding names these)
+    stat: str  # "rate" for a throughput; "mean", "median" or "p<N>" over the requests for a latency
+
+
+# the latencies `vllm bench serve` reports per request (--percentile-metrics) and the percentiles the suite asks
+# it for (--metric-percentiles): every latency metric below exists in its result JSON
+LATENCIES = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2el": "E2E latency"}
+PERCENTILES = (50, 90, 99)
 
 
 def _build_metrics() -> dict[str, MetricInfo]:
-    metrics = {
-        "output_throughput": MetricInfo("output_throughput", "Output throughput", "tok/s", True),
-        "request_throughput": MetricInfo("request_throughput", "Request throughput", "req/s", True),
-        "total_token_throughput": MetricInfo(
-            "total_token_throughput", "Total token throughput", "tok/s", True
-        ),
-    }
-    names = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2el": "E2E latency"}
-    stats = {"mean": "Mean", "median": "Median", "p99": "P99"}
-    for lat, lat_label in names.items():
+    metrics = {key: MetricInfo(key, label, unit, True, "throughput", "rate") for key, label, unit in (
+        ("output_throughput", "Output throughput", "tok/s"),
+        ("request_throughput", "Request throughput", "req/s"),
+        ("total_token_throughput", "Total token throughput", "tok/s"))}
+    stats = {"mean": "Mean", "median": "Median", **{f"p{q}": f"P{q}" for q in PERCENTILES}}
+    for lat, lat_label in LATENCIES.items():
         for stat, stat_label in stats.items():
             key = f"{stat}_{lat}_ms"
-            metrics[key] = MetricInfo(key, f"{stat_label} {lat_label}", "ms", False)
+            metrics[key] = MetricInfo(key, f"{stat_label} {lat_label}", "ms", False, lat, stat)
     return metrics
 
 
 METRICS: dict[str, MetricInfo] = _build_metrics()
+FAMILIES: tuple[str, ...] = tuple(dict.fromkeys(m.family for m in METRICS.values()))
+# the default composite of the primary test, and the serving tables' headline columns
+HEADLINE: tuple[str, ...] = ("output_throughput", "mean_ttft_ms", "mean_tpot_ms", "mean_e2el_ms")
+# the per-cell statistics tables and heat map
+DETAIL: tuple[str, ...] = ("output_throughput", "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms",
+                           "median_tpot_ms", "p99_tpot_ms", "median_itl_ms", "p99_itl_ms", "mean_e2el_ms",
+                           "median_e2el_ms", "p99_e2el_ms")
+DUPLICATES = {"mean_itl_ms": "mean_tpot_ms"}  # left out of the tables: equal by construction in vLLM's bench
 
 
 # --------------------------------------------------------------------------- summaries
@@ -487,3 +499,25 @@ def geometric_mean_ratio(ratios: Sequence[float]) -> float:
     if min(xs) <= 0:
         raise ValueError("geometric mean needs positive ratios")
     return math.exp(math.fsum(map(math.log, xs)) / len(xs))
+
+
+def holm(pvalues: Mapping[Hashable, float], alpha: float, m: int | None = None) -> dict[Hashable, float]:
+    """Holm's step-down at family-wise ``alpha`` over ``m`` tests (default: those given): the tests it
+    rejects, each with the threshold it met (alpha / (m - rank), rank 0 for the smallest p). Ties in p keep
+    the order given."""
+    ranked = sorted(pvalues.items(), key=lambda kv: kv[1])
+    m = len(ranked) if m is None else m
+    out: dict[Hashable, float] = {}
+    for rank, (key, p) in enumerate(ranked):
+        threshold = alpha / (m - rank)
+        if p > threshold:
+            break
+        out[key] = threshold
+    return out
+
+
+def holm_threshold(pvalues: Mapping[Hashable, float], key: Hashable, alpha: float) -> float:
+    """The threshold Holm's step-down sets for ``key``'s rank among ``pvalues``."""
+    rank = [k for k, _ in sorted(pvalues.items(), key=lambda kv: kv[1])].index(key)
+    return alpha / (len(pvalues) - rank)
+

@@ -39,9 +39,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from scipy.optimize import brentq
 from scipy.special import fdtrc, ndtr, ndtri, stdtr, stdtrit
 
-from suite.stats import MAX_HALF_WIDTH_LOG, METRICS, ZERO_SE
+from suite.stats import HEADLINE, MAX_HALF_WIDTH_LOG, METRICS, ZERO_SE, holm
 
-HEADLINE: tuple[str, ...] = ("output_throughput", "mean_ttft_ms", "mean_tpot_ms", "mean_e2el_ms")
 Spending = Literal["obrien-fleming", "pocock"]
 SPENDING_LABEL = {"obrien-fleming": "O'Brien–Fleming", "pocock": "Pocock"}
 POOL_F_ALPHA = 0.05  # two-sided F test of equal variances before pooling with the A/A scores
@@ -697,16 +696,10 @@ def primary_test(
 
 def holm_confirmed(per_metric: Mapping[str, PrimaryResult], alpha: float) -> dict[str, Outcome]:
     """Metrics whose test survives Holm's step-down at ``alpha``, with their direction."""
-    tests = sorted(((r.p_value, name) for name, r in per_metric.items() if r.p_value is not None
-                    and r.mean_log is not None and math.isfinite(r.p_value)), key=lambda x: x[0])
-    m = len(per_metric)
-    confirmed = {}
-    for i, (p, name) in enumerate(tests):
-        if p >= alpha / (m - i):
-            break
-        r = per_metric[name]
-        confirmed[name] = Outcome.IMPROVEMENT if r.mean_log > 0 else Outcome.REGRESSION
-    return confirmed
+    tests = {name: r.p_value for name, r in per_metric.items()
+             if r.p_value is not None and r.mean_log is not None and math.isfinite(r.p_value)}
+    return {name: Outcome.IMPROVEMENT if (per_metric[name].mean_log or 0.0) > 0 else Outcome.REGRESSION
+            for name in holm(tests, alpha, m=len(per_metric))}
 
 
 def overall_outcome(per_metric: Mapping[str, PrimaryResult], composite: PrimaryResult) -> Outcome:

@@ -62,6 +62,18 @@ def test_a_candidate_decided_at_a_look_keeps_that_look(tmp_path):
     assert slowed.decided_after is None and slowed.evaluation.composite.n_rounds == 3
 
 
+def report_with_verdict(tmp_path: Path, **verdict) -> tuple[Path, str]:
+    """The first complete H200 run, its matrix's verdict block changed as given, and `suite report` on it."""
+    import json
+
+    run = unpack(EVIDENCE / "h200-gemma4-20261201", tmp_path / "h200-gemma4-20261201")
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest["matrix"]["verdict"].update(verdict)
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    assert main(["report", str(run)]) == 0
+    return run, (run / "report.md").read_text()
+
+
 def test_declared_points_feed_the_composite_through_the_cli(tmp_path):
     """verdict.points on the first complete H200 run: only c1, c8 and c16 (where ll-bf16 can act: M <= 16)
     feed the composite; `suite report` tests that composite, and its value is the mean of the per-round
@@ -70,13 +82,8 @@ def test_declared_points_feed_the_composite_through_the_cli(tmp_path):
     import math
     import re
 
-    run = unpack(EVIDENCE / "h200-gemma4-20261201", tmp_path / "h200-gemma4-20261201")
     points = ("isl128-osl64-c1-n16", "isl128-osl64-c8-n64", "isl128-osl64-c16-n128")
-    manifest = json.loads((run / "manifest.json").read_text())
-    manifest["matrix"]["verdict"]["points"] = list(points)
-    (run / "manifest.json").write_text(json.dumps(manifest))
-    assert main(["report", str(run)]) == 0
-    report = (run / "report.md").read_text()
+    run, report = report_with_verdict(tmp_path, points=list(points))
     assert ("composite of Mean TPOT, geometric mean over the 3 declared points (isl128-osl64-c1-n16, "
             "isl128-osl64-c8-n64, isl128-osl64-c16-n128; the others are shown, not tested)") in report
 
@@ -90,3 +97,24 @@ def test_declared_points_feed_the_composite_through_the_cli(tmp_path):
     assert shown is not None and float(shown.group(1)) == pytest.approx(expected, abs=0.05)
     # the fourth point, where ll-bf16 cannot act, no longer dilutes it: over all four the composite read +1.6 %
     assert expected > 1.6
+
+
+def test_a_verdict_on_a_percentile_through_the_cli(tmp_path):
+    """P90 TPOT (a metric of the registry the client asks vLLM for) as the primary metric: the card names it
+    and its composite is the mean per-round log ratio of the raw p90_tpot_ms over the four points."""
+    import json
+    import math
+    import re
+
+    run, report = report_with_verdict(tmp_path, metrics=["p90_tpot_ms"])
+    assert "composite of P90 TPOT" in report
+    points = sorted(p.name for p in (run / "baseline" / "serve").glob("isl*") if p.is_dir())
+    assert len(points) == 4, points
+
+    def p90(arm: str, point: str, r: int) -> float:
+        return json.loads((run / arm / "serve" / point / f"rep-{r}.json").read_text())["p90_tpot_ms"]
+
+    scores = [sum(-math.log(p90("ll-bf16", p, r) / p90("baseline", p, r)) for p in points) / len(points)
+              for r in range(4)]
+    shown = re.search(r"\*\*ll-bf16 vs baseline: [A-Z]+\*\* — composite ([+-][0-9.]+)%", report)
+    assert shown is not None and float(shown.group(1)) == pytest.approx(math.expm1(sum(scores) / 4) * 100, abs=0.05)

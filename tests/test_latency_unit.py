@@ -12,6 +12,7 @@ import pytest
 
 from suite.analysis import load_run
 from suite.errors import SuiteError
+from suite.plan import LatencyParams
 from suite.render.markdown import section as markdown_section
 from suite.stages.latency.read import quantile
 from suite.stages.latency.run import (
@@ -59,8 +60,8 @@ def test_split_keeps_engine_args_and_drops_server_args(flags):
 
 def test_command_has_vllms_own_flags():
     cmd = latency_command(vllm="vllm", model="m", tokenizer="t", max_model_len=1024,
-                          params={"input_len": 32, "output_len": 8, "batch_size": 4, "num_iters_warmup": 1,
-                                  "num_iters": 3},
+                          params=LatencyParams(input_len=32, output_len=8, batch_size=4, num_iters_warmup=1,
+                                               num_iters=3),
                           engine_args=["--dtype", "bfloat16"], output_json=Path("/x/out.json"))
     assert cmd[:3] == ["vllm", "bench", "latency"]
     pairs = dict(zip(cmd[3::2], cmd[4::2], strict=False))

@@ -28,7 +28,7 @@ H, E = 256, 16  # gate shape (hidden, experts); small, so the probes stay quick 
 
 
 def _init_vllm():
-    """FACTS §1 recipe: vLLM's parallel state on gloo, no engine."""
+    """vLLM's parallel state on gloo, no engine: enough to build a GateLinear outside a server."""
     from vllm.config import KernelConfig, VllmConfig, set_current_vllm_config
     from vllm.distributed import init_distributed_environment, initialize_model_parallel
 

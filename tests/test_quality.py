@@ -13,7 +13,7 @@ import pytest
 from scipy.stats import kendalltau
 
 from suite.matrix import parse_matrix
-from suite.plan import build_plan
+from suite.plan import ServeParams, build_plan
 from suite.quality import (
     Finding,
     RepeatResult,
@@ -40,6 +40,12 @@ from suite.quality import (
 DATA = Path(__file__).parent / "data" / "report_run"
 C1, C4, C8 = "isl128-osl32-c1-n4", "isl128-osl32-c4-n16", "isl256-osl16-c8-n16"
 
+
+
+def planned(concurrency: int = 8, num_prompts: int = 16, request_rate: float | None = None) -> ServeParams:
+    """A serving point as the plan gives it to the checks."""
+    return ServeParams(isl=128, osl=32, concurrency=concurrency, num_prompts=num_prompts, random_range_ratio=0.0,
+                       request_rate=request_rate, num_warmups=1, seed=0)
 
 def real_repeats() -> list[RepeatResult]:
     """The demo's 18 raw results with the session and run order of the plan that produced them (blocked:
@@ -82,7 +88,7 @@ def test_failed_requests_named_with_counts():
     raw = raw_copy(*CLEAN)
     raw["failed"], raw["completed"] = 3, 13
     raw["errors"] = ["Server disconnected" if i in (1, 7, 15) else "" for i in range(16)]
-    found = check_failed(raw, {"num_prompts": 16}, arm="patched", point=C8, round=2)
+    found = check_failed(raw, planned(num_prompts=16), arm="patched", point=C8, round=2)
     assert len(found) == 1 and found[0].severity == "unreliable" and found[0].check == "failed-requests"
     assert found[0].message.startswith("repeat 2: 3 of 16 requests failed")
     assert "Server disconnected" in found[0].message
@@ -91,7 +97,7 @@ def test_failed_requests_named_with_counts():
 def test_incomplete_run_without_failures_is_named():
     raw = raw_copy(*CLEAN)
     raw["completed"] = 12
-    found = check_failed(raw, {"num_prompts": 16}, arm="patched", point=C8, round=0)
+    found = check_failed(raw, planned(num_prompts=16), arm="patched", point=C8, round=0)
     assert [f.message for f in found] == ["repeat 0: only 12 of 16 requests completed"]
 
 
@@ -147,7 +153,7 @@ def test_chunked_stream_planted_spoils_itl_only():
         in found.message
     assert found.affects("median_itl_ms") and found.affects("p99_itl_ms")
     assert not any(found.affects(k) for k in ("mean_tpot_ms", "mean_ttft_ms", "mean_e2el_ms", "output_throughput"))
-    assert found in check_repeat(raw, {}, arm="patched", point=C8, round=0)
+    assert found in check_repeat(raw, None, arm="patched", point=C8, round=0)
     # one chunked request in sixteen stays below the 10 % share: silent
     raw = copy.deepcopy(healthy)
     raw["itls"][0] = [sum(raw["itls"][0])]
@@ -211,16 +217,16 @@ def test_coalesced_from_summary_fields_alone():
 def test_low_concurrency_planted():
     raw = raw_copy(*CLEAN)
     raw["latencies"] = [x / 4 for x in raw["latencies"]]  # mean in flight 7.83 -> 1.96 of 8
-    found = check_concurrency(raw, {"concurrency": 8, "num_prompts": 16}, arm="patched", point=C8, round=1)
+    found = check_concurrency(raw, planned(concurrency=8, num_prompts=16), arm="patched", point=C8, round=1)
     assert len(found) == 1 and found[0].check == "low-concurrency" and found[0].severity == "unreliable"
     assert found[0].message == "repeat 1: mean in-flight requests 1.96 of the 8 asked for (24%, threshold 70%)"
     # an open-loop point (finite request rate) sets its own load: not a defect
-    assert check_concurrency(raw, {"concurrency": 8, "num_prompts": 16, "request_rate": 2.0},
+    assert check_concurrency(raw, planned(concurrency=8, num_prompts=16, request_rate=2.0),
                              arm="patched", point=C8, round=1) == []
     # the target is min(concurrency, prompts)
     raw["latencies"] = raw["latencies"][:3]
     raw["duration"] = sum(raw["latencies"]) / 2.5
-    assert check_concurrency(raw, {"concurrency": 8, "num_prompts": 3}, arm="p", point="x", round=0) == []
+    assert check_concurrency(raw, planned(concurrency=8, num_prompts=3), arm="p", point="x", round=0) == []
 
 
 def test_concurrency_silent_on_real_results():
@@ -243,10 +249,10 @@ def test_client_bound():
 def test_check_repeat_combines_the_per_repeat_checks():
     raw = raw_copy(*CLEAN)
     raw["failed"] = 1
-    found = check_repeat(raw, {"concurrency": 8, "num_prompts": 16}, arm="patched", point=C8, round=0,
+    found = check_repeat(raw, planned(concurrency=8, num_prompts=16), arm="patched", point=C8, round=0,
                          client={"client_cpu_util": 0.99})
     assert {f.check for f in found} == {"failed-requests", "client-bound"}
-    assert check_repeat(raw_copy(*CLEAN), {"concurrency": 8, "num_prompts": 16}, arm="patched", point=C8,
+    assert check_repeat(raw_copy(*CLEAN), planned(concurrency=8, num_prompts=16), arm="patched", point=C8,
                         round=0) == []
 
 
@@ -550,3 +556,13 @@ def test_errors_of_the_requested_shutdown_do_not_count():
     ])
     count, first = count_log_errors(log)
     assert count == 1 and "request failed" in first
+
+
+def test_a_finding_spoils_its_families_by_the_registry_not_by_substring():
+    throughput_only = Finding("x", "a", "p", 0, "unreliable", "m", metrics=("throughput",))
+    assert throughput_only.affects("output_throughput") and not throughput_only.affects("mean_ttft_ms")
+    # a key outside the registry is spoilt only by a finding about every metric (a substring once matched it)
+    assert not throughput_only.affects("ttft_slo_goodput")
+    assert Finding("x", "a", "p", 0, "unreliable", "m").affects("ttft_slo_goodput")
+    with pytest.raises(ValueError, match="unknown metric families"):
+        Finding("x", "a", "p", 0, "unreliable", "m", metrics=("tpots",))

@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from suite.analysis import DETAIL, HEADLINE, load_run
+from suite.analysis import load_run
 from suite.document import STYLES, fmt
 from suite.matrix import parse_matrix
 from suite.plan import build_plan
 from suite.report import build_report, render_html, render_markdown
+from suite.stats import DETAIL, HEADLINE
 from suite.store import RunStore, atomic_write_json, new_manifest
 from tests.test_report_html import build_run_dir
 
@@ -56,7 +57,7 @@ def make_run(tmp_path: Path, values, *, order: str = "blocked", repeats: int = 3
         if job.key == fail_job and job.arm == "patched":
             store.write_record(job, "failed", error="boom: server died")
             continue
-        tput, lat = values(job.arm, job.params["concurrency"], job.repeat)
+        tput, lat = values(job.arm, job.params.concurrency, job.repeat)
         atomic_write_json(store.result_path(job), raw(tput, lat))
         store.write_record(job, "ok")
     return store.root
@@ -359,7 +360,7 @@ def test_a_correctness_only_arm_reads_output_changed_and_has_no_serving_rows(tmp
     for job in plan.jobs:
         path = store.result_path(job)
         if job.kind == "serve":
-            tput, lat = scaled([100, 101, 99], [100, 100, 100])(job.arm, job.params["concurrency"], job.repeat)
+            tput, lat = scaled([100, 101, 99], [100, 100, 100])(job.arm, job.params.concurrency, job.repeat)
             atomic_write_json(path, raw(tput, lat))
         elif job.kind == "equivalence":
             path.parent.mkdir(parents=True, exist_ok=True)

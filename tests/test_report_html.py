@@ -24,14 +24,14 @@ from typing import Any
 
 import pytest
 
-from suite.analysis import DETAIL, HEADLINE, load_run
+from suite.analysis import load_run
 from suite.document import STYLES, Card, Chart, Document, Note, Paragraph, Section, Series, literal
 from suite.matrix import load_matrix
 from suite.plan import build_plan
 from suite.render import html as html_render
 from suite.render import markdown as md_render
 from suite.report import build_document, build_report, render_html
-from suite.stats import METRICS, Verdict
+from suite.stats import DETAIL, HEADLINE, METRICS, Verdict
 from suite.store import RunStore, atomic_write_json, new_manifest
 
 DATA = Path(__file__).parent / "data" / "report_run"

@@ -274,10 +274,11 @@ def test_summarize():
 def test_metric_registry():
     assert METRICS["output_throughput"].higher_is_better and METRICS["request_throughput"].unit == "req/s"
     for lat in ("ttft", "tpot", "itl", "e2el"):
-        for stat in ("mean", "median", "p99"):
+        for stat in ("mean", "median", "p50", "p90", "p99"):
             info = METRICS[f"{stat}_{lat}_ms"]
             assert info.unit == "ms" and not info.higher_is_better and info.key == f"{stat}_{lat}_ms"
-    assert len(METRICS) == 3 + 12
+            assert info.family == lat and info.stat == stat
+    assert len(METRICS) == 3 + 4 * 5
 
 
 def test_noise_floor_from_aa_pairs():
@@ -521,3 +522,21 @@ if __name__ == "__main__":  # prints the numbers quoted in docs/statistics.md
             f"detection of +2% at CV {cv:.0%} (Welch):",
             {n: simulate(n, ratio=1.02, sigma_b=cv, seed=300 + n, trials=2000)[1] for n in (3, 5, 10)},
         )
+
+
+def test_the_metric_registry_is_what_vllm_bench_serve_reports():
+    """Every registered metric is a key of a real `vllm bench serve` result (the suite's own flags: latencies
+    at the percentiles of the registry), and every per-request latency statistic there is registered."""
+    import json
+    from pathlib import Path
+
+    from suite.stages.serve.run import METRIC_PERCENTILES, PERCENTILE_METRICS
+    from suite.stats import FAMILIES, LATENCIES, METRICS, PERCENTILES
+
+    raw = json.loads((Path(__file__).parent / "data" / "report_run" / "patched" / "isl128-osl32-c4-n16" /
+                      "rep-0.json").read_text())
+    assert set(METRICS) <= set(raw)
+    assert {k for k in raw if k.endswith("_ms") and not k.startswith("std_")} <= set(METRICS)
+    assert PERCENTILE_METRICS.split(",") == list(LATENCIES) and METRIC_PERCENTILES == ",".join(map(str, PERCENTILES))
+    assert METRICS["p90_tpot_ms"].label == "P90 TPOT" and METRICS["p90_tpot_ms"].family == "tpot"
+    assert FAMILIES == ("throughput", "ttft", "tpot", "itl", "e2el")

@@ -13,7 +13,8 @@ from suite.store import SCHEMA_VERSION, RunStore
 
 def _job() -> Job:
     return Job(kind="serve", arm="baseline", session=0, point="isl8-osl4-c1-n1", repeat=1, tag="drift",
-               params={}, hash="abc")
+               params={"isl": 8, "osl": 4, "concurrency": 1, "num_prompts": 1, "random_range_ratio": 0.0,
+                       "request_rate": None, "num_warmups": 0, "seed": 0}, hash="abc")
 
 
 def test_open_refuses_another_schema(tmp_path):

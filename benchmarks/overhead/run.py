@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from suite.matrix import load_matrix
-from suite.plan import build_plan, serve_points
+from suite.plan import ServeParams, build_plan, serve_points
 from suite.runner import server_argv_tail
 from suite.runtime.base import free_port, http_ok
 from suite.runtime.local import LocalRuntime, vllm_command
@@ -247,7 +247,7 @@ def suite_summary(out: Path, wall: float, w: Timings) -> dict[str, Any]:
     return summary
 
 
-def bench_base_cmd(matrix, params: dict[str, Any], port: int) -> list[str]:
+def bench_base_cmd(matrix, params: ServeParams, port: int) -> list[str]:
     """`vllm bench serve` exactly as the suite runs it, minus the flags the sweep adds itself."""
     cmd = serve_command(vllm=vllm_command()[0], base_url=f"http://{matrix.runtime.host}:{port}",
                         served_name=matrix.model.name, tokenizer=matrix.model.tokenizer or matrix.model.id,
@@ -272,7 +272,7 @@ def run_sweeps(matrix_path: Path, out: Path) -> dict[str, Any]:
     plan = build_plan(matrix)
     runtime = LocalRuntime(matrix, REPO / ".cache")
     points = serve_points(matrix)
-    bench_params = [{"_benchmark_name": pid, **{POINT_FLAGS[k]: p[k] for k in POINT_FLAGS}} for pid, p in points]
+    bench_params = [{"_benchmark_name": pid, **{POINT_FLAGS[k]: getattr(p, k) for k in POINT_FLAGS}} for pid, p in points]
     total_wall, watchers, expected = 0.0, [], 0
     for arm, spec in plan.arms.items():
         arm_env = runtime.prepare_arm(arm, spec)

@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from suite.matrix import load_matrix
-from suite.plan import build_plan
+from suite.plan import ServeParams, build_plan
 from suite.proc import load_average, run_tool
 from suite.runner import server_argv_tail
 from suite.runtime.base import free_port
@@ -31,8 +31,8 @@ from suite.stages.serve.run import serve_command
 
 REPO = Path(__file__).resolve().parents[2]
 MATRIX = Path(__file__).with_name("matrix.yaml")
-POINT = {"isl": 128, "osl": 32, "random_range_ratio": 0.0, "num_prompts": 48, "concurrency": 4,
-         "request_rate": None, "num_warmups": 1, "seed": 0}
+POINT = ServeParams(isl=128, osl=32, random_range_ratio=0.0, num_prompts=48, concurrency=4, request_rate=None,
+                    num_warmups=1, seed=0)
 
 
 def main() -> int:

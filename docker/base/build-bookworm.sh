@@ -18,7 +18,7 @@ for arg in "$@"; do
   esac
 done
 dist=${SUITE_DEBIAN_SUITE:-bookworm}
-# Debian's own client when both are installed (FACTS §7); DOCKER overrides.
+# Debian's own client when both are installed; DOCKER overrides.
 if [ -z "${DOCKER:-}" ]; then
   if [ -x /usr/bin/docker ]; then DOCKER=/usr/bin/docker; else DOCKER=docker; fi
 fi

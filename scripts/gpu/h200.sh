@@ -35,7 +35,7 @@ case "${1:-}" in
     cat part-* | sha256sum -c <(sed 's/bundle.tar.xz/-/' SHA256) >/dev/null || { echo "h200: bundle sha256 mismatch (parts: $(ls))"; exit 1; }
     rm -rf "$GPU_ROOT/bundle" "$SITE" && mkdir -p "$GPU_ROOT/bundle" "$SITE"
     cat part-* | xz -d -T0 | tar -C "$GPU_ROOT/bundle" -xf -
-    # the small wheels first, then vLLM and the cuteDSL libraries over them (FACTS §12's order)
+    # the small wheels first, then vLLM and the cuteDSL libraries over them (the order docs/gpu-h200.md gives)
     # a wheel is a zip: unpacked as `pip install --target --no-deps` would (its .data/purelib|platlib moved up),
     # so no pip version's tag rules can refuse one that the bundle chose for this machine
     "$PY" - "$SITE" "$GPU_ROOT"/bundle/whl/*.whl <<'PY'

@@ -124,7 +124,7 @@ def arm_env(path: str, cache_root: Path) -> dict[str, str]:
     if env.get("PYTHONPATH"):
         parts.append(env["PYTHONPATH"])
     env["PYTHONPATH"] = os.pathsep.join(parts)
-    # each arm compiles on its own: a shared cache could hand one arm the other's graphs (FACTS §2)
+    # each arm compiles on its own: a shared cache could hand one arm the other's graphs (the cache key does not cover the patched source)
     env["TORCHINDUCTOR_CACHE_DIR"] = str(cache_root / "inductor")
     env["VLLM_CACHE_ROOT"] = str(cache_root / "vllm")
     env["TRITON_CACHE_DIR"] = str(cache_root / "triton")

@@ -267,7 +267,7 @@ class LocalRuntime(RuntimeBase):
             out["FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED"] = "1"
             out["FLASH_ATTENTION_CUTE_DSL_CACHE_DIR"] = str((self.cache_root / "flash-attn-cute").resolve())
         if self.host == "cpu":
-            # by default the CPU backend reserves ~92% of the NUMA node's memory (FACTS §6)
+            # by default the CPU backend reserves ~92% of the NUMA node's memory (vLLM's CPU backend, VLLM_CPU_KVCACHE_SPACE unset)
             out["VLLM_CPU_KVCACHE_SPACE"] = os.environ.get("VLLM_CPU_KVCACHE_SPACE") or "1"
             out["PYTHONHASHSEED"] = os.environ.get("PYTHONHASHSEED") or "0"  # same dict/set order every start
             if self.split:  # OpenMP threads on the server's CPUs only

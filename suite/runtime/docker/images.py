@@ -239,7 +239,7 @@ def _lock_pin(name: str, lock: Path) -> str | None:
 
 def wheel_dirs() -> list[Path]:
     """Where the CPU build looks for wheels PyPI lacks: $SUITE_WHEELS_DIR, the repo's wheels/, pip's
-    configured find-links (FACTS §7: this machine's torch CPU wheel lies there)."""
+    configured find-links (a host without the PyTorch index keeps its torch CPU wheel there)."""
     dirs: list[str] = [d for d in os.environ.get("SUITE_WHEELS_DIR", "").split(os.pathsep) if d]
     dirs.append(str(REPO_ROOT / "wheels"))
     dirs += os.environ.get("PIP_FIND_LINKS", "").split()
@@ -276,7 +276,7 @@ def cpu_context_files() -> list[tuple[str, Path]]:
         if found is None:
             raise SuiteError(
                 f"no {pattern} found (looked in {', '.join(map(str, wheel_dirs())) or 'nothing'}); put it in "
-                "wheels/ or point SUITE_WHEELS_DIR at its folder (FACTS §7)")
+                "wheels/ or point SUITE_WHEELS_DIR at its folder")
         files.append((f"wheels/{found.name}", found))
     files.append(("certs/README.txt", DOCKER_DIR / "cpu" / "certs-README.txt"))
     names: set[str] = set()

@@ -52,6 +52,7 @@ from suite.errors import ServerError, SuiteError
 from suite.matrix import ArmSpec, DockerSpec, Matrix
 from suite.proc import read_tail
 from suite.runtime.base import ArmEnv, RuntimeBase, ServerBase, ServerSpec
+from suite.store import SECRET_NAME
 
 STOP_GRACE_S = 30
 PASS_THROUGH = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")  # by name only, from the host environment
@@ -61,7 +62,6 @@ CLIENT_ENV = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "HF_DATASETS_CACHE", "TOK
 MANAGED_LABEL = "suite.managed"
 CPU_SHM_SIZE = "1g"
 GPUS = re.compile(r"^\d+(,\d+)*$")
-SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|APIKEY|CREDENTIAL|PRIVATE)", re.I)
 DEV = Path("/dev")  # where the ROCm device nodes are looked up (their group ids go to --group-add)
 DOCKER_USER_ENV = "SUITE_DOCKER_USER"
 
@@ -206,7 +206,7 @@ def rocm_group_ids(dev: Path | None = None) -> list[str]:
 
 
 def vendor_flags(docker: DockerSpec) -> dict[str, Any]:
-    """The vendor's run flags (FACTS §7) as ContainerConfig fields (+ environment for ROCm GPU selection)."""
+    """The vendor's run flags (docker/README.md) as ContainerConfig fields (+ environment for ROCm GPU selection)."""
     gpus = docker.gpus.strip().replace(" ", "")
     if gpus != "all" and not GPUS.match(gpus):
         raise SuiteError(f"runtime.docker.gpus must be 'all' or a comma list of device indices, not {gpus!r}")

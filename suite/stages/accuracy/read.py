@@ -23,6 +23,7 @@ from typing import Any
 from scipy.stats import binomtest
 
 from suite.errors import SuiteError
+from suite.matrix import AccuracySpec
 from suite.plan import Job
 from suite.stats import GateOutcome, PairedAccuracy, accuracy_gate, accuracy_gate_reason, paired_accuracy
 from suite.store import RunStore
@@ -482,7 +483,8 @@ def compare_arms(store: RunStore, jobs: list[tuple[Job, dict[str, Any]]], base: 
         try:
             if kind == "accuracy":
                 params = b[2].params
-                gates = _Gates(params.get("min_accuracy"), params.get("max_drop"))
+                assert isinstance(params, AccuracySpec), b[2].kind
+                gates = _Gates(params.min_accuracy, params.max_drop)
                 acc = summarize_accuracy(b[0], c[0], gates, base_label=base, cand_label=cand)
             else:
                 eq = summarize_equivalence(b[0], c[0])

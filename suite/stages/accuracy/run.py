@@ -2,7 +2,7 @@
 
 The hub dataset (``openai/gsm8k``) is used as lm-eval ships it. A local directory with ``train.jsonl`` and
 ``test.jsonl`` runs offline: a task YAML is generated that *includes* lm-eval's own task file (prompt,
-filters, metrics unchanged) and only swaps the data source for local JSON files (FACTS §5).
+filters, metrics unchanged) and only swaps the data source for local JSON files (no dataset download).
 
 lm-eval's raw outputs (``results_*.json``, ``samples_*.jsonl``) stay under ``out_dir`` exactly as lm-eval
 writes them; beside them ``suite-accuracy.json`` records the command, the dataset, which files this run

@@ -9,16 +9,17 @@ from __future__ import annotations
 from typing import Any
 
 from suite.errors import SuiteError
+from suite.matrix import KernelSpec
 from suite.proc import run_tool
 from suite.stages.base import JobEnv
 
 
-def kernel_command(params: dict[str, Any], out: str, arm: str) -> list[str]:
+def kernel_command(params: KernelSpec, out: str, arm: str) -> list[str]:
     return [
         "python", "-m", "suite.stages.kernel.bench", "--json", out, "--arm", arm,
-        "--hidden", str(params["hidden"]), "--experts", str(params["experts"]),
-        "--m", ",".join(str(m) for m in params["m"]), "--trace-m", str(params["trace_m"]),
-        "--calls", str(params["iters"]), "--trials", str(params["trials"]),
+        "--hidden", str(params.hidden), "--experts", str(params.experts),
+        "--m", ",".join(str(m) for m in params.m), "--trace-m", str(params.trace_m),
+        "--calls", str(params.iters), "--trials", str(params.trials),
     ]
 
 
@@ -26,6 +27,7 @@ def execute(env: JobEnv) -> dict[str, Any]:
     """The microbenchmark in the arm's environment (offline: no server)."""
     out = env.result
     out.parent.mkdir(parents=True, exist_ok=True)
+    assert isinstance(env.job.params, KernelSpec), env.job.kind
     cmd = env.wrap(kernel_command(env.job.params, str(out), env.job.arm))
     run_tool(cmd, env=env.arm_env, log_path=env.log, timeout_s=3600, what="kernel benchmark")
     if not out.is_file():

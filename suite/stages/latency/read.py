@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from suite.plan import Job
+from suite.plan import Job, LatencyParams
 from suite.store import RunStore, read_json
 
 
@@ -31,6 +31,7 @@ def load_latency(store: RunStore, jobs: list[tuple[Job, dict[str, Any]]]) -> dic
         if not isinstance(lat, list) or not lat or not all(isinstance(x, int | float) and x > 0 for x in lat):
             continue  # not the tool's output: the row shows "missing"
         p = job.params
-        key = (p["input_len"], p["output_len"], p["batch_size"])
+        assert isinstance(p, LatencyParams), job.kind
+        key = (p.input_len, p.output_len, p.batch_size)
         out.setdefault(key, {}).setdefault(job.arm, []).extend(float(x) * 1000.0 for x in lat)
     return dict(sorted(out.items()))

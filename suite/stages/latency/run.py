@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from suite.errors import SuiteError
+from suite.plan import LatencyParams
 from suite.proc import failure, run_tool
 from suite.stages.base import JobEnv
 from suite.store import read_json
@@ -112,7 +113,7 @@ def check_vocab(model: str) -> None:
                          f"with a larger vocabulary (e.g. the tiny MoE with its embeddings padded)")
 
 
-def latency_command(*, vllm: str, model: str, tokenizer: str, max_model_len: int, params: dict[str, Any],
+def latency_command(*, vllm: str, model: str, tokenizer: str, max_model_len: int, params: LatencyParams,
                     engine_args: list[str], output_json: Path, model_args: list[str] | None = None) -> list[str]:
     """The exact `vllm bench latency` command for one point (vLLM's own flags). ``model_args``: the model's own
     flags (``ModelSpec.vllm_args``: ``--load-format dummy`` and a generated model's ``--hf-overrides``)."""
@@ -122,11 +123,11 @@ def latency_command(*, vllm: str, model: str, tokenizer: str, max_model_len: int
         "--tokenizer", tokenizer,
         "--max-model-len", str(max_model_len),
         *(model_args or []),
-        "--input-len", str(params["input_len"]),
-        "--output-len", str(params["output_len"]),
-        "--batch-size", str(params["batch_size"]),
-        "--num-iters-warmup", str(params["num_iters_warmup"]),
-        "--num-iters", str(params["num_iters"]),
+        "--input-len", str(params.input_len),
+        "--output-len", str(params.output_len),
+        "--batch-size", str(params.batch_size),
+        "--num-iters-warmup", str(params.num_iters_warmup),
+        "--num-iters", str(params.num_iters),
         *engine_args,
         "--output-json", str(output_json),
     ]
@@ -135,13 +136,15 @@ def latency_command(*, vllm: str, model: str, tokenizer: str, max_model_len: int
 # ---------------------------------------------------------------------------------------- running
 
 
-def timeout_for(p: dict[str, Any]) -> float:
-    return 900.0 + 2.0 * (p["num_iters_warmup"] + p["num_iters"]) * (1 + p["output_len"] * 0.05)
+def timeout_for(p: LatencyParams) -> float:
+    return 900.0 + 2.0 * (p.num_iters_warmup + p.num_iters) * (1 + p.output_len * 0.05)
 
 
 def execute(env: JobEnv) -> dict[str, Any]:
     """Executor of `latency` jobs (offline: no server; the engine runs inside the tool, in the arm's vLLM)."""
     job = env.job
+    p = job.params
+    assert isinstance(p, LatencyParams), job.kind
     check_vocab(env.model.id)
     tool_env = dict(env.arm_env)
     if Path(env.model.id).is_dir():
@@ -153,9 +156,8 @@ def execute(env: JobEnv) -> dict[str, Any]:
     result.parent.mkdir(parents=True, exist_ok=True)
     partial.unlink(missing_ok=True)
     cmd = env.wrap(latency_command(vllm="vllm", model=env.model.id, tokenizer=env.tokenizer,
-                                   max_model_len=env.model.max_model_len, params=job.params,
+                                   max_model_len=env.model.max_model_len, params=p,
                                    engine_args=engine_args, output_json=partial, model_args=env.model.vllm_args()))
-    p = job.params
     try:
         run_tool(cmd, env=tool_env, log_path=env.log, timeout_s=timeout_for(p), what="`vllm bench latency`")
         try:
@@ -163,9 +165,9 @@ def execute(env: JobEnv) -> dict[str, Any]:
         except (OSError, json.JSONDecodeError) as exc:
             raise failure("`vllm bench latency`", f"wrote no readable JSON ({exc})", cmd, env.log) from None
         lat = raw.get("latencies")
-        if not isinstance(lat, list) or len(lat) != p["num_iters"] or not all(
+        if not isinstance(lat, list) or len(lat) != p.num_iters or not all(
                 isinstance(x, int | float) and x > 0 for x in lat):
-            raise SuiteError(f"`vllm bench latency` JSON has no valid `latencies` for {p['num_iters']} iterations: "
+            raise SuiteError(f"`vllm bench latency` JSON has no valid `latencies` for {p.num_iters} iterations: "
                              f"{str(lat)[:200]}")
         os.replace(partial, result)  # the tool's own bytes, renamed into place in one step
     finally:

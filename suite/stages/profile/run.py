@@ -34,6 +34,7 @@ from typing import Any
 
 from suite.errors import SuiteError
 from suite.matrix import ProfileSpec
+from suite.plan import ServeParams
 from suite.stages.base import JobEnv, SessionEnv
 from suite.stages.profile.read import summarize, worker_traces
 from suite.stages.serve.run import run_serve, serve_command
@@ -119,16 +120,17 @@ def server_args(session: SessionEnv) -> list[str]:
     return profiler_args(session.session_dir.resolve())
 
 
-def bench_params(spec: Any, num_prompts: int) -> dict[str, Any]:
-    return {"isl": spec.isl, "osl": spec.osl, "concurrency": spec.concurrency, "num_prompts": num_prompts,
-            "random_range_ratio": 0.0, "request_rate": None, "num_warmups": 0, "seed": spec.seed}
+def bench_params(spec: ProfileSpec, num_prompts: int) -> ServeParams:
+    return ServeParams(isl=spec.isl, osl=spec.osl, concurrency=spec.concurrency, num_prompts=num_prompts,
+                       random_range_ratio=0.0, request_rate=None, num_warmups=0, seed=spec.seed)
 
 
 def execute(env: JobEnv) -> dict[str, Any]:
     """Executor of `profile` jobs: warm-up burst, profiled burst, traces parsed into the job's result JSON."""
     job, server = env.job, env.server
     assert server is not None and env.session_dir is not None
-    spec = ProfileSpec.model_validate(job.params)
+    spec = job.params
+    assert isinstance(spec, ProfileSpec), job.kind
     trace_dir = env.session_dir.resolve()
     result = env.result
     stem = result.stem
@@ -171,7 +173,7 @@ def execute(env: JobEnv) -> dict[str, Any]:
         "trace_files": [str(p.relative_to(env.run_root.resolve())) for p in traces],
         "window": {k: window.get(k) for k in ("completed", "failed", "duration", "total_output_tokens",
                                                "max_concurrent_requests", "median_tpot_ms")},
-        "params": job.params,
+        "params": spec.model_dump(mode="json"),
     }
     atomic_write_json(result, summary)
     return {"commands": commands, "trace_files": summary["trace_files"], "decode_steps": summary["decode_steps"]}

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from suite.plan import Job
+from suite.plan import Job, ServeParams
 from suite.store import RunStore, read_json
 
 DRIFT_TAG = "drift"
@@ -22,7 +22,7 @@ MAX_RESTARTS_READ = 32  # server attempts of one session looked for (a matrix al
 @dataclass
 class PointResults:
     point: str
-    params: dict[str, Any]
+    params: ServeParams
     reps: dict[str, dict[int, dict[str, Any]]] = field(default_factory=dict)  # arm -> round -> raw result
     records: dict[str, dict[int, dict[str, Any]]] = field(default_factory=dict)  # arm -> round -> job record
     drift: dict[str, dict[int, dict[str, Any]]] = field(default_factory=dict)  # arm -> round -> the drift repeat
@@ -46,7 +46,8 @@ def load_points(store: RunStore, jobs: list[tuple[Job, dict[str, Any]]]) -> dict
             continue  # an ok record without its result: the point shows the gap
         if not isinstance(raw, dict):
             continue
-        pr = points.setdefault(job.point, PointResults(job.point, dict(job.params)))
+        assert isinstance(job.params, ServeParams), job.kind
+        pr = points.setdefault(job.point, PointResults(job.point, job.params))
         if job.tag == DRIFT_TAG:
             pr.drift.setdefault(job.arm, {})[job.repeat] = raw
         elif not job.tag:
@@ -56,7 +57,7 @@ def load_points(store: RunStore, jobs: list[tuple[Job, dict[str, Any]]]) -> dict
         pr.reps = {a: dict(sorted(r.items())) for a, r in pr.reps.items()}
 
     def order(p: PointResults) -> tuple[Any, ...]:
-        return (p.params.get("isl", 0), p.params.get("osl", 0), p.params.get("concurrency", 0), p.point)
+        return (p.params.isl, p.params.osl, p.params.concurrency, p.point)
 
     return {p.point: p for p in sorted(points.values(), key=order)}
 

@@ -9,17 +9,18 @@ from pathlib import Path
 from typing import Any
 
 from suite.errors import SuiteError
-from suite.plan import Job
+from suite.plan import Job, ServeParams
 from suite.proc import run_tool
 from suite.stages.base import JobEnv
 from suite.stages.serve.client import WORKER_PATH, PersistentClient, with_flag
 from suite.stages.serve.warmup import size_for_duration, warm_session
+from suite.stats import LATENCIES, PERCENTILES
 
-PERCENTILE_METRICS = "ttft,tpot,itl,e2el"
-METRIC_PERCENTILES = "50,90,99"
+PERCENTILE_METRICS = ",".join(LATENCIES)  # every latency of the metric registry ...
+METRIC_PERCENTILES = ",".join(str(q) for q in PERCENTILES)  # ... at its percentiles
 
 
-def serve_command(*, vllm: str, base_url: str, served_name: str, tokenizer: str, params: dict[str, Any],
+def serve_command(*, vllm: str, base_url: str, served_name: str, tokenizer: str, params: ServeParams,
                   result_dir: Path, result_filename: str, metadata: dict[str, str] | None = None) -> list[str]:
     """The exact `vllm bench serve` command for one point (vLLM's own flags and names)."""
     cmd = [
@@ -29,14 +30,14 @@ def serve_command(*, vllm: str, base_url: str, served_name: str, tokenizer: str,
         "--model", served_name,
         "--tokenizer", tokenizer,
         "--dataset-name", "random",
-        "--random-input-len", str(params["isl"]),
-        "--random-output-len", str(params["osl"]),
-        "--random-range-ratio", str(params["random_range_ratio"]),
-        "--num-prompts", str(params["num_prompts"]),
-        "--max-concurrency", str(params["concurrency"]),
-        "--request-rate", str(params["request_rate"] or "inf"),
-        "--num-warmups", str(params["num_warmups"]),
-        "--seed", str(params["seed"]),
+        "--random-input-len", str(params.isl),
+        "--random-output-len", str(params.osl),
+        "--random-range-ratio", str(params.random_range_ratio),
+        "--num-prompts", str(params.num_prompts),
+        "--max-concurrency", str(params.concurrency),
+        "--request-rate", str(params.request_rate or "inf"),
+        "--num-warmups", str(params.num_warmups),
+        "--seed", str(params.seed),
         "--ignore-eos",
         "--temperature", "0",
         "--percentile-metrics", PERCENTILE_METRICS,
@@ -69,15 +70,20 @@ def run_serve(cmd: list[str], *, result_path: Path, log_path: Path, env: dict[st
     return wall
 
 
-def point_timeout_s(params: dict[str, Any]) -> float:
-    return max(600.0, 10.0 * params["num_prompts"] * params["osl"] / 8)
+def point_timeout_s(params: ServeParams) -> float:
+    return max(600.0, 10.0 * params.num_prompts * params.osl / 8)
+
+
+def serve_params(job: Job) -> ServeParams:
+    assert isinstance(job.params, ServeParams), job.kind
+    return job.params
 
 
 def bench_argv(env: JobEnv, job: Job, result: Path) -> list[str]:
     """The arguments after `vllm bench serve` for one job (what the persistent client and the CLI take)."""
     assert env.server is not None
     cmd = serve_command(vllm="vllm", base_url=env.server.base_url, served_name=env.model.name,
-                        tokenizer=env.tokenizer, params=job.params, result_dir=result.parent,
+                        tokenizer=env.tokenizer, params=serve_params(job), result_dir=result.parent,
                         result_filename=f".{result.name}.partial",
                         metadata={"arm": job.arm, "point": job.point, "repeat": str(job.repeat)})
     return cmd[3:]
@@ -88,7 +94,7 @@ def session_client(env: JobEnv) -> PersistentClient:
     (`client: cli` in a point: a fresh CLI process per point). A client whose command does not depend on
     the server (the local runtime: the host's vLLM) serves the whole run; one that runs inside the
     server's container lives as long as that server."""
-    mode = env.job.params.get("client", "persistent")
+    mode = serve_params(env.job).client
     worker = env.client_argv(["python", str(WORKER_PATH)])
     cli = env.client_argv(["vllm"])
     scope = env.scope if env.client_in_server or env.run_scope is None else env.run_scope
@@ -103,7 +109,7 @@ def warm(env: JobEnv, client: PersistentClient) -> dict[str, Any] | None:
     """Before the first measured point of a session: every pending point's shape once (requests discarded),
     the settle (load at the first point's shape until ``env.settle_until``, when the matrix asks for one),
     then the prefix cache reset. Returns the warm-up record (None when this session is already warm)."""
-    if env.scope.has("warm") or env.job.params.get("warmup", True) is False:
+    if env.scope.has("warm") or not serve_params(env.job).warmup:
         return None
     assert env.server is not None and env.session_dir is not None
     points = [bench_argv(env, j, env.result) for j in env.pending if j.kind == "serve"]
@@ -117,13 +123,14 @@ def warm(env: JobEnv, client: PersistentClient) -> dict[str, Any] | None:
 def sized_argv(env: JobEnv, argv: list[str]) -> tuple[list[str], int | None]:
     """A point sized by time (`duration_s`) gets its prompt count from the session warm-up's request rate
     at the same shape; without a usable warm-up it keeps the matrix's num_prompts."""
-    duration = env.job.params.get("duration_s")
+    params = serve_params(env.job)
+    duration = params.duration_s
     if not duration or not env.scope.has("warm"):
         return argv, None
     shape = env.scope.get("warm", contextlib.nullcontext).for_argv(argv)
     if shape is None or not shape.ok:
         return argv, None
-    n = size_for_duration(float(duration), shape, int(env.job.params["concurrency"]))
+    n = size_for_duration(duration, shape, params.concurrency)
     return with_flag(argv, "--num-prompts", str(n)), n
 
 
@@ -136,7 +143,9 @@ def execute(env: JobEnv) -> dict[str, Any]:
     reset = server.reset_prefix_cache()
     result = env.result
     argv, sized = sized_argv(env, bench_argv(env, job, result))
-    params = job.params | ({"num_prompts": sized} if sized else {})
+    params = serve_params(job)
+    if sized:
+        params = params.model_copy(update={"num_prompts": sized})
     run = client.run(argv, result, point_timeout_s(params), log_path=env.log)
     raw = json.loads(result.read_text())
     if not raw.get("completed"):  # the tool exits 0 even when every request failed (e.g. the server died)

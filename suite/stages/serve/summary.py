@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import statistics
 
-from suite.analysis import DETAIL, DUPLICATES, HEADLINE, CandidateSummary, CellResult, RunData
+from suite.analysis import CandidateSummary, CellResult, RunData
 from suite.analysis import completed_failed as _completed_failed
 from suite.analysis import drift_checks as _drift_checks
 from suite.document import (
@@ -28,7 +28,7 @@ from suite.document import (
     fmt_pct,
     literal,
 )
-from suite.stats import METRICS, Verdict
+from suite.stats import DETAIL, DUPLICATES, HEADLINE, METRICS, Verdict
 
 MARK = {Verdict.BETTER: "▲", Verdict.WORSE: "▼", Verdict.NOT_SIGNIFICANT: "·", Verdict.UNRELIABLE: "?"}
 STYLE = {Verdict.BETTER: "better", Verdict.WORSE: "worse", Verdict.NOT_SIGNIFICANT: "not-significant",
@@ -112,9 +112,8 @@ def serving_section(run: RunData) -> Section | None:
             pr = p.params
             arms = (run.baseline, s.candidate)
             done = [_completed_failed(p, a) for a in arms]
-            size = f"{pr['duration_s']:g} s" if pr.get("duration_s") else str(pr.get("num_prompts", ""))
-            rows.append([Cell(str(pr.get("isl", ""))), Cell(str(pr.get("osl", ""))),
-                         Cell(str(pr.get("concurrency", ""))), Cell(size),
+            size = f"{pr.duration_s:g} s" if pr.duration_s else str(pr.num_prompts)
+            rows.append([Cell(str(pr.isl)), Cell(str(pr.osl)), Cell(str(pr.concurrency)), Cell(size),
                          *(doc_cell(s.cells[(p.point, k)]) for k in HEADLINE),
                          Cell(" / ".join(measured_span(p, a) for a in arms)),
                          Cell("/".join(str(d[0]) for d in done)), Cell("/".join(str(d[1]) for d in done))])
@@ -129,11 +128,11 @@ def charts_section(run: RunData) -> Section | None:
         return None
     groups: dict[tuple[object, object], list] = {}
     for p in run.points.values():
-        groups.setdefault((p.params.get("isl"), p.params.get("osl")), []).append(p)
+        groups.setdefault((p.params.isl, p.params.osl), []).append(p)
     blocks: list = [Paragraph("Per arm: the median over repeats, with the minimum and maximum of the repeats as "
                               "whiskers; hover a point for its numbers.")]
     for (isl, osl), pts in groups.items():
-        pts = sorted(pts, key=lambda p: p.params.get("concurrency", 0))
+        pts = sorted(pts, key=lambda p: p.params.concurrency)
         charts = []
         for key in HEADLINE:
             series = []
@@ -149,7 +148,7 @@ def charts_section(run: RunData) -> Section | None:
                     series.append(Series(arm, med, lo, hi, n))
             if series:
                 charts.append(Chart(f"isl{isl}-osl{osl}-{key}", METRICS[key].label, METRICS[key].unit,
-                                    "concurrency", [str(p.params.get("concurrency")) for p in pts], series,
+                                    "concurrency", [str(p.params.concurrency) for p in pts], series,
                                     METRICS[key].higher_is_better))
         blocks.append(Section(f"ISL {isl} / OSL {osl}", 3, charts))
     return Section("Metrics against concurrency", 2, blocks, anchor="charts")
@@ -166,7 +165,7 @@ def heatmap_section(run: RunData) -> Section | None:
         rows = []
         for p in run.points.values():
             pr = p.params
-            row = [Cell(f"ISL {pr.get('isl')} · OSL {pr.get('osl')} · c{pr.get('concurrency')}")]
+            row = [Cell(f"ISL {pr.isl} · OSL {pr.osl} · c{pr.concurrency}")]
             for k in DETAIL:
                 c = s.cells[(p.point, k)]
                 mark = MARK[c.verdict] if c.verdict in (Verdict.BETTER, Verdict.WORSE, Verdict.UNRELIABLE) else ""
