@@ -31,14 +31,9 @@ from pydantic import ValidationError
 
 from suite.errors import SuiteError
 from suite.plan import AA_SUFFIX, Job
-from suite.quality import (
-    Finding,
-    RepeatResult,
-    check_fast_path,
-    gate_shapes_from_config,
-    order_findings,
-    run_checks,
-)
+from suite.quality.fast_path import check_fast_path, gate_shapes_from_config
+from suite.quality.finding import Finding, RepeatResult, order_findings
+from suite.quality.run import run_checks
 from suite.stages.accuracy.read import ArmsCorrectness, compare_arms
 from suite.stages.serve.read import PointResults, load_points, server_logs, server_records
 from suite.stats import (

@@ -38,7 +38,7 @@ from suite.document import (
     literal,
     outcome_style,
 )
-from suite.quality import order_findings
+from suite.quality.finding import order_findings
 from suite.stages.accuracy.read import GATE_FILTER, ArmsCorrectness
 from suite.stats import METRICS, Verdict
 from suite.store import read_json

@@ -35,6 +35,8 @@ from suite.plan import Job, Plan
 SCHEMA_VERSION = 1
 SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|APIKEY|CREDENTIAL|PRIVATE)", re.I)
 REDACTED = "<redacted>"
+# a server log: the line a runtime writes before each server start in it (a restart appends to the same log)
+SERVER_START_MARK = "--- suite: vllm serve started "
 
 
 def atomic_write_text(path: Path, text: str) -> None:

@@ -24,7 +24,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("suite.store",),
     ("suite.runtime",),
     ("suite.stages",),  # a stage's run.py (and its helpers): one job against a JobEnv
-    ("suite.quality", "suite.document"),
+    ("suite.quality", "suite.document", "suite.stages.serve.checks"),  # a stage's own data-quality checks
     ("suite.analysis", "suite.report_sections", "suite.render", "suite.report", "suite.history",
      "suite.stages.registry", *(f"suite.stages.{k}.summary" for k in STAGE_KINDS)),
     ("suite.sequential",),

@@ -14,27 +14,24 @@ from scipy.stats import kendalltau
 
 from suite.matrix import parse_matrix
 from suite.plan import ServeParams, build_plan
-from suite.quality import (
-    Finding,
-    RepeatResult,
+from suite.quality.finding import Finding, RepeatResult, finding_line, order_findings, summarize_findings
+from suite.quality.run import run_checks
+from suite.quality.series import (
     check_bimodal_sessions,
+    check_drift,
+    check_session_drift,
+    mann_kendall,
+    session_levels,
+)
+from suite.quality.server_log import check_server_health, count_log_errors
+from suite.stages.serve.checks import (
     check_chunked,
     check_client,
     check_coalesced,
     check_concurrency,
-    check_drift,
     check_failed,
     check_repeat,
-    check_server_health,
-    check_session_drift,
     check_warmup,
-    count_log_errors,
-    finding_line,
-    mann_kendall,
-    order_findings,
-    run_checks,
-    session_levels,
-    summarize_findings,
 )
 
 DATA = Path(__file__).parent / "data" / "report_run"
@@ -491,7 +488,7 @@ PATCHED = [{"name": "rocm-aiter-router-gemm", "reverse": False, "sha256": "ab" *
 
 
 def test_fast_path_aiter_untuned_router_gemm_is_named():
-    from suite.quality import aiter_untuned_shapes, check_fast_path
+    from suite.quality.fast_path import aiter_untuned_shapes, check_fast_path
 
     log = "\n".join([AITER_BF16_MISS.format(tp=tp, m=m) for tp in range(8) for m in (1, 4, 16)]
                     + [AITER_BF16_HIT, AITER_FP8_MISS, AITER_FP4_MISS, "INFO Application startup complete."])
@@ -510,7 +507,7 @@ def test_fast_path_aiter_untuned_router_gemm_is_named():
 
 
 def test_fast_path_silent_for_unpatched_arms_and_tuned_logs():
-    from suite.quality import check_fast_path
+    from suite.quality.fast_path import check_fast_path
 
     miss = AITER_BF16_MISS.format(tp=0, m=1)
     assert check_fast_path("baseline", [], miss) == []  # no patch set: no fast path of ours to miss
@@ -519,7 +516,7 @@ def test_fast_path_silent_for_unpatched_arms_and_tuned_logs():
 
 
 def test_fast_path_vllm_switched_a_router_kernel_off():
-    from suite.quality import check_fast_path
+    from suite.quality.fast_path import check_fast_path
 
     log = ("(EngineCore_DP0 pid=7) INFO 11-30 12:00:01 [_ll_router_common.py:28] cuteDSL (CUTLASS Python) not "
            "available, ll_bf16 router GEMM disabled\n"
@@ -533,7 +530,7 @@ def test_fast_path_vllm_switched_a_router_kernel_off():
 
 
 def test_gate_shapes_from_model_configs():
-    from suite.quality import gate_shapes_from_config
+    from suite.quality.fast_path import gate_shapes_from_config
 
     assert gate_shapes_from_config({"hidden_size": 2048, "num_experts": 128}) == [(128, 2048)]
     assert gate_shapes_from_config({"hidden_size": 6144, "n_routed_experts": 256, "n_shared_experts": 1}) == [
@@ -543,7 +540,6 @@ def test_gate_shapes_from_model_configs():
 
 
 def test_errors_of_the_requested_shutdown_do_not_count():
-    from suite.quality import count_log_errors
 
     log = "\n".join([
         "--- suite: vllm serve started 2026-12-01T01:32:00+0000 ---",

@@ -1,4 +1,4 @@
-"""Simulated rates of the session-drift warning (suite.quality.check_session_drift).
+"""Simulated rates of the session-drift warning (suite.quality.series.check_session_drift).
 
     .venv/bin/python benchmarks/simulation/session_drift.py [--trials 4000]
 
@@ -17,7 +17,8 @@ import math
 
 import numpy as np
 
-from suite.quality import RepeatResult, check_session_drift
+from suite.quality.finding import RepeatResult
+from suite.quality.series import check_session_drift
 
 
 def trial(rng: np.random.Generator, sessions: int, sigma: float, slow: int, shift: float) -> tuple[int, int]:

@@ -26,9 +26,9 @@ from suite.matrix import ArmSpec
 from suite.proc import cpu_list, cpu_split, group_watchdog, read_tail, start, stop_group
 from suite.runtime.base import ArmEnv, RuntimeBase, ServerBase, ServerSpec
 from suite.runtime.gpu import HostKind, gpu_state, host_kind, process_tree, release_gpu
+from suite.store import SERVER_START_MARK
 
 STOP_GRACE_S = 30.0
-LOG_MARK = "--- suite: vllm serve started "
 
 
 def installed_vllm_version() -> str:
@@ -127,7 +127,7 @@ class LocalServer(ServerBase):
 
     def start(self) -> None:
         # a resumed run appends to the same log: mark where this server starts, so its tail is its own
-        header = f"{LOG_MARK}{time.strftime('%Y-%m-%dT%H:%M:%S%z')} ---\n"
+        header = f"{SERVER_START_MARK}{time.strftime('%Y-%m-%dT%H:%M:%S%z')} ---\n"
         try:
             self.proc = start(self.spec.argv, env=self.spec.env, log_path=self.spec.log_path, cwd=self.spec.cwd,
                               header=header, cpus=self.spec.cpus)
@@ -140,7 +140,7 @@ class LocalServer(ServerBase):
 
     def log_tail(self, n: int = 40) -> str:
         lines = read_tail(self.spec.log_path, n + 1, self.spec.redact).splitlines()
-        starts = [i for i, line in enumerate(lines) if line.startswith(LOG_MARK)]
+        starts = [i for i, line in enumerate(lines) if line.startswith(SERVER_START_MARK)]
         lines = lines[starts[-1] + 1:] if starts else lines
         return "\n".join(lines[-n:]) or "(the server has not logged anything yet)"
 

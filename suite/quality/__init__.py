@@ -1,0 +1,43 @@
+"""Data-quality checks: name what is wrong with a measurement instead of letting it become a verdict.
+
+Pure functions (no I/O) over the raw `vllm bench serve` result dicts (the JSON written with
+``--save-result --save-detailed``), the per-session server records and server log texts. Every check returns
+`Finding`s; ``severity == "unreliable"`` marks the cell (arm, point) unreliable for the metrics the finding
+names (`Finding.metrics`, empty = every metric), ``"warning"`` is shown in the Data quality box only.
+
+Checks and thresholds (each function's docstring says why):
+
+=================== ======================================================================= ===========
+check               fires when                                                              severity
+=================== ======================================================================= ===========
+failed-requests     ``failed > 0``, an error string, or ``completed`` < the prompts asked   unreliable
+coalesced-stream    median ITL < 0.05 ms; or ≥ 10 % of requests got every token after the   unreliable
+                    first in one burst (< 0.05 ms per token); or median ITL < 10 % of the
+                    mean decode time per token (bursts with gaps); fewer burst requests     warning
+chunked-stream      ≥ 10 % of requests got their tokens after the first in fewer than half  unreliable
+                    as many chunks (ITL then times chunks; TTFT, TPOT, E2E stay right)      (ITL only)
+low-concurrency     mean in-flight requests (Σ latencies / duration) < 70 % of              unreliable
+                    min(concurrency, prompts), closed-loop runs only
+client-bound        the benchmark client used ≥ 90 % of a core over the measurement         unreliable
+warmup-outlier      the first measurement of a shape in a session has mean TTFT > 3× or     unreliable
+                    output throughput < 1/3 of the median of the other repeats (≥ 2)
+server-health       restarts; time to healthy > 3× the median of the other sessions (≥ 2);  warning
+                    ERROR / Traceback lines in the server log
+drift               exact Mann–Kendall trend of output throughput against round, p < 0.05:  warning
+                    per (arm, point), and per arm pooled over points (seasonal Kendall)
+bimodal-sessions    an arm's per-session throughput levels split in two clusters (≥ 2       warning
+                    each): best split R² ≥ max(0.8, its 95th percentile under one normal
+                    cluster) and cluster levels ≥ 5 % apart
+session-drift       a session's first point measured again at its end differs by > 2 % and  warning
+                    > 5× the run's median difference (≥ 4 pairs)
+fast-path-not-taken a patched arm's server log: a kernel its patch sets use ran untuned or  warning
+                    was switched off (AITER tuned-config misses, vLLM's own messages)
+=================== ======================================================================= ===========
+
+By subject: `suite.quality.finding` (the finding, the repeat, their order and wording), the serve stage's own
+checks in `suite.stages.serve.checks` (per repeat; warm-up outliers), `suite.quality.server_log` (server
+health), `suite.quality.series` (drift, session drift, bimodal sessions), `suite.quality.fast_path` (vendor log
+patterns). `suite.quality.run.run_checks` runs them all over a list of `RepeatResult`; `summarize_findings`
+gives the unreliable reasons per cell; `order_findings` / `finding_line` order and word them for the report's
+Data quality box.
+"""

@@ -1,0 +1,25 @@
+"""Every data-quality check over a run, in the Data quality box's order."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from suite.quality.finding import Finding, RepeatResult, order_findings
+from suite.quality.series import check_bimodal_sessions, check_drift, check_session_drift
+from suite.quality.server_log import check_server_health
+from suite.stages.serve.checks import check_repeat, check_warmup
+
+
+def run_checks(repeats: Sequence[RepeatResult], *, servers: Iterable[Mapping[str, Any]] = (),
+               logs: Mapping[tuple[str, int], str] | None = None) -> list[Finding]:
+    """Every check over a run's repeats (plus server records and logs), in `order_findings` order."""
+    findings: list[Finding] = []
+    for r in repeats:
+        findings += check_repeat(r.raw, r.params, arm=r.arm, point=r.point, round=r.round, client=r.client)
+    findings += check_warmup(repeats)
+    findings += check_server_health(servers, logs)
+    findings += check_session_drift(repeats)
+    findings += check_drift(repeats)
+    findings += check_bimodal_sessions(repeats)
+    return order_findings(findings)

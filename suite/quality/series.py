@@ -1,0 +1,251 @@
+"""Checks across rounds and sessions: a trend against round (exact Mann–Kendall, pooled over points), a
+session that changed between its first and its last measurement, and per-session levels that split in two."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from functools import lru_cache
+
+import numpy as np
+from scipy.stats import norm
+
+from suite.quality.finding import Finding, RepeatResult, finite_number, fmt_value
+from suite.stats import METRICS
+
+SESSION_DRIFT_MIN_PCT = 2.0  # a session's point measured again at its end: differences below this are noise
+SESSION_DRIFT_FACTOR = 5.0  # ... or below this many times the run's median difference (its own noise)
+SESSION_DRIFT_MIN_PAIRS = 4  # pairs the median needs
+DRIFT_ALPHA = 0.05
+DRIFT_MIN_ROUNDS = 3
+BIMODAL_ALPHA = 0.05
+BIMODAL_MIN_R2 = 0.80
+BIMODAL_MIN_GAP = 0.05
+BIMODAL_MIN_CLUSTER = 2
+BIMODAL_NULL_DRAWS = 20_000
+
+
+@lru_cache(maxsize=64)
+def _inversions_pmf(n: int) -> tuple[float, ...]:
+    """P(a random permutation of n items has k inversions), k = 0 .. n(n-1)/2 (Mahonian numbers)."""
+    counts = [1]
+    for m in range(2, n + 1):  # insert item m: it adds 0 .. m-1 inversions
+        new = [0] * (len(counts) + m - 1)
+        for k, c in enumerate(counts):
+            for j in range(m):
+                new[k + j] += c
+        counts = new
+    total = math.factorial(n)
+    return tuple(c / total for c in counts)
+
+
+def _kendall_s(y: Sequence[float]) -> int:
+    return sum((y[j] > y[i]) - (y[j] < y[i]) for i in range(len(y)) for j in range(i + 1, len(y)))
+
+
+def mann_kendall(series: Sequence[Sequence[float]]) -> tuple[int, float]:
+    """Mann–Kendall trend test, stratified over several series (the seasonal Kendall test of Hirsch et al.:
+    S is summed over the series, each ordered in time). Returns (S, two-sided p).
+
+    Without ties the p-value is exact (the null distribution of each series' S is that of the inversions of
+    a random permutation; the series' distributions are convolved). With ties it is the normal
+    approximation with the tie-corrected variance and a continuity correction. One series of 4 values can
+    never reach p < 0.05 (its smallest p is 1/12); 5 can (1/60); three series of 3 can (1/108).
+    """
+    series = [[float(v) for v in s] for s in series if len(s) >= 2]
+    if not series:
+        return 0, 1.0
+    s_obs = sum(_kendall_s(s) for s in series)
+    if any(len(set(s)) < len(s) for s in series):
+        var = 0.0
+        for s in series:
+            n = len(s)
+            ties = [s.count(v) for v in set(s)]
+            var += (n * (n - 1) * (2 * n + 5) - sum(t * (t - 1) * (2 * t + 5) for t in ties)) / 18
+        if var <= 0 or s_obs == 0:
+            return s_obs, 1.0
+        z = (abs(s_obs) - 1) / math.sqrt(var)
+        return s_obs, float(min(1.0, 2 * norm.sf(z)))
+    pmf = np.array([1.0])
+    pairs = 0
+    for s in series:
+        pmf = np.convolve(pmf, _inversions_pmf(len(s)))
+        pairs += len(s) * (len(s) - 1) // 2
+    s_values = pairs - 2 * np.arange(len(pmf))  # S = concordant − discordant = pairs − 2 · inversions
+    p = float(pmf[np.abs(s_values) >= abs(s_obs) - 1e-9].sum())
+    return s_obs, min(1.0, p)
+
+
+def sen_slope_pct(series: Sequence[Sequence[tuple[int, float]]]) -> float:
+    """Median of the pairwise slopes of log value against round (pooled over the series), as % per round."""
+    slopes = [(math.log(y2) - math.log(y1)) / (x2 - x1)
+              for s in series for i, (x1, y1) in enumerate(s) for x2, y2 in s[i + 1:] if x2 != x1]
+    return math.expm1(statistics.median(slopes)) * 100 if slopes else 0.0
+
+
+def _round_series(repeats: Sequence[RepeatResult], metric: str) -> dict[tuple[str, str], list[tuple[int, float]]]:
+    """(arm, point) -> [(round, value)] in round order; repeats of one round are merged by geometric mean."""
+    acc: dict[tuple[str, str], dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for r in repeats:
+        value = finite_number(r.raw.get(metric))
+        if value is not None and value > 0:
+            acc[(r.arm, r.point)][r.round].append(value)
+    return {cell: [(rnd, math.exp(statistics.fmean(map(math.log, vals)))) for rnd, vals in sorted(rounds.items())]
+            for cell, rounds in acc.items()}
+
+
+def check_drift(repeats: Sequence[RepeatResult], metric: str = "output_throughput") -> list[Finding]:
+    """Drift across rounds: a monotone trend of ``metric`` (output throughput) against the round index.
+
+    Per (arm, point): the exact Mann–Kendall test (rank-based, so one wild repeat cannot make a trend), p <
+    ``DRIFT_ALPHA`` = 0.05, ≥ ``DRIFT_MIN_ROUNDS`` rounds (a single point needs ≥ 5 rounds to reach 0.05).
+    Per arm: the same test stratified over the arm's points (each point its own series), which finds the
+    common drift of a short run (three rounds over three points suffice). The size is Sen's slope of the log
+    values, in % per round. A warning: pairing by round under ABBA cancels a drift shared by the arms, but a
+    trend says the machine (or one arm's server) was not steady while it was measured.
+    """
+    series = _round_series(repeats, metric)
+    findings = []
+    per_arm: dict[str, list[list[tuple[int, float]]]] = defaultdict(list)
+    for (arm, point), s in sorted(series.items()):
+        if len(s) < DRIFT_MIN_ROUNDS:
+            continue
+        per_arm[arm].append(s)
+        _, p = mann_kendall([[v for _, v in s]])
+        if p < DRIFT_ALPHA:
+            slope = sen_slope_pct([s])
+            findings.append(Finding(
+                "drift", arm, point, None, "warning",
+                f"{metric.replace('_', ' ')} {'rises' if slope > 0 else 'falls'} by {abs(slope):.1f} % per round "
+                f"over {len(s)} rounds ({fmt_value(s[0][1])} → {fmt_value(s[-1][1])}; Mann–Kendall p = {p:.3f})"))
+    for arm, group in sorted(per_arm.items()):
+        if len(group) < 2:
+            continue
+        _, p = mann_kendall([[v for _, v in s] for s in group])
+        if p < DRIFT_ALPHA:
+            slope = sen_slope_pct(group)
+            rounds = len({rnd for s in group for rnd, _ in s})
+            findings.append(Finding(
+                "drift", arm, None, None, "warning",
+                f"{metric.replace('_', ' ')} {'rises' if slope > 0 else 'falls'} by {abs(slope):.1f} % per round "
+                f"across {len(group)} points and {rounds} rounds (seasonal Mann–Kendall p = {p:.3f})"))
+    return findings
+
+
+def check_session_drift(repeats: Sequence[RepeatResult], metric: str = "mean_tpot_ms") -> list[Finding]:
+    """Within one server session: a repeat against the same point measured again at the session's end
+    (``drift_check``). A change under test is the same all through a server's life, so a difference here is
+    the server or the machine changing state while it was measured (on the H200: a server whose first
+    request came within a second of /health decoded ~7 % slower for 20-60 s). A warning when the two differ
+    by more than ``SESSION_DRIFT_MIN_PCT`` and ``SESSION_DRIFT_FACTOR`` times the run's median difference."""
+    pairs = []
+    for r in repeats:
+        start, end = finite_number(r.raw.get(metric)), finite_number((r.end or {}).get(metric))
+        if start and end and start > 0 and end > 0:
+            pairs.append((r, start, end, math.log(end / start)))
+    if not pairs:
+        return []
+    floor = math.log1p(SESSION_DRIFT_MIN_PCT / 100)
+    if len(pairs) >= SESSION_DRIFT_MIN_PAIRS:
+        floor = max(floor, SESSION_DRIFT_FACTOR * statistics.median(abs(d) for *_, d in pairs))
+    m = METRICS[metric]
+    return [Finding("session-drift", r.arm, r.point, r.round, "warning",
+                    f"round {r.round}: {m.label} {fmt_value(start)} {m.unit} at the point's first measurement, {fmt_value(end)} "
+                    f"{m.unit} when it was measured again at the session's end ({math.expm1(d) * 100:+.1f} %; this "
+                    f"run's threshold {math.expm1(floor) * 100:.1f} %): the server was not steady", session=r.session)
+            for r, start, end, d in pairs if abs(d) > floor]
+
+
+@lru_cache(maxsize=64)
+def _best_split_null_r2(n: int) -> float:
+    """95th percentile (1 − ``BIMODAL_ALPHA``) of the best-split R² of n draws from one normal distribution
+    (a fixed seed: the same answer every call)."""
+    draws = np.random.default_rng(20261130).standard_normal((BIMODAL_NULL_DRAWS, n))
+    return float(np.quantile(_best_split_r2(draws)[0], 1 - BIMODAL_ALPHA))
+
+
+def _best_split_r2(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row: the largest share of variance explained by cutting the sorted row in two groups of at least
+    ``BIMODAL_MIN_CLUSTER`` (the optimal 2-means split of one dimension is such a cut), and the cut index."""
+    x = np.sort(x, axis=1)
+    n = x.shape[1]
+    total = ((x - x.mean(axis=1, keepdims=True)) ** 2).sum(axis=1)
+    cs, cs2 = np.cumsum(x, axis=1), np.cumsum(x * x, axis=1)
+    best = np.full(x.shape[0], -np.inf)
+    cut = np.zeros(x.shape[0], dtype=int)
+    for k in range(BIMODAL_MIN_CLUSTER, n - BIMODAL_MIN_CLUSTER + 1):
+        sa, sa2 = cs[:, k - 1], cs2[:, k - 1]
+        sb, sb2 = cs[:, -1] - sa, cs2[:, -1] - sa2
+        within = (sa2 - sa * sa / k) + (sb2 - sb * sb / (n - k))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            r2 = np.where(total > 0, 1 - within / total, 0.0)
+        better = r2 > best
+        best = np.where(better, r2, best)
+        cut = np.where(better, k, cut)
+    return best, cut
+
+
+def session_levels(repeats: Sequence[RepeatResult], metric: str = "output_throughput") -> dict[str, dict[int, float]]:
+    """arm -> session -> the session's level of ``metric``: the geometric mean over its points (and repeats)
+    of the value relative to that point's median over the arm's sessions, scaled back by the geometric mean
+    of those medians (so a session with every point measured reads as its geometric mean over points)."""
+    values: dict[str, dict[str, dict[int, list[float]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+    for r in repeats:
+        value = finite_number(r.raw.get(metric))
+        if r.session is not None and value is not None and value > 0:
+            values[r.arm][r.point][r.session].append(math.log(value))
+    levels: dict[str, dict[int, float]] = {}
+    for arm, points in values.items():
+        rel: dict[int, list[float]] = defaultdict(list)
+        centres = []
+        for sessions in points.values():
+            per_session = {s: statistics.fmean(v) for s, v in sessions.items()}
+            centre = statistics.median(per_session.values())
+            centres.append(centre)
+            for s, v in per_session.items():
+                rel[s].append(v - centre)
+        scale = statistics.fmean(centres)
+        levels[arm] = {s: math.exp(scale + statistics.fmean(v)) for s, v in sorted(rel.items())}
+    return levels
+
+
+def _cluster(group: list[int], levels: Mapping[int, float]) -> str:
+    """"5 at 426–478 (sessions 0, 2, 3, 5, 7)" for sessions sorted by level."""
+    return (f"{len(group)} at {fmt_value(levels[group[0]])}–{fmt_value(levels[group[-1]])} "
+            f"(sessions {', '.join(map(str, sorted(group)))})")
+
+
+def check_bimodal_sessions(repeats: Sequence[RepeatResult], metric: str = "output_throughput") -> list[Finding]:
+    """Bimodal sessions: an arm's server sessions fall into two clusters of throughput.
+
+    Per arm, each session's level (`session_levels`, geometric mean over points) on a log scale; the best
+    cut of the sorted levels into two clusters of ≥ ``BIMODAL_MIN_CLUSTER`` = 2 sessions (the 1-D 2-means
+    optimum) explains a share R² of their variance. Two clusters when R² ≥ ``BIMODAL_MIN_R2`` = 0.8 and R²
+    exceeds its 95th percentile for that many sessions drawn from one normal distribution (0.97 for 4
+    sessions, 0.89 for 8: a fixed rule such as "R² ≥ 0.8 and 3 SD apart" fires in ~30 % of unimodal 4–6
+    session arms), and the clusters' levels are ≥ ``BIMODAL_MIN_GAP`` = 5 % apart (a smaller offset cannot
+    drive a verdict). Needs ≥ 4 sessions. A warning at arm level: per-round pairing cannot remove a
+    session-level effect, so a verdict may reflect which cluster each round's session fell in, not the
+    change; the A/A floor misses it when both A arms share it.
+    """
+    findings = []
+    for arm, levels in sorted(session_levels(repeats, metric).items()):
+        if len(levels) < 2 * BIMODAL_MIN_CLUSTER:
+            continue
+        sessions = sorted(levels, key=levels.__getitem__)
+        logs = np.array([[math.log(levels[s]) for s in sessions]])
+        r2, cut = _best_split_r2(logs)
+        r2_v, k = float(r2[0]), int(cut[0])
+        low, high = sessions[:k], sessions[k:]
+        gap = math.exp(float(logs[0, k:].mean() - logs[0, :k].mean())) - 1
+        if r2_v < max(BIMODAL_MIN_R2, _best_split_null_r2(len(sessions))) or gap < BIMODAL_MIN_GAP:
+            continue
+
+        findings.append(Finding(
+            "bimodal-sessions", arm, None, None, "warning",
+            f"{arm}'s sessions fall into two clusters of {metric.replace('_', ' ')}: {_cluster(low, levels)} and "
+            f"{_cluster(high, levels)}, {gap:.0%} apart (R² {r2_v:.2f}); a verdict may be driven by this session-level "
+            "effect rather than by the change"))
+    return findings

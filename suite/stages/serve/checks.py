@@ -1,0 +1,290 @@
+"""Data-quality checks of the serve stage: one measured repeat (its raw `vllm bench serve` result, its
+planned point, its client record), and a session's first measurements (warm-up outliers).
+
+Pure functions over the raw result dicts (``--save-result --save-detailed``); thresholds beside the checks
+(each docstring says why).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from suite.plan import ServeParams
+from suite.quality.finding import Finding, RepeatResult, finite_number, fmt_value, repeat_prefix
+
+TOKEN_TIMING = ("ttft", "tpot", "itl")  # the metric families a stream's token timing spoils (suite.stats.FAMILIES)
+BURST_S_PER_TOKEN = 50e-6  # faster than any decode step: tokens that close together came in one read
+BURST_REQUEST_SHARE = 0.10  # this share of burst requests (or more) makes the token timings unreliable
+ITL_MEDIAN_FLOOR_MS = BURST_S_PER_TOKEN * 1000
+ITL_MEDIAN_REL = 0.10  # median ITL below this share of the mean decode time per token: bursts with gaps
+CHUNK_SHARE = 0.5  # a request whose chunks after the first are fewer than this share of its tokens is chunked
+MIN_CONCURRENCY_SHARE = 0.70
+CLIENT_CPU_MAX = 0.90
+WARMUP_FACTOR = 3.0
+WARMUP_MIN_OTHERS = 2
+
+
+def _expected_prompts(raw: Mapping[str, Any], params: ServeParams | None) -> int | None:
+    n = params.num_prompts if params is not None else raw.get("num_prompts")  # else: what the client sent
+    return int(n) if isinstance(n, int | float) and not isinstance(n, bool) else None
+
+
+def _per_request(raw: Mapping[str, Any]) -> list[tuple[float, float, int]]:
+    """(latency s, ttft s, output tokens) of the successful requests with more than one output token."""
+    lat, ttft, outs = raw.get("latencies"), raw.get("ttfts"), raw.get("output_lens")
+    if not (isinstance(lat, list) and isinstance(ttft, list) and isinstance(outs, list)):
+        return []
+    if not len(lat) == len(ttft) == len(outs):
+        return []
+    errors = raw.get("errors")
+    errors = errors if isinstance(errors, list) and len(errors) == len(lat) else [""] * len(lat)
+    rows = []
+    for la, tt, n, err in zip(lat, ttft, outs, errors, strict=True):
+        if err or not isinstance(n, int) or n < 2 or finite_number(la) is None or finite_number(tt) is None:
+            continue
+        rows.append((float(la), float(tt), n))
+    return rows
+
+
+def _mean_decode_ms(raw: Mapping[str, Any], rows: list[tuple[float, float, int]]) -> float | None:
+    """Mean time per token after the first: Σ(latency − TTFT) / Σ(output tokens − 1), in ms."""
+    if rows:
+        tokens = sum(n - 1 for _, _, n in rows)
+        return 1000 * sum(la - tt for la, tt, _ in rows) / tokens
+    e2el, ttft = finite_number(raw.get("mean_e2el_ms")), finite_number(raw.get("mean_ttft_ms"))
+    total, completed = finite_number(raw.get("total_output_tokens")), finite_number(raw.get("completed"))
+    if e2el is None or ttft is None or not total or not completed or total / completed <= 1:
+        return None
+    return (e2el - ttft) / (total / completed - 1)
+
+
+def _median_itl_ms(raw: Mapping[str, Any]) -> float | None:
+    value = finite_number(raw.get("median_itl_ms"))
+    if value is not None:
+        return value
+    itls = raw.get("itls")
+    if isinstance(itls, list):
+        flat = [float(x) for per in itls if isinstance(per, list) for x in per if finite_number(x) is not None]
+        return 1000 * statistics.median(flat) if flat else None
+    return None
+
+
+def check_failed(raw: Mapping[str, Any], params: ServeParams | None, *, arm: str, point: str | None,
+                 round: int | None) -> list[Finding]:
+    """Failed or incomplete requests: ``failed > 0``, a non-empty error string, or ``completed`` below the
+    prompts asked for. Any of them: the repeat measured a different workload than its neighbours (fewer
+    requests, early exits), so the cell is unreliable for every metric. No tolerance: a healthy server
+    answers every request of a benchmark."""
+    failed = int(finite_number(raw.get("failed")) or 0)
+    completed = finite_number(raw.get("completed"))
+    expected = _expected_prompts(raw, params)
+    errors = [e for e in raw.get("errors") or [] if e]
+    parts = []
+    if failed > 0:
+        total = expected or (failed + int(completed or 0))
+        parts.append(f"{failed} of {total} requests failed")
+    if completed is not None and expected is not None and completed + failed < expected:
+        parts.append(f"only {int(completed)} of {expected} requests completed")
+    if errors and not failed:
+        parts.append(f"{len(errors)} requests returned an error")
+    if errors:
+        first = str(errors[0]).strip().splitlines()[0][:120] if str(errors[0]).strip() else ""
+        if first:
+            parts.append(f'first error "{first}"')
+    if not parts:
+        return []
+    return [Finding("failed-requests", arm, point, round, "unreliable",
+                    f"{repeat_prefix(round)}{'; '.join(parts)}")]
+
+
+def check_coalesced(raw: Mapping[str, Any], *, arm: str, point: str | None,
+                    round: int | None) -> list[Finding]:
+    """Coalesced stream: tokens reached the client in bursts, so TTFT, TPOT and ITL describe the delivery,
+    not the server's decoding (E2E latency and throughput are still right: they end at the last token).
+
+    Physics: every decode step of a vLLM server (schedule, forward, sample, detokenise, send) takes far
+    longer than 50 µs (the fastest are around a millisecond). Two chunks less than ``BURST_S_PER_TOKEN`` =
+    50 µs apart were therefore produced by one step or delivered by one network read (on a starved API
+    server vLLM merges the pending outputs of a request; a busy client reads several events at once).
+    Signatures, any of which makes the token timings unreliable:
+
+    - median ITL < 0.05 ms: more than half of the gaps between chunks are shorter than any decode step;
+    - burst requests (all tokens after the first within 0.05 ms per token: TPOT < 0.05 ms) make up
+      ≥ ``BURST_REQUEST_SHARE`` = 10 % of the requests: their TTFT includes their whole decode and their
+      TPOT is zero; one in ten already moves a mean by 10 %, more than the effects the suite looks for.
+      Fewer burst requests (but at least one) give a warning;
+    - median ITL < ``ITL_MEDIAN_REL`` = 10 % of the mean decode time per token (Σ(latency − TTFT) /
+      Σ(tokens − 1), what the duration and token counts imply per token once the first token is out):
+      tokens arrive in bursts separated by long gaps. In a healthy stream every gap is at least one step and
+      the mean is a few steps at most, so the median stays near the mean (0.8–1.1 in the demo's clean
+      repeats). The reference leaves the time to first token out on purpose: with it, a prefill-heavy point
+      (long prompt, few output tokens) would look coalesced when it is not.
+    """
+    rows = _per_request(raw)
+    median_itl = _median_itl_ms(raw)
+    decode = _mean_decode_ms(raw, rows)
+    bursts = sum(1 for la, tt, n in rows if la - tt < BURST_S_PER_TOKEN * (n - 1))
+    reasons = []
+    if median_itl is not None and median_itl < ITL_MEDIAN_FLOOR_MS:
+        reasons.append(f"median ITL {median_itl:.3f} ms is below {ITL_MEDIAN_FLOOR_MS:g} ms, shorter than any "
+                       "decode step")
+    elif (median_itl is not None and decode is not None and decode > 0
+          and median_itl < ITL_MEDIAN_REL * decode):
+        reasons.append(f"median ITL {median_itl:.3f} ms is {median_itl / decode:.0%} of the {decode:.2f} ms "
+                       "per token the request times imply")
+    if rows and bursts >= BURST_REQUEST_SHARE * len(rows):
+        reasons.append(f"{bursts} of {len(rows)} requests received every token after the first in one burst")
+    if reasons:
+        return [Finding("coalesced-stream", arm, point, round, "unreliable",
+                        f"{repeat_prefix(round)}coalesced stream: {'; '.join(reasons)} (TTFT, TPOT and ITL unusable)",
+                        metrics=TOKEN_TIMING)]
+    if bursts:
+        return [Finding("coalesced-stream", arm, point, round, "warning",
+                        f"{repeat_prefix(round)}{bursts} of {len(rows)} requests received every token after the first "
+                        "in one burst", metrics=TOKEN_TIMING)]
+    return []
+
+
+def check_chunked(raw: Mapping[str, Any], *, arm: str, point: str | None, round: int | None) -> list[Finding]:
+    """Chunked stream: the server sent several tokens per streamed chunk (vLLM's `--stream-interval N`, or an
+    API server that merged a request's pending outputs), so `vllm bench serve` timed gaps between chunks,
+    not tokens: ITL is the chunk interval, while TTFT (first chunk), TPOT ((latency − TTFT) / (tokens − 1))
+    and E2E latency stay right. A request is chunked when its gaps after the first token (the detailed
+    ``itls`` list) number fewer than ``CHUNK_SHARE`` of its tokens after the first; ≥ ``BURST_REQUEST_SHARE``
+    of the requests chunked makes the ITL numbers unreliable."""
+    itls, outs = raw.get("itls"), raw.get("output_lens")
+    if not (isinstance(itls, list) and isinstance(outs, list) and len(itls) == len(outs)):
+        return []
+    rows = [(len(gaps), int(n) - 1) for gaps, n in zip(itls, outs, strict=True)
+            if isinstance(gaps, list) and isinstance(n, int | float) and n > 2]
+    chunked = [(g, n) for g, n in rows if g < CHUNK_SHARE * n]
+    if not rows or len(chunked) < BURST_REQUEST_SHARE * len(rows):
+        return []
+    gaps = statistics.median(g for g, _ in chunked)
+    tokens = statistics.median(n for _, n in chunked)
+    return [Finding("chunked-stream", arm, point, round, "unreliable",
+                    f"{repeat_prefix(round)}chunked stream: {len(chunked)} of {len(rows)} requests got their {tokens:g} tokens "
+                    f"after the first in {gaps:g} chunk(s) (median): ITL times chunks, not tokens (TTFT, TPOT and "
+                    "E2E latency are unaffected)", metrics=("itl",))]
+
+
+def check_concurrency(raw: Mapping[str, Any], params: ServeParams | None, *, arm: str, point: str | None,
+                      round: int | None) -> list[Finding]:
+    """Achieved concurrency below target. The mean number of requests in flight is Σ latencies / duration
+    (Little's law over the run); the target is min(concurrency, prompts). Below ``MIN_CONCURRENCY_SHARE`` =
+    70 % the server saw a lighter load than the point names (a slow client, requests that end at once, a
+    long ramp-down), so the cell does not measure that point. The ramp-down alone costs little: with
+    prompts ≥ 2 × concurrency the demo's clean repeats reach 92–100 %. Only for closed-loop points
+    (request rate inf / unset): an open-loop rate sets its own load."""
+    rate = params.request_rate if params is not None else raw.get("request_rate")
+    if finite_number(rate) is not None:  # a finite request rate ("inf" and inf read as None)
+        return []
+    conc = params.concurrency if params is not None else raw.get("max_concurrency")
+    lat, dur = raw.get("latencies"), finite_number(raw.get("duration"))
+    n = _expected_prompts(raw, params)
+    if not isinstance(conc, int) or not isinstance(lat, list) or not lat or not dur or dur <= 0:
+        return []
+    target = min(conc, n) if n else conc
+    achieved = sum(x for x in lat if finite_number(x) is not None) / dur
+    if target <= 0 or achieved >= MIN_CONCURRENCY_SHARE * target:
+        return []
+    return [Finding("low-concurrency", arm, point, round, "unreliable",
+                    f"{repeat_prefix(round)}mean in-flight requests {achieved:.2f} of the {target} asked for "
+                    f"({achieved / target:.0%}, threshold {MIN_CONCURRENCY_SHARE:.0%})")]
+
+
+def client_cpu_share(client: Mapping[str, Any] | None) -> float | None:
+    """The client's CPU use over the measurement, as a share of one core.
+
+    ``bench_cpu_s / bench_wall_s`` (the persistent client's benchmark call alone) when present, else
+    ``client_cpu_util`` — except for the CLI (``mode == "cli"``), whose figure includes Python's start-up
+    (CPU-bound seconds that say nothing about the measurement): None there.
+    """
+    if not client:
+        return None
+    cpu, wall = finite_number(client.get("bench_cpu_s")), finite_number(client.get("bench_wall_s"))
+    if cpu is not None and wall:
+        return cpu / wall
+    if client.get("mode") == "cli":
+        return None
+    return finite_number(client.get("client_cpu_util"))
+
+
+def check_client(client: Mapping[str, Any] | None, *, arm: str, point: str | None,
+                 round: int | None) -> list[Finding]:
+    """Client-bound run: `vllm bench serve` is one asyncio process, so it can use one core at most. At
+    ≥ ``CLIENT_CPU_MAX`` = 90 % of a core it is saturated: requests wait in the client's event loop,
+    timestamps are taken late, and the numbers measure the client, not the server."""
+    share = client_cpu_share(client)
+    if share is None or share < CLIENT_CPU_MAX:
+        return []
+    return [Finding("client-bound", arm, point, round, "unreliable",
+                    f"{repeat_prefix(round)}the benchmark client used {share:.0%} of a core (threshold "
+                    f"{CLIENT_CPU_MAX:.0%}): the client, not the server, set the pace")]
+
+
+def check_repeat(raw: Mapping[str, Any], params: ServeParams | None, *, arm: str, point: str | None,
+                 round: int | None, client: Mapping[str, Any] | None = None) -> list[Finding]:
+    """Every per-repeat check on one raw result: failed requests, coalesced stream, achieved concurrency,
+    client-bound."""
+    return [*check_failed(raw, params, arm=arm, point=point, round=round),
+            *check_coalesced(raw, arm=arm, point=point, round=round),
+            *check_chunked(raw, arm=arm, point=point, round=round),
+            *check_concurrency(raw, params, arm=arm, point=point, round=round),
+            *check_client(client, arm=arm, point=point, round=round)]
+
+
+def check_warmup(repeats: Sequence[RepeatResult]) -> list[Finding]:
+    """Warm-up outlier: the first measurement of a shape in a server session far from the other repeats of
+    the same arm and point.
+
+    Candidates are the repeats that ran first at their point in their session (lowest ``order``); the
+    session's very first measured point is one of them. A new shape meets a server that has not yet
+    allocated, compiled or cached for it, so a cold effect shows there. A candidate is an outlier when its
+    mean TTFT is more than ``WARMUP_FACTOR`` = 3× the median of the other repeats of that arm and point, or
+    its output throughput less than a third of theirs (≥ ``WARMUP_MIN_OTHERS`` = 2 others). Warm repeats on
+    the demo's 2-core box spread up to 2.4× (output throughput) and 1.7× (TTFT) between themselves; a cold
+    first point was 6× (TTFT 122 ms against 19.7 ms). Unreliable for every metric of the cell.
+    """
+    first: dict[tuple[str, int, str], RepeatResult] = {}
+    session_first: dict[tuple[str, int], int] = {}
+    for r in repeats:
+        if r.session is None or r.order is None:
+            continue
+        key = (r.arm, r.session, r.point)
+        if key not in first or r.order < (first[key].order or 0):
+            first[key] = r
+        session_first[(r.arm, r.session)] = min(r.order, session_first.get((r.arm, r.session), r.order))
+    by_cell: dict[tuple[str, str], list[RepeatResult]] = defaultdict(list)
+    for r in repeats:
+        by_cell[(r.arm, r.point)].append(r)
+    findings = []
+    for (arm, session, point), cand in sorted(first.items()):
+        others = [r for r in by_cell[(arm, point)] if r is not cand]
+        if len(others) < WARMUP_MIN_OTHERS:
+            continue
+        where = (f"the first measured point of session {session}" if cand.order == session_first[(arm, session)]
+                 else f"the first {point} measurement of session {session}")
+        parts = []
+        ttft = finite_number(cand.raw.get("mean_ttft_ms"))
+        other_ttft = [v for r in others if (v := finite_number(r.raw.get("mean_ttft_ms"))) is not None]
+        if ttft is not None and len(other_ttft) >= WARMUP_MIN_OTHERS:
+            mid = statistics.median(other_ttft)
+            if mid > 0 and ttft > WARMUP_FACTOR * mid:
+                parts.append(f"mean TTFT {fmt_value(ttft)} ms is {ttft / mid:.1f}× the median {fmt_value(mid)} ms")
+        tput = finite_number(cand.raw.get("output_throughput"))
+        other_tput = [v for r in others if (v := finite_number(r.raw.get("output_throughput"))) is not None]
+        if tput is not None and len(other_tput) >= WARMUP_MIN_OTHERS:
+            mid = statistics.median(other_tput)
+            if mid > 0 and tput * WARMUP_FACTOR < mid:
+                parts.append(f"output throughput {fmt_value(tput)} tok/s is {mid / max(tput, 1e-12):.1f}× below the "
+                             f"median {fmt_value(mid)} tok/s")
+        if parts:
+            findings.append(Finding(
+                "warmup-outlier", arm, point, cand.round, "unreliable",
+                f"{repeat_prefix(cand.round)}{where} is a cold-start outlier: {' and '.join(parts)} of the other "
+                f"{len(others)} repeats", session=session))
+    return findings
