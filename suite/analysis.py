@@ -27,10 +27,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from suite.errors import SuiteError
-from suite.plan import AA_SUFFIX, Job
+from suite.plan import AA_SUFFIX
 from suite.quality.fast_path import check_fast_path, gate_shapes_from_config
 from suite.quality.finding import Finding, RepeatResult, order_findings
 from suite.quality.run import run_checks
@@ -46,7 +44,7 @@ from suite.stats import (
     noise_floor_pct,
 )
 from suite.stats import holm as stats_holm
-from suite.store import RunStore
+from suite.store import JobRecord, RunStore
 from suite.verdict import Evaluation, Outcome, VerdictSpec, evaluate
 
 FAMILY_ALPHA = 0.05  # Holm: family-wise error rate over a candidate's cells
@@ -65,8 +63,7 @@ OUTPUT_IDENTICAL = "OUTPUT IDENTICAL"
 class RunData:
     store: RunStore
     manifest: dict[str, Any]
-    records: list[dict[str, Any]]
-    jobs: list[tuple[Job, dict[str, Any]]]  # the records that hold a planned job, with it
+    records: list[JobRecord]  # every job record of the run (each holds its job)
     points: dict[str, PointResults]
 
     @property
@@ -147,21 +144,14 @@ def load_run(run_dir: Path) -> RunData:
     store = RunStore.open(Path(run_dir))
     try:
         records = store.records()
-        jobs = []
-        for rec in records:
-            try:
-                jobs.append((Job.model_validate(rec.get("job")), rec))
-            except ValidationError:
-                continue  # not a record of a planned job
-        return RunData(store=store, manifest=store.manifest(), records=records, jobs=jobs,
-                       points=load_points(store, jobs))
+        return RunData(store=store, manifest=store.manifest(), records=records, points=load_points(store, records))
     except (OSError, json.JSONDecodeError) as exc:
         raise SuiteError(f"{run_dir}: cannot read the run: {exc}") from None
 
 
-def failed_jobs(run: RunData) -> list[dict[str, Any]]:
+def failed_jobs(run: RunData) -> list[JobRecord]:
     """Every job record whose status is not ok (shown, never hidden)."""
-    return [r for r in run.records if r.get("status") != "ok"]
+    return [r for r in run.records if not r.ok]
 
 
 # ------------------------------------------------------------------------------------------ data quality
@@ -174,8 +164,8 @@ def _plan_positions(run: RunData) -> dict[tuple[str, str], int]:
     positions = {(j.get("arm"), j.get("key")): i for i, j in enumerate(run.plan.get("jobs") or [])}
     if int(run.matrix.get("side_by_side") or 1) > 1:  # a window's jobs alternate: their start times say the order
         positions = {}
-    unplanned = sorted((str(rec.get("started") or ""), job.arm, job.key) for job, rec in run.jobs
-                       if (job.arm, job.key) not in positions and rec.get("started"))
+    unplanned = sorted((rec.started, rec.job.arm, rec.job.key) for rec in run.records
+                       if (rec.job.arm, rec.job.key) not in positions and rec.started)
     base = len(positions)
     for i, (_, arm, key) in enumerate(unplanned):
         positions[(arm, key)] = base + i
@@ -190,14 +180,11 @@ def quality_findings(run: RunData) -> list[Finding]:
     for p in run.points.values():
         for arm, rounds in p.reps.items():
             for r, raw in rounds.items():
-                rec = p.records[arm][r]
-                job = Job.model_validate(rec["job"])
+                job = p.records[arm][r].job
                 sessions.add((arm, job.session))
-                client = rec.get("client")
                 repeats.append(RepeatResult(arm=arm, point=p.point, round=r, raw=raw, params=p.params,
                                             session=job.session, order=positions.get((arm, job.key)),
-                                            client=client if isinstance(client, dict) else None,
-                                            end=p.drift.get(arm, {}).get(r)))
+                                            client=p.records[arm][r].client, end=p.drift.get(arm, {}).get(r)))
     logs = server_logs(run.store, sessions)
     found = fast_path_findings(run, logs)
     if not repeats:
@@ -609,7 +596,7 @@ def summarize_candidate(run: RunData, cand: str, floors: dict[str, float] | None
     overall = NO_DATA if ev is None or not any(c.tested for c in cells.values()) else ev.outcome.value
     return CandidateSummary(candidate=cand, baseline=run.baseline, overall=overall, spec=spec, evaluation=ev,
                             cells=cells, counts=counts, geomean_throughput_pct=geo, points=len(ratios),
-                            correctness=compare_arms(run.store, run.jobs, run.baseline, cand),
+                            correctness=compare_arms(run.store, run.records, run.baseline, cand),
                             left_out=test.left_out, error=test.error, decided_after=decided)
 
 

@@ -327,13 +327,9 @@ def failures_section(run: RunData) -> Section | None:
         return None
     rows = []
     for r in failed:
-        job = r.get("job", {})
-        first = (r.get("error") or "").splitlines()[0][:ERROR_CHARS] if r.get("error") else ""
-        died = " (server died)" if r.get("server_died") else ""
-        where = f"{job.get('kind')}/{job.get('point')}/rep-{job.get('repeat')}" + (
-            f"-{job['tag']}" if job.get("tag") else "")
-        rows.append([Cell(literal(job.get("arm"))), Cell(literal(where)), Cell(literal(r.get("status"))),
-                     Cell(literal(first) + died)])
+        died = " (server died)" if r.server_died else ""
+        rows.append([Cell(literal(r.job.arm)), Cell(literal(r.job.key)), Cell(literal(r.status)),
+                     Cell(literal(r.first_error_line(ERROR_CHARS)) + died)])
     return Section("Failed jobs", 2, [Table(["Arm", "Job", "Status", "Error"], rows, align=["left"] * 4,
                                             name="failures")], anchor="failures")
 

@@ -462,11 +462,12 @@ def batches(todo: Batch, by_round: bool) -> list[Batch]:
 
 
 def _job_line(ctx: RunContext, job: Job, done: int, total: int) -> str:
-    rec = ctx.store.record(job) or {}
-    status = rec.get("status", "?")
-    secs = f" {rec['seconds']:.1f} s" if isinstance(rec.get("seconds"), int | float) else ""
-    error = f": {str(rec.get('error', '')).splitlines()[0][:120]}" if status != "ok" and rec.get("error") else ""
-    return f"[{done}/{total}] {job.arm} {job.key} {status}{secs}{error}"
+    rec = ctx.store.record(job)
+    if rec is None:
+        return f"[{done}/{total}] {job.arm} {job.key} ?"
+    secs = f" {rec.seconds:.1f} s" if rec.seconds is not None else ""
+    error = f": {rec.first_error_line()}" if not rec.ok and rec.error else ""
+    return f"[{done}/{total}] {job.arm} {job.key} {rec.status}{secs}{error}"
 
 
 class _Progress:

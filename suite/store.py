@@ -24,9 +24,12 @@ import platform
 import re
 import socket
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from suite import __version__
 from suite.errors import SuiteError
@@ -84,6 +87,33 @@ def secret_values(env: dict[str, str] | None = None) -> list[str]:
 
 def utc_now() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
+class JobRecord(BaseModel):
+    """A job's record, written beside its raw output when the job ends and read back by all that follows
+    (resume, the Slurm driver, the report). The fields every job has are typed; what a stage adds about how it
+    ran (its command lines, the warm-up, the device state, a Slurm job's id) rides along as extra fields, read
+    back as they were written."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    schema_version: int
+    job: Job
+    hash: str
+    status: Literal["ok", "failed"]
+    written: str | None = None
+    started: str | None = None
+    seconds: float | None = None  # wall time of the job
+    error: str | None = None  # a failed job: what went wrong (the command and its log tail)
+    server_died: bool = False  # the session's server was gone at the job's end
+    client: dict[str, Any] | None = None  # a serve job: the bench client's record (mode, CPU use)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def first_error_line(self, width: int = 120) -> str:
+        return self.error.splitlines()[0][:width] if self.error else ""
 
 
 @dataclass(frozen=True)
@@ -175,53 +205,60 @@ class RunStore:
         return self.arm_dir(arm) / "cache"
 
     # ------------------------------------------------------------------ job records
-    def record(self, job: Job) -> dict[str, Any] | None:
+    def record(self, job: Job) -> JobRecord | None:
         """The job's record; None when missing, unreadable or of another schema (the job then runs again)."""
-        path = self.record_path(job)
-        if not path.is_file():
-            return None
-        try:
-            rec = read_json(path)
-        except (OSError, json.JSONDecodeError):
-            return None
-        return rec if rec.get("schema_version") == SCHEMA_VERSION else None
+        return read_record(self.record_path(job))
 
     def is_done(self, job: Job) -> bool:
         rec = self.record(job)
-        return bool(rec and rec.get("status") == "ok" and rec.get("hash") == job.hash
-                    and self.result_path(job).exists())
+        return bool(rec and rec.ok and rec.hash == job.hash and self.result_path(job).exists())
 
-    def write_record(self, job: Job, status: str, **fields: Any) -> None:
-        rec = {
-            "schema_version": SCHEMA_VERSION,
-            "job": job.model_dump(mode="json"),
-            "hash": job.hash,
-            "status": status,
-            "written": utc_now(),
-        } | fields
-        atomic_write_json(self.record_path(job), rec)
+    def write_record(self, job: Job, status: Literal["ok", "failed"], **fields: Any) -> JobRecord:
+        rec = JobRecord(schema_version=SCHEMA_VERSION, job=job, hash=job.hash, status=status, written=utc_now(),
+                        **fields)
+        self.put_record(rec)
+        return rec
+
+    def put_record(self, rec: JobRecord) -> None:
+        """Write a record as it is (its job names the path): the fields it was given, its job whole."""
+        dump = rec.model_dump(mode="json", exclude_unset=True) | {"job": rec.job.model_dump(mode="json")}
+        atomic_write_json(self.record_path(rec.job), dump)
 
     def job_counts(self, plan: Plan) -> dict[str, int]:
         """ok / failed / missing over the plan's jobs (missing: no record, or one planned differently)."""
         counts = {"ok": 0, "failed": 0, "missing": 0}
         for job in plan.jobs:
             rec = self.record(job)
-            if rec is None or rec.get("hash") != job.hash:
+            if rec is None or rec.hash != job.hash:
                 counts["missing"] += 1
             else:
-                counts["ok" if rec.get("status") == "ok" else "failed"] += 1
+                counts["ok" if rec.ok else "failed"] += 1
         return counts
 
-    def records(self) -> list[dict[str, Any]]:
-        out = []
-        for path in sorted(self.root.glob("*/*/*/*.job.json")):
-            try:
-                rec = read_json(path)
-            except (OSError, json.JSONDecodeError):
-                continue
-            if rec.get("schema_version") == SCHEMA_VERSION:
-                out.append(rec)
-        return out
+    def records(self) -> list[JobRecord]:
+        """Every readable job record of the run, of this schema (in path order)."""
+        return [rec for path in sorted(self.root.glob("*/*/*/*.job.json")) if (rec := read_record(path))]
+
+
+def ok_jobs(records: Iterable[JobRecord], kind: str) -> list[Job]:
+    """The jobs of one kind whose record says they ended ok, in the records' order."""
+    return [rec.job for rec in records if rec.job.kind == kind and rec.ok]
+
+
+def read_record(path: Path) -> JobRecord | None:
+    """A job record file; None when it is missing, unreadable, of another schema or not a record."""
+    if not path.is_file():
+        return None
+    try:
+        raw = read_json(path)
+    except (OSError, json.JSONDecodeError):
+        return None
+    if not isinstance(raw, dict) or raw.get("schema_version") != SCHEMA_VERSION:
+        return None
+    try:
+        return JobRecord.model_validate(raw)
+    except ValidationError:
+        return None
 
 
 def host_info() -> dict[str, Any]:

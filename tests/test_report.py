@@ -287,7 +287,8 @@ def test_demo_results_never_contradict_themselves(tmp_path, scale):
 def test_data_quality_sits_under_the_verdict_and_a_spoiled_repeat_is_left_out(tmp_path):
     root = make_run(tmp_path, scaled([100, 101, 99], [120, 121, 119]))
     store = RunStore(root)
-    (job,) = [j for j, _ in load_run(root).jobs if j.arm == "patched" and j.key == "serve/isl64-osl16-c2-n8/rep-1"]
+    (job,) = [r.job for r in load_run(root).records
+              if r.job.arm == "patched" and r.job.key == "serve/isl64-osl16-c2-n8/rep-1"]
     atomic_write_json(store.result_path(job), raw(121, 100 / 121, completed=6) | {"failed": 2})
     text = build_report(root).read_text()
     headings = [line for line in text.splitlines() if line.startswith("## ")]

@@ -88,8 +88,7 @@ def _link_file(src: str | Path, dst: str | Path) -> None:
 def merge_runs(run_a: Path, arm_a: str, label_a: str, run_b: Path, arm_b: str, label_b: str,
                out: Path) -> Path:
     """Write a run directory at ``out`` holding ``arm_a`` of run A (as the baseline) and ``arm_b`` of run B."""
-    from suite.plan import Job
-    from suite.store import RunStore, atomic_write_json, utc_now
+    from suite.store import RunStore, utc_now
 
     sa, sb = RunStore.open(run_a), RunStore.open(run_b)
     ma, mb = sa.manifest(), sb.manifest()
@@ -110,18 +109,17 @@ def merge_runs(run_a: Path, arm_a: str, label_a: str, run_b: Path, arm_b: str, l
         planned += [j | {"arm": label} for j in m.get("plan", {}).get("jobs", []) if j.get("arm") == arm]
         seen = set()
         for rec in src_store.records():
-            job = rec.get("job", {})
-            if job.get("arm") != arm:
+            old = rec.job
+            if old.arm != arm:
                 continue
-            old = Job.model_validate(job)
             seen.add((old.key, old.hash))
             new = old.model_copy(update={"arm": label})
             for src, dst in ((src_store.result_path(old), store.result_path(new)),
                              (src_store.log_path(old), store.log_path(new))):
                 if src.exists():
                     _link_or_copy(src, dst)
-            atomic_write_json(store.record_path(new), rec | {"job": new.model_dump(mode="json")})
-            counts["ok" if rec.get("status") == "ok" else "failed"] += 1
+            store.put_record(rec.model_copy(update={"job": new}))
+            counts["ok" if rec.ok else "failed"] += 1
         # planned jobs of this arm that never wrote a record stay visible as missing
         counts["missing"] += sum(1 for j in m.get("plan", {}).get("jobs", [])
                                  if j.get("arm") == arm and (j.get("key"), j.get("hash")) not in seen)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ from suite.errors import SuiteError
 from suite.matrix import AccuracySpec
 from suite.plan import Job
 from suite.stats import GateOutcome, PairedAccuracy, accuracy_gate, accuracy_gate_reason, paired_accuracy
-from suite.store import RunStore
+from suite.store import JobRecord, RunStore
 
 FILTERS = ("strict-match", "flexible-extract")
 GATE_FILTER = "flexible-extract"
@@ -458,14 +459,15 @@ class ArmsCorrectness:
         return self.accuracy is None and self.equivalence is None and not self.problems
 
 
-def compare_arms(store: RunStore, jobs: list[tuple[Job, dict[str, Any]]], base: str, cand: str) -> ArmsCorrectness:
+def compare_arms(store: RunStore, records: Sequence[JobRecord], base: str, cand: str) -> ArmsCorrectness:
     """Find both arms' accuracy and equivalence outputs from the run's (job, record) pairs (paths through the
     store) and compare them; an arm whose job did not finish is named in ``problems``, never skipped."""
-    found: dict[tuple[str, str], tuple[Path | None, dict[str, Any], Job]] = {}
-    for job, rec in jobs:
+    found: dict[tuple[str, str], tuple[Path | None, JobRecord, Job]] = {}
+    for rec in records:
+        job = rec.job
         if job.kind not in ("accuracy", "equivalence") or job.tag or job.arm not in (base, cand):
             continue
-        path = store.result_path(job) if rec.get("status") == "ok" else None
+        path = store.result_path(job) if rec.ok else None
         found[(job.kind, job.arm)] = (path if path is not None and path.exists() else None, rec, job)
     acc: AccuracyComparison | None = None
     eq: EquivalenceSummary | None = None
@@ -476,7 +478,7 @@ def compare_arms(store: RunStore, jobs: list[tuple[Job, dict[str, Any]]], base: 
             continue
         missing = [arm for arm, got in ((base, b), (cand, c)) if got is None or got[0] is None]
         if missing:
-            status = {arm: (got[1].get("status") if got else "not run") for arm, got in ((base, b), (cand, c))}
+            status = {arm: (got[1].status if got else "not run") for arm, got in ((base, b), (cand, c))}
             problems.append(f"{kind}: no result for {', '.join(f'{a} ({status[a]})' for a in missing)}")
             continue
         assert b is not None and c is not None and b[0] is not None and c[0] is not None

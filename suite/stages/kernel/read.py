@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
-from suite.plan import Job
-from suite.store import RunStore, read_json
+from suite.store import JobRecord, RunStore, ok_jobs, read_json
 
 
-def load_kernel_results(store: RunStore, jobs: list[tuple[Job, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+def load_kernel_results(store: RunStore, records: Sequence[JobRecord]) -> dict[str, dict[str, Any]]:
     """arm -> its kernel result (the ok kernel job of that arm)."""
     out: dict[str, dict[str, Any]] = {}
-    for job, rec in jobs:
-        if job.kind != "kernel" or rec.get("status") != "ok":
-            continue
+    for job in ok_jobs(records, "kernel"):
         try:
             result = read_json(store.result_path(job))
         except (OSError, json.JSONDecodeError):

@@ -152,7 +152,7 @@ def render_kernel_text(results_by_arm: Mapping[str, Mapping[str, Any]], baseline
 
 
 def section(run: RunData) -> Section | None:
-    results = load_kernel_results(run.store, run.jobs)
+    results = load_kernel_results(run.store, run.records)
     if run.baseline not in results:
         return None
     return kernel_section(results, run.baseline)

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Sequence
 
-from suite.plan import Job, LatencyParams
-from suite.store import RunStore, read_json
+from suite.plan import LatencyParams
+from suite.store import JobRecord, RunStore, ok_jobs, read_json
 
 
 def quantile(values: list[float], q: float) -> float:
@@ -18,12 +18,10 @@ def quantile(values: list[float], q: float) -> float:
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
-def load_latency(store: RunStore, jobs: list[tuple[Job, dict[str, Any]]]) -> dict[tuple[int, int, int], dict[str, list[float]]]:
+def load_latency(store: RunStore, records: Sequence[JobRecord]) -> dict[tuple[int, int, int], dict[str, list[float]]]:
     """(input_len, output_len, batch_size) -> arm -> per-iteration latencies in ms, from the raw files."""
     out: dict[tuple[int, int, int], dict[str, list[float]]] = {}
-    for job, rec in jobs:
-        if job.kind != "latency" or rec.get("status") != "ok":
-            continue
+    for job in ok_jobs(records, "latency"):
         try:
             lat = read_json(store.result_path(job)).get("latencies")
         except (OSError, json.JSONDecodeError, AttributeError):

@@ -29,7 +29,7 @@ def _spread(values: list[float]) -> str:
 
 
 def section(run: RunData) -> Section | None:
-    data = load_latency(run.store, run.jobs)
+    data = load_latency(run.store, run.records)
     if not data:
         return None
     blocks: list = [Paragraph(

@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
-from suite.plan import Job
-from suite.store import RunStore, read_json
+from suite.store import JobRecord, RunStore, ok_jobs, read_json
 
 
-def load_probe_results(store: RunStore, jobs: list[tuple[Job, dict[str, Any]]],
+def load_probe_results(store: RunStore, records: Sequence[JobRecord],
                        arms: list[str]) -> dict[str, dict[str, Any]]:
     """arm -> its stored probe result (the ok probe job of that arm), in the order of ``arms``."""
     found: dict[str, dict[str, Any]] = {}
-    for job, rec in jobs:
-        if job.kind != "probe" or rec.get("status") != "ok" or job.arm not in arms:
+    for job in ok_jobs(records, "probe"):
+        if job.arm not in arms:
             continue
         try:
             found[job.arm] = read_json(store.result_path(job))

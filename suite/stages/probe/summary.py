@@ -120,7 +120,7 @@ def _findings(results: dict[str, dict[str, Any]], base: str) -> list[str]:
 
 
 def section(run: RunData) -> Section | None:
-    results = load_probe_results(run.store, run.jobs, run.arms)
+    results = load_probe_results(run.store, run.records, run.arms)
     if not results:
         return None
     arms = list(results)

@@ -5,12 +5,12 @@ from __future__ import annotations
 import gzip
 import json
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from suite.errors import SuiteError
-from suite.plan import Job
-from suite.store import RunStore, read_json
+from suite.store import JobRecord, RunStore, ok_jobs, read_json
 
 STEP = re.compile(r"^execute_(?:\d+_)?context_(\d+)\((?:sq)?(\d+)[^)]*\)_generation_(\d+)\((?:sq)?(\d+)")
 
@@ -236,12 +236,10 @@ def summarize(traces: list[Path], families: dict[str, str]) -> dict[str, Any]:
     }
 
 
-def load_profiles(store: RunStore, jobs: list[tuple[Job, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+def load_profiles(store: RunStore, records: Sequence[JobRecord]) -> dict[str, dict[str, Any]]:
     """arm -> parsed summary of its (latest ok) profile job."""
     out: dict[str, dict[str, Any]] = {}
-    for job, rec in jobs:
-        if job.kind != "profile" or rec.get("status") != "ok":
-            continue
+    for job in ok_jobs(records, "profile"):
         try:
             out[job.arm] = read_json(store.result_path(job))
         except (OSError, json.JSONDecodeError):

@@ -12,7 +12,7 @@ def _ms(value: float | None) -> str:
 
 
 def section(run: RunData) -> Section | None:
-    profiles = load_profiles(run.store, run.jobs)
+    profiles = load_profiles(run.store, run.records)
     arms = [a for a in run.arms if a in profiles]
     if not arms:
         return None

@@ -9,11 +9,12 @@ which the data-quality checks read.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from suite.plan import Job, ServeParams
-from suite.store import RunStore, read_json
+from suite.plan import ServeParams
+from suite.store import JobRecord, RunStore, read_json
 
 DRIFT_TAG = "drift"
 MAX_RESTARTS_READ = 32  # server attempts of one session looked for (a matrix allows far fewer restarts)
@@ -24,7 +25,7 @@ class PointResults:
     point: str
     params: ServeParams
     reps: dict[str, dict[int, dict[str, Any]]] = field(default_factory=dict)  # arm -> round -> raw result
-    records: dict[str, dict[int, dict[str, Any]]] = field(default_factory=dict)  # arm -> round -> job record
+    records: dict[str, dict[int, JobRecord]] = field(default_factory=dict)  # arm -> round -> job record
     drift: dict[str, dict[int, dict[str, Any]]] = field(default_factory=dict)  # arm -> round -> the drift repeat
 
     def values(self, arm: str, key: str) -> dict[int, float]:
@@ -33,11 +34,12 @@ class PointResults:
                 if isinstance(raw.get(key), int | float) and not isinstance(raw.get(key), bool)}
 
 
-def load_points(store: RunStore, jobs: list[tuple[Job, dict[str, Any]]]) -> dict[str, PointResults]:
+def load_points(store: RunStore, records: Sequence[JobRecord]) -> dict[str, PointResults]:
     """Every ok serve job with its raw result, by point (ordered by ISL, OSL, concurrency)."""
     points: dict[str, PointResults] = {}
-    for job, rec in jobs:
-        if job.kind != "serve" or rec.get("status") != "ok":
+    for rec in records:
+        job = rec.job
+        if job.kind != "serve" or not rec.ok:
             continue
         path = store.result_path(job)
         try:
