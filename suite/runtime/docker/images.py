@@ -38,6 +38,7 @@ DOCKER_DIR = REPO_ROOT / "docker"
 IMAGE_REPO = "suite-vllm"
 IDENTITY_SCHEMA = "suite-image-v1"
 LOCAL_BOOKWORM = "local/bookworm"
+BOOKWORM_BUILD_TIMEOUT_S = 1800  # debootstrap of Debian bookworm from the mirror, then `docker import`
 DEFAULT_BASES = {
     "cuda": "vllm/vllm-openai:v{vllm}",  # CUDA 13: NVIDIA driver R580 or newer
     "rocm": "vllm/vllm-openai-rocm:v{vllm}",
@@ -579,7 +580,12 @@ def ensure_base(client: Any, plan: ImagePlan, on_event: Callable[[BuildEvent], N
         if plan.base_image == LOCAL_BOOKWORM:
             on_event(BuildEvent("base", f"building {LOCAL_BOOKWORM} (debootstrap + docker import)"))
             script = DOCKER_DIR / "base" / "build-bookworm.sh"
-            proc = subprocess.run(["bash", str(script), LOCAL_BOOKWORM], capture_output=True, text=True)
+            try:
+                proc = subprocess.run(["bash", str(script), LOCAL_BOOKWORM], capture_output=True, text=True,
+                                      timeout=BOOKWORM_BUILD_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                raise SuiteError(f"{script} did not finish in {BOOKWORM_BUILD_TIMEOUT_S} s (debootstrap from the "
+                                 "Debian mirror)") from None
             if proc.returncode != 0:
                 raise SuiteError(f"{script} failed:\n{(proc.stdout + proc.stderr)[-3000:]}") from None
         else:
