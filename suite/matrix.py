@@ -947,6 +947,24 @@ def resolve_local_paths(matrix: Matrix, base_dir: Path) -> Matrix:
     return matrix.model_copy(update={"model": model, "arms": arms, "runtime": runtime})
 
 
+def missing_model_paths(matrix: Matrix) -> list[str]:
+    """The model's local directories (model.id, model.tokenizer given as a path: ./, ../, /, ~) that do not
+    exist and that no generator writes. Found here, a typo in a path is not found first by a server that fails
+    to start, after every arm's image was built. Not an error of the file: a directory may be made later
+    (`make model`), so `suite validate` warns and `suite run` refuses."""
+    m = matrix.model
+    out = []
+    for field, value in (("model.id", m.id), ("model.tokenizer", m.tokenizer)):
+        if value is None or not Path(value).is_absolute():  # a Hugging Face id (org/name)
+            continue
+        if field == "model.id" and m.generate is not None:  # written at the run's start
+            continue
+        if not Path(value).is_dir():
+            out.append(f"{field}: {value} is no directory (a local model must exist before the run; "
+                       "`make model` writes models/tiny-moe; a Hugging Face id has the form org/name)")
+    return out
+
+
 def check_files(matrix: Matrix) -> list[tuple[tuple[Any, ...], str]]:
     """What a matrix names on disk, checked before anything runs: each patch set exists and fits the arm's
     vLLM version (forward / present), each diff file exists and is a unified diff, each wheel exists and

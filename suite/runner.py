@@ -22,7 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from suite import REPO_ROOT
 from suite.errors import ServerError, SuiteError
 from suite.fixtures.gemma4 import ensure_model
-from suite.matrix import Matrix, load_matrix
+from suite.matrix import Matrix, load_matrix, missing_model_paths
 from suite.plan import Job, Plan, Session, build_plan, format_plan
 from suite.proc import signals_as_interrupt
 from suite.runtime.base import ArmEnv, Runtime, Server, free_port, port_in_use, wait_healthy
@@ -390,6 +390,8 @@ def prepare(matrix_path: Path, out_base: Path, resume: Path | None, console: Con
     plan = build_plan(matrix)
     # a generated dummy-weight model (model.generate) is written before anything reads or mounts its directory
     ensure_model(matrix.model, log=lambda msg: console.print(msg, markup=False, highlight=False))
+    if missing := missing_model_paths(matrix):  # before any arm's image is built or server started
+        raise SuiteError(f"{matrix_path}: " + "; ".join(missing))
     runtime = make_runtime(matrix, REPO_ROOT / ".cache")
     # every arm is prepared (patches applied strictly) before any server starts
     arm_envs = {arm: runtime.prepare_arm(arm, spec) for arm, spec in plan.arms.items()}
@@ -570,7 +572,8 @@ def dry_run(matrix_path: Path) -> str:
     """The plan, then the exact server and client command lines (port and paths shown as placeholders)."""
     matrix = load_matrix(matrix_path)
     plan = build_plan(matrix)
-    lines = [format_plan(plan), "", f"commands (runtime {matrix.runtime.kind}; PORT is picked at start):"]
+    lines = [*(f"warning: {m}" for m in missing_model_paths(matrix)), format_plan(plan), "",
+             f"commands (runtime {matrix.runtime.kind}; PORT is picked at start):"]
     for arm, spec in plan.arms.items():
         # shell-quoted (a user copies these lines): only the overlay placeholder below is not a shell word
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in redact_env({**matrix.env, **spec.env}).items())

@@ -138,3 +138,21 @@ def test_below_serving_matrix_runs_its_stages_in_the_arms_images():
     assert m.runtime.kind == "docker" and m.latency and m.kernel and m.probe
     text = (REPO / "matrices" / "gemma4-below-serving.yaml").read_text()
     assert "pip install" not in text  # nothing vLLM-side is installed on the host
+
+
+def test_a_local_model_path_that_does_not_exist_is_named_before_anything_runs(tmp_path):
+    """A typo in a local model path: `suite validate` and `--dry-run` warn (the directory may be made later),
+    `suite run` refuses before any arm is prepared (no image build, no server, no run directory)."""
+    text = MINIMAL.replace("id: some/model", "id: ./modles/tiny-moe").replace(", patches: [a, -b]", "")
+    matrix = tmp_path / "typo.yaml"
+    matrix.write_text(text)
+    want = f"model.id: {tmp_path / 'modles' / 'tiny-moe'} is no directory"
+    ok = run_suite("validate", str(matrix))
+    assert ok.returncode == 0 and "warning" in ok.stdout and want in ok.stdout, ok.stdout + ok.stderr
+    dry = run_suite("run", str(matrix), "--dry-run")
+    assert dry.returncode == 0 and f"warning: {want}" in dry.stdout, dry.stdout + dry.stderr
+    run = run_suite("run", str(matrix), "--out", str(tmp_path / "runs"))
+    assert run.returncode == 2 and want in run.stderr and "Traceback" not in run.stderr, run.stdout + run.stderr
+    assert not (tmp_path / "runs").exists()
+    # a Hugging Face id, and a generated model's directory, are not paths that must exist
+    assert "warning" not in run_suite("validate", str(REPO / "matrices" / "gemma4-h200.yaml")).stdout

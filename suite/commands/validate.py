@@ -5,7 +5,7 @@ import argparse
 from rich.console import Console
 
 from suite.errors import MatrixError
-from suite.matrix import describe_sources, load_matrix
+from suite.matrix import describe_sources, load_matrix, missing_model_paths
 
 NAME = "validate"
 HELP = "Validate matrix files; errors are reported as file:line: field: message."
@@ -27,6 +27,8 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"[green]ok[/green] {path}: {m.name} ({len(m.arms)} arms, {len(m.serve)} serve blocks)")
         for line in describe_sources(m):
             console.print(f"  {line}", markup=False, highlight=False)
+        for line in missing_model_paths(m):
+            console.print(f"  [yellow]warning[/yellow]: {line}", highlight=False)
     if errors:
         raise MatrixError("\n".join(errors))
     return 0
