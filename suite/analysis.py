@@ -193,8 +193,8 @@ def quality_findings(run: RunData) -> list[Finding]:
 
 
 def fast_path_findings(run: RunData, logs: dict[tuple[str, int], str]) -> list[Finding]:
-    """Per patched arm: did its server log say the kernel its patch sets route the gate to ran untuned or was
-    switched off (then the arm measured the old path)."""
+    """Per arm: did its server log say a kernel the router gate is routed to ran untuned or was switched off
+    (a patched arm then measured the old path; a stock arm, the fallback)."""
     shapes: list[tuple[int, int]] = []
     config = Path(str(run.matrix.get("model", {}).get("id", ""))) / "config.json"
     if config.is_file():
@@ -206,7 +206,7 @@ def fast_path_findings(run: RunData, logs: dict[tuple[str, int], str]) -> list[F
     for arm, info in (run.manifest.get("arms") or {}).items():
         patches = info.get("patches") or []
         text = "\n".join(v for (a, _), v in sorted(logs.items()) if a == arm)
-        if patches and text:
+        if text:
             out += check_fast_path(arm, patches, text, gate_shapes=shapes)
     return out
 

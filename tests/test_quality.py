@@ -506,11 +506,16 @@ def test_fast_path_aiter_untuned_router_gemm_is_named():
     assert "N:7168 K:2048" in check_fast_path("patched", PATCHED, log, gate_shapes=[(7168, 2048)])[0].message
 
 
-def test_fast_path_silent_for_unpatched_arms_and_tuned_logs():
+def test_fast_path_of_a_stock_arm_only_for_the_gate_shapes_and_silent_on_tuned_logs():
+    """Seed 002: the stock `after` arm (the fused gate upstream) is the one whose 513-wide gate AITER misses."""
     from suite.quality.fast_path import check_fast_path
 
     miss = AITER_BF16_MISS.format(tp=0, m=1)
-    assert check_fast_path("baseline", [], miss) == []  # no patch set: no fast path of ours to miss
+    assert check_fast_path("baseline", [], miss) == []  # any bf16 miss: every untuned model would be named
+    (f,) = check_fast_path("after", [], miss, gate_shapes=[(256, 6144)])
+    assert "the router gate's GEMM (N:256 K:6144 at M 1" in f.message
+    assert "after (no patch sets) measured that default kernel, not a tuned one" in f.message
+    assert check_fast_path("after", [], miss, gate_shapes=[(513, 8192)]) == []
     assert check_fast_path("patched", PATCHED, AITER_BF16_HIT + "\n" + AITER_FP8_MISS) == []
     assert check_fast_path("patched", ["ll-bf16-router-gemm-dispatch"], "") == []
 

@@ -30,8 +30,9 @@ bimodal-sessions    an arm's per-session throughput levels split in two clusters
                     cluster) and cluster levels ≥ 5 % apart
 session-drift       a session's first point measured again at its end differs by > 2 % and  warning
                     > 5× the run's median difference (≥ 4 pairs)
-fast-path-not-taken a patched arm's server log: a kernel its patch sets use ran untuned or  warning
-                    was switched off (AITER tuned-config misses, vLLM's own messages)
+fast-path-not-taken an arm's server log: a kernel the gate is routed to ran untuned or was   warning
+                    switched off (AITER tuned-config misses: a stock arm's only for the
+                    model's gate shapes; vLLM's own messages)
 =================== ======================================================================= ===========
 
 By subject: `suite.quality.finding` (the finding, the repeat, their order and wording), the serve stage's own

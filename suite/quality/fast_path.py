@@ -85,9 +85,10 @@ def _ms(values: Sequence[int]) -> str:
 
 def check_fast_path(arm: str, patches: Iterable[Any], log_text: str, *,
                     gate_shapes: Iterable[tuple[int, int]] = ()) -> list[Finding]:
-    """Fast path not taken: a patched arm's server log shows that a kernel its patch sets route the router gate
-    to ran untuned or was switched off, so the arm may have measured the old path (and equal the baseline
-    for a reason that has nothing to do with the change).
+    """Fast path not taken: an arm's server log shows that a kernel the router gate is routed to ran untuned or
+    was switched off. A patched arm may then have measured the old path (and equal the baseline for a reason
+    that has nothing to do with the change); an arm without patch sets (stock vLLM, which may hold the change
+    already: seed 002's `after` arm, whose 513-wide fused gate AITER's table misses) measured the fallback.
 
     - AITER's "not found tuned config" (it then runs its default kernel for that GEMM shape): with
       ``gate_shapes`` ((N, K) = (experts, hidden), see `gate_shapes_from_config`), misses of those shapes;
@@ -97,15 +98,26 @@ def check_fast_path(arm: str, patches: Iterable[Any], log_text: str, *,
       router GEMM disabled or falling back to fp32), vLLM unable to read AITER's tuned configs, AITER's
       Triton / fused-MoE kernels without a tuned config.
 
-    Nothing for an arm without patch sets: an unpatched arm has no fast path of ours to miss. One warning per
-    cause; it never makes a cell unreliable (the numbers are what the arm measured)."""
+    An arm without patch sets is warned of AITER misses only for the model's known gate shapes (any bf16 miss
+    would name every untuned model). One warning per cause; it never makes a cell unreliable (the numbers
+    are what the arm measured)."""
     names = _patch_names(patches)
-    if not names or not log_text:
+    if not log_text:
         return []
-    sets = ", ".join(names)
+    if names:
+        sets = ", ".join(names)
+        old_path = (f"{arm}'s patch sets ({sets}) may not have reached their tuned path, so {arm} may have "
+                    "measured the old one")
+        off = f"{arm}'s patch sets ({sets}) may not have taken their fast path"
+    else:
+        old_path = f"{arm} (no patch sets) measured that default kernel, not a tuned one"
+        off = f"{arm} (no patch sets) measured that fallback"
     findings = []
     wanted = {tuple(s) for s in gate_shapes}
-    misses = aiter_untuned_shapes(log_text)
+    if not wanted and not names:
+        misses: dict[tuple[int, int], dict[str, Any]] = {}
+    else:
+        misses = aiter_untuned_shapes(log_text)
     picked = {k: v for k, v in misses.items() if (k in wanted if wanted else v["bf16"])}
     if picked:
         shapes = sorted(picked, key=lambda k: (-len(picked[k]["m"]), k))
@@ -116,8 +128,7 @@ def check_fast_path(arm: str, patches: Iterable[Any], log_text: str, *,
         findings.append(Finding(
             "fast-path-not-taken", arm, None, None, "warning",
             f"AITER found no tuned config for {what} ({shown}{more}; {', '.join(files)}) and ran its default "
-            f"kernel there: {arm}'s patch sets ({sets}) may not have reached their tuned path, so {arm} may "
-            "have measured the old one (tune the shapes, e.g. AITER_TUNE_GEMM=1 and AITER's gemm tuner)"))
+            f"kernel there: {old_path} (tune the shapes, e.g. AITER_TUNE_GEMM=1 and AITER's gemm tuner)"))
     for pattern, meaning in _FAST_PATH_OFF:
         hits = list(dict.fromkeys(m.group("what").strip() for m in pattern.finditer(log_text)))
         if hits:
@@ -125,5 +136,5 @@ def check_fast_path(arm: str, patches: Iterable[Any], log_text: str, *,
                 f" and {len(hits) - FAST_PATH_EXAMPLES} more" if len(hits) > FAST_PATH_EXAMPLES else "")
             findings.append(Finding(
                 "fast-path-not-taken", arm, None, None, "warning",
-                f"{meaning.format(what=shown)}: {arm}'s patch sets ({sets}) may not have taken their fast path"))
+                f"{meaning.format(what=shown)}: {off}"))
     return findings
