@@ -1058,3 +1058,19 @@ def test_the_wheel_step_installs_over_the_base_vllm_and_checks_the_sha256(tmp_pa
     assert not (tmp_path / "tmp-suite-vllm-wheel").exists()
     assert vllm_step(DOCKER_DIR / "rocm" / "Dockerfile").split("elif")[0] == \
         vllm_step(DOCKER_DIR / "cuda" / "Dockerfile").split("elif")[0]  # ROCm's wheel step is the same
+
+
+def test_a_matrix_variable_with_a_secret_looking_name_reaches_the_tool_container(tmp_path, monkeypatch):
+    """The tool's `docker run` forwards such a variable by name (`-e NAME`, its value never printed): the docker
+    CLI must have it in its own environment, or the container never gets it (vLLM's
+    VLLM_SHARED_EXPERTS_STREAM_TOKEN_THRESHOLD matches TOKEN)."""
+    matrix, run, _ = cpu_setup(tmp_path, monkeypatch)
+    name = "VLLM_SHARED_EXPERTS_STREAM_TOKEN_THRESHOLD"
+    monkeypatch.delenv(name, raising=False)
+    matrix = matrix.model_copy(update={"env": {**matrix.env, name: "256"}})
+    rt = DockerRuntime(matrix, tmp_path / "cache")
+    env = ArmEnv(arm="patched", vllm_version="0.32.0", image="suite-vllm:cpu-0.32.0-abc")
+    tool_env = rt.tool_env(env, run / "patched" / "cache")
+    argv = rt.tool_argv(env, ["vllm", "bench", "latency"])
+    assert tool_env[name] == "256"  # the CLI's environment: the value the container is given
+    assert argv[argv.index(name) - 1] == "-e" and "256" not in " ".join(argv)  # by name on the command line

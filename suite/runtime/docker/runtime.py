@@ -640,9 +640,11 @@ class DockerRuntime(RuntimeBase):
     def tool_env(self, env: ArmEnv, cache_dir: Path) -> dict[str, str]:
         """The environment of the `docker` command that runs an offline tool: this host's (the docker CLI's own
         settings: DOCKER_HOST, its config under HOME). What the tool sees inside is on its command line
-        (tool_argv) and, for secrets and the stage's additions, forwarded by name from here."""
+        (tool_argv) and, for secrets and the stage's additions, forwarded by name from here: so the matrix's
+        own variables whose names look secret (HF_TOKEN, but also vLLM's VLLM_SHARED_EXPERTS_STREAM_TOKEN_THRESHOLD)
+        are here with their values, never on the printed command line."""
         self._cache_dirs[env.arm] = Path(cache_dir)
-        return dict(os.environ)
+        return {**os.environ, **{k: v for k, v in self.arm_env_vars(env.arm).items() if SECRET_NAME.search(k)}}
 
     def tool_argv(self, env: ArmEnv, argv: list[str]) -> list[str]:
         """An offline tool (`vllm bench latency`, `python -m suite.stages.kernel.bench`, ...) in a fresh
