@@ -596,6 +596,7 @@ def dry_run(matrix_path: Path) -> str:
         seen.add(job.point)
         cmd = serve_command(vllm="vllm", base_url=f"http://{matrix.runtime.host}:PORT", served_name=matrix.model.name,
                             tokenizer=matrix.model.tokenizer or matrix.model.id, params=job.params,
-                            result_dir=Path("<run>/<arm>/serve") / job.point, result_filename="rep-<r>.json")
+                            result_dir=Path("<run>/<arm>/serve") / job.point, result_filename="rep-<r>.json",
+                            trust_remote_code="--trust-remote-code" in matrix.serve_args)
         lines.append(f"  [{job.point}] client: {shlex.join(cmd)}")
     return "\n".join(lines)

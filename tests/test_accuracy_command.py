@@ -150,3 +150,14 @@ def test_equivalence_unreachable_server_is_an_error(tmp_path: Path) -> None:
                         max_tokens=4, out_path=tmp_path / "eq.json")  # fmt: skip
     assert not (tmp_path / "eq.json").exists()
     assert json.dumps(equivalence_prompts(2))  # serializable
+
+
+def test_a_server_that_trusts_remote_code_has_clients_that_do(tmp_path: Path) -> None:
+    """`--trust-remote-code` in the serve args: lm-eval loads the tokenizer with trust_remote_code=True."""
+    spec = AccuracySpec(dataset=str(tmp_path))
+    cmd = lm_eval_command(base_url="http://h:1", served_name="m", tokenizer="org/tok", spec=spec,
+                          out_dir=tmp_path / "out", include_dir=None, trust_remote_code=True)
+    assert _model_args(cmd)["trust_remote_code"] == "True"
+    plain = lm_eval_command(base_url="http://h:1", served_name="m", tokenizer="org/tok", spec=spec,
+                            out_dir=tmp_path / "out", include_dir=None)
+    assert "trust_remote_code" not in _model_args(plain)

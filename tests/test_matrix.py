@@ -156,3 +156,12 @@ def test_a_local_model_path_that_does_not_exist_is_named_before_anything_runs(tm
     assert not (tmp_path / "runs").exists()
     # a Hugging Face id, and a generated model's directory, are not paths that must exist
     assert "warning" not in run_suite("validate", str(REPO / "matrices" / "gemma4-h200.yaml")).stdout
+
+
+def test_dry_run_client_trusts_remote_code_as_the_server_does(tmp_path):
+    matrix = tmp_path / "trc.yaml"
+    matrix.write_text(MINIMAL.replace(", patches: [a, -b]", "") + "serve_args: [--trust-remote-code]\n")
+    dry = run_suite("run", str(matrix), "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    clients = [line for line in dry.stdout.splitlines() if "] client: vllm bench serve" in line]
+    assert clients and all(" --trust-remote-code" in line for line in clients), dry.stdout

@@ -86,6 +86,11 @@ class JobEnv:
     def tokenizer(self) -> str:
         return self.model.tokenizer or self.model.id
 
+    @property
+    def trust_remote_code(self) -> bool:
+        """The server trusts the model's remote code: the client tools load its tokenizer the same way."""
+        return "--trust-remote-code" in self.serve_args
+
 
 @dataclass(frozen=True)
 class SessionEnv:

@@ -134,7 +134,8 @@ def _endpoint_url(base_url: str, endpoint: str) -> str:
     return f"{root}/v1/chat/completions" if endpoint == "chat" else f"{root}/v1/completions"
 
 
-def _model_args(base_url: str, served_name: str, tokenizer: str, spec: AccuracySpec) -> str:
+def _model_args(base_url: str, served_name: str, tokenizer: str, spec: AccuracySpec,
+                trust_remote_code: bool = False) -> str:
     for label, value in (("served name", served_name), ("tokenizer", tokenizer), ("base_url", base_url)):
         if "," in value:
             raise SuiteError(f"lm-eval model_args cannot carry a {label} containing ',': {value!r}")
@@ -149,6 +150,8 @@ def _model_args(base_url: str, served_name: str, tokenizer: str, spec: AccuracyS
         tokenizer = str(Path(tokenizer).resolve())
     if spec.endpoint == "completions":
         args |= {"tokenizer": tokenizer, "tokenizer_backend": "huggingface", "tokenized_requests": "False"}
+        if trust_remote_code:  # the tokenizer loads here, as the server's does
+            args["trust_remote_code"] = "True"
     return ",".join(f"{k}={v}" for k, v in args.items())
 
 
@@ -160,6 +163,7 @@ def lm_eval_command(
     spec: AccuracySpec,
     out_dir: Path,
     include_dir: Path | None,
+    trust_remote_code: bool = False,
 ) -> list[str]:
     """The exact ``lm-eval run`` command line for one arm (pure: writes nothing).
 
@@ -170,7 +174,7 @@ def lm_eval_command(
     cmd = [
         sys.executable, "-m", "lm_eval", "run",
         "--model", "local-chat-completions" if spec.endpoint == "chat" else "local-completions",
-        "--model_args", _model_args(base_url, served_name, tokenizer, spec),
+        "--model_args", _model_args(base_url, served_name, tokenizer, spec, trust_remote_code),
         "--tasks", task,
         "--num_fewshot", str(spec.num_fewshot),
         "--seed", str(spec.seed),
@@ -203,6 +207,7 @@ def run_accuracy(
     timeout_s: float | None = None,
     cpus: frozenset[int] | None = None,
     argv: Callable[[list[str]], list[str]] | None = None,
+    trust_remote_code: bool = False,
 ) -> Path:
     """Run lm-eval on the live server at ``base_url``; returns ``out_dir`` holding its raw outputs. ``argv``
     (JobEnv.client_argv) maps the ``python -m lm_eval ...`` command onto the tool that runs it (the docker
@@ -226,7 +231,7 @@ def run_accuracy(
         )
     cmd = lm_eval_command(
         base_url=base_url, served_name=served_name, tokenizer=tokenizer, spec=spec, out_dir=out_dir,
-        include_dir=include_dir,
+        include_dir=include_dir, trust_remote_code=trust_remote_code,
     )  # fmt: skip
     if argv is not None:
         cmd = argv(["python", *cmd[1:]])
@@ -291,5 +296,6 @@ def execute(env: JobEnv) -> dict[str, Any]:
     assert env.server is not None
     run_accuracy(base_url=env.server.base_url, served_name=env.model.name, tokenizer=env.tokenizer,
                  spec=resolve_spec(AccuracySpec.model_validate(env.job.params), env.run_root), out_dir=env.result,
-                 log_path=env.log, env=env.client_env, cpus=env.client_cpus, argv=env.client_argv)
+                 log_path=env.log, env=env.client_env, cpus=env.client_cpus, argv=env.client_argv,
+                 trust_remote_code=env.trust_remote_code)
     return {}

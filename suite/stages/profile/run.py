@@ -144,7 +144,7 @@ def execute(env: JobEnv) -> dict[str, Any]:
         cmd = env.client_argv(serve_command(
             vllm=env.vllm, base_url=server.base_url, served_name=env.model.name, tokenizer=env.tokenizer,
             params=bench_params(spec, n), result_dir=raw.parent, result_filename=f".{raw.name}.partial",
-            metadata={"arm": job.arm, "phase": phase}))
+            metadata={"arm": job.arm, "phase": phase}, trust_remote_code=env.trust_remote_code))
         commands.append(cmd)
         log = result.with_name(f"{stem}.{phase}.log")
         if phase == "warmup":

@@ -21,8 +21,10 @@ METRIC_PERCENTILES = ",".join(str(q) for q in PERCENTILES)  # ... at its percent
 
 
 def serve_command(*, vllm: str, base_url: str, served_name: str, tokenizer: str, params: ServeParams,
-                  result_dir: Path, result_filename: str, metadata: dict[str, str] | None = None) -> list[str]:
-    """The exact `vllm bench serve` command for one point (vLLM's own flags and names)."""
+                  result_dir: Path, result_filename: str, metadata: dict[str, str] | None = None,
+                  trust_remote_code: bool = False) -> list[str]:
+    """The exact `vllm bench serve` command for one point (vLLM's own flags and names); ``trust_remote_code``:
+    the client loads the tokenizer as the server does (a model whose tokenizer is code of its own)."""
     cmd = [
         vllm, "bench", "serve",
         "--backend", "vllm",
@@ -46,6 +48,8 @@ def serve_command(*, vllm: str, base_url: str, served_name: str, tokenizer: str,
         "--result-dir", str(result_dir),
         "--result-filename", result_filename,
     ]
+    if trust_remote_code:
+        cmd.append("--trust-remote-code")
     if metadata:
         cmd += ["--metadata", *[f"{k}={v}" for k, v in metadata.items()]]
     return cmd
@@ -85,7 +89,8 @@ def bench_argv(env: JobEnv, job: Job, result: Path) -> list[str]:
     cmd = serve_command(vllm="vllm", base_url=env.server.base_url, served_name=env.model.name,
                         tokenizer=env.tokenizer, params=serve_params(job), result_dir=result.parent,
                         result_filename=f".{result.name}.partial",
-                        metadata={"arm": job.arm, "point": job.point, "repeat": str(job.repeat)})
+                        metadata={"arm": job.arm, "point": job.point, "repeat": str(job.repeat)},
+                        trust_remote_code=env.trust_remote_code)
     return cmd[3:]
 
 
