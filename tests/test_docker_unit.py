@@ -215,6 +215,7 @@ def cpu_setup(tmp_path: Path, monkeypatch):
     model.mkdir(parents=True)
     (model / "config.json").write_text("{}")
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
     monkeypatch.setenv("SUITE_DOCKER_USER", "1000:1000")
     monkeypatch.setattr(docker_runtime, "user_name", lambda: "alice")
     for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
@@ -1074,3 +1075,16 @@ def test_a_matrix_variable_with_a_secret_looking_name_reaches_the_tool_container
     argv = rt.tool_argv(env, ["vllm", "bench", "latency"])
     assert tool_env[name] == "256"  # the CLI's environment: the value the container is given
     assert argv[argv.index(name) - 1] == "-e" and "256" not in " ".join(argv)  # by name on the command line
+
+
+def test_the_hosts_hub_cache_is_the_containers_hub_cache(tmp_path, monkeypatch):
+    """$HF_HUB_CACHE (where a user's models already are) is mounted and named in the containers, so nothing is
+    downloaded again into HF_HOME/hub (which `suite fetch` then fills too)."""
+    matrix, run, _ = cpu_setup(tmp_path, monkeypatch)
+    hub = tmp_path / "models-cache"
+    monkeypatch.setenv("HF_HUB_CACHE", str(hub))
+    rt = DockerRuntime(matrix, tmp_path / "cache")
+    env = ArmEnv(arm="patched", vllm_version="0.32.0", image="suite-vllm:cpu-0.32.0-abc")
+    rt.tool_env(env, run / "patched" / "cache")
+    argv = rt.tool_argv(env, ["vllm", "bench", "latency"])
+    assert f"HF_HUB_CACHE={hub}" in argv and f"{hub}:{hub}" in argv

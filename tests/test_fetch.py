@@ -108,7 +108,7 @@ def test_cache_follows_the_runtime(tmp_path, clean_env):
     clean_env.setenv("HF_HOME", str(tmp_path / "home"))
     assert hub_cache_dir(load_matrix(f)) == tmp_path / "home" / "hub"  # the directory mounted as HF_HOME
     clean_env.setenv("HF_HUB_CACHE", str(tmp_path / "elsewhere"))
-    assert hub_cache_dir(load_matrix(f)) == tmp_path / "home" / "hub"  # containers see HF_HOME, not this
+    assert hub_cache_dir(load_matrix(f)) == tmp_path / "elsewhere"  # mounted and set in the containers too
     local = write(tmp_path, "org/m")
     assert hub_cache_dir(load_matrix(local)) == tmp_path / "elsewhere"  # a host server reads HF_HUB_CACHE
     clean_env.delenv("HF_HUB_CACHE")

@@ -2,8 +2,9 @@
 the Hugging Face cache the arms' servers read, before any clock starts. A first run would otherwise download
 hundreds of GB inside the server's start-up timeout.
 
-The cache is the one the runtime uses: for `runtime: docker` the directory mounted as the containers' HF_HOME
-(`docker.hf_cache`, else $HF_HOME, else ~/.cache/huggingface) plus `hub/`; otherwise the hub's own default
+The cache is the one the runtime uses: for `runtime: docker` the containers' hub cache
+($HF_HUB_CACHE, mounted and set in them, unless `docker.hf_cache` is given; else the directory mounted as their
+HF_HOME, `docker.hf_cache` or $HF_HOME or ~/.cache/huggingface, plus `hub/`); otherwise the hub's own default
 ($HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub). A model given as a local directory needs
 nothing and is only checked; one with `model.generate:` (a dummy-weight model: config + tokenizer, no weights) is
 written here when its directory does not exist yet (suite.fixtures.gemma4.ensure_model, the same call the runner
@@ -53,9 +54,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def hub_cache_dir(matrix: Matrix) -> Path:
     """The hub cache the matrix's servers will read (see the module docstring)."""
     if matrix.runtime.kind == "docker":
-        from suite.runtime.docker.runtime import hf_cache_dir
+        from suite.runtime.docker.runtime import hub_cache_dir as container_hub_cache
 
-        return hf_cache_dir(matrix.runtime.docker or DockerSpec()) / "hub"
+        return container_hub_cache(matrix.runtime.docker or DockerSpec())
     if os.environ.get("HF_HUB_CACHE"):
         return Path(os.environ["HF_HUB_CACHE"])
     if os.environ.get("HF_HOME"):

@@ -267,6 +267,14 @@ def hf_cache_dir(docker: DockerSpec) -> Path:
     return Path.home() / ".cache" / "huggingface"
 
 
+def hub_cache_dir(docker: DockerSpec) -> Path:
+    """Where the containers' hub cache is: this host's $HF_HUB_CACHE (the hub's own override, where a user's
+    models already are) unless the matrix names docker.hf_cache, else <HF_HOME>/hub."""
+    if not docker.hf_cache and os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    return hf_cache_dir(docker) / "hub"
+
+
 def image_argv(argv: list[str]) -> list[str]:
     """A tool's command line as the arm's image runs it: `vllm` is the image's vllm, `python` its python3, the
     persistent bench client and `python -m suite.stages.kernel.bench` the copies under /opt/suite/tools."""
@@ -303,6 +311,7 @@ def _arm_settings(matrix: Matrix, env: ArmEnv, *, cache_dir: Path, root: Path, e
     root = Path(root).resolve()
     cache_dir = Path(cache_dir).resolve()
     hf = hf_cache_dir(docker).resolve()
+    hub = hub_cache_dir(docker).resolve()
     name = user_name()
     environment = {
         "HOME": str(cache_dir / "home"),  # writable for any uid; flashinfer, AITER (~/.aiter/jit), ... cache here
@@ -313,9 +322,12 @@ def _arm_settings(matrix: Matrix, env: ArmEnv, *, cache_dir: Path, root: Path, e
         "TORCHINDUCTOR_CACHE_DIR": str(cache_dir / "inductor"),
         "TRITON_CACHE_DIR": str(cache_dir / "triton"),
         # no TMPDIR: the container's /tmp is its own (and vLLM's zmq socket paths must stay < 108 bytes)
+        **({"HF_HUB_CACHE": str(hub)} if hub != hf / "hub" else {}),
         **flags.pop("environment", {}),
     }
     mounts = [(str(hf), str(hf), "rw"), (str(root), str(root), "rw")]
+    if not hub.is_relative_to(hf):
+        mounts.append((str(hub), str(hub), "rw"))
     if not cache_dir.is_relative_to(root):
         mounts.append((str(cache_dir), str(cache_dir), "rw"))
     model = Path(matrix.model.id)
