@@ -81,13 +81,24 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
 echo "setup-venv: $host host ($reason): $VENV pinned by $lock"
-if [ -x "$VENV/bin/python" ]; then
-  v=$(py_version "$VENV/bin/python") || v=unknown
+if [ -x "$VENV/bin/python" ] && v=$(py_version "$VENV/bin/python"); then
   if ! py_ok "$v"; then
     echo "setup-venv: $VENV holds Python $v; the suite needs >= $MIN_PY. Remove $VENV and run again." >&2
     exit 1
   fi
-else
+fi
+# a venv left half made (an interrupted `python -m venv` or pip bootstrap: no interpreter that runs, or no
+# pip) is made again; a folder there that is no venv is left alone
+if [ -e "$VENV" ] && ! "$VENV/bin/python" -m pip --version >/dev/null 2>&1; then
+  if [ -f "$VENV/pyvenv.cfg" ] || [ -z "$(ls -A "$VENV" 2>/dev/null)" ]; then
+    echo "setup-venv: $VENV is half made (no working python with pip): making it again"
+    rm -rf "$VENV"
+  else
+    echo "setup-venv: $VENV exists and is no virtual environment: remove it, or point VENV elsewhere" >&2
+    exit 1
+  fi
+fi
+if [ ! -e "$VENV" ]; then
   PY=$(pick_python) || exit 1
   echo "setup-venv: creating $VENV with $PY ($(py_version "$PY"))"
   "$PY" -m venv "$VENV"

@@ -73,9 +73,12 @@ def test_gpu_host_gets_the_suite_without_torch_or_vllm(checkout, tmp_path):
     # python3.12 does not run here, python3.11 is this interpreter, python3 is too old: the picker takes 3.11
     path = bin_dir(tmp_path, {"python3.12": None, "python3.11": sys.executable, "python3": old})
     venv = tmp_path / "venv"
+    venv.mkdir()
+    (venv / "pyvenv.cfg").write_text("home = /nowhere\n")  # what an interrupted `python -m venv` leaves
     env = {"SUITE_HOST": "gpu", "PATH": f"{path}{os.pathsep}{os.environ['PATH']}"}
     proc = setup(checkout, venv, env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"setup-venv: {venv} is half made (no working python with pip): making it again" in proc.stdout
     assert "setup-venv: gpu host (SUITE_HOST=gpu): " in proc.stdout and "constraints-host.lock" in proc.stdout
     assert f"creating {venv} with python3.11 ({'.'.join(map(str, sys.version_info[:3]))})" in proc.stdout
     py = venv / "bin" / "python"
