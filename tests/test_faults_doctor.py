@@ -174,3 +174,48 @@ def test_run_on_docker_runtime_without_an_engine_is_a_clear_error(tmp_path):
     assert proc.returncode == 2
     assert "docker engine" in proc.stderr.lower() and "DOCKER_HOST" in proc.stderr
     assert not list(Path(tmp_path / "runs").glob("*/*/server-*.log"))
+
+
+def test_container_gpus_of_an_amd_host_are_its_device_nodes(tmp_path):
+    """`--docker --gpu` on an MI355X host: the containers get /dev/kfd and /dev/dri, no torch needed here."""
+    from suite.doctor import check_container_gpus
+
+    dev = tmp_path / "dev"
+    (dev / "dri").mkdir(parents=True)
+    (dev / "kfd").write_text("")
+    (bare,) = check_container_gpus(True, dev=dev)
+    assert bare.status == "fail" and "holds no render node" in bare.detail
+    (dev / "dri" / "renderD128").write_text("")
+    (ok,) = check_container_gpus(True, dev=dev)
+    assert ok.name == "container GPUs (ROCm)" and ok.status == "ok" and "renderD128" in ok.detail
+    (none,) = check_container_gpus(True, dev=tmp_path / "empty")
+    assert none.failed and "no GPU driver found" in none.detail
+
+
+@pytest.mark.docker
+def test_container_gpus_tries_docker_run_gpus_on_this_engine():
+    """This engine has no NVIDIA Container Toolkit: `docker run --gpus all` on an image here is refused (or,
+    with no image here, the engine is found to lack the nvidia runtime); either way the check fails and says
+    what to install. The request is the runtime's own (`--gpus all`)."""
+    from suite.doctor import _container_nvidia
+    from suite.runtime.docker.runtime import gpu_requests
+
+    (req,) = gpu_requests("all")
+    assert req["Count"] == -1 and req["Capabilities"] == [["gpu"]]
+    import docker
+
+    client = docker.from_env()
+    before = {c.id for c in client.containers.list(all=True)}
+    check = _container_nvidia("GPU 0: NVIDIA H200 (UUID: GPU-0)", True, None)
+    assert {c.id for c in client.containers.list(all=True)} == before  # the refused container is removed
+    assert check.failed and check.name == "container GPUs (CUDA)", check
+    assert "NVIDIA Container Toolkit" in check.hint or "no Docker engine" in check.detail, check
+    assert "docker run --gpus all" in check.detail or "no nvidia runtime" in check.detail, check
+
+
+def test_doctor_with_docker_and_gpu_asks_for_the_containers_gpus_not_torch(tmp_path):
+    proc = doctor("--json", "--docker", "--gpu", "--only", "gpu", "--out", str(tmp_path / "runs"))
+    no_traceback(proc)
+    checks = checks_of(proc)
+    assert "torch GPUs" not in checks and checks["container GPUs"]["status"] == "fail", checks
+    assert proc.returncode == 1

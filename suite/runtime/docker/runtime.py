@@ -145,7 +145,7 @@ class ContainerConfig:
 
     def sdk_kwargs(self, host_env: dict[str, str] | None = None) -> dict[str, Any]:
         """Arguments of `client.containers.create`; secrets are looked up in host_env only here."""
-        from docker.types import DeviceRequest, Mount
+        from docker.types import Mount
 
         host_env = os.environ if host_env is None else host_env
         env = dict(self.environment)
@@ -159,9 +159,7 @@ class ContainerConfig:
             ip, host_port, port = self.publish
             kwargs["ports"] = {f"{port}/tcp": (ip, host_port)}
         if self.gpus is not None:
-            kwargs["device_requests"] = [
-                DeviceRequest(count=-1, capabilities=[["gpu"]]) if self.gpus == "all"
-                else DeviceRequest(device_ids=self.gpus.split(","), capabilities=[["gpu"]])]
+            kwargs["device_requests"] = gpu_requests(self.gpus)
         for key, value in (("devices", self.devices), ("group_add", self.group_add), ("cap_add", self.cap_add),
                            ("security_opt", self.security_opt)):
             if value:
@@ -185,6 +183,15 @@ class ContainerConfig:
 
 
 CACHE_VARS = ("HOME", "VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "HF_HOME")
+
+
+def gpu_requests(gpus: str) -> list[Any]:
+    """`--gpus all` / `--gpus "device=0,1"` as the SDK's device requests (the NVIDIA Container Toolkit serves them)."""
+    from docker.types import DeviceRequest
+
+    if gpus == "all":
+        return [DeviceRequest(count=-1, capabilities=[["gpu"]])]
+    return [DeviceRequest(device_ids=gpus.split(","), capabilities=[["gpu"]])]
 
 
 def rocm_group_ids(dev: Path | None = None) -> list[str]:
