@@ -193,3 +193,27 @@ def test_matrix_rejects_bad_family_patterns_with_a_line():
         parse_matrix(base + "    gate: '('\n")
     with pytest.raises(MatrixError, match="reserved"):
         parse_matrix(base + "    other: 'x'\n")
+
+
+def test_a_large_share_of_kernel_time_tied_to_no_step_is_named(tmp_path):
+    """The real H200 trace, then the same with its cudaGraphLaunch events gone (a replay whose launch the trace
+    does not name: what HIP graphs on ROCm may look like): the replayed kernels are tied to no step, and the
+    section names the share the family columns miss."""
+    from suite.stages.profile.summary import UNATTRIBUTED_WARN, unattributed_lines
+
+    real = summarize([GPU_TRACE], {"gemm": "nvjet|gemm"})
+    assert real["per_rank"][0]["unattributed_kernel_ms"] / real["per_rank"][0]["kernel_ms"] < UNATTRIBUTED_WARN
+    assert unattributed_lines({"a": real}, ["a"]) == []
+    with gzip.open(GPU_TRACE) as fh:
+        data = json.load(fh)
+    data["traceEvents"] = [e for e in data["traceEvents"] if e.get("name") != "cudaGraphLaunch"]
+    lost = tmp_path / "replays-untied.pt.trace.json.gz"
+    with gzip.open(lost, "wt") as fh:
+        json.dump(data, fh)
+    cut = summarize([lost], {"gemm": "nvjet|gemm"})
+    rank = cut["per_rank"][0]
+    assert rank["unattributed_kernel_ms"] > real["per_rank"][0]["unattributed_kernel_ms"]
+    assert rank["kernel_ms"] == real["per_rank"][0]["kernel_ms"]  # the same kernels, fewer of them placed
+    (line,) = unattributed_lines({"patched": cut}, ["patched"])
+    share = rank["unattributed_kernel_ms"] / rank["kernel_ms"]
+    assert share > UNATTRIBUTED_WARN and line.startswith("patched, rank 0: ") and f"({share:.0%})" in line

@@ -196,6 +196,7 @@ def parse_trace(path: Path, families: dict[str, str]) -> dict[str, Any]:
         # launches (GPU) or op calls (CPU) per decode step: e.g. a gate kernel firing once per MoE layer
         "calls_per_decode_step": {k: round(v / n, 3) if n else None for k, v in fam_calls.items()},
         "unattributed_kernel_ms": round(unattributed_us / 1000.0, 4) if mode == "gpu" else None,
+        "kernel_ms": round(sum(float(k["dur"]) for k in kernels) / 1000.0, 4) if mode == "gpu" else None,
         "top": [{"name": k, "family": family_of(k, fams), "ms": round(v / 1000.0, 4),
                  "calls_per_decode_step": round(name_calls[k] / n, 3) if n else None} for k, v in top],
         "vllm_version": data.get("vllm_version"),
