@@ -32,7 +32,7 @@ from suite.runtime.scheduler import Batch, RunProgress, Scheduler
 from suite.runtime.slurm.driver import SlurmScheduler
 from suite.runtime.slurm.runtime import SlurmRuntime
 from suite.sequential import SequentialRun, session_round
-from suite.stages.base import JobEnv, SessionEnv, SessionScope
+from suite.stages.base import JobEnv, SessionEnv, SessionScope, trusts_remote_code
 from suite.stages.registry import STAGES
 from suite.stages.serve.run import serve_command
 from suite.store import (
@@ -597,6 +597,7 @@ def dry_run(matrix_path: Path) -> str:
         cmd = serve_command(vllm="vllm", base_url=f"http://{matrix.runtime.host}:PORT", served_name=matrix.model.name,
                             tokenizer=matrix.model.tokenizer or matrix.model.id, params=job.params,
                             result_dir=Path("<run>/<arm>/serve") / job.point, result_filename="rep-<r>.json",
-                            trust_remote_code="--trust-remote-code" in matrix.serve_args)
+                            trust_remote_code=trusts_remote_code([*matrix.serve_args,
+                                                                  *plan.arms[job.arm].serve_args]))
         lines.append(f"  [{job.point}] client: {shlex.join(cmd)}")
     return "\n".join(lines)

@@ -1,5 +1,5 @@
-"""Fast path not taken: a patched arm's server log says a kernel its patch sets route the gate to ran untuned
-or was switched off (AITER's tuned-config misses, vLLM's own messages)."""
+"""Fast path not taken: an arm's server log says a kernel the router gate is routed to ran untuned or was
+switched off (AITER's tuned-config misses, vLLM's own messages)."""
 
 from __future__ import annotations
 
@@ -114,10 +114,7 @@ def check_fast_path(arm: str, patches: Iterable[Any], log_text: str, *,
         off = f"{arm} (no patch sets) measured that fallback"
     findings = []
     wanted = {tuple(s) for s in gate_shapes}
-    if not wanted and not names:
-        misses: dict[tuple[int, int], dict[str, Any]] = {}
-    else:
-        misses = aiter_untuned_shapes(log_text)
+    misses = aiter_untuned_shapes(log_text) if wanted or names else {}
     picked = {k: v for k, v in misses.items() if (k in wanted if wanted else v["bf16"])}
     if picked:
         shapes = sorted(picked, key=lambda k: (-len(picked[k]["m"]), k))

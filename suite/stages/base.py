@@ -59,6 +59,11 @@ class SessionScope:
             self.close()
 
 
+def trusts_remote_code(serve_args: list[str]) -> bool:
+    """The server trusts the model's remote code: the client tools load its tokenizer the same way."""
+    return "--trust-remote-code" in serve_args
+
+
 @dataclass(frozen=True)
 class JobEnv:
     job: Job
@@ -88,8 +93,7 @@ class JobEnv:
 
     @property
     def trust_remote_code(self) -> bool:
-        """The server trusts the model's remote code: the client tools load its tokenizer the same way."""
-        return "--trust-remote-code" in self.serve_args
+        return trusts_remote_code(self.serve_args)
 
 
 @dataclass(frozen=True)
