@@ -25,7 +25,6 @@ from collections import defaultdict
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
-from typing import Any
 
 from suite.errors import SuiteError
 from suite.plan import AA_SUFFIX
@@ -44,7 +43,7 @@ from suite.stats import (
     noise_floor_pct,
 )
 from suite.stats import holm as stats_holm
-from suite.store import JobRecord, RunStore
+from suite.store import JobRecord, Manifest, MatrixRecord, PlanRecord, RunStore
 from suite.verdict import Evaluation, Outcome, VerdictSpec, evaluate
 
 FAMILY_ALPHA = 0.05  # Holm: family-wise error rate over a candidate's cells
@@ -62,7 +61,7 @@ OUTPUT_IDENTICAL = "OUTPUT IDENTICAL"
 @dataclass
 class RunData:
     store: RunStore
-    manifest: dict[str, Any]
+    manifest: Manifest
     records: list[JobRecord]  # every job record of the run (each holds its job)
     points: dict[str, PointResults]
 
@@ -71,20 +70,20 @@ class RunData:
         return self.store.root
 
     @property
-    def plan(self) -> dict[str, Any]:
-        return self.manifest.get("plan", {})
+    def plan(self) -> PlanRecord:
+        return self.manifest.plan
 
     @property
-    def matrix(self) -> dict[str, Any]:
-        return self.manifest.get("matrix", {})
+    def matrix(self) -> MatrixRecord:
+        return self.manifest.matrix
 
     @property
     def arms(self) -> list[str]:
-        return list(self.plan.get("arms") or self.manifest.get("arms", {}))
+        return self.manifest.arm_names
 
     @property
     def baseline(self) -> str:
-        return self.plan.get("baseline") or (self.arms[0] if self.arms else "")
+        return self.plan.baseline or (self.arms[0] if self.arms else "")
 
     @property
     def candidates(self) -> list[str]:
@@ -92,7 +91,8 @@ class RunData:
 
     def serves(self, arm: str) -> bool:
         """False for a correctness-only arm (`serving: false`): it has no serving numbers to show."""
-        return ((self.matrix.get("arms") or {}).get(arm) or {}).get("serving", True) is not False
+        spec = self.matrix.arms.get(arm)
+        return spec is None or spec.serving
 
     @property
     def serving_summaries(self) -> list[CandidateSummary]:
@@ -105,7 +105,7 @@ class RunData:
 
     @property
     def order(self) -> str:
-        return str(self.plan.get("order") or "")
+        return self.plan.order
 
     @property
     def paired(self) -> bool:
@@ -161,8 +161,8 @@ def _plan_positions(run: RunData) -> dict[tuple[str, str], int]:
     """(arm, job key) -> position in the run order: the planned order (a session runs its jobs in plan
     order); for a job the plan does not list, and for every job of a side-by-side run, its record's start
     time."""
-    positions = {(j.get("arm"), j.get("key")): i for i, j in enumerate(run.plan.get("jobs") or [])}
-    if int(run.matrix.get("side_by_side") or 1) > 1:  # a window's jobs alternate: their start times say the order
+    positions = {(j.arm, j.key): i for i, j in enumerate(run.plan.jobs)}
+    if run.matrix.side_by_side > 1:  # a window's jobs alternate: their start times say the order
         positions = {}
     unplanned = sorted((rec.started, rec.job.arm, rec.job.key) for rec in run.records
                        if (rec.job.arm, rec.job.key) not in positions and rec.started)
@@ -196,15 +196,15 @@ def fast_path_findings(run: RunData, logs: dict[tuple[str, int], str]) -> list[F
     """Per arm: did its server log say a kernel the router gate is routed to ran untuned or was switched off
     (a patched arm then measured the old path; a stock arm, the fallback)."""
     shapes: list[tuple[int, int]] = []
-    config = Path(str(run.matrix.get("model", {}).get("id", ""))) / "config.json"
+    config = Path(run.matrix.model.id or "") / "config.json"
     if config.is_file():
         try:
             shapes = gate_shapes_from_config(json.loads(config.read_text()))
         except (OSError, ValueError):
             shapes = []
     out: list[Finding] = []
-    for arm, info in (run.manifest.get("arms") or {}).items():
-        patches = info.get("patches") or []
+    for arm, info in run.manifest.arms.items():
+        patches = info.patches
         text = "\n".join(v for (a, _), v in sorted(logs.items()) if a == arm)
         if text:
             out += check_fast_path(arm, patches, text, gate_shapes=shapes)
@@ -438,34 +438,26 @@ def verdict_spec(run: RunData) -> VerdictSpec:
     """The primary test declared for this run: the matrix's ``verdict:`` block (its sequential design under
     ``repeats: auto``; a fixed design at the run's repeats otherwise), or the default composite in a fixed design
     over the run's rounds (a fixed-repeats run was never looked at early)."""
-    declared = run.matrix.get("verdict")
-    repeats = run.matrix.get("repeats")
-    if isinstance(declared, dict) and declared and repeats == "auto":
+    declared = run.matrix.verdict
+    repeats = run.matrix.repeats
+    if declared and repeats == "auto":
         return VerdictSpec.model_validate(declared)
     n = max(2, repeats if isinstance(repeats, int) and not isinstance(repeats, bool) else 1)
-    return VerdictSpec.model_validate({**(declared if isinstance(declared, dict) else {}),
-                                       "max_rounds": n, "looks": [n]})
+    return VerdictSpec.model_validate({**(declared or {}), "max_rounds": n, "looks": [n]})
 
 
 def stopped_after(run: RunData) -> int | None:
     """Rounds a sequential run stopped after (the look it took), as the runner recorded it."""
-    seq = run.manifest.get("sequential")
-    value = seq.get("stop_after") if isinstance(seq, dict) else None
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    seq = run.manifest.sequential
+    return seq.stop_after if seq is not None else None
 
 
 def decided_after(run: RunData, cand: str) -> int | None:
     """Rounds after which the sequential runner's look decided ``cand`` (the first look that did), when the
     run went on for other candidates: a decided test is final at its look; the rounds after it are measured,
     shown in the cells, and not tested again."""
-    seq = run.manifest.get("sequential")
-    looks = seq.get("looks") if isinstance(seq, dict) else None
-    for look in looks if isinstance(looks, list) else ():
-        decided = look.get("decided") if isinstance(look, dict) else None
-        rounds = look.get("rounds") if isinstance(look, dict) else None
-        if isinstance(decided, dict) and decided.get(cand) is True and isinstance(rounds, int):
-            return rounds
-    return None
+    seq = run.manifest.sequential
+    return next((look.rounds for look in (seq.looks if seq is not None else []) if look.decided.get(cand)), None)
 
 
 def round_data(run: RunData, arm: str, metrics: tuple[str, ...], points: tuple[str, ...] | None = None

@@ -124,25 +124,24 @@ def index_run(run_dir: Path, db: Path | None = None) -> RunRow:
     run_dir = Path(run_dir).resolve()
     run = load_run(run_dir)
     m = run.manifest
-    arms_info = m.get("arms", {})
-    counts = m.get("job_counts", {})
+    counts = m.job_counts
     summaries = run.summaries
     row = RunRow(
         run_id=run_dir.name,
         path=str(run_dir),
-        matrix=m.get("matrix", {}).get("name", run_dir.name),
-        created=m.get("created"),
-        finished=m.get("finished"),
-        status=m.get("status"),
+        matrix=m.matrix.name or run_dir.name,
+        created=m.created,
+        finished=m.finished,
+        status=m.status,
         baseline=run.baseline if run.arms else None,
         arms=run.arms,
-        vllm_versions={a: i.get("vllm_version") for a, i in arms_info.items()},
-        images={a: i.get("image") for a, i in arms_info.items() if i.get("image")},
-        patches={a: [{"name": p.get("name"), "sha256": p.get("sha256"), "reverse": bool(p.get("reverse"))}
-                     for p in i.get("patches", [])] for a, i in arms_info.items()},
-        jobs_ok=counts.get("ok"),
-        jobs_failed=counts.get("failed"),
-        jobs_missing=counts.get("missing"),
+        vllm_versions={a: i.vllm_version for a, i in m.arms.items()},
+        images={a: i.image for a, i in m.arms.items() if i.image},
+        patches={a: [{"name": p.name, "sha256": p.sha256, "reverse": p.reverse} for p in i.patches]
+                 for a, i in m.arms.items()},
+        jobs_ok=counts.ok if counts else None,
+        jobs_failed=counts.failed if counts else None,
+        jobs_missing=counts.missing if counts else None,
         points=len(run.points),
         verdicts=[VerdictRow(s.candidate, s.baseline, s.word, s.counts[Verdict.BETTER], s.counts[Verdict.WORSE],
                              s.counts[Verdict.NOT_SIGNIFICANT], s.counts[Verdict.UNRELIABLE],
@@ -157,8 +156,8 @@ def index_run(run_dir: Path, db: Path | None = None) -> RunRow:
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (row.run_id, row.path, row.matrix, row.created, row.finished, row.status, row.baseline,
              json.dumps(row.arms), json.dumps(row.vllm_versions), json.dumps(row.images), json.dumps(row.patches),
-             row.jobs_ok, row.jobs_failed, row.jobs_missing, row.points, m.get("host", {}).get("hostname"),
-             m.get("suite_version"), utc_now()))
+             row.jobs_ok, row.jobs_failed, row.jobs_missing, row.points, m.host.hostname,
+             m.suite_version, utc_now()))
         conn.executemany(
             "INSERT INTO verdicts (run_id, candidate, baseline, overall, better, worse, not_significant, "
             "unreliable, geomean_tput_pct) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",

@@ -351,13 +351,23 @@ def apply_hunks(original: bytes | None, fp: FilePatch) -> bytes | None:
 # ---------------------------------------------------------------- applying patch sets
 
 
-@dataclass
-class AppliedPatch:
-    name: str
-    reverse: bool
-    sha256: str  # of the exact diff bytes (for a verified no-op: of the diff that proved it present)
-    files: list[str]  # paths relative to target_root that were written (empty for a no-op)
-    action: Literal["applied", "reversed", "present"] = "applied"
+class AppliedPatch(BaseModel):
+    """One patch reference as an arm got it, under every runtime: applied here to an overlay (its files), baked
+    into an image (read back from the image's labels), or applied by a Slurm job on its node. The run manifest
+    records it; keys a later suite adds ride along."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str | None = None  # the set's name, or the diff file's name
+    reverse: bool = False
+    sha256: str | None = None  # of the exact diff bytes (for a verified no-op: of the diff that proved it present)
+    kind: Literal["set", "file"] | None = None
+    files: list[str] = []  # paths relative to the vllm/ package's root that were written (empty for a no-op)
+    action: str = "applied"  # applied | reversed | present (here), or where it happens: in the image, in the job
+
+    @classmethod
+    def resolved(cls, r: ResolvedPatch, action: str) -> AppliedPatch:
+        return cls(name=r.name, reverse=r.reverse, sha256=r.sha256, kind=r.kind, files=[], action=action)
 
 
 def _ref_parts(ref: object) -> tuple[str, bool, Path | None]:
@@ -544,6 +554,7 @@ def apply_patch_sets(refs: Iterable[object], target_root: Path, vllm_version: st
             name=p.name,
             reverse=p.reverse,
             sha256=hashlib.sha256(p.diff).hexdigest(),
+            kind="file" if p.file is not None else "set",
             files=[] if p.action == "present" else sorted({fp.path for fp in p.files}),
             action=p.action,
         )

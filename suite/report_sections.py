@@ -41,7 +41,7 @@ from suite.document import (
 from suite.quality.finding import order_findings
 from suite.stages.accuracy.read import GATE_FILTER, ArmsCorrectness
 from suite.stats import METRICS, Verdict
-from suite.store import read_json
+from suite.store import MatrixRecord, read_json
 from suite.verdict import SPENDING_LABEL, Outcome, PrimaryResult
 
 MAX_SHOWN_PCT = 1000.0  # an MDE beyond +1,000 % (×11) is said in words
@@ -58,45 +58,43 @@ SESSION_CHECKS = ("drift", "bimodal-sessions")  # findings about an arm's rounds
 
 def title(run: RunData) -> str:
     compared = [a for a in run.arms if a != run.aa_arm]  # the A/A arm is the control, not a compared arm
-    return f"{literal(run.matrix.get('name', run.root.name))}: {literal(' vs '.join(compared))}"
+    return f"{literal(run.matrix.name or run.root.name)}: {literal(' vs '.join(compared))}"
 
 
-def weights_line(matrix: dict[str, Any]) -> str | None:
+def weights_line(matrix: MatrixRecord) -> str | None:
     """The report's line about a dummy-weight model (model.load_format: dummy), None for real weights."""
-    model = matrix.get("model") or {}
-    if model.get("load_format", "auto") != "dummy":
+    model = matrix.model
+    if model.load_format != "dummy":
         return None
-    config = (f"real-shape config {code(model['generate'])}" if model.get("generate")
-              else f"the config of {code(model.get('id'))}")
+    config = (f"real-shape config {code(model.generate)}" if model.generate else f"the config of {code(model.id)}")
     return (f"weights: **dummy** ({code('--load-format dummy')}, {config}): timings are real, outputs are not a "
             "model's")
 
 
 def intro(run: RunData) -> list[Paragraph | BulletList | Note]:
     m = run.manifest
-    counts = m.get("job_counts", {})
+    counts = m.job_counts
     matrix = run.matrix
     out: list[Paragraph | BulletList | Note] = []
-    if matrix.get("description"):
-        out.append(Paragraph(literal(matrix["description"])))
-    jobs = (f" (jobs ok {counts.get('ok', 0)}, failed {counts.get('failed', 0)}, missing {counts.get('missing', 0)})"
-            if counts else "")
+    if matrix.description:
+        out.append(Paragraph(literal(matrix.description)))
+    jobs = f" (jobs ok {counts.ok}, failed {counts.failed}, missing {counts.missing})" if counts else ""
     out.append(BulletList([
-        f"run: {code(run.root.name)}, status **{literal(m.get('status', 'unknown'))}**{jobs}",
-        f"model: {code(matrix.get('model', {}).get('id'))}; runtime: {literal(m.get('runtime', 'local'))}; "
+        f"run: {code(run.root.name)}, status **{literal(m.status)}**{jobs}",
+        f"model: {code(matrix.model.id)}; runtime: {literal(m.runtime or 'local')}; "
         f"order: {literal(run.order)}"
-        + (f", side by side: {literal(k)} servers per time window (arms in random order per round, "
-           f"seed {literal(matrix.get('order_seed', 0))})" if (k := int(matrix.get("side_by_side") or 1)) > 1 else "")
-        + (f", quiet: no request until {literal(f'{quiet:g}')} s after the servers answered"
-           if (quiet := float(matrix.get("quiet_s") or 0)) else "")
-        + (f", settle: a session's first point measured {literal(f'{settle:g}')} s or more after its servers "
-           "answered (load at that point's shape until then)" if (settle := float(matrix.get("settle_s") or 0)) else "")
-        + f"; repeats: {literal(matrix.get('repeats', 1))}",
+        + (f", side by side: {literal(matrix.side_by_side)} servers per time window (arms in random order per "
+           f"round, seed {literal(matrix.order_seed)})" if matrix.side_by_side > 1 else "")
+        + (f", quiet: no request until {literal(f'{matrix.quiet_s:g}')} s after the servers answered"
+           if matrix.quiet_s else "")
+        + (f", settle: a session's first point measured {literal(f'{matrix.settle_s:g}')} s or more after its "
+           "servers answered (load at that point's shape until then)" if matrix.settle_s else "")
+        + f"; repeats: {literal(matrix.repeats)}",
         f"baseline: **{literal(run.baseline)}**; candidates: {literal(', '.join(run.candidates) or '(none)')}"
         + (f"; A/A arm: {literal(run.aa_arm)}" if run.aa_arm else ""),
         *([weights] if (weights := weights_line(matrix)) else []),
     ]))
-    if run.order == "blocked" and isinstance(matrix.get("repeats"), int) and matrix["repeats"] > 1:
+    if run.order == "blocked" and isinstance(matrix.repeats, int) and matrix.repeats > 1:
         out.append(Note("Order **blocked**: each arm ran on its own server at its own time, so machine drift "
                         "between arms is not cancelled and the intervals cover within-server noise only; use "
                         "`order: abba` for verdicts.", "warning"))
@@ -364,36 +362,35 @@ def slurm_section(run: RunData) -> Section | None:
 
 def provenance_section(run: RunData) -> Section:
     m = run.manifest
-    host = m.get("host", {})
-    items = [f"suite {literal(m.get('suite_version'))}; created {literal(m.get('created'))}; finished "
-             f"{literal(m.get('finished', '—'))}; matrix file {code(m.get('matrix_path'))}",
-             f"host {literal(host.get('hostname'))}: {literal(host.get('platform'))}, {host.get('cpu_count')} CPUs, "
-             f"Python {literal(host.get('python'))}"]
-    gpus = m.get("gpus") or host.get("gpus")
+    host = m.host
+    items = [f"suite {literal(m.suite_version)}; created {literal(m.created)}; finished "
+             f"{literal(m.finished or '—')}; matrix file {code(m.matrix_path)}",
+             f"host {literal(host.hostname)}: {literal(host.platform)}, {host.cpu_count} CPUs, "
+             f"Python {literal(host.python)}"]
+    gpus = (m.model_extra or {}).get("gpus") or (host.model_extra or {}).get("gpus")
     if gpus:
         items.append(f"GPUs: {literal(json.dumps(gpus))}")
     weights = weights_line(run.matrix)
     if weights:
-        args = (m.get("weights") or {}).get("model_args")
+        args = m.weights.model_args if m.weights else []
         items.append(weights + (f"; model flags {code(' '.join(args))}" if args else ""))
-    if m.get("compare"):
-        a, b = m["compare"].get("a", {}), m["compare"].get("b", {})
-        items.append(f"compared: {literal(a.get('arm'))} of {code(a.get('run'))} ({literal(a.get('status'))}) as "
-                     f"{literal(a.get('label'))} against {literal(b.get('arm'))} of {code(b.get('run'))} "
-                     f"({literal(b.get('status'))}) as {literal(b.get('label'))}")
+    if m.compare:
+        a, b = m.compare.a, m.compare.b
+        items.append(f"compared: {literal(a.arm)} of {code(a.run)} ({literal(a.status)}) as {literal(a.label)} "
+                     f"against {literal(b.arm)} of {code(b.run)} ({literal(b.status)}) as {literal(b.label)}")
     rows = []
-    for arm, info in m.get("arms", {}).items():
-        patches = "\n".join(f"{'reverse ' if p.get('reverse') else ''}**{literal(p.get('name'))}** {code(p.get('sha256'))}"
-                            for p in info.get("patches", [])) or "none"
-        env = ", ".join(f"{k}={v}" for k, v in (info.get("env") or {}).items())
-        known = {"vllm_version", "image", "patches", "env"}
-        extra = {k: v for k, v in info.items() if k not in known and v not in (None, "", [], {})}
-        rows.append([Cell(f"**{literal(arm)}**"), Cell(literal(info.get("vllm_version"))),
-                     Cell(literal(info.get("image") or "—")), Cell(patches), Cell(code(env) if env else "—"),
+    for arm, info in m.arms.items():
+        patches = "\n".join(f"{'reverse ' if p.reverse else ''}**{literal(p.name)}** {code(p.sha256)}"
+                            for p in info.patches) or "none"
+        env = ", ".join(f"{k}={v}" for k, v in info.env.items())
+        extra = {k: v for k, v in (info.model_extra or {}).items() if v not in (None, "", [], {})}
+        rows.append([Cell(f"**{literal(arm)}**"), Cell(literal(info.vllm_version)),
+                     Cell(literal(info.image or "—")), Cell(patches), Cell(code(env) if env else "—"),
                      Cell(literal(json.dumps(extra, sort_keys=True)) if extra else "—")])
     blocks: list[Any] = [BulletList(items)]
     if rows:
         blocks.append(Table(["Arm", "vLLM", "Image", "Patches (sha256)", "Env", "Other"], rows, align=["left"] * 6,
                             name="provenance"))
-    blocks.append(Code(json.dumps(run.matrix, indent=2, sort_keys=True), title="Resolved matrix"))
+    blocks.append(Code(json.dumps(run.matrix.model_dump(mode="json", exclude_unset=True), indent=2, sort_keys=True),
+                       title="Resolved matrix"))
     return Section("Provenance", 2, blocks, anchor="provenance")

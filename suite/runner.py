@@ -36,7 +36,11 @@ from suite.stages.base import JobEnv, SessionEnv, SessionScope, trusts_remote_co
 from suite.stages.registry import STAGES
 from suite.stages.serve.run import serve_command
 from suite.store import (
+    ArmRecord,
+    JobCounts,
+    PlanRecord,
     RunStore,
+    WeightsRecord,
     atomic_write_json,
     new_manifest,
     redact_env,
@@ -397,31 +401,29 @@ def prepare(matrix_path: Path, out_base: Path, resume: Path | None, console: Con
     arm_envs = {arm: runtime.prepare_arm(arm, spec) for arm, spec in plan.arms.items()}
     if resume is not None:
         store = RunStore.open(resume)
-        old = store.manifest().get("matrix", {})
-        if old.get("name") != matrix.name:
-            raise SuiteError(f"{resume} holds matrix {old.get('name')!r}, not {matrix.name!r}")
+        old = store.manifest().matrix.name
+        if old != matrix.name:
+            raise SuiteError(f"{resume} holds matrix {old!r}, not {matrix.name!r}")
     else:
         store = RunStore.create(out_base, matrix.name)
         dump = matrix.model_dump(mode="json")
         dump["env"] = redact_env(dump["env"])
         for arm in dump["arms"].values():
             arm["env"] = redact_env(arm["env"])
-        store.write_manifest(new_manifest(str(matrix_path), dump, {
-            "order": plan.order, "baseline": plan.baseline, "arms": list(plan.arms),
-            "jobs": [{"key": j.key, "arm": j.arm, "session": j.session, "hash": j.hash} for j in plan.jobs]}))
+        store.write_manifest(new_manifest(str(matrix_path), dump, PlanRecord.of(plan)))
     store.update_manifest(
         runtime=matrix.runtime.kind,
-        weights={"load_format": matrix.model.load_format, "generate": matrix.model.generate,
-                 "model_args": matrix.model.vllm_args(), "note": matrix.model.weights_note()},
-        arms={a: {"vllm_version": e.vllm_version, "image": e.image, "patches": e.patches,
-                  "env": redact_env({**matrix.env, **plan.arms[a].env}),
-                  **runtime.arm_info(a)} for a, e in arm_envs.items()},
+        weights=WeightsRecord(load_format=matrix.model.load_format, generate=matrix.model.generate,
+                              model_args=matrix.model.vllm_args(), note=matrix.model.weights_note()),
+        arms={a: ArmRecord(vllm_version=e.vllm_version, image=e.image, patches=e.patches,
+                           env=redact_env({**matrix.env, **plan.arms[a].env}), **runtime.arm_info(a))
+              for a, e in arm_envs.items()},
     )
     return RunContext(matrix=matrix, plan=plan, store=store, runtime=runtime, arm_envs=arm_envs,
                       console=console, secrets=secret_values())
 
 
-def job_counts(ctx: RunContext) -> dict[str, int]:
+def job_counts(ctx: RunContext) -> JobCounts:
     return ctx.store.job_counts(ctx.plan)
 
 
@@ -512,7 +514,7 @@ def _take_look(ctx: RunContext, seq: SequentialRun, rnd: int, rounds_started: in
         ctx.store.update_manifest(sequential=seq.record())
 
 
-def execute(ctx: RunContext, scheduler: Scheduler | None = None) -> dict[str, int]:
+def execute(ctx: RunContext, scheduler: Scheduler | None = None) -> JobCounts:
     """Run every pending job, batch by batch on the scheduler (here, or Slurm batch jobs); a `repeats: auto`
     run takes its look after each round and leaves the rounds it no longer needs unrun."""
     scheduler = scheduler or make_scheduler(ctx.matrix)
@@ -521,7 +523,7 @@ def execute(ctx: RunContext, scheduler: Scheduler | None = None) -> dict[str, in
     if ctx.matrix.sequential:
         assert ctx.matrix.verdict is not None
         budget = ctx.matrix.budget_min * 60 if ctx.matrix.budget_min else None
-        seq = SequentialRun.resume(ctx.matrix.verdict, budget, ctx.store.manifest().get("sequential"))
+        seq = SequentialRun.resume(ctx.matrix.verdict, budget, ctx.store.manifest().sequential)
         todo = [(s, p) for s, p in todo if seq.needed(session_round(s))]
     total = sum(len(p) for _, p in todo)
     skipped = len(ctx.plan.jobs) - total
@@ -553,14 +555,14 @@ def execute(ctx: RunContext, scheduler: Scheduler | None = None) -> dict[str, in
     finally:
         ctx.run_scope.close()
         counts = counts_of(ctx, seq)
-        if status == "complete" and (counts["failed"] or counts["missing"]):
+        if status == "complete" and not counts.all_ok:
             status = "incomplete"
         extra = {"sequential": seq.record()} if seq is not None else {}
         ctx.store.update_manifest(status=status, finished=utc_now(), job_counts=counts, **extra)
     return counts
 
 
-def counts_of(ctx: RunContext, seq: SequentialRun | None) -> dict[str, int]:
+def counts_of(ctx: RunContext, seq: SequentialRun | None) -> JobCounts:
     """Job counts over the jobs the run needs: a sequential run that stopped early does not miss the rest."""
     if seq is None or seq.stop_after is None:
         return job_counts(ctx)

@@ -11,10 +11,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from suite.analysis import load_run, primary
 from suite.plan import Plan, Session
+from suite.store import LookRecord, SequentialRecord
 from suite.verdict import VerdictSpec
 
 
@@ -24,21 +24,7 @@ def session_round(session: Session) -> int | None:
     return min(rounds) if rounds else None
 
 
-@dataclass
-class Look:
-    rounds: int
-    outcomes: dict[str, str]  # candidate -> outcome word
-    decided: dict[str, bool]
-    reasons: dict[str, str]
-    final: bool
-    control: str | None = None  # the A/A arm's outcome under the same test (never a reason to stop)
-
-    def record(self) -> dict[str, Any]:
-        return {"rounds": self.rounds, "outcomes": self.outcomes, "decided": self.decided, "reasons": self.reasons,
-                "final": self.final, "control": self.control}
-
-
-def evaluate_look(run_dir: Path, spec: VerdictSpec, rounds: int, final: bool) -> Look:
+def evaluate_look(run_dir: Path, spec: VerdictSpec, rounds: int, final: bool) -> LookRecord:
     """Every serving candidate's primary test on the first ``rounds`` rounds stored in the run directory (a
     correctness-only arm has no speed test to wait for: it would keep every run to its last look)."""
     run = load_run(run_dir)
@@ -56,7 +42,8 @@ def evaluate_look(run_dir: Path, spec: VerdictSpec, rounds: int, final: bool) ->
     if run.aa_arm is not None:
         ctrl = primary(run, run.aa_arm, spec, look=rounds, final=final).evaluation
         control = str(ctrl.outcome) if ctrl is not None else "INCONCLUSIVE"
-    return Look(rounds=rounds, outcomes=outcomes, decided=decided, reasons=reasons, final=final, control=control)
+    return LookRecord(rounds=rounds, outcomes=outcomes, decided=decided, reasons=reasons, final=final,
+                      control=control)
 
 
 @dataclass
@@ -66,22 +53,24 @@ class SequentialRun:
     spec: VerdictSpec
     budget_s: float | None
     started: float = field(default_factory=time.monotonic)
-    looks: list[Look] = field(default_factory=list)
+    looks: list[LookRecord] = field(default_factory=list)
     stop_after: int | None = None  # rounds run; later rounds are not needed
     why: str = ""
     round_ends: list[float] = field(default_factory=list)  # when each round of this process finished
 
     @classmethod
-    def resume(cls, spec: VerdictSpec, budget_s: float | None, stored: dict[str, Any] | None) -> SequentialRun:
+    def resume(cls, spec: VerdictSpec, budget_s: float | None, stored: SequentialRecord | None) -> SequentialRun:
+        """The state a stored run left: its looks, and where it stopped and why (if it did)."""
         state = cls(spec=spec, budget_s=budget_s)
-        if stored and stored.get("stop_after") is not None:
-            state.stop_after, state.why = int(stored["stop_after"]), str(stored.get("why", ""))
+        if stored is not None:
+            state.looks = list(stored.looks)
+            state.stop_after, state.why = stored.stop_after, stored.why
         return state
 
     def needed(self, rnd: int | None) -> bool:
         return rnd is None or self.stop_after is None or rnd < self.stop_after
 
-    def after_round(self, run_dir: Path, rounds_done: int, rounds_started: int) -> Look | None:
+    def after_round(self, run_dir: Path, rounds_done: int, rounds_started: int) -> LookRecord | None:
         """Called when ``rounds_done`` rounds are complete; takes the look if one is due and decides to stop."""
         now = time.monotonic()
         self.round_ends.append(now)
@@ -115,10 +104,10 @@ class SequentialRun:
             self.stop_after, self.why = rounds_done, f"every candidate decided at look {k} of {len(looks)}"
         return look
 
-    def record(self) -> dict[str, Any]:
-        return {"design": self.spec.model_dump(mode="json"), "looks": [lk.record() for lk in self.looks],
-                "stop_after": self.stop_after, "why": self.why,
-                "budget_min": None if self.budget_s is None else self.budget_s / 60}
+    def record(self) -> SequentialRecord:
+        return SequentialRecord(design=self.spec.model_dump(mode="json"), looks=self.looks,
+                                stop_after=self.stop_after, why=self.why,
+                                budget_min=None if self.budget_s is None else self.budget_s / 60)
 
 
 def planned_rounds(plan: Plan) -> list[int]:

@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from suite import __version__
 from suite.errors import SuiteError
+from suite.patches import AppliedPatch
 from suite.plan import Job, Plan
 
 SCHEMA_VERSION = 1
@@ -116,6 +117,163 @@ class JobRecord(BaseModel):
         return self.error.splitlines()[0][:width] if self.error else ""
 
 
+class Recorded(BaseModel):
+    """A part of the manifest: the fields the suite reads are typed; keys it does not read (or that a later
+    suite adds) ride along as extras and are written back as they were read."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class PlannedJob(Recorded):
+    key: str
+    arm: str
+    session: int = 0
+    hash: str = ""
+
+
+class PlanRecord(Recorded):
+    """The plan as the run recorded it: the order, the baseline, the arms and every planned job in run order."""
+
+    order: str = ""
+    baseline: str = ""
+    arms: list[str] = []
+    jobs: list[PlannedJob] = []
+
+    @classmethod
+    def of(cls, plan: Plan) -> PlanRecord:
+        return cls(order=plan.order, baseline=plan.baseline, arms=list(plan.arms),
+                   jobs=[PlannedJob(key=j.key, arm=j.arm, session=j.session, hash=j.hash) for j in plan.jobs])
+
+
+class ModelRecord(Recorded):
+    id: str | None = None
+    load_format: str = "auto"
+    generate: str | None = None
+
+
+class ArmSpecRecord(Recorded):
+    serving: bool = True
+
+
+class MatrixRecord(Recorded):
+    """The resolved matrix as the run recorded it (secrets redacted). Not re-validated as a Matrix: a run stays
+    readable where its patch sets or model directory are not."""
+
+    name: str = ""
+    description: str | None = None
+    model: ModelRecord = ModelRecord()
+    arms: dict[str, ArmSpecRecord] = {}
+    repeats: int | str = 1
+    verdict: dict[str, Any] | None = None  # the declared block; suite.analysis.verdict_spec makes it a VerdictSpec
+    side_by_side: int = 1
+    order_seed: int = 0
+    quiet_s: float = 0
+    settle_s: float = 0
+
+
+class HostRecord(Recorded):
+    hostname: str | None = None
+    platform: str | None = None
+    python: str | None = None
+    cpu_count: int | None = None
+
+
+class ArmRecord(Recorded):
+    """What one arm ran: its vLLM, image and patches, its environment (secrets redacted); what the runtime adds
+    (GPUs, CPU split, preloads, image provenance) rides along."""
+
+    vllm_version: str | None = None
+    image: str | None = None
+    patches: list[AppliedPatch] = []
+    env: dict[str, str] = {}
+
+
+class WeightsRecord(Recorded):
+    load_format: str | None = None
+    generate: str | None = None
+    model_args: list[str] = []
+    note: str | None = None
+
+
+class JobCounts(Recorded):
+    ok: int = 0
+    failed: int = 0
+    missing: int = 0
+
+    @property
+    def all_ok(self) -> bool:
+        return self.failed == 0 and self.missing == 0
+
+    def line(self) -> str:
+        return f"jobs: {self.ok} ok, {self.failed} failed, {self.missing} missing"
+
+
+class LookRecord(Recorded):
+    """One sequential look: each candidate's outcome, whether its test decided, why; the A/A control's outcome."""
+
+    rounds: int
+    outcomes: dict[str, str] = {}
+    decided: dict[str, bool] = {}
+    reasons: dict[str, str] = {}
+    final: bool = False
+    control: str | None = None
+
+
+class SequentialRecord(Recorded):
+    design: dict[str, Any] = {}  # the VerdictSpec the looks used
+    looks: list[LookRecord] = []
+    stop_after: int | None = None
+    why: str = ""
+    budget_min: float | None = None
+
+
+class CompareSide(Recorded):
+    run: str
+    arm: str
+    label: str
+    created: str | None = None
+    host: str | None = None
+    status: str | None = None
+
+
+class CompareRecord(Recorded):
+    a: CompareSide
+    b: CompareSide
+
+
+class Manifest(Recorded):
+    """``manifest.json``: what the run is (schema, suite, host, the resolved matrix, the plan, each arm's
+    provenance) and how far it got (status, times, job counts, the sequential looks). The one shape that is
+    written and read."""
+
+    schema_version: int
+    suite_version: str | None = None
+    created: str | None = None
+    started: str | None = None
+    finished: str | None = None
+    matrix_path: str | None = None
+    matrix: MatrixRecord = MatrixRecord()
+    plan: PlanRecord = PlanRecord()
+    host: HostRecord = HostRecord()
+    runtime: str | None = None
+    scheduler: str | None = None
+    weights: WeightsRecord | None = None
+    arms: dict[str, ArmRecord] = {}
+    status: str = "running"  # running | complete | incomplete | interrupted | failed (compare: "a/b")
+    job_counts: JobCounts | None = None
+    sequential: SequentialRecord | None = None
+    compare: CompareRecord | None = None
+
+    @property
+    def arm_names(self) -> list[str]:
+        """The arms in plan order (a manifest older than its plan record: the arms recorded)."""
+        return list(self.plan.arms or self.arms)
+
+    def dump(self) -> dict[str, Any]:
+        """The JSON document, as read (unset defaults are not written)."""
+        return self.model_dump(mode="json", exclude_unset=True)
+
+
 @dataclass(frozen=True)
 class RunStore:
     root: Path
@@ -152,14 +310,23 @@ class RunStore:
     def manifest_path(self) -> Path:
         return self.root / "manifest.json"
 
-    def manifest(self) -> dict[str, Any]:
-        return read_json(self.manifest_path) if self.manifest_path.is_file() else {}
+    def manifest(self) -> Manifest:
+        try:
+            return Manifest.model_validate(read_json(self.manifest_path))
+        except FileNotFoundError:
+            raise SuiteError(f"{self.root}: not a run directory (no manifest.json)") from None
+        except (OSError, json.JSONDecodeError) as exc:
+            raise SuiteError(f"{self.manifest_path}: unreadable manifest: {exc}") from None
+        except ValidationError as exc:
+            raise SuiteError(f"{self.manifest_path}: not a manifest this suite reads: "
+                             + "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())) from None
 
-    def write_manifest(self, manifest: dict[str, Any]) -> None:
-        atomic_write_json(self.manifest_path, manifest)
+    def write_manifest(self, manifest: Manifest) -> None:
+        atomic_write_json(self.manifest_path, manifest.dump())
 
-    def update_manifest(self, **fields: Any) -> dict[str, Any]:
-        manifest = self.manifest() | fields
+    def update_manifest(self, **fields: Any) -> Manifest:
+        """Set top-level fields (the manifest's own types, or their JSON) and write the manifest back whole."""
+        manifest = Manifest.model_validate(self.manifest().dump() | fields)
         self.write_manifest(manifest)
         return manifest
 
@@ -224,15 +391,17 @@ class RunStore:
         dump = rec.model_dump(mode="json", exclude_unset=True) | {"job": rec.job.model_dump(mode="json")}
         atomic_write_json(self.record_path(rec.job), dump)
 
-    def job_counts(self, plan: Plan) -> dict[str, int]:
+    def job_counts(self, plan: Plan) -> JobCounts:
         """ok / failed / missing over the plan's jobs (missing: no record, or one planned differently)."""
-        counts = {"ok": 0, "failed": 0, "missing": 0}
+        counts = JobCounts(ok=0, failed=0, missing=0)
         for job in plan.jobs:
             rec = self.record(job)
             if rec is None or rec.hash != job.hash:
-                counts["missing"] += 1
+                counts.missing += 1
+            elif rec.ok:
+                counts.ok += 1
             else:
-                counts["ok" if rec.ok else "failed"] += 1
+                counts.failed += 1
         return counts
 
     def records(self) -> list[JobRecord]:
@@ -276,15 +445,7 @@ def host_info() -> dict[str, Any]:
     return info
 
 
-def new_manifest(matrix_path: str, matrix_dump: dict[str, Any], plan_dump: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "suite_version": __version__,
-        "created": utc_now(),
-        "matrix_path": matrix_path,
-        "matrix": matrix_dump,
-        "plan": plan_dump,
-        "host": host_info(),
-        "arms": {},
-        "status": "running",
-    }
+def new_manifest(matrix_path: str, matrix_dump: dict[str, Any], plan: PlanRecord) -> Manifest:
+    return Manifest(schema_version=SCHEMA_VERSION, suite_version=__version__, created=utc_now(),
+                    matrix_path=matrix_path, matrix=MatrixRecord.model_validate(matrix_dump), plan=plan,
+                    host=HostRecord.model_validate(host_info()), arms={}, status="running")

@@ -294,11 +294,11 @@ def test_report_section_from_run_records(tmp_path: Path) -> None:
     from suite.analysis import load_run
     from suite.plan import Job
     from suite.render.markdown import section as markdown_section
-    from suite.store import SCHEMA_VERSION, RunStore
+    from suite.store import SCHEMA_VERSION, Manifest, RunStore
 
     store = RunStore(tmp_path)
-    store.write_manifest({"schema_version": SCHEMA_VERSION,
-                          "plan": {"arms": ["baseline", "patched"], "baseline": "baseline"}})
+    store.write_manifest(Manifest.model_validate({"schema_version": SCHEMA_VERSION,
+                          "plan": {"arms": ["baseline", "patched"], "baseline": "baseline"}}))
     params = AccuracySpec(max_drop=0.2).model_dump(mode="json")
     jobs = {(arm, kind): Job(kind=kind, arm=arm, session=0, point=point, params=params, hash="h")
             for arm in ("baseline", "patched") for kind, point in (("accuracy", "gsm8k"), ("equivalence", "greedy"))}

@@ -660,14 +660,15 @@ def test_a_diff_file_travels_content_addressed_and_is_labelled_by_name_and_sha25
     assert args["SUITE_PATCH_FILES"] == f"my-change.diff={sha}"
     labels = plan.labels()
     assert labels["suite.patches"] == args["SUITE_PATCHES"] and labels["suite.patch.files"] == f"my-change.diff={sha}"
-    assert image_patches(labels) == [
-        {"name": "ll-bf16-router-gemm-dispatch", "reverse": False, "sha256": set_sha, "kind": "set"},
-        {"name": "my-change.diff", "reverse": False, "sha256": sha, "kind": "file"}]
+    assert [p.model_dump(exclude_defaults=True) for p in image_patches(labels)] == [
+        {"name": "ll-bf16-router-gemm-dispatch", "sha256": set_sha, "kind": "set", "action": "in the image"},
+        {"name": "my-change.diff", "sha256": sha, "kind": "file", "action": "in the image"}]
     # reversed: marked like a reversed set
     rev = own_plan(own_matrix(tmp_path / "rev", '{vllm: "0.33.0", patches: [-./my-change.diff]}',
                               files={"my-change.diff": diff}))
     assert rev.build_args()["SUITE_PATCHES"] == "-my-change.diff"
-    assert image_patches(rev.labels()) == [{"name": "my-change.diff", "reverse": True, "sha256": sha, "kind": "file"}]
+    assert [p.model_dump(exclude_defaults=True) for p in image_patches(rev.labels())] == [
+        {"name": "my-change.diff", "reverse": True, "sha256": sha, "kind": "file", "action": "in the image"}]
 
 
 def test_the_identity_follows_a_diff_files_content_not_its_place(tmp_path):

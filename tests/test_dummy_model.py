@@ -270,7 +270,7 @@ def test_run_prepares_the_model_and_records_dummy_weights_in_the_manifest(tmp_pa
 
     monkeypatch.setattr(runner, "make_runtime", lambda matrix, cache_root: FakeRuntime())
     ctx = runner.prepare(write(tmp_path, text()), tmp_path / "runs", None, Console(quiet=True))
-    weights = ctx.store.manifest()["weights"]
-    assert weights["load_format"] == "dummy" and weights["generate"] == "gemma4-26b-a4b-6l"
-    assert weights["model_args"][:2] == ["--load-format", "dummy"]
-    assert "outputs are not a model's" in weights["note"]
+    weights = ctx.store.manifest().weights
+    assert weights.load_format == "dummy" and weights.generate == "gemma4-26b-a4b-6l"
+    assert weights.model_args[:2] == ["--load-format", "dummy"]
+    assert "outputs are not a model's" in weights.note

@@ -56,7 +56,7 @@ def test_a_candidate_decided_at_a_look_keeps_that_look(tmp_path):
     run = load_run(unpack(EVIDENCE / "h200-gemma4-settle-20261201", tmp_path))
     by_arm = {s.candidate: s for s in run.summaries}
     ll, slowed = by_arm["ll-bf16"], by_arm["slowed-gate"]
-    assert run.manifest["sequential"]["looks"][0]["outcomes"]["ll-bf16"] == "EQUIVALENT"
+    assert run.manifest.sequential.looks[0].outcomes["ll-bf16"] == "EQUIVALENT"
     assert ll.decided_after == 2 and ll.overall == "EQUIVALENT"
     assert ll.evaluation.composite.n_rounds == 2 and ll.evaluation.composite.look == 1
     assert slowed.decided_after is None and slowed.evaluation.composite.n_rounds == 3

@@ -232,8 +232,8 @@ def test_diff_file_applies_like_a_set_and_records_name_and_sha(sets_dir, site, t
     assert (applied.name, applied.reverse, applied.action, applied.files) == ("my-gate.diff", False, "applied",
                                                                                [MODULE])
     assert applied.sha256 == hashlib.sha256(diff.encode()).hexdigest()
-    # the same manifest record shape as a set's
-    assert set(vars(applied)) == {"name", "reverse", "sha256", "files", "action"}
+    # the same manifest record shape as a set's, the kind said
+    assert applied.kind == "file" and set(applied.model_dump()) == {"name", "reverse", "sha256", "kind", "files", "action"}
     [undone] = apply_patch_sets([f"-{path}"], site, "9.9.9")  # "-path" reverses, as for a set
     assert (site / MODULE).read_text() == ORIGINAL and undone.action == "reversed" and undone.reverse
 

@@ -23,7 +23,7 @@ from suite.stages.probe.run import (
     summarize,
 )
 from suite.stages.probe.summary import section
-from suite.store import SCHEMA_VERSION, RunStore, atomic_write_json
+from suite.store import SCHEMA_VERSION, Manifest, RunStore, atomic_write_json
 
 TIER6 = "F.linear (tier 6: ReplicatedLinear) > dispatch_unquantized_gemm->cpu_unquantized_gemm"
 
@@ -90,8 +90,8 @@ def _result(arm, counts, ops, allow_ll="False"):
 def _run(tmp_path, results):
     """A run directory written through the store: manifest, probe results and their job records."""
     store = RunStore(tmp_path)
-    store.write_manifest({"schema_version": SCHEMA_VERSION,
-                          "plan": {"arms": list(results) or ["a"], "baseline": "baseline"}})
+    store.write_manifest(Manifest.model_validate({"schema_version": SCHEMA_VERSION,
+                          "plan": {"arms": list(results) or ["a"], "baseline": "baseline"}}))
     for arm, result in results.items():
         job = Job(kind="probe", arm=arm, session=0, point="gate-paths", hash="h")
         atomic_write_json(store.result_path(job), result)

@@ -13,6 +13,7 @@ import pytest
 from scipy.stats import kendalltau
 
 from suite.matrix import parse_matrix
+from suite.patches import AppliedPatch
 from suite.plan import ServeParams, build_plan
 from suite.quality.finding import Finding, RepeatResult, finding_line, order_findings, summarize_findings
 from suite.quality.run import run_checks
@@ -484,7 +485,7 @@ AITER_BF16_HIT = ("(Worker_TP0 pid=40) [aiter] shape is M:64, N:256, K:6144 dtyp
 AITER_FP8_MISS = ("[aiter] shape is M:512, N:7168, K:2048, q_dtype_w:torch.float8_e4m3fn, not found tuned config "
                   "in /tmp/aiter_configs/a8w8_bpreshuffle_tuned_gemm.csv, will use default config!")
 AITER_FP4_MISS = "[aiter] shape is M:8, N:2112, K:7168, not found tuned config in CKGEMM or asmGEMM, will use default config!"
-PATCHED = [{"name": "rocm-aiter-router-gemm", "reverse": False, "sha256": "ab" * 32}]
+PATCHED = [AppliedPatch(name="rocm-aiter-router-gemm", reverse=False, sha256="ab" * 32)]
 
 
 def test_fast_path_aiter_untuned_router_gemm_is_named():
@@ -517,7 +518,7 @@ def test_fast_path_of_a_stock_arm_only_for_the_gate_shapes_and_silent_on_tuned_l
     assert "after (no patch sets) measured that default kernel, not a tuned one" in f.message
     assert check_fast_path("after", [], miss, gate_shapes=[(513, 8192)]) == []
     assert check_fast_path("patched", PATCHED, AITER_BF16_HIT + "\n" + AITER_FP8_MISS) == []
-    assert check_fast_path("patched", ["ll-bf16-router-gemm-dispatch"], "") == []
+    assert check_fast_path("patched", [AppliedPatch(name="ll-bf16-router-gemm-dispatch")], "") == []
 
 
 def test_fast_path_vllm_switched_a_router_kernel_off():
@@ -526,12 +527,12 @@ def test_fast_path_vllm_switched_a_router_kernel_off():
     log = ("(EngineCore_DP0 pid=7) INFO 11-30 12:00:01 [_ll_router_common.py:28] cuteDSL (CUTLASS Python) not "
            "available, ll_bf16 router GEMM disabled\n"
            "WARNING [gate_linear.py:401] Disabling ROCm BF16x3 router GEMM for model.layers.3.mlp.gate: shape\n")
-    found = check_fast_path("patched", [{"name": "ll-bf16-router-gemm-dispatch", "reverse": False}], log)
+    found = check_fast_path("patched", [AppliedPatch(name="ll-bf16-router-gemm-dispatch")], log)
     assert [f.check for f in found] == ["fast-path-not-taken"] * 2
     assert "cuteDSL is not importable, so ll_bf16 router GEMM is disabled" in found[0].message
     assert "model.layers.3.mlp.gate" in found[1].message
     assert "-fse-fused-gate-dispatch" in check_fast_path(
-        "before", [{"name": "fse-fused-gate-dispatch", "reverse": True}], log)[0].message
+        "before", [AppliedPatch(name="fse-fused-gate-dispatch", reverse=True)], log)[0].message
 
 
 def test_gate_shapes_from_model_configs():

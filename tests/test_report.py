@@ -18,7 +18,7 @@ from suite.matrix import parse_matrix
 from suite.plan import build_plan
 from suite.report import build_report, render_html, render_markdown
 from suite.stats import DETAIL, HEADLINE
-from suite.store import RunStore, atomic_write_json, new_manifest
+from suite.store import PlanRecord, RunStore, atomic_write_json, new_manifest
 from tests.test_report_html import build_run_dir
 
 MATRIX = """\
@@ -48,9 +48,7 @@ def make_run(tmp_path: Path, values, *, order: str = "blocked", repeats: int = 3
     matrix = parse_matrix(matrix_text % {"repeats": repeats, "order": order})
     plan = build_plan(matrix)
     store = RunStore.create(tmp_path, matrix.name)
-    store.write_manifest(new_manifest("m.yaml", matrix.model_dump(mode="json"), {
-        "order": plan.order, "baseline": plan.baseline, "arms": list(plan.arms),
-        "jobs": [{"key": j.key, "arm": j.arm, "session": j.session, "hash": j.hash} for j in plan.jobs]}))
+    store.write_manifest(new_manifest("m.yaml", matrix.model_dump(mode="json"), PlanRecord.of(plan)))
     for job in plan.jobs:
         if (job.arm, job.key) in skip:
             continue
@@ -328,7 +326,7 @@ def test_the_declared_test_and_the_look_a_sequential_run_stopped_at(tmp_path):
     # a matrix's verdict block keeps its margin; under repeats: auto its looks too, and the report evaluates
     # the rounds up to where the run stopped, at that look
     store = RunStore(root)
-    matrix = store.manifest()["matrix"]
+    matrix = store.manifest().matrix.model_dump(mode="json", exclude_unset=True)
     store.update_manifest(matrix=matrix | {"verdict": {"target_pct": 2.0}})
     assert verdict_spec(load_run(root)).target_pct == 2.0 and verdict_spec(load_run(root)).looks == (4,)
     store.update_manifest(matrix=matrix | {"repeats": "auto", "verdict": {"max_rounds": 8, "looks": [2, 4, 8]}},
@@ -353,9 +351,7 @@ def test_a_correctness_only_arm_reads_output_changed_and_has_no_serving_rows(tmp
     matrix = parse_matrix(CORRECTNESS_ONLY % {"repeats": 3, "order": "blocked"})
     plan = build_plan(matrix)
     store = RunStore.create(tmp_path, matrix.name)
-    store.write_manifest(new_manifest("m.yaml", matrix.model_dump(mode="json"), {
-        "order": plan.order, "baseline": plan.baseline, "arms": list(plan.arms),
-        "jobs": [{"key": j.key, "arm": j.arm, "session": j.session, "hash": j.hash} for j in plan.jobs]}))
+    store.write_manifest(new_manifest("m.yaml", matrix.model_dump(mode="json"), PlanRecord.of(plan)))
     outputs = {"baseline": [[1, 2, 3], [4, 5, 6], [7, 8, 9]], "patched": [[1, 2, 3], [4, 5, 6], [7, 8, 9]],
                "wrong": [[1, 2, 0], [0, 5, 6], [7, 8, 9]]}
     for job in plan.jobs:

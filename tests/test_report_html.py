@@ -32,7 +32,7 @@ from suite.render import html as html_render
 from suite.render import markdown as md_render
 from suite.report import build_document, build_report, render_html
 from suite.stats import DETAIL, HEADLINE, METRICS, Verdict
-from suite.store import RunStore, atomic_write_json, new_manifest
+from suite.store import PlanRecord, RunStore, atomic_write_json, new_manifest
 
 DATA = Path(__file__).parent / "data" / "report_run"
 SCALE_JITTER = (1.0, 1.01, 1 / 1.01)
@@ -56,9 +56,7 @@ def build_run_dir(dest: Path, *, scale: dict[str, float] | None = None, drop: se
     plan = build_plan(matrix)
     store = RunStore(dest)
     dest.mkdir(parents=True)
-    store.write_manifest(new_manifest("tests/data/report_run/matrix.yaml", matrix.model_dump(mode="json"), {
-        "order": plan.order, "baseline": plan.baseline, "arms": list(plan.arms),
-        "jobs": [{"key": j.key, "arm": j.arm, "session": j.session, "hash": j.hash} for j in plan.jobs]}))
+    store.write_manifest(new_manifest("tests/data/report_run/matrix.yaml", matrix.model_dump(mode="json"), PlanRecord.of(plan)))
     arms_info = json.loads((DATA / "arms.json").read_text())
     counts = {"ok": 0, "failed": 0, "missing": 0}
     for job in plan.jobs:

@@ -57,7 +57,7 @@ def test_budget_stops_before_a_look_it_cannot_reach(tmp_path, monkeypatch):
     assert seq.after_round(run, 1, 1) is None
     assert seq.stop_after == 1 and "before the next look (after 2 rounds)" in seq.why and not seq.looks
     assert not seq.needed(1) and seq.needed(0)
-    assert seq.record()["stop_after"] == 1
+    assert seq.record().stop_after == 1
 
 
 def test_a_correctness_only_arm_does_not_hold_the_run_to_its_last_look(tmp_path):
@@ -78,7 +78,7 @@ def test_a_look_records_the_aa_control_but_never_waits_for_it(tmp_path):
     seq = SequentialRun(spec=VerdictSpec(max_rounds=8, looks=(4, 8)), budget_s=None)
     look = seq.after_round(root, 4, 4)
     assert set(look.outcomes) == {"patched"} and look.control == "IMPROVEMENT"  # a false alarm, recorded
-    assert seq.stop_after == 4 and look.record()["control"] == "IMPROVEMENT"
+    assert seq.stop_after == 4 and seq.record().looks[0].control == "IMPROVEMENT"
 
 
 def test_the_last_look_says_it_is_the_last_not_that_every_candidate_decided(tmp_path):

@@ -181,10 +181,10 @@ def test_report_section_lists_every_submission(tmp_path: Path) -> None:
     from suite.analysis import load_run
     from suite.render.markdown import section
     from suite.report_sections import slurm_section
-    from suite.store import SCHEMA_VERSION, RunStore
+    from suite.store import SCHEMA_VERSION, Manifest, RunStore
 
-    RunStore(tmp_path).write_manifest({"schema_version": SCHEMA_VERSION,
-                                       "plan": {"arms": ["baseline", "patched"], "baseline": "baseline"}})
+    RunStore(tmp_path).write_manifest(Manifest.model_validate({"schema_version": SCHEMA_VERSION,
+                                       "plan": {"arms": ["baseline", "patched"], "baseline": "baseline"}}))
     assert slurm_section(load_run(tmp_path)) is None
     (tmp_path / "slurm").mkdir()
     subs = [

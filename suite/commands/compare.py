@@ -16,7 +16,7 @@ import os
 import re
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
@@ -24,6 +24,7 @@ from suite.errors import SuiteError
 
 if TYPE_CHECKING:  # the analysis (scipy) loads only when the command runs
     from suite.analysis import CandidateSummary, CellResult
+    from suite.store import Manifest
 
 NAME = "compare"
 HELP = "Compare an arm across two runs of the same matrix (or arm X of run A vs arm Y of run B): md + html report."
@@ -88,14 +89,23 @@ def _link_file(src: str | Path, dst: str | Path) -> None:
 def merge_runs(run_a: Path, arm_a: str, label_a: str, run_b: Path, arm_b: str, label_b: str,
                out: Path) -> Path:
     """Write a run directory at ``out`` holding ``arm_a`` of run A (as the baseline) and ``arm_b`` of run B."""
-    from suite.store import RunStore, utc_now
+    from suite.store import (
+        ArmRecord,
+        CompareRecord,
+        CompareSide,
+        JobCounts,
+        Manifest,
+        PlannedJob,
+        PlanRecord,
+        RunStore,
+        utc_now,
+    )
 
     sa, sb = RunStore.open(run_a), RunStore.open(run_b)
     ma, mb = sa.manifest(), sb.manifest()
     for run, m, arm in ((run_a, ma, arm_a), (run_b, mb, arm_b)):
-        if arm not in m.get("arms", {}) and arm not in m.get("plan", {}).get("arms", []):
-            known = ", ".join(m.get("plan", {}).get("arms") or m.get("arms", {}))
-            raise SuiteError(f"{run}: no arm {arm!r} (arms: {known})")
+        if arm not in m.arms and arm not in m.plan.arms:
+            raise SuiteError(f"{run}: no arm {arm!r} (arms: {', '.join(m.arm_names)})")
     la, lb = safe(f"{arm_a}@{label_a}"), safe(f"{arm_b}@{label_b}")
     if la == lb:
         raise SuiteError(f"both sides are {la!r}: give different --label-a/--label-b")
@@ -103,10 +113,10 @@ def merge_runs(run_a: Path, arm_a: str, label_a: str, run_b: Path, arm_b: str, l
         shutil.rmtree(out)
     out.mkdir(parents=True)
     store = RunStore(out)
-    counts = {"ok": 0, "failed": 0, "missing": 0}
-    planned: list[dict[str, Any]] = []  # each side's planned jobs under its new name: the run order stays known
+    counts = JobCounts(ok=0, failed=0, missing=0)
+    planned: list[PlannedJob] = []  # each side's planned jobs under its new name: the run order stays known
     for src_store, m, arm, label in ((sa, ma, arm_a, la), (sb, mb, arm_b, lb)):
-        planned += [j | {"arm": label} for j in m.get("plan", {}).get("jobs", []) if j.get("arm") == arm]
+        planned += [j.model_copy(update={"arm": label}) for j in m.plan.jobs if j.arm == arm]
         seen = set()
         for rec in src_store.records():
             old = rec.job
@@ -119,46 +129,36 @@ def merge_runs(run_a: Path, arm_a: str, label_a: str, run_b: Path, arm_b: str, l
                 if src.exists():
                     _link_or_copy(src, dst)
             store.put_record(rec.model_copy(update={"job": new}))
-            counts["ok" if rec.ok else "failed"] += 1
+            if rec.ok:
+                counts.ok += 1
+            else:
+                counts.failed += 1
         # planned jobs of this arm that never wrote a record stay visible as missing
-        counts["missing"] += sum(1 for j in m.get("plan", {}).get("jobs", [])
-                                 if j.get("arm") == arm and (j.get("key"), j.get("hash")) not in seen)
-    matrix = dict(mb.get("matrix", {}))
-    matrix["description"] = (f"{arm_b} of run {run_b.name} against {arm_a} of run {run_a.name}. "
-                             + (matrix.get("description") or ""))
-    statuses = {ma.get("status"), mb.get("status")}
-    store.write_manifest({
-        "schema_version": mb.get("schema_version", 1),
-        "suite_version": mb.get("suite_version"),
-        "created": utc_now(),
-        "finished": utc_now(),
-        "matrix_path": mb.get("matrix_path"),
-        "matrix": matrix,
-        "plan": {"order": "independent runs", "baseline": la, "arms": [la, lb], "jobs": planned},
-        "host": mb.get("host", {}),
-        "runtime": mb.get("runtime"),
-        "arms": {la: ma.get("arms", {}).get(arm_a, {}), lb: mb.get("arms", {}).get(arm_b, {})},
-        "status": "complete" if statuses == {"complete"} else "/".join(sorted(str(s) for s in statuses)),
-        "job_counts": counts,
-        "compare": {
-            "a": {"run": run_a.name, "arm": arm_a, "label": la, "created": ma.get("created"),
-                  "host": ma.get("host", {}).get("hostname"), "status": ma.get("status")},
-            "b": {"run": run_b.name, "arm": arm_b, "label": lb, "created": mb.get("created"),
-                  "host": mb.get("host", {}).get("hostname"), "status": mb.get("status")},
-        },
-    })
+        counts.missing += sum(1 for j in m.plan.jobs if j.arm == arm and (j.key, j.hash) not in seen)
+    description = f"{arm_b} of run {run_b.name} against {arm_a} of run {run_a.name}. " + (mb.matrix.description or "")
+    statuses = {ma.status, mb.status}
+    store.write_manifest(Manifest(
+        schema_version=mb.schema_version, suite_version=mb.suite_version, created=utc_now(), finished=utc_now(),
+        matrix_path=mb.matrix_path, matrix=mb.matrix.model_copy(update={"description": description}),
+        plan=PlanRecord(order="independent runs", baseline=la, arms=[la, lb], jobs=planned),
+        host=mb.host, runtime=mb.runtime, arms={la: ma.arms.get(arm_a, ArmRecord()), lb: mb.arms.get(arm_b, ArmRecord())},
+        status="complete" if statuses == {"complete"} else "/".join(sorted(statuses)), job_counts=counts,
+        compare=CompareRecord(a=CompareSide(run=run_a.name, arm=arm_a, label=la, created=ma.created,
+                                            host=ma.host.hostname, status=ma.status),
+                              b=CompareSide(run=run_b.name, arm=arm_b, label=lb, created=mb.created,
+                                            host=mb.host.hostname, status=mb.status))))
     return out
 
 
-def arm_pairs(args: argparse.Namespace, ma: dict[str, Any], mb: dict[str, Any]) -> list[tuple[str, str]]:
+def arm_pairs(args: argparse.Namespace, ma: Manifest, mb: Manifest) -> list[tuple[str, str]]:
     if len(args.arm) > 2:
         raise SuiteError("--arm at most twice (arm of RUN_A, arm of RUN_B)")
     if len(args.arm) == 2:
         return [(args.arm[0], args.arm[1])]
     if len(args.arm) == 1:
         return [(args.arm[0], args.arm[0])]
-    arms_a = list(ma.get("plan", {}).get("arms") or ma.get("arms", {}))
-    arms_b = set(mb.get("plan", {}).get("arms") or mb.get("arms", {}))
+    arms_a = ma.arm_names
+    arms_b = set(mb.arm_names)
     shared = [a for a in arms_a if a in arms_b and not a.endswith(".aa")]
     if not shared:
         raise SuiteError("the runs share no arm: name them with --arm A --arm B")
@@ -198,12 +198,12 @@ def run(args: argparse.Namespace) -> int:
     from suite.analysis import load_run
     from suite.document import fmt_interval, fmt_pct
     from suite.report import build_report
-    from suite.store import atomic_write_text, read_json
+    from suite.store import RunStore, atomic_write_text
 
     console = Console()
     run_a, run_b = resolve_run(args.run_a, args.runs, args.db), resolve_run(args.run_b, args.runs, args.db)
-    ma, mb = read_json(run_a / "manifest.json"), read_json(run_b / "manifest.json")
-    name_a, name_b = ma.get("matrix", {}).get("name"), mb.get("matrix", {}).get("name")
+    ma, mb = RunStore.open(run_a).manifest(), RunStore.open(run_b).manifest()
+    name_a, name_b = ma.matrix.name, mb.matrix.name
     if name_a != name_b and not args.allow_other_matrix:
         raise SuiteError(f"{run_a.name} is matrix {name_a!r}, {run_b.name} is {name_b!r} "
                          "(--allow-other-matrix to compare anyway)")
@@ -213,7 +213,7 @@ def run(args: argparse.Namespace) -> int:
         label_a, label_b = f"{label_a}-a", f"{label_b}-b"
     out = args.out or args.runs / f"compare-{safe(run_a.name)}-vs-{safe(run_b.name)}"
     summary = [f"# suite compare: {name_b}", "",
-               f"`{run_a.name}` ({label_a}, {ma.get('status')}) → `{run_b.name}` ({label_b}, {mb.get('status')})", ""]
+               f"`{run_a.name}` ({label_a}, {ma.status}) → `{run_b.name}` ({label_b}, {mb.status})", ""]
     failing = 0
     for arm_a, arm_b in arm_pairs(args, ma, mb):
         sub = out / safe(arm_a if arm_a == arm_b else f"{arm_a}-vs-{arm_b}")

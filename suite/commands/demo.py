@@ -44,4 +44,4 @@ def run(args: argparse.Namespace) -> int:
     console.print(Markdown(path.read_text()))
     console.print(f"\nreport: {path}")
     console.print("wall time: " + ", ".join(f"{k} {v:.1f} s" for k, v in timings.items()))
-    return 0 if counts["failed"] == 0 and counts["missing"] == 0 else 1
+    return 0 if counts.all_ok else 1

@@ -191,7 +191,7 @@ def _apply(args: argparse.Namespace) -> int:
     if args.json:
         print(
             json.dumps(
-                {"vllm": version, "target": str(args.target), "patches": [asdict(a) for a in applied]},
+                {"vllm": version, "target": str(args.target), "patches": [a.model_dump(mode="json") for a in applied]},
                 indent=2,
             )
         )

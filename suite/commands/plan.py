@@ -16,6 +16,7 @@ from rich.table import Table
 from suite.analysis import load_run, round_data
 from suite.errors import SuiteError
 from suite.matrix import load_matrix
+from suite.store import Manifest
 from suite.verdict import VerdictSpec, round_scores, rounds_needed
 
 NAME = "plan"
@@ -40,11 +41,11 @@ def _pct(text: str) -> float:
     return value
 
 
-def _seconds_per_round(manifest: dict, rounds: int) -> float | None:
+def _seconds_per_round(manifest: Manifest, rounds: int) -> float | None:
     try:
-        start = dt.datetime.fromisoformat(manifest["started"])
-        end = dt.datetime.fromisoformat(manifest["finished"])
-    except (KeyError, TypeError, ValueError):
+        start = dt.datetime.fromisoformat(manifest.started or "")
+        end = dt.datetime.fromisoformat(manifest.finished or "")
+    except ValueError:
         return None
     return (end - start).total_seconds() / rounds if rounds else None
 
@@ -54,8 +55,8 @@ def run(args: argparse.Namespace) -> int:
     spec = matrix.verdict or VerdictSpec()
     target = _pct(args.target_mde) if args.target_mde else spec.target_pct
     run_ = load_run(args.run_dir)
-    if run_.matrix.get("name") != matrix.name:
-        raise SuiteError(f"{args.run_dir} is a run of {run_.matrix.get('name')!r}, not {matrix.name!r}")
+    if run_.matrix.name != matrix.name:
+        raise SuiteError(f"{args.run_dir} is a run of {run_.matrix.name!r}, not {matrix.name!r}")
     base, _ = round_data(run_, run_.baseline, spec.metrics, spec.points)
     others = [a for a in run_.arms if a != run_.baseline]
     if not base or not others:

@@ -44,5 +44,5 @@ def run(args: argparse.Namespace) -> int:
             index_run(ctx.store.root)
         except SuiteError as exc:
             console.print(f"[yellow]run not added to the history index: {exc}[/yellow]")
-    console.print(f"jobs: {counts['ok']} ok, {counts['failed']} failed, {counts['missing']} missing")
-    return 0 if counts["failed"] == 0 and counts["missing"] == 0 else 1
+    console.print(counts.line())
+    return 0 if counts.all_ok else 1

@@ -7,6 +7,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from suite.patches import AppliedPatch
 from suite.quality.finding import Finding
 
 # AITER, on a tuned-config lookup miss (it then runs its default kernel for that shape): aiter/tuned_gemm.py
@@ -37,15 +38,9 @@ _FAST_PATH_OFF = (
 FAST_PATH_EXAMPLES = 4  # shapes / messages named in one finding
 
 
-def _patch_names(patches: Iterable[Any]) -> list[str]:
-    """Patch set names from the manifest's records ({"name", "reverse", ...}) or plain names."""
-    names = []
-    for p in patches:
-        name = p.get("name") if isinstance(p, Mapping) else str(p)
-        reverse = bool(p.get("reverse")) if isinstance(p, Mapping) else False
-        if name:
-            names.append(("-" if reverse else "") + str(name))
-    return names
+def _patch_names(patches: Iterable[AppliedPatch]) -> list[str]:
+    """The arm's patch sets as a matrix names them (a reversed one with its leading ``-``)."""
+    return [("-" if p.reverse else "") + p.name for p in patches if p.name]
 
 
 def aiter_untuned_shapes(log_text: str) -> dict[tuple[int, int], dict[str, Any]]:
@@ -83,7 +78,7 @@ def _ms(values: Sequence[int]) -> str:
     return shown + (f" … ({len(values)} sizes)" if len(values) > 8 else "")
 
 
-def check_fast_path(arm: str, patches: Iterable[Any], log_text: str, *,
+def check_fast_path(arm: str, patches: Iterable[AppliedPatch], log_text: str, *,
                     gate_shapes: Iterable[tuple[int, int]] = ()) -> list[Finding]:
     """Fast path not taken: an arm's server log shows that a kernel the router gate is routed to ran untuned or
     was switched off. A patched arm may then have measured the old path (and equal the baseline for a reason

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from suite.errors import ServerError
+from suite.patches import AppliedPatch
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,7 @@ class ArmEnv:
     vllm_version: str
     pythonpath: Path | None = None  # local runtime: an overlay holding the patched vllm/
     image: str | None = None  # docker runtime: the image to run
-    patches: list[dict] = field(default_factory=list)  # name, reverse, sha256, files
+    patches: list[AppliedPatch] = field(default_factory=list)
 
 
 class Server(Protocol):

@@ -17,7 +17,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -98,7 +97,7 @@ def prepare_local_arm(arm: str, spec: ArmSpec, overlays_dir: Path) -> ArmEnv:
         shutil.rmtree(tmp, ignore_errors=True)
         try:
             make_overlay(site_packages(), tmp)
-            applied = [asdict(a) for a in apply_patch_sets(spec.patches, tmp, installed)]
+            applied = apply_patch_sets(spec.patches, tmp, installed)
             (tmp / "applied.json").write_text(json.dumps(applied, indent=2))
         except BaseException:  # a patch that does not apply (or Ctrl-C) leaves no half-built overlay behind
             shutil.rmtree(tmp, ignore_errors=True)

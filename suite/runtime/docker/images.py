@@ -33,6 +33,7 @@ from typing import Any
 from suite import REPO_ROOT, __version__
 from suite.errors import SuiteError
 from suite.matrix import LOCAL_PREFIXES, ArmSpec, Matrix, VllmSource, file_sha256
+from suite.patches import AppliedPatch
 
 DOCKER_DIR = REPO_ROOT / "docker"
 IMAGE_REPO = "suite-vllm"
@@ -662,7 +663,7 @@ def build_image(client: Any, plan: ImagePlan, cache_root: Path,
                        dict(image.labels or {}))
 
 
-def image_patches(labels: dict[str, str]) -> list[dict[str, Any]]:
+def image_patches(labels: dict[str, str]) -> list[AppliedPatch]:
     """The patch records an image carries (name, reverse, sha256, kind: set or file) from its labels, in the
     arm's order (the sha256 list is positional: a diff file may share a set's name)."""
     refs = labels.get("suite.patches", "").split()
@@ -673,8 +674,8 @@ def image_patches(labels: dict[str, str]) -> list[dict[str, Any]]:
     for i, ref in enumerate(refs):
         name = ref.lstrip("-")
         sha = pairs[i][1] if i < len(pairs) and pairs[i][0] == name else by_name.get(name, "")
-        out.append({"name": name, "reverse": ref.startswith("-"), "sha256": sha,
-                    "kind": "file" if f"{name}={sha}" in files else "set"})
+        out.append(AppliedPatch(name=name, reverse=ref.startswith("-"), sha256=sha,
+                                kind="file" if f"{name}={sha}" in files else "set", action="in the image"))
     return out
 
 

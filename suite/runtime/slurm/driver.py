@@ -76,7 +76,7 @@ class SlurmDriver:
 
     # ------------------------------------------------------------------ setup
     def matrix_path(self) -> Path:
-        path = Path(self.ctx.store.manifest().get("matrix_path", "")).resolve()
+        path = Path(self.ctx.store.manifest().matrix_path or "").resolve()
         if not path.is_file():
             raise SuiteError(f"the run's matrix file {path} is gone; the jobs load it on the nodes")
         return path

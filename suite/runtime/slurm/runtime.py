@@ -8,6 +8,7 @@ from typing import Any
 
 from suite.errors import SuiteError
 from suite.matrix import ArmSpec, Matrix
+from suite.patches import AppliedPatch
 from suite.runtime.base import ArmEnv, RuntimeBase, ServerSpec
 from suite.runtime.slurm.cluster import preflight, spec_of
 
@@ -39,15 +40,14 @@ class SlurmRuntime(RuntimeBase):
         if not image:
             raise SuiteError(f"arm {arm!r}: runtime.slurm.container is {self.spec.container!r} but no image is "
                              "given (set runtime.slurm.image or the arm's image)")
-        patches: list[dict[str, Any]] = []
+        patches: list[AppliedPatch] = []
         if spec.patches:
             from suite.patches import check_patch_sets, resolve_patches, vllm_source_tree
 
             tree = vllm_source_tree(spec.vllm, self.cache_root / "vllm-src")
             check_patch_sets(spec.patches, tree, spec.vllm)
             # patch sets and the matrix's own diff files alike: the sha256 of the exact diff the job applies
-            patches = [{"name": r.name, "reverse": r.reverse, "kind": r.kind, "files": [], "sha256": r.sha256,
-                        "action": "applied in the job"} for r in resolve_patches(spec.patches, spec.vllm)]
+            patches = [AppliedPatch.resolved(r, "applied in the job") for r in resolve_patches(spec.patches, spec.vllm)]
         return ArmEnv(arm=arm, vllm_version=spec.vllm, image=image, patches=patches)
 
     def arm_vars(self, env: ArmEnv, cache_dir: Path) -> dict[str, str]:  # noqa: ARG002

@@ -42,8 +42,7 @@ def find_session(plan, arm: str, index: int) -> Session:
 
 def check_planned(store: RunStore, session: Session) -> None:
     """The matrix must still plan the jobs the driver planned (same keys and hashes)."""
-    planned = {(j["arm"], j["session"], j["key"]): j["hash"]
-               for j in store.manifest().get("plan", {}).get("jobs", [])}
+    planned = {(j.arm, j.session, j.key): j.hash for j in store.manifest().plan.jobs}
     for job in session.jobs:
         want = planned.get((job.arm, job.session, job.key))
         if want != job.hash:
