@@ -25,7 +25,7 @@ from suite.fixtures.gemma4 import ensure_model
 from suite.matrix import Matrix, load_matrix, missing_model_paths
 from suite.plan import Job, Plan, Session, build_plan, format_plan
 from suite.proc import signals_as_interrupt
-from suite.runtime.base import ArmEnv, Runtime, Server, free_port, port_in_use, wait_healthy
+from suite.runtime.base import ArmEnv, ArmPreparer, Runtime, Server, free_port, port_in_use, wait_healthy
 from suite.runtime.docker.runtime import DockerRuntime
 from suite.runtime.local import LocalRuntime
 from suite.runtime.scheduler import Batch, RunProgress, Scheduler
@@ -57,11 +57,18 @@ class RunContext:
     matrix: Matrix
     plan: Plan
     store: RunStore
-    runtime: Runtime
+    runtime: ArmPreparer  # every runtime prepares the arms; `here` starts their processes on this machine
     arm_envs: dict[str, ArmEnv]
     console: Console
     secrets: list[str] = field(default_factory=list)
     run_scope: SessionScope = field(default_factory=SessionScope)  # lives as long as the run (bench client)
+
+    @property
+    def here(self) -> Runtime:
+        """The arm backend that starts this run's servers, tools and clients on this machine."""
+        if not isinstance(self.runtime, Runtime):
+            raise SuiteError(f"runtime {self.runtime.kind} starts no processes on this machine")
+        return self.runtime
 
     def client_env(self) -> dict[str, str]:
         """Environment of client tools (bench, lm-eval): the installed vLLM, never an arm's overlay. The suite's
@@ -80,7 +87,7 @@ class RunContext:
         return env
 
 
-def make_runtime(matrix: Matrix, cache_root: Path) -> Runtime:
+def make_runtime(matrix: Matrix, cache_root: Path) -> ArmPreparer:
     try:
         return RUNTIMES[matrix.runtime.kind](matrix, cache_root)
     except KeyError:
@@ -123,23 +130,25 @@ def job_env(ctx: RunContext, job: Job, server: Server | None, scope: SessionScop
             pending: tuple[Job, ...] = (), settle_until: float | None = None) -> JobEnv:
     arm_env, arm_spec = ctx.arm_envs[job.arm], ctx.plan.arms[job.arm]
     offline = server is None
+    cache_dir = ctx.store.cache_dir(job.arm)
     return JobEnv(
         job=job, model=ctx.matrix.model, serve_args=[*ctx.matrix.serve_args, *arm_spec.serve_args],
         result=ctx.store.result_path(job), log=ctx.store.log_path(job), run_root=ctx.store.root,
-        arm_env=(ctx.runtime.tool_env(arm_env, ctx.store.cache_dir(job.arm)) | arm_spec.env) if offline else {},
-        wrap=lambda argv: ctx.runtime.tool_argv(arm_env, argv), vllm_root=arm_env.pythonpath,
-        client_env=ctx.client_env(), vllm="vllm", client_argv=lambda argv: ctx.runtime.client_argv(arm_env, argv, server=server),
-        client_cpus=ctx.runtime.client_cpus(),
+        arm_env=(ctx.here.tool_env(arm_env, cache_dir) | arm_spec.env) if offline else {},
+        wrap=lambda argv: ctx.here.tool_argv(arm_env, argv, cache_dir), vllm_root=arm_env.pythonpath,
+        client_env=ctx.client_env(), vllm="vllm",
+        client_argv=lambda argv: ctx.here.client_argv(arm_env, argv, cache_dir, server=server),
+        client_cpus=ctx.here.client_cpus(),
         server=None if offline else ServerView(server), scope=scope,
         session_dir=ctx.store.session_dir(job.arm, job.kind, job.session), pending=pending,
-        run_scope=ctx.run_scope, client_in_server=ctx.runtime.client_in_server, settle_until=settle_until)
+        run_scope=ctx.run_scope, client_in_server=ctx.here.client_in_server, settle_until=settle_until)
 
 
 def _run_job(ctx: RunContext, job: Job, server: Server | None, scope: SessionScope,
              pending: tuple[Job, ...] = (), settle_until: float | None = None) -> bool:
     started = utc_now()
     t0 = time.monotonic()
-    device = ctx.runtime.device_state()  # GPU clocks, P-state, power at the job's start (None on a CPU host)
+    device = ctx.here.device_state()  # GPU clocks, P-state, power at the job's start (None on a CPU host)
     stage = STAGES.get(job.kind)
     if stage is None:
         ctx.store.write_record(job, "failed", started=started, error=f"no stage for job kind {job.kind!r}")
@@ -157,7 +166,7 @@ def _run_job(ctx: RunContext, job: Job, server: Server | None, scope: SessionSco
         ctx.console.print(f"[red]failed[/red] {job.arm} {job.key}: {str(exc).splitlines()[0]}")
         return False
     if device is not None:
-        extra = {**extra, "device": {"before": device, "after": ctx.runtime.device_state()}}
+        extra = {**extra, "device": {"before": device, "after": ctx.here.device_state()}}
     ctx.store.write_record(job, "ok", started=started, seconds=round(time.monotonic() - t0, 3), **extra)
     return True
 
@@ -194,7 +203,7 @@ class Launch:
             "window": self.session.window, "started": self.started,
             "healthy_after_s": round(time.monotonic() - self.t0, 3), "port": spec.port,
             "cpus": sorted(spec.cpus) if spec.cpus else None,
-            "client_cpus": sorted(ctx.runtime.client_cpus() or []),
+            "client_cpus": sorted(ctx.here.client_cpus() or []),
             "argv": [redact_text(a, ctx.secrets) for a in spec.argv]})
 
 
@@ -213,18 +222,18 @@ def _launch_server(ctx: RunContext, session: Session, attempt: int, taken: froze
         senv = SessionEnv(arm=session.arm, index=session.index, runtime=ctx.runtime.kind,
                           arm_dir=ctx.store.arm_dir(session.arm),
                           session_dir=ctx.store.session_dir(session.arm, kind, session.index),
-                          base_env=ctx.runtime.arm_vars(ctx.arm_envs[session.arm], cache_dir) | extra_env,
+                          base_env=ctx.here.arm_vars(ctx.arm_envs[session.arm], cache_dir) | extra_env,
                           pending=[j for j in pending if j.kind == kind])
         if hooks.server_args:
             extra_args += hooks.server_args(senv)
         if hooks.server_env:
             extra_env.update(hooks.server_env(senv))
-    spec = ctx.runtime.server_spec(
+    spec = ctx.here.server_spec(
         ctx.arm_envs[session.arm],
         argv_tail=server_argv_tail(ctx.matrix, session.arm, ctx.plan, port, extra_args),
         extra_env=extra_env, cache_dir=cache_dir,
         log_path=ctx.store.server_log(session.arm, session.index, attempt), port=port, redact=ctx.secrets)
-    server = ctx.runtime.server(spec)
+    server = ctx.here.server(spec)
     launch = Launch(server=server, session=session, attempt=attempt, started=utc_now(), t0=time.monotonic())
     try:
         server.start()

@@ -156,7 +156,7 @@ def test_tool_container_runs_as_the_given_user(engine, cpu_images, tmp_path, mon
               "(home / '.cache').mkdir(parents=True, exist_ok=True); "
               f"pathlib.Path('{out}').write_text(json.dumps({{'user': getpass.getuser(), 'uid': os.getuid(), "
               "'home': str(home)}))")
-    argv = rt.tool_argv(env, ["python", "-c", script])  # makes HOME and the caches (as the invoking user)
+    argv = rt.tool_argv(env, ["python", "-c", script], run / "baseline" / "cache")  # makes HOME and the caches (as the invoking user)
     assert argv[argv.index("--user") + 1] == "4321:4321"
     for path in [run, *run.rglob("*")]:  # the invoking user would own them: here that user is 4321
         os.chown(path, 4321, 4321)

@@ -230,20 +230,21 @@ def test_client_tools_exec_into_the_server_container(tmp_path, monkeypatch):
     matrix, run, _ = cpu_setup(tmp_path, monkeypatch)
     rt = DockerRuntime(matrix, tmp_path / "cache")
     env = ArmEnv(arm="patched", vllm_version="0.32.0", image="suite-vllm:cpu-0.32.0-abc")
-    cfg = rt.container_config(env, argv_tail=["m", "--port", "8000"], extra_env={}, cache_dir=run / "patched" / "cache",
+    cfg_cache = run / "patched" / "cache"
+    cfg = rt.container_config(env, argv_tail=["m", "--port", "8000"], extra_env={}, cache_dir=cfg_cache,
                               log_path=run / "patched" / "server-0.log", port=8000)
     server = SimpleNamespace(spec=SimpleNamespace(container=cfg))
     exec_ = ["docker", "exec", "-i", "-e", "HF_HUB_OFFLINE", "-e", "HF_DATASETS_OFFLINE", "-e", "HF_DATASETS_CACHE",
              "-e", "TOKENIZERS_PARALLELISM", cfg.name]
     # the persistent bench client: the image's copy of client_worker.py, run by the image's python3
-    assert rt.client_argv(env, ["python", str(WORKER_PATH)], server) == [
+    assert rt.client_argv(env, ["python", str(WORKER_PATH)], cfg_cache, server) == [
         *exec_, "python3", "/opt/suite/tools/client_worker.py"]
     # its CLI fallback and the profile stage's bursts: the image's vllm, the server's URL unchanged
     bench = ["vllm", "bench", "serve", "--base-url", "http://127.0.0.1:8000", "--result-dir", str(run / "patched")]
-    assert rt.client_argv(env, bench, server) == [*exec_, *bench]
+    assert rt.client_argv(env, bench, cfg_cache, server) == [*exec_, *bench]
     # lm-eval (the host's interpreter or plain `python`): the image's python3 and its lm-eval
     for py in (sys.executable, "python"):
-        assert rt.client_argv(env, [py, "-m", "lm_eval", "run", "--tasks", "gsm8k"], server) == [
+        assert rt.client_argv(env, [py, "-m", "lm_eval", "run", "--tasks", "gsm8k"], cfg_cache, server) == [
             *exec_, "python3", "-m", "lm_eval", "run", "--tasks", "gsm8k"]
     assert rt.client_in_server  # one client per server: it ends with the container
 
@@ -257,7 +258,7 @@ def test_offline_tools_run_in_a_fresh_container_of_the_arm_image(tmp_path, monke
     assert tool_env.get("HOME") == os.environ.get("HOME")  # the docker CLI keeps its own HOME (config, contexts)
     monkeypatch.setattr(docker_runtime.secrets, "token_hex", lambda n: "f00baa")
     latency = ["vllm", "bench", "latency", "--model", str(model), "--output-json", str(run / "patched" / "l.json")]
-    argv = rt.tool_argv(env, latency)
+    argv = rt.tool_argv(env, latency, cache)
     hf = str((tmp_path / "hf").resolve())
     assert argv == [
         "docker", "run", "--rm", "--name", "suite-20260101T000000Z-tiny-patched-tool-f00baa", "--init",
@@ -274,7 +275,7 @@ def test_offline_tools_run_in_a_fresh_container_of_the_arm_image(tmp_path, monke
         "--output-json", str(run / "patched" / "l.json")]
     assert (cache / "home").is_dir() and (cache / "triton").is_dir()  # made here, as the invoking user
     # the kernel benchmark: the image's copy, run as a script by the image's python3
-    kernel = rt.tool_argv(env, ["python", "-m", "suite.stages.kernel.bench", "--json", "out.json", "--m", "1,2"])
+    kernel = rt.tool_argv(env, ["python", "-m", "suite.stages.kernel.bench", "--json", "out.json", "--m", "1,2"], cache)
     assert kernel[kernel.index("--entrypoint"):] == [
         "--entrypoint", "python3", "suite-vllm:cpu-0.32.0-abc", "/opt/suite/tools/kernel_bench.py", "--json",
         "out.json", "--m", "1,2"]
@@ -315,10 +316,7 @@ def test_client_without_a_server_is_a_sibling_on_the_host_network(tmp_path, monk
     matrix, run, _ = cpu_setup(tmp_path, monkeypatch)
     rt = DockerRuntime(matrix, tmp_path / "cache")
     env = ArmEnv(arm="baseline", vllm_version="0.32.0", image="img")
-    with pytest.raises(SuiteError, match="no cache directory"):
-        rt.client_argv(env, ["vllm", "bench", "serve"])
-    rt.tool_env(env, run / "baseline" / "cache")
-    argv = rt.client_argv(env, ["python", str(WORKER_PATH)])
+    argv = rt.client_argv(env, ["python", str(WORKER_PATH)], run / "baseline" / "cache")
     assert argv[:3] == ["docker", "run", "--rm"] and "-i" in argv and "--network=host" in argv
     assert "suite.role=client" in argv
     assert argv[argv.index("--entrypoint"):] == ["--entrypoint", "python3", "img", "/opt/suite/tools/client_worker.py"]
@@ -1073,7 +1071,7 @@ def test_a_matrix_variable_with_a_secret_looking_name_reaches_the_tool_container
     rt = DockerRuntime(matrix, tmp_path / "cache")
     env = ArmEnv(arm="patched", vllm_version="0.32.0", image="suite-vllm:cpu-0.32.0-abc")
     tool_env = rt.tool_env(env, run / "patched" / "cache")
-    argv = rt.tool_argv(env, ["vllm", "bench", "latency"])
+    argv = rt.tool_argv(env, ["vllm", "bench", "latency"], run / "patched" / "cache")
     assert tool_env[name] == "256"  # the CLI's environment: the value the container is given
     assert argv[argv.index(name) - 1] == "-e" and "256" not in " ".join(argv)  # by name on the command line
 
@@ -1086,6 +1084,5 @@ def test_the_hosts_hub_cache_is_the_containers_hub_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_CACHE", str(hub))
     rt = DockerRuntime(matrix, tmp_path / "cache")
     env = ArmEnv(arm="patched", vllm_version="0.32.0", image="suite-vllm:cpu-0.32.0-abc")
-    rt.tool_env(env, run / "patched" / "cache")
-    argv = rt.tool_argv(env, ["vllm", "bench", "latency"])
+    argv = rt.tool_argv(env, ["vllm", "bench", "latency"], run / "patched" / "cache")
     assert f"HF_HUB_CACHE={hub}" in argv and f"{hub}:{hub}" in argv

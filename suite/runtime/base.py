@@ -14,7 +14,7 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from suite.errors import ServerError
 from suite.patches import AppliedPatch
@@ -162,21 +162,30 @@ def wait_healthy(servers: Sequence[ServerBase], on_healthy: Callable[[int], None
     return failures
 
 
-class Runtime(Protocol):
-    """What the runner needs of a runtime (local, docker, slurm implement it)."""
+class ArmPreparer(Protocol):
+    """Makes each arm ready where its sessions will run and says what it made (every runtime: local, docker,
+    and slurm, whose sessions start their processes on the nodes with the local runtime)."""
 
     kind: str
-    client_in_server: bool
 
     def prepare_arm(self, arm: str, spec: Any) -> ArmEnv: ...
     def arm_info(self, arm: str) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class Runtime(ArmPreparer, Protocol):
+    """An arm backend: starts an arm's processes on this machine (local, docker). Each method returns a whole
+    command line, environment or server spec; none depends on another having been called first."""
+
+    client_in_server: bool
+
     def arm_vars(self, env: ArmEnv, cache_dir: Path) -> dict[str, str]: ...
     def server_spec(self, env: ArmEnv, *, argv_tail: list[str], extra_env: dict[str, str], cache_dir: Path,
                     log_path: Path, port: int, redact: list[str]) -> ServerSpec: ...
     def server(self, spec: ServerSpec) -> Server: ...
     def tool_env(self, env: ArmEnv, cache_dir: Path) -> dict[str, str]: ...
-    def tool_argv(self, env: ArmEnv, argv: list[str]) -> list[str]: ...
-    def client_argv(self, env: ArmEnv, argv: list[str], server: Any = None) -> list[str]: ...
+    def tool_argv(self, env: ArmEnv, argv: list[str], cache_dir: Path) -> list[str]: ...
+    def client_argv(self, env: ArmEnv, argv: list[str], cache_dir: Path, server: Any = None) -> list[str]: ...
     def client_cpus(self) -> frozenset[int] | None: ...
     def device_state(self) -> list[dict[str, str]] | None: ...
 

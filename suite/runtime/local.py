@@ -298,12 +298,13 @@ class LocalRuntime(RuntimeBase):
         full_env.update(self.matrix.env)
         return full_env
 
-    def tool_argv(self, env: ArmEnv, argv: list[str]) -> list[str]:  # noqa: ARG002
+    def tool_argv(self, env: ArmEnv, argv: list[str], cache_dir: Path) -> list[str]:  # noqa: ARG002
         """The command line that runs argv (`vllm ...` or `python ...`) in the arm's environment: the suite's
         interpreter and vLLM, with the arm's overlay first on PYTHONPATH (set by tool_env)."""
         return host_vllm(argv)
 
-    def client_argv(self, env: ArmEnv, argv: list[str], server: object = None) -> list[str]:  # noqa: ARG002
+    def client_argv(self, env: ArmEnv, argv: list[str], cache_dir: Path,  # noqa: ARG002
+                    server: object = None) -> list[str]:
         """Client tools run with the installed vLLM, never an arm's overlay (client_env drops PYTHONPATH);
         ``server`` (the session's running server, None for offline jobs) makes no difference here."""
         return host_vllm(argv)

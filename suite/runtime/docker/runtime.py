@@ -528,7 +528,6 @@ class DockerRuntime(RuntimeBase):
         self._client = client
         self.console = console
         self.images: dict[str, dict[str, Any]] = {}
-        self._cache_dirs: dict[str, Path] = {}  # arm -> its cache dir, as the last tool_env call named it
 
     @property
     def client(self) -> Any:
@@ -625,7 +624,6 @@ class DockerRuntime(RuntimeBase):
 
     def server_spec(self, env: ArmEnv, *, argv_tail: list[str], extra_env: dict[str, str], cache_dir: Path,
                     log_path: Path, port: int, redact: list[str]) -> DockerServerSpec:
-        self._cache_dirs[env.arm] = Path(cache_dir)
         cfg = self.container_config(env, argv_tail=argv_tail, extra_env=extra_env, cache_dir=cache_dir,
                                     log_path=log_path, port=port)
         return DockerServerSpec(arm=env.arm, argv=cfg.cli_argv(), env=dict(cfg.environment), log_path=log_path,
@@ -643,7 +641,7 @@ class DockerRuntime(RuntimeBase):
         spec = effective_arms(self.matrix).get(arm)
         return {**self.matrix.env, **(spec.env if spec else {})}
 
-    def client_argv(self, env: ArmEnv, argv: list[str], server: Any = None) -> list[str]:
+    def client_argv(self, env: ArmEnv, argv: list[str], cache_dir: Path, server: Any = None) -> list[str]:
         """A client tool (`vllm bench serve`, the persistent bench client, lm-eval) in the arm's image, against
         the arm's own vLLM: `docker exec -i` into the running server container (same network namespace, so
         the server's URL works unchanged; same mounts and user). Without a server: a sibling container of the
@@ -651,9 +649,8 @@ class DockerRuntime(RuntimeBase):
         container = getattr(getattr(server, "spec", None), "container", None)
         if container is not None:
             return exec_argv(container.name, argv)
-        cfg = tool_config(self.matrix, env, argv, extra_env=self.arm_env_vars(env.arm),
-                          cache_dir=self._cache_dir(env.arm), name_suffix=f"-client-{secrets.token_hex(3)}",
-                          client=True)
+        cfg = tool_config(self.matrix, env, argv, extra_env=self.arm_env_vars(env.arm), cache_dir=cache_dir,
+                          name_suffix=f"-client-{secrets.token_hex(3)}", client=True)
         return self._launch(cfg)
 
     def tool_env(self, env: ArmEnv, cache_dir: Path) -> dict[str, str]:
@@ -662,21 +659,16 @@ class DockerRuntime(RuntimeBase):
         (tool_argv) and, for secrets and the stage's additions, forwarded by name from here: so the matrix's
         own variables whose names look secret (HF_TOKEN, but also vLLM's VLLM_SHARED_EXPERTS_STREAM_TOKEN_THRESHOLD)
         are here with their values, never on the printed command line."""
-        self._cache_dirs[env.arm] = Path(cache_dir)
+        del cache_dir  # the container's caches are on its command line (tool_argv)
         return {**os.environ, **{k: v for k, v in self.arm_env_vars(env.arm).items() if SECRET_NAME.search(k)}}
 
-    def tool_argv(self, env: ArmEnv, argv: list[str]) -> list[str]:
+    def tool_argv(self, env: ArmEnv, argv: list[str], cache_dir: Path) -> list[str]:
         """An offline tool (`vllm bench latency`, `python -m suite.stages.kernel.bench`, ...) in a fresh
         container of the arm's image: `docker run --rm --init`, the server's mounts, environment, device flags
         and user (tool_config)."""
-        cfg = tool_config(self.matrix, env, argv, extra_env=self.arm_env_vars(env.arm),
-                          cache_dir=self._cache_dir(env.arm), name_suffix=f"-tool-{secrets.token_hex(3)}")
+        cfg = tool_config(self.matrix, env, argv, extra_env=self.arm_env_vars(env.arm), cache_dir=cache_dir,
+                          name_suffix=f"-tool-{secrets.token_hex(3)}")
         return self._launch(cfg)
-
-    def _cache_dir(self, arm: str) -> Path:
-        if arm not in self._cache_dirs:
-            raise SuiteError(f"arm {arm}: no cache directory known yet (tool_env names it)")
-        return self._cache_dirs[arm]
 
     def _launch(self, cfg: ContainerConfig) -> list[str]:
         for d in cfg.host_dirs():

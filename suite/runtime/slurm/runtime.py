@@ -9,15 +9,16 @@ from typing import Any
 from suite.errors import SuiteError
 from suite.matrix import ArmSpec, Matrix
 from suite.patches import AppliedPatch
-from suite.runtime.base import ArmEnv, RuntimeBase, ServerSpec
+from suite.runtime.base import ArmEnv
 from suite.runtime.slurm.cluster import preflight, spec_of
 
 
-class SlurmRuntime(RuntimeBase):
+class SlurmRuntime:
     """Prepares arms on the login node. Container mode ``none``: like the local runtime (the overlay lies in
     the cache directory, which the compute nodes must see). Container modes: the image's vLLM is not here,
     so the patch sets are checked against the arm's vLLM source tree now (fail before any submission) and
-    applied inside the job, on the node, to the image's own vLLM."""
+    applied inside the job, on the node, to the image's own vLLM. It starts nothing here: not an arm backend
+    (suite.runtime.base.Runtime); the sessions' processes start on the nodes, with the local runtime."""
 
     kind = "slurm"
 
@@ -50,11 +51,6 @@ class SlurmRuntime(RuntimeBase):
             patches = [AppliedPatch.resolved(r, "applied in the job") for r in resolve_patches(spec.patches, spec.vllm)]
         return ArmEnv(arm=arm, vllm_version=spec.vllm, image=image, patches=patches)
 
-    def arm_vars(self, env: ArmEnv, cache_dir: Path) -> dict[str, str]:  # noqa: ARG002
-        return {}  # servers start on the nodes (suite.runtime.slurm.worker, with the local runtime there)
-
-    def server_spec(self, env: ArmEnv, **kwargs: Any) -> ServerSpec:
-        raise SuiteError("runtime slurm starts servers inside its batch jobs, not on the login node")
-
-    server = tool_env = tool_argv = client_argv = server_spec
+    def arm_info(self, arm: str) -> dict[str, Any]:  # noqa: ARG002
+        return {}
 
