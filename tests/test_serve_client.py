@@ -34,6 +34,7 @@ from suite.stages.serve.client import (
 )
 from suite.stages.serve.warmup import (
     SEED_SHIFT,
+    WarmPoint,
     WarmShape,
     shape_of,
     size_for_duration,
@@ -321,7 +322,8 @@ def test_persistent_client_matches_the_cli_and_costs_less(tiny_model, tmp_path):
 
             # warm-ups through the same client: one per distinct shape, then the prefix cache reset
             other = with_flag(argv, "--max-concurrency", "2")
-            warm = warm_session(pc, [argv, with_flag(argv, "--num-prompts", "99"), other],
+            warm = warm_session(pc, [WarmPoint(argv, 4), WarmPoint(with_flag(argv, "--num-prompts", "99"), 4),
+                                     WarmPoint(other, 2)],
                                 reset_prefix_cache=lambda: http_ok(f"{server.base_url}/reset_prefix_cache",
                                                                    method="POST", timeout=30.0),
                                 scratch_dir=tmp_path / "warm")

@@ -13,7 +13,7 @@ from suite.plan import Job, ServeParams
 from suite.proc import run_tool
 from suite.stages.base import JobEnv
 from suite.stages.serve.client import WORKER_PATH, PersistentClient, with_flag
-from suite.stages.serve.warmup import size_for_duration, warm_session
+from suite.stages.serve.warmup import WarmPoint, size_for_duration, warm_session
 from suite.stats import LATENCIES, PERCENTILES
 
 PERCENTILE_METRICS = ",".join(LATENCIES)  # every latency of the metric registry ...
@@ -117,7 +117,8 @@ def warm(env: JobEnv, client: PersistentClient) -> dict[str, Any] | None:
     if env.scope.has("warm") or not serve_params(env.job).warmup:
         return None
     assert env.server is not None and env.session_dir is not None
-    points = [bench_argv(env, j, env.result) for j in env.pending if j.kind == "serve"]
+    points = [WarmPoint(bench_argv(env, j, env.result), serve_params(j).concurrency)
+              for j in env.pending if j.kind == "serve"]
     warmed = warm_session(client, points, reset_prefix_cache=env.server.reset_prefix_cache,
                           scratch_dir=env.session_dir / "warmup", settle_until=env.settle_until)
     env.scope.get("warm", lambda: contextlib.nullcontext(warmed))

@@ -43,6 +43,15 @@ SEED_SHIFT = 104729  # warm-up seed = point seed + this: other prompts than the 
 
 
 @dataclass(frozen=True)
+class WarmPoint:
+    """A measured point the session warms: its `vllm bench serve` argv (after `vllm bench serve`) and its
+    concurrency (how many requests the warm-up keeps in flight; None: unbounded)."""
+
+    argv: Sequence[str]
+    concurrency: int | None
+
+
+@dataclass(frozen=True)
 class WarmShape:
     """One warm-up run: the shape it warmed and what it measured."""
 
@@ -102,11 +111,6 @@ def shape_of(argv: Sequence[str]) -> dict[str, str]:
     return shape
 
 
-def concurrency_of(argv: Sequence[str]) -> int | None:
-    value = flag_value(argv, "--max-concurrency")
-    return int(value) if value is not None else None
-
-
 def warm_prompts(concurrency: int | None, factor: int = WARM_FACTOR) -> int:
     """Prompts of a warm-up: factor x concurrency (at least the concurrency, so every slot is used)."""
     if concurrency is None:
@@ -123,12 +127,12 @@ def warm_argv(argv: Sequence[str], prompts: int) -> list[str]:
     return without_flag(without_flag(out, "--result-dir"), "--result-filename")
 
 
-def warm_session(client: PersistentClient, points: Sequence[Sequence[str]], *,
+def warm_session(client: PersistentClient, points: Sequence[WarmPoint], *,
                  reset_prefix_cache: Callable[[], bool] | None, scratch_dir: Path | None = None,
                  timeout_s: float = 600.0, factor: int = WARM_FACTOR,
                  settle_until: float | None = None) -> SessionWarmup:
-    """Warm the server once per distinct shape of ``points`` (each the argv after `vllm bench serve` of a
-    measured point), in order of first appearance, then POST /reset_prefix_cache.
+    """Warm the server once per distinct shape of ``points`` (the session's measured points), in order of
+    first appearance, then POST /reset_prefix_cache.
 
     ``settle_until`` (a ``time.monotonic()`` deadline): after those, chunks of load at the first point's shape
     (SETTLE_FACTOR x concurrency prompts each) until the deadline has passed; a failed chunk ends the settle.
@@ -141,20 +145,20 @@ def warm_session(client: PersistentClient, points: Sequence[Sequence[str]], *,
     out = SessionWarmup()
     try:
         seen: list[dict[str, str]] = []
-        for argv in points:
-            key = shape_of(argv)
+        for point in points:
+            key = shape_of(point.argv)
             if key in seen:
                 continue
             seen.append(key)
             result = scratch / f"warm-{len(seen)}.json"
-            out.shapes.append(_warm_one(client, argv, key, result, timeout_s, factor))
+            out.shapes.append(_warm_one(client, point, key, result, timeout_s, factor))
         if settle_until is not None and points:  # last, so the first point's shape is what ran just before it
             start = time.monotonic()
             out.settle_left_s = max(0.0, settle_until - start)
             first = points[0]
             while time.monotonic() < settle_until:
                 at = time.monotonic() - start
-                chunk = _warm_one(client, first, shape_of(first), scratch / f"settle-{len(out.settle)}.json",
+                chunk = _warm_one(client, first, shape_of(first.argv), scratch / f"settle-{len(out.settle)}.json",
                                   timeout_s, SETTLE_FACTOR)
                 out.settle.append(replace(chunk, at_s=round(at, 3)))
                 if not chunk.ok:
@@ -168,13 +172,13 @@ def warm_session(client: PersistentClient, points: Sequence[Sequence[str]], *,
     return out
 
 
-def _warm_one(client: PersistentClient, argv: Sequence[str], key: dict[str, str], result: Path,
+def _warm_one(client: PersistentClient, point: WarmPoint, key: dict[str, str], result: Path,
               timeout_s: float, factor: int) -> WarmShape:
-    conc = concurrency_of(argv)
+    conc = point.concurrency
     prompts = warm_prompts(conc, factor)
     t0 = time.monotonic()
     try:
-        run = client.run(warm_argv(argv, prompts), result, timeout_s)
+        run = client.run(warm_argv(point.argv, prompts), result, timeout_s)
         raw = json.loads(result.read_text())
     except (SuiteError, OSError, ValueError) as exc:
         return WarmShape(shape=key, prompts=prompts, concurrency=conc, wall_s=round(time.monotonic() - t0, 3),
