@@ -62,6 +62,35 @@ def test_a_candidate_decided_at_a_look_keeps_that_look(tmp_path):
     assert slowed.decided_after is None and slowed.evaluation.composite.n_rounds == 3
 
 
+def test_the_third_h200_run_decides_both_candidates_from_the_raw_json(tmp_path):
+    """The run with quiet_s: 8 (docs/gpu-h200.md): ll-bf16 IMPROVEMENT at the runner's look after two rounds,
+    the slowed gate REGRESSION on its three complete rounds, the A/A control passed; each composite equals the
+    mean over rounds of the per-round geometric mean of baseline/candidate mean TPOT at the declared points."""
+    import json
+    import math
+
+    from suite.analysis import load_run
+
+    root = unpack(EVIDENCE / "h200-gemma4-quiet8-20261202", tmp_path / "q8")
+    run = load_run(root)
+    by_arm = {s.candidate: s for s in run.summaries}
+    ll, slowed, control = by_arm["ll-bf16"], by_arm["slowed-gate"], run.control
+    assert run.manifest.sequential.looks[0].outcomes == {"ll-bf16": "IMPROVEMENT", "slowed-gate": "INCONCLUSIVE"}
+    assert (ll.overall, ll.decided_after, ll.evaluation.composite.n_rounds) == ("IMPROVEMENT", 2, 2)
+    assert (slowed.overall, slowed.evaluation.composite.n_rounds) == ("REGRESSION", 3)
+    assert control is not None and control.overall == "EQUIVALENT"
+    points = run.matrix.verdict["points"]
+
+    def tpot(arm: str, point: str, r: int) -> float:
+        return json.loads((root / arm / "serve" / point / f"rep-{r}.json").read_text())["mean_tpot_ms"]
+
+    for summary, rounds in ((ll, range(2)), (slowed, range(3))):
+        scores = [sum(math.log(tpot("baseline", p, r) / tpot(summary.candidate, p, r)) for p in points) / len(points)
+                  for r in rounds]
+        expected = (math.exp(sum(scores) / len(scores)) - 1) * 100
+        assert summary.evaluation.composite.estimate_pct == pytest.approx(expected, abs=0.05), summary.candidate
+
+
 def report_with_verdict(tmp_path: Path, **verdict) -> tuple[Path, str]:
     """The first complete H200 run, its matrix's verdict block changed as given, and `suite report` on it."""
     import json
