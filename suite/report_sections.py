@@ -139,10 +139,24 @@ def _interval(lo: float | None, hi: float | None) -> str:
     return fmt_interval(lo, hi)
 
 
+def _between_looks(s: CandidateSummary, c: PrimaryResult) -> int | None:
+    """The look after the one tested, when the test has more rounds than its look planned: a run that ended
+    between looks (interrupted, or its budget spent) is tested at the boundary of the last look it reached."""
+    k = c.look - 1
+    if c.n_looks > 1 and 0 <= k < len(s.spec.looks) - 1 and c.n_rounds > s.spec.looks[k]:
+        return s.spec.looks[k + 1]
+    return None
+
+
+def _look(s: CandidateSummary, c: PrimaryResult) -> str:
+    where = f"look {c.look} of {c.n_looks}"
+    return where + (f", on {c.n_rounds} rounds" if _between_looks(s, c) is not None else "")
+
+
 def _reason(s: CandidateSummary, c: PrimaryResult) -> str:
     """Why the word, from the test's own numbers (its interval shown only when it is not absurdly wide)."""
     p = f"p={fmt_p(c.p_value)}" if c.p_value is not None else "no p-value"
-    where = "fixed design" if c.n_looks == 1 else f"look {c.look} of {c.n_looks}"
+    where = "fixed design" if c.n_looks == 1 else _look(s, c)
     if c.outcome in (Outcome.IMPROVEMENT, Outcome.REGRESSION):
         return f"{p} < {c.nominal_alpha:.2g}: the interval excludes 0 ({where})"
     if c.outcome == Outcome.EQUIVALENT:
@@ -174,7 +188,9 @@ def card(run: RunData, s: CandidateSummary) -> Card:
     c = ev.composite
     level = ("95 % interval" if c.n_looks == 1
              else f"repeated {100 * (1 - c.nominal_alpha):.3g} % interval, look {c.look} of {c.n_looks} "
-                  f"({SPENDING_LABEL[c.spending]})")
+                  f"({SPENDING_LABEL[c.spending]})"
+             + (f": {c.n_rounds} rounds at that look's boundary (the run ended before the look after {nxt})"
+                if (nxt := _between_looks(s, c)) is not None else ""))
     metrics = ", ".join(METRICS[m].label for m in s.spec.metrics)
     headline = f"composite {fmt_pct(c.estimate_pct)} {_interval(c.rci_low_pct, c.rci_high_pct)}"
     rounds = f"{c.n_rounds} round{'s' if c.n_rounds != 1 else ''} paired by round index" + (

@@ -78,6 +78,10 @@ def test_the_third_h200_run_decides_both_candidates_from_the_raw_json(tmp_path):
     assert run.manifest.sequential.looks[0].outcomes == {"ll-bf16": "IMPROVEMENT", "slowed-gate": "INCONCLUSIVE"}
     assert (ll.overall, ll.decided_after, ll.evaluation.composite.n_rounds) == ("IMPROVEMENT", 2, 2)
     assert (slowed.overall, slowed.evaluation.composite.n_rounds) == ("REGRESSION", 3)
+    # three rounds, between the looks after 2 and 4: tested at the first look's boundary, and the card says so
+    assert slowed.evaluation.composite.look == 1
+    report = (EVIDENCE / "h200-gemma4-quiet8-20261202" / "report.md").read_text()
+    assert "look 1 of 2 (O'Brien–Fleming): 3 rounds at that look's boundary (the run ended before the look after 4)" in report
     assert control is not None and control.overall == "EQUIVALENT"
     points = run.matrix.verdict["points"]
 
