@@ -634,7 +634,8 @@ class Matrix(Strict):
         "order: abba only: the servers of this many arms of a round are alive at once (one time window: "
         "started together, their jobs alternating); each round's arms are put in windows in a seeded "
         "random order (order_seed)"))
-    order_seed: int = Field(0, ge=0, description="seed of the random arm order of side_by_side rounds")
+    order_seed: int = Field(0, ge=0, description="seed of the random arm order of abba rounds (a fresh "
+                            "permutation per round, recorded in the manifest's plan)")
     quiet_s: float = Field(0, ge=0, le=600, description=(
         "no request reaches a server (in a side-by-side window: any of the window's servers) until this many "
         "seconds after it (the window's last) answered /health; then the warm-up"))

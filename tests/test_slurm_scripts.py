@@ -157,8 +157,10 @@ def test_slurm_scripts_command_prints_every_session(tmp_path: Path) -> None:
     path.write_text((BASE % "{container: apptainer, image: /img/base.sif, gpus_per_job: 2}") + "order: abba\nrepeats: 2\n")
     proc = run_suite("slurm-scripts", str(path), "--out", str(tmp_path / "runs"), check=True)
     heads = [line for line in proc.stdout.splitlines() if line.startswith("# ---- ")]
-    assert [h.split("/slurm/")[1].split(" ")[0] for h in heads] == [
-        "baseline-s0.sbatch", "patched-s0.sbatch", "patched-s1.sbatch", "baseline-s1.sbatch"]  # A B B A
+    from suite.plan import round_order
+
+    order = [f"{arm}-s{r}.sbatch" for r in range(2) for arm in round_order(["baseline", "patched"], r)]
+    assert [h.split("/slurm/")[1].split(" ")[0] for h in heads] == order  # the plan's order: one script a session
     execs = [line for line in proc.stdout.splitlines() if line.startswith("exec ")]
     assert all(e.startswith("exec apptainer exec --nv --bind ") for e in execs)
     assert "registry#vllm/vllm-openai:v0.33.0" in execs[1] and "/img/base.sif" in execs[0]

@@ -28,6 +28,7 @@ import math
 import os
 import sys
 import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
@@ -66,16 +67,23 @@ class Noise:
     drift: float = 0.0  # log-speed change per session slot
 
 
-def simulate_rounds(rng: np.random.Generator, noise: Noise, effect_pct: float, n_rounds: int) -> dict:
-    """arm -> round index -> point -> metric -> value."""
+def mirror_order(r: int) -> tuple[str, ...]:
+    """The plain ABBA order of round r: baseline, A/A, candidate; then reversed."""
+    return ARMS if r % 2 == 0 else ARMS[::-1]
+
+
+def simulate_rounds(rng: np.random.Generator, noise: Noise, effect_pct: float, n_rounds: int,
+                    order: Callable[[int], Sequence[str]] = mirror_order,
+                    drift: np.ndarray | None = None) -> dict:
+    """arm -> round index -> point -> metric -> value. ``order(r)``: round r's arms in run order (each one
+    session slot); ``drift``: log-speed added at each slot (default: the linear ``noise.drift`` per slot)."""
     data: dict[str, dict] = {arm: {} for arm in ARMS}
     sign = np.array([1.0 if METRICS[m].higher_is_better else -1.0 for m in HEADLINE])
     base = np.array([BASE_VALUE[m] for m in HEADLINE])
     for r in range(n_rounds):
-        order = ARMS if r % 2 == 0 else ARMS[::-1]
-        for pos, arm in enumerate(order):
+        for pos, arm in enumerate(order(r)):
             slot = r * len(ARMS) + pos
-            g = rng.normal(0, noise.session) + noise.drift * slot
+            g = rng.normal(0, noise.session) + (noise.drift * slot if drift is None else drift[slot])
             if noise.p_slow and rng.random() < noise.p_slow:
                 g += math.log(noise.slow)
             if arm == "candidate":
@@ -89,8 +97,9 @@ def simulate_rounds(rng: np.random.Generator, noise: Noise, effect_pct: float, n
 
 
 def one_run(rng: np.random.Generator, noise: Noise, effect_pct: float, spec: VerdictSpec,
-            use_aa: bool = True) -> tuple[Outcome, int]:
-    data = simulate_rounds(rng, noise, effect_pct, spec.max_rounds)
+            use_aa: bool = True, order: Callable[[int], Sequence[str]] = mirror_order,
+            drift: np.ndarray | None = None) -> tuple[Outcome, int]:
+    data = simulate_rounds(rng, noise, effect_pct, spec.max_rounds, order, drift)
     base, aa, cand = (data[a] for a in ARMS)
     comp = round_scores(base, cand, spec.metrics).scores
     per = {m: round_scores(base, cand, (m,)).scores for m in spec.metrics}

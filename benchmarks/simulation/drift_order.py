@@ -1,0 +1,152 @@
+"""False alarms of a neutral candidate under host drift, in the run order the real plan gives.
+
+    .venv/bin/python benchmarks/simulation/drift_order.py [--trials 2000] [--jobs N]
+
+The order of every round comes from ``suite.plan.build_plan`` for a matrix like the demo's (baseline, its
+A/A arm, one candidate; ``order: abba``, ``repeats: auto``, the default design: 8 rounds, looks 2/4/6/8,
+O'Brien–Fleming); the plan's order for round r is the order of its serving sessions, each one session slot.
+One trial per seed of that order (``order_seed`` = trial index), so a randomised order is drawn afresh
+per run as a user's run would. Per trial the same code as the runner: round scores paired by round index,
+the primary test at each look, the per-metric tests where it stops (``primary_test.one_run``), with the
+session and point noise of ``primary_test.simulate_rounds`` (σ_session 3 %, σ_within 3 %) and one of the
+host drift models below added to every session by its slot (log speed):
+
+- none;
+- linear: +1 % per slot;
+- AR(1): φ 0.5, stationary sd 3 %;
+- random walk: steps of sd 1 %;
+- periodic: sd 3 % sine (amplitude 3 %·√2) of period P slots, random phase per run; P = 6 is two rounds
+  of three arms (what a mirrored pair of rounds lines up with), 8 a period no round length divides.
+
+A false alarm is the candidate called REGRESSION, IMPROVEMENT or MIXED. Seeds are fixed: the printed
+numbers repeat. Run it against an older checkout (``PYTHONPATH=<that checkout>``) to compare its order.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from primary_test import ARMS, FALSE_POSITIVE, Noise, one_run, pct  # noqa: E402
+
+from suite.matrix import parse_matrix  # noqa: E402
+from suite.plan import build_plan  # noqa: E402
+from suite.sequential import session_round  # noqa: E402
+from suite.verdict import Outcome, VerdictSpec  # noqa: E402
+
+POWER = (("none", 5.0), ("linear", 5.0))  # a 5 % slowdown: what randomising costs where mirrored pairs cancel
+
+MATRIX = """\
+name: drift-order
+model: {{id: sim/model}}
+arms:
+  baseline: {{vllm: "0.32.0"}}
+  candidate: {{vllm: "0.32.0"}}
+serve:
+  - {{isl: 64, osl: 16, concurrency: 1}}
+order: abba
+repeats: auto
+aa: true
+order_seed: {seed}
+verdict: {{max_rounds: 8, looks: [2, 4, 6, 8]}}
+"""
+NAMES = {"baseline": "baseline", "baseline.aa": "baseline.aa", "candidate": "candidate"}
+SLOTS = 8 * len(ARMS)
+
+
+def plan_orders(seed: int) -> dict[int, tuple[str, ...]]:
+    """Round -> its serving arms in the order the real plan runs them."""
+    plan = build_plan(parse_matrix(MATRIX.format(seed=seed)))
+    rounds: dict[int, list[str]] = {}
+    for s in plan.sessions:
+        r = session_round(s)
+        if r is not None:
+            rounds.setdefault(r, []).append(NAMES[s.arm])
+    return {r: tuple(arms) for r, arms in rounds.items()}
+
+
+def drift_of(model: str, rng: np.random.Generator) -> np.ndarray:
+    slot = np.arange(SLOTS, dtype=float)
+    if model == "none":
+        return np.zeros(SLOTS)
+    if model == "linear":
+        return 0.01 * slot
+    if model == "ar1":
+        phi, sd = 0.5, 0.03
+        out = np.empty(SLOTS)
+        out[0] = rng.normal(0, sd)
+        for i in range(1, SLOTS):
+            out[i] = phi * out[i - 1] + rng.normal(0, sd * math.sqrt(1 - phi**2))
+        return out
+    if model == "walk":
+        return np.cumsum(rng.normal(0, 0.01, SLOTS))
+    if model.startswith("periodic"):
+        period = float(model.removeprefix("periodic"))
+        return 0.03 * math.sqrt(2) * np.sin(2 * math.pi * slot / period + rng.uniform(0, 2 * math.pi))
+    raise ValueError(model)
+
+
+MODELS = ("none", "linear", "ar1", "walk", "periodic6", "periodic8")
+LABELS = {"none": "no drift", "linear": "linear, +1 % per slot", "ar1": "AR(1), φ 0.5, sd 3 %",
+          "walk": "random walk, steps 1 %", "periodic6": "periodic, 6 slots (two rounds)",
+          "periodic8": "periodic, 8 slots"}
+
+
+@dataclass(frozen=True)
+class Task:
+    model: str
+    trials: int
+    seed: int
+    effect_pct: float = 0.0
+
+
+def run_cell(task: Task) -> tuple[float, float]:
+    """(false alarms of a neutral candidate, or REGRESSION calls of a slower one; mean rounds) over the trials."""
+    rng = np.random.default_rng(task.seed)
+    spec = VerdictSpec(max_rounds=8, looks=(2, 4, 6, 8))
+    hits = rounds = 0
+    for t in range(task.trials):
+        orders = plan_orders(t)
+        outcome, n = one_run(rng, Noise(0.03), task.effect_pct, spec, order=orders.__getitem__,
+                             drift=drift_of(task.model, rng))
+        hits += outcome in FALSE_POSITIVE if task.effect_pct == 0 else outcome == Outcome.REGRESSION
+        rounds += n
+    return hits / task.trials, rounds / task.trials
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--trials", type=int, default=2000)
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    args = ap.parse_args(argv)
+    start = time.monotonic()
+    orders = [" ".join(a[0] if a != "baseline.aa" else "A" for a in plan_orders(0)[r]) for r in range(4)]
+    tasks = [Task(m, args.trials, 7_000 + i) for i, m in enumerate(MODELS)]
+    tasks += [Task(m, args.trials // 4, 7_100 + i, e) for i, (m, e) in enumerate(POWER)]
+    with ProcessPoolExecutor(args.jobs) as pool:
+        cells = list(pool.map(run_cell, tasks))
+    power = cells[len(MODELS):]
+    print(f"plan order (order_seed 0, b = baseline, A = A/A, c = candidate), rounds 0-3: {' | '.join(orders)}")
+    print(f"\n| host drift | false alarms of a neutral candidate ({args.trials} runs) | mean rounds |")
+    print("|---|--:|--:|")
+    for m, (rate, rounds) in zip(MODELS, cells[:len(MODELS)], strict=True):
+        print(f"| {LABELS[m]} | {pct(rate)} | {rounds:.1f} |")
+    print(f"\n| host drift | REGRESSION calls of a 5 % slowdown ({args.trials // 4} runs) | mean rounds |")
+    print("|---|--:|--:|")
+    for (m, _), (rate, rounds) in zip(POWER, power, strict=True):
+        print(f"| {LABELS[m]} | {pct(rate)} | {rounds:.1f} |")
+    print(f"\n{time.monotonic() - start:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
