@@ -350,6 +350,8 @@ def context_files(vendor: str, vllm: str, patches: list[Any] | tuple[Any, ...] =
     if not dockerfile.is_file():
         raise SuiteError(f"no Dockerfile for vendor {vendor!r} ({dockerfile})")
     files = [("Dockerfile", dockerfile), ("suite-src/apply_patches.py", DOCKER_DIR / "apply_patches.py")]
+    if vendor in ("cuda", "rocm"):  # lm-eval goes into a vendor image pinned to what it holds
+        files.append(("image_pins.py", DOCKER_DIR / "image_pins.py"))
     files += [(f"suite-src/{rel}", REPO_ROOT / rel) for rel in suite_files()]
     files += [(rel, REPO_ROOT / src) for rel, src in IMAGE_TOOL_FILES]
     files += patch_context_files(resolve_patches(patches, vllm))
