@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from suite.errors import SuiteError
@@ -88,9 +88,23 @@ def wait_group_gone(pgid: int, timeout_s: float) -> bool:
         time.sleep(0.2)
 
 
+_RELAYED: dict[str, Callable[[], None]] = {}
+
+
+def on_stop(marker: str, end: Callable[[], None]) -> None:
+    """``end`` runs when a still-running process whose command line holds the word ``marker`` is stopped
+    (``stop_group``): a tool started through a relay (`docker exec`) keeps running where it is when the relay
+    process here is killed, so whoever built the relay's command says how to end the tool there."""
+    _RELAYED[marker] = end
+
+
 def stop_group(proc: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> bool:
     """SIGTERM to the whole process group of ``proc`` (a session leader), SIGKILL after ``grace_s``; True
-    when every member is gone."""
+    when every member is gone. A relayed tool (``on_stop``) still running is ended where it runs first."""
+    if proc.poll() is None and isinstance(proc.args, list):
+        for marker, end in list(_RELAYED.items()):
+            if marker in proc.args:
+                end()
     for sig, grace in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
         try:
             os.killpg(proc.pid, sig)

@@ -363,3 +363,31 @@ def test_wrong_vllm_in_the_base_fails_the_build(engine, standin, tmp_path):
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-v"]))
+
+
+def test_a_timed_out_client_ends_inside_the_container_too(engine, cpu_images, tmp_path):
+    """Killing a `docker exec` leaves its process running in the container (docker/cli#5309): a client past its
+    timeout (a sleep standing for `vllm bench serve`) kept sending requests while the next point was measured.
+    Stopping it now ends its processes in the server's container too."""
+    from types import SimpleNamespace
+
+    from suite.errors import SuiteError
+    from suite.matrix import parse_matrix
+    from suite.proc import run_tool
+    from suite.runtime.base import ArmEnv
+    from suite.runtime.docker.runtime import DockerRuntime
+
+    matrix_path, tags, _, _ = cpu_images
+    box = engine.containers.run(tags["baseline"], ["sleep", "300"], entrypoint=[], detach=True, remove=True,
+                                name=f"suite-test-exec-{os.getpid()}")
+    try:
+        rt = DockerRuntime(parse_matrix(Path(matrix_path).read_text()), tmp_path / "cache", client=engine)
+        env = ArmEnv(arm="baseline", vllm_version="0.32.0", image=tags["baseline"])
+        server = SimpleNamespace(spec=SimpleNamespace(container=SimpleNamespace(name=box.name)))
+        argv = rt.client_argv(env, ["python", "-c", "import time; time.sleep(240)"], tmp_path / "cache", server)
+        with pytest.raises(SuiteError, match="timed out"):
+            run_tool(argv, env=None, log_path=tmp_path / "client.log", timeout_s=5, what="the client")
+        procs = [" ".join(p) for p in box.top()["Processes"]]
+        assert any("sleep 300" in p for p in procs) and not any("time.sleep(240)" in p for p in procs), procs
+    finally:
+        box.kill()

@@ -235,17 +235,27 @@ def test_client_tools_exec_into_the_server_container(tmp_path, monkeypatch):
                               log_path=run / "patched" / "server-0.log", port=8000)
     server = SimpleNamespace(spec=SimpleNamespace(container=cfg))
     exec_ = ["docker", "exec", "-i", "-e", "HF_HUB_OFFLINE", "-e", "HF_DATASETS_OFFLINE", "-e", "HF_DATASETS_CACHE",
-             "-e", "TOKENIZERS_PARALLELISM", cfg.name]
+             "-e", "TOKENIZERS_PARALLELISM"]
+    markers = []
+
+    def client(argv: list[str]) -> list[str]:
+        """client_argv less its marker (the -e SUITE_EXEC=<random> by which a stop finds its processes)."""
+        out = rt.client_argv(env, argv, cfg_cache, server)
+        i = out.index(cfg.name)
+        assert out[i - 2] == "-e" and out[i - 1].startswith("SUITE_EXEC=")
+        markers.append(out[i - 1])
+        return out[:i - 2] + out[i:]
+
     # the persistent bench client: the image's copy of client_worker.py, run by the image's python3
-    assert rt.client_argv(env, ["python", str(WORKER_PATH)], cfg_cache, server) == [
-        *exec_, "python3", "/opt/suite/tools/client_worker.py"]
+    assert client(["python", str(WORKER_PATH)]) == [*exec_, cfg.name, "python3", "/opt/suite/tools/client_worker.py"]
     # its CLI fallback and the profile stage's bursts: the image's vllm, the server's URL unchanged
     bench = ["vllm", "bench", "serve", "--base-url", "http://127.0.0.1:8000", "--result-dir", str(run / "patched")]
-    assert rt.client_argv(env, bench, cfg_cache, server) == [*exec_, *bench]
+    assert client(bench) == [*exec_, cfg.name, *bench]
     # lm-eval (the host's interpreter or plain `python`): the image's python3 and its lm-eval
     for py in (sys.executable, "python"):
-        assert rt.client_argv(env, [py, "-m", "lm_eval", "run", "--tasks", "gsm8k"], cfg_cache, server) == [
-            *exec_, "python3", "-m", "lm_eval", "run", "--tasks", "gsm8k"]
+        assert client([py, "-m", "lm_eval", "run", "--tasks", "gsm8k"]) == [
+            *exec_, cfg.name, "python3", "-m", "lm_eval", "run", "--tasks", "gsm8k"]
+    assert len(set(markers)) == len(markers)  # one per command: a stop ends only its own processes
     assert rt.client_in_server  # one client per server: it ends with the container
 
 

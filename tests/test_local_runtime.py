@@ -110,3 +110,22 @@ def test_the_watchdog_leaves_by_itself_when_the_group_is_stopped():
     assert dog.poll() is None  # watching
     assert stop_group(group, grace_s=2.0)
     assert dog.wait(timeout=5) == 0
+
+
+def test_a_relayed_tool_is_ended_where_it_runs_when_its_relay_is_stopped(tmp_path):
+    """suite.proc.on_stop: stopping a still-running relay (here a shell standing for `docker exec`) first runs
+    the relay owner's end hook; a relay that already exited is not ended again."""
+    import pytest
+
+    from suite.errors import SuiteError
+    from suite.proc import on_stop, run_tool
+
+    ended = []
+    on_stop("SUITE_EXEC=t1", lambda: ended.append("t1"))
+    on_stop("SUITE_EXEC=t2", lambda: ended.append("t2"))
+    with pytest.raises(SuiteError, match="timed out"):
+        run_tool(["sh", "-c", "sleep 30", "SUITE_EXEC=t1"], env=None, log_path=tmp_path / "a.log", timeout_s=0.5,
+                 what="relay")
+    run_tool(["sh", "-c", "true", "SUITE_EXEC=t2"], env=None, log_path=tmp_path / "b.log", timeout_s=30,
+             what="relay")
+    assert ended == ["t1"]

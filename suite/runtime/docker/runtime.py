@@ -50,7 +50,7 @@ from typing import Any
 from suite import REPO_ROOT
 from suite.errors import ServerError, SuiteError
 from suite.matrix import ArmSpec, DockerSpec, Matrix
-from suite.proc import read_tail
+from suite.proc import on_stop, read_tail
 from suite.runtime.base import ArmEnv, RuntimeBase, ServerBase, ServerSpec
 from suite.store import SECRET_NAME
 
@@ -300,13 +300,31 @@ def image_argv(argv: list[str]) -> list[str]:
     return [IMAGE_PYTHON, *rest]
 
 
-def exec_argv(container: str, argv: list[str], forward: Iterable[str] = CLIENT_ENV) -> list[str]:
+def exec_argv(container: str, argv: list[str], forward: Iterable[str] = CLIENT_ENV,
+              marker: str | None = None) -> list[str]:
     """`docker exec -i` of a client tool in a running container (the arm's server): its environment is the
-    container's, plus the names in ``forward`` taken from the calling environment (unset there: not set)."""
+    container's, plus the names in ``forward`` taken from the calling environment (unset there: not set), plus
+    ``marker`` (``NAME=value``), by which ``end_exec`` finds the tool's processes in the container."""
     cmd = ["docker", "exec", "-i"]
     for name in forward:
         cmd += ["-e", name]
+    if marker is not None:
+        cmd += ["-e", marker]
     return [*cmd, container, *image_argv(argv)]
+
+
+# every process of the exec (children inherit the environment) by its marker; TERM, then KILL what is left
+END_EXEC = ('for sig in TERM KILL; do for p in /proc/[0-9]*; do grep -qsxzF "$0" "$p/environ" && '
+            'kill -s "$sig" "${p#/proc/}" 2>/dev/null; done; [ "$sig" = TERM ] && sleep 2; done; true')
+
+
+def end_exec(client: Any, container: str, marker: str) -> None:
+    """End the processes of one `docker exec` in ``container``: killing the local `docker exec` leaves them
+    running there (docker/cli#5309), still sending requests while the next point is measured."""
+    from docker.errors import DockerException
+
+    with contextlib.suppress(DockerException):  # the container is gone: so are its processes
+        client.containers.get(container).exec_run(["sh", "-c", END_EXEC, marker])
 
 
 def _arm_settings(matrix: Matrix, env: ArmEnv, *, cache_dir: Path, root: Path, extra_env: dict[str, str],
@@ -648,7 +666,9 @@ class DockerRuntime(RuntimeBase):
         image on the host network."""
         container = getattr(getattr(server, "spec", None), "container", None)
         if container is not None:
-            return exec_argv(container.name, argv)
+            marker = f"SUITE_EXEC={secrets.token_hex(6)}"
+            on_stop(marker, lambda: end_exec(self.client, container.name, marker))
+            return exec_argv(container.name, argv, marker=marker)
         cfg = tool_config(self.matrix, env, argv, extra_env=self.arm_env_vars(env.arm), cache_dir=cache_dir,
                           name_suffix=f"-client-{secrets.token_hex(3)}", client=True)
         return self._launch(cfg)
