@@ -213,9 +213,9 @@ def _offline_jobs(matrix: Matrix, arms: dict[str, ArmSpec], arm: str, session: i
 def round_order(arms: list[str], r: int, seed: int = 0) -> list[str]:
     """The arm order of round r under ABBA (and the order arms are put in windows with side_by_side): a fresh
     seeded random permutation per round. A fixed order, a rotation or mirrored pairs line up with periodic
-    drift of the host (a neutral arm read changed in 11.7 % of runs at a drift period of 8 sessions under the
-    rotation this replaced, 9.4 % at 6 under randomised mirrored pairs); a fresh order per round stays at
-    4.6-5.8 % under linear, AR(1), random-walk and periodic drift (benchmarks/simulation/drift_order.py,
+    drift of the host (a neutral arm read changed in 10.4 % of runs at a drift period of 8 sessions under the
+    rotation this replaced, 9.3 % at 6 under randomised mirrored pairs); a fresh order per round stays at
+    4.3-5.6 % under linear, AR(1), random-walk and periodic drift (benchmarks/simulation/drift_order.py,
     docs/statistics.md): drift becomes noise of the round's score, never a bias of one arm. Seeded by a string
     (``random.Random`` hashes it with SHA-512: the same on every machine and Python run)."""
     order = list(arms)

@@ -87,7 +87,11 @@ class VerdictSpec(BaseModel):
     looks: tuple[int, ...] | None = Field(
         None, description="round counts at which the test is looked at; default: every 2 rounds, at most 4"
     )
-    pool_aa: bool = Field(True, description="pool the variance with the A/A arm's scores when an F test allows")
+    pool_aa: bool = Field(False, description=(
+        "pool the variance with the A/A arm's scores when an F test allows: more power at few rounds, but only "
+        "for arms whose servers vary alike; a candidate whose servers vary 2-3x more reads changed in 9.5-11.7 % "
+        "of runs when pooled (4.6-4.8 % not pooled; docs/statistics.md), and at 2-4 rounds the F test cannot "
+        "tell"))
     points: tuple[str, ...] | None = Field(
         None, description="the serving points (ids as the report names them, e.g. isl128-osl64-c1-n16) where the "
         "change can act: only they feed the composite; the others are measured and shown; default: every point")

@@ -418,7 +418,10 @@ def test_the_aa_control_passes_for_two_identical_arms_and_is_never_pooled_with_i
     ctrl = run.control
     assert ctrl is not None and ctrl.candidate == "baseline.aa" and ctrl.control_word == "CONTROL PASSED"
     assert ctrl.evaluation is not None and ctrl.evaluation.composite.pooled is False
-    assert run.summaries[0].evaluation.composite.pooled is True  # the candidate's test does pool it
+    assert run.summaries[0].evaluation.composite.pooled is False  # nor with the candidate, unless asked
+    pooled = make_run(tmp_path / "pooled", aa_values(1.0), order="abba", repeats=4,
+                      matrix_text=AA_MATRIX + "verdict: {pool_aa: true}\n")
+    assert load_run(pooled).summaries[0].evaluation.composite.pooled is True  # verdict.pool_aa: true
     text = build_report(root).read_text()
     assert text.startswith("# rep: baseline vs patched\n")  # the control is no compared arm
     assert "- **A/A control: baseline.aa vs baseline: CONTROL PASSED** — composite " in text

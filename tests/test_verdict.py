@@ -33,7 +33,7 @@ from suite.verdict import (
     z_boundaries,
 )
 
-SPEC = VerdictSpec()  # O'Brien-Fleming, looks 2/4/6/8, target 5 %, pooled A/A
+SPEC = VerdictSpec()  # O'Brien-Fleming, looks 2/4/6/8, target 5 %, A/A not pooled
 
 
 def noisy(mean: float, sd: float, n: int, seed: int) -> dict[int, float]:
@@ -246,18 +246,20 @@ def test_evaluate_reports_dropped_rounds_and_a_regression():
 # --------------------------------------------------------------------------- pooling with the A/A arm
 
 
-def test_pooling_with_aa_scores():
+def test_pooling_with_aa_scores_only_when_asked():
     cand, aa = noisy(-0.10, 0.05, 4, seed=6), noisy(0.0, 0.05, 4, seed=7)
-    pooled = primary_test(cand, SPEC, look=2, aa_scores=aa)
+    assert not primary_test(cand, SPEC, look=2, aa_scores=aa).pooled  # off by default: it needs exchangeable arms
+    SPEC_POOLED = SPEC.model_copy(update={"pool_aa": True})
+    pooled = primary_test(cand, SPEC_POOLED, look=2, aa_scores=aa)
     assert pooled.pooled and pooled.df == pytest.approx((3 + 3) / 1.25) and "pooled with 4 A/A" in pooled.variance
     alone = primary_test(cand, SPEC.model_copy(update={"pool_aa": False}), look=2, aa_scores=aa)
     assert not alone.pooled and alone.df == 3
     assert pooled.rci_high_pct - pooled.rci_low_pct < alone.rci_high_pct - alone.rci_low_pct
     # the candidate varies much more than the A/A arm: pooling would understate its variance, so refused
-    wild = primary_test(noisy(-0.10, 0.50, 8, seed=8), SPEC, look=4, aa_scores=noisy(0.0, 0.02, 8, seed=9))
+    wild = primary_test(noisy(-0.10, 0.50, 8, seed=8), SPEC_POOLED, look=4, aa_scores=noisy(0.0, 0.02, 8, seed=9))
     assert not wild.pooled and "varies more than A/A" in wild.variance and wild.df == 7
     # the candidate varies much less: pooling is the conservative choice and is kept
-    calm = primary_test(noisy(-0.10, 0.02, 8, seed=8), SPEC, look=4, aa_scores=noisy(0.0, 0.50, 8, seed=9))
+    calm = primary_test(noisy(-0.10, 0.02, 8, seed=8), SPEC_POOLED, look=4, aa_scores=noisy(0.0, 0.50, 8, seed=9))
     assert calm.pooled
 
 

@@ -44,6 +44,7 @@ from suite.sequential import session_round  # noqa: E402
 from suite.verdict import Outcome, VerdictSpec  # noqa: E402
 
 POWER = (("none", 5.0), ("linear", 5.0))  # a 5 % slowdown: what randomising costs where mirrored pairs cancel
+NOISIER = (1.0, 2.0, 3.0)  # a candidate whose servers vary this many times more: pooling with the A/A arm
 
 MATRIX = """\
 name: drift-order
@@ -107,17 +108,19 @@ class Task:
     trials: int
     seed: int
     effect_pct: float = 0.0
+    candidate_factor: float = 1.0  # the candidate's session noise, times the others'
+    pool_aa: bool = False  # the default design
 
 
 def run_cell(task: Task) -> tuple[float, float]:
     """(false alarms of a neutral candidate, or REGRESSION calls of a slower one; mean rounds) over the trials."""
     rng = np.random.default_rng(task.seed)
-    spec = VerdictSpec(max_rounds=8, looks=(2, 4, 6, 8))
+    spec = VerdictSpec(max_rounds=8, looks=(2, 4, 6, 8), pool_aa=task.pool_aa)
     hits = rounds = 0
     for t in range(task.trials):
         orders = plan_orders(t)
-        outcome, n = one_run(rng, Noise(0.03), task.effect_pct, spec, order=orders.__getitem__,
-                             drift=drift_of(task.model, rng))
+        outcome, n = one_run(rng, Noise(0.03, candidate_factor=task.candidate_factor), task.effect_pct, spec,
+                             order=orders.__getitem__, drift=drift_of(task.model, rng))
         hits += outcome in FALSE_POSITIVE if task.effect_pct == 0 else outcome == Outcome.REGRESSION
         rounds += n
     return hits / task.trials, rounds / task.trials
@@ -132,9 +135,15 @@ def main(argv: list[str] | None = None) -> int:
     orders = [" ".join(a[0] if a != "baseline.aa" else "A" for a in plan_orders(0)[r]) for r in range(4)]
     tasks = [Task(m, args.trials, 7_000 + i) for i, m in enumerate(MODELS)]
     tasks += [Task(m, args.trials // 4, 7_100 + i, e) for i, (m, e) in enumerate(POWER)]
+    tasks += [Task("none", args.trials, 7_200 + 10 * i + pool, 0.0, f, bool(pool))
+              for i, f in enumerate(NOISIER) for pool in (1, 0)]
+    tasks += [Task("none", args.trials // 4, 7_300 + 10 * i + pool, 5.0, f, bool(pool))
+              for i, f in enumerate(NOISIER) for pool in (1, 0)]
     with ProcessPoolExecutor(args.jobs) as pool:
         cells = list(pool.map(run_cell, tasks))
-    power = cells[len(MODELS):]
+    power = cells[len(MODELS):len(MODELS) + len(POWER)]
+    noisy = cells[len(MODELS) + len(POWER):]
+    k = len(NOISIER) * 2
     print(f"plan order (order_seed 0, b = baseline, A = A/A, c = candidate), rounds 0-3: {' | '.join(orders)}")
     print(f"\n| host drift | false alarms of a neutral candidate ({args.trials} runs) | mean rounds |")
     print("|---|--:|--:|")
@@ -144,6 +153,12 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|--:|--:|")
     for (m, _), (rate, rounds) in zip(POWER, power, strict=True):
         print(f"| {LABELS[m]} | {pct(rate)} | {rounds:.1f} |")
+    print(f"\n| candidate's session noise | false alarms, A/A pooled | not pooled ({args.trials} runs) | "
+          f"power at −5 %, pooled | not pooled ({args.trials // 4} runs) |")
+    print("|---|--:|--:|--:|--:|")
+    for i, f in enumerate(NOISIER):
+        fp_p, fp_n, pw_p, pw_n = noisy[2 * i][0], noisy[2 * i + 1][0], noisy[k + 2 * i][0], noisy[k + 2 * i + 1][0]
+        print(f"| {f:g}× the others' (3 %) | {pct(fp_p)} | {pct(fp_n)} | {pct(pw_p)} | {pct(pw_n)} |")
     print(f"\n{time.monotonic() - start:.0f} s")
     return 0
 

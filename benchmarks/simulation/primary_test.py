@@ -65,6 +65,7 @@ class Noise:
     p_slow: float = 0.0
     slow: float = 0.65
     drift: float = 0.0  # log-speed change per session slot
+    candidate_factor: float = 1.0  # the candidate's session sd is this many times everyone else's
 
 
 def mirror_order(r: int) -> tuple[str, ...]:
@@ -83,7 +84,8 @@ def simulate_rounds(rng: np.random.Generator, noise: Noise, effect_pct: float, n
     for r in range(n_rounds):
         for pos, arm in enumerate(order(r)):
             slot = r * len(ARMS) + pos
-            g = rng.normal(0, noise.session) + (noise.drift * slot if drift is None else drift[slot])
+            sd = noise.session * (noise.candidate_factor if arm == "candidate" else 1.0)
+            g = rng.normal(0, sd) + (noise.drift * slot if drift is None else drift[slot])
             if noise.p_slow and rng.random() < noise.p_slow:
                 g += math.log(noise.slow)
             if arm == "candidate":
@@ -165,7 +167,7 @@ def spec_with(spec: VerdictSpec, **changes) -> VerdictSpec:
 def main_tables(trials: int, aa_trials: int) -> tuple[dict[tuple, Task], list]:
     tasks = {}
     for max_rounds in (8, 16):
-        spec = VerdictSpec(max_rounds=max_rounds)
+        spec = VerdictSpec(max_rounds=max_rounds, pool_aa=True)  # the tables below: A/A pooled
         for i, s in enumerate(SESSIONS):
             base_seed = 1000 * max_rounds + 10 * i
             tasks[("main", max_rounds, s, 0.0)] = Task(Noise(s), 0.0, spec, aa_trials, base_seed)
@@ -174,7 +176,7 @@ def main_tables(trials: int, aa_trials: int) -> tuple[dict[tuple, Task], list]:
 
     def render(cells: dict[tuple, Cell]) -> None:
         for max_rounds in (8, 16):
-            spec = VerdictSpec(max_rounds=max_rounds)
+            spec = VerdictSpec(max_rounds=max_rounds, pool_aa=True)
             head = ["σ_session", "A/A false pos.", "A/A equivalent", "A/A rounds"]
             head += [f"power {e:g} % (rounds)" for e in EFFECTS]
             print(f"\n### max_rounds {max_rounds}, looks {spec.looks}, {spec.spending}, A/A pooled; "
@@ -193,10 +195,10 @@ def main_tables(trials: int, aa_trials: int) -> tuple[dict[tuple, Task], list]:
 
 
 def variants(trials: int, aa_trials: int) -> tuple[dict[tuple, Task], list]:
-    spec = VerdictSpec(max_rounds=8)
+    spec = VerdictSpec(max_rounds=8, pool_aa=True)
     rows = [
-        ("default: O'Brien–Fleming, looks 2/4/6/8, A/A pooled", Noise(0.05), spec, True),
-        ("A/A arm run but not pooled", Noise(0.05), spec_with(spec, pool_aa=False), True),
+        ("O'Brien–Fleming, looks 2/4/6/8, A/A pooled (the default before 2026-12-02)", Noise(0.05), spec, True),
+        ("A/A arm run but not pooled (the default now)", Noise(0.05), spec_with(spec, pool_aa=False), True),
         ("no A/A arm", Noise(0.05), spec, False),
         ("Pocock", Noise(0.05), spec_with(spec, spending="pocock"), True),
         ("fixed design (one look at 8 rounds)", Noise(0.05), spec_with(spec, looks=(8,)), True),
@@ -236,8 +238,8 @@ def planning(trials: int) -> tuple[dict[tuple, Task], list]:
             d = simulate_rounds(rng, noise, 0.0, 2)
             sds.extend(round_scores(d["baseline"], d["candidate"], HEADLINE).scores.values())
         sd = float(np.std(sds, ddof=1))
-        n = rounds_needed(sd, 5.0, VerdictSpec())
-        spec = VerdictSpec(max_rounds=n)
+        n = rounds_needed(sd, 5.0, VerdictSpec(pool_aa=True))
+        spec = VerdictSpec(max_rounds=n, pool_aa=True)
         rows.append((s, sd, n, spec))
         tasks[("plan", s)] = Task(noise, 5.0, spec, trials, 91_000 + i)
 
