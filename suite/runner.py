@@ -38,6 +38,7 @@ from suite.stages.serve.run import serve_command
 from suite.store import (
     ArmRecord,
     JobCounts,
+    LookRecord,
     PlanRecord,
     RunStore,
     WeightsRecord,
@@ -508,14 +509,19 @@ class _Progress:
         self.bar.advance(self.task, n)
 
 
+def look_line(look: LookRecord, seq: SequentialRun) -> str:
+    """What the runner prints at a look: each candidate's word so far, the A/A control's (a false alarm is two
+    identical arms called different; anything else is none), and why the run stops there, if it does."""
+    alarm = look.control in ("REGRESSION", "IMPROVEMENT", "MIXED")
+    words = ", ".join(f"{c} {o}" for c, o in look.outcomes.items()) + (
+        f"; A/A control: {'FALSE ALARM' if alarm else 'no false alarm'} ({look.control})" if look.control else "")
+    return f"look after {look.rounds} rounds: {words}" + (f"; stopping: {seq.why}" if seq.stop_after is not None else "")
+
+
 def _take_look(ctx: RunContext, seq: SequentialRun, rnd: int, rounds_started: int) -> None:
     look = seq.after_round(ctx.store.root, rnd + 1, rounds_started)
     if look is not None:
-        words = ", ".join(f"{c} {o}" for c, o in look.outcomes.items()) + (
-            f"; A/A control {look.control}" if look.control else "")
-        ctx.console.print(f"look after {look.rounds} rounds: {words}"
-                          + (f"; stopping: {seq.why}" if seq.stop_after is not None else ""),
-                          markup=False, highlight=False, soft_wrap=True)
+        ctx.console.print(look_line(look, seq), markup=False, highlight=False, soft_wrap=True)
         ctx.store.update_manifest(sequential=seq.record())
     elif seq.stop_after == rnd + 1:  # stopped between looks (the budget)
         ctx.console.print(f"stopping after {rnd + 1} round(s): {seq.why}", markup=False,

@@ -91,3 +91,18 @@ def test_the_last_look_says_it_is_the_last_not_that_every_candidate_decided(tmp_
     look = seq.after_round(root, 4, 4)
     assert look.final and look.outcomes["patched"] == "EQUIVALENT"  # decided, and still the design's end
     assert seq.stop_after == 4 and seq.why == "last look of the design (after 4 rounds)"
+
+
+def test_the_look_line_says_whether_the_control_raised_a_false_alarm():
+    from suite.runner import look_line
+    from suite.store import LookRecord
+
+    seq = SequentialRun(spec=VerdictSpec(max_rounds=4, looks=(2, 4)), budget_s=None)
+    look = LookRecord(rounds=2, outcomes={"ll-bf16": "IMPROVEMENT", "slowed-gate": "INCONCLUSIVE"},
+                      decided={"ll-bf16": True, "slowed-gate": False}, control="INCONCLUSIVE")
+    assert look_line(look, seq) == ("look after 2 rounds: ll-bf16 IMPROVEMENT, slowed-gate INCONCLUSIVE; "
+                                    "A/A control: no false alarm (INCONCLUSIVE)")
+    alarm = look.model_copy(update={"control": "REGRESSION"})
+    seq.stop_after, seq.why = 2, "every candidate decided at look 1 of 2"
+    assert look_line(alarm, seq).endswith("A/A control: FALSE ALARM (REGRESSION); stopping: every candidate "
+                                          "decided at look 1 of 2")
