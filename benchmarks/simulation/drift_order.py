@@ -112,18 +112,20 @@ class Task:
     pool_aa: bool = False  # the default design
 
 
-def run_cell(task: Task) -> tuple[float, float]:
-    """(false alarms of a neutral candidate, or REGRESSION calls of a slower one; mean rounds) over the trials."""
+def run_cell(task: Task) -> tuple[float, float, float]:
+    """(false alarms of a neutral candidate, or REGRESSION calls of a slower one; mean rounds; false alarms of
+    the A/A control, judged by the same test where the candidate's test stopped) over the trials."""
     rng = np.random.default_rng(task.seed)
     spec = VerdictSpec(max_rounds=8, looks=(2, 4, 6, 8), pool_aa=task.pool_aa)
-    hits = rounds = 0
+    hits = rounds = alarms = 0
     for t in range(task.trials):
         orders = plan_orders(t)
-        outcome, n = one_run(rng, Noise(0.03, candidate_factor=task.candidate_factor), task.effect_pct, spec,
-                             order=orders.__getitem__, drift=drift_of(task.model, rng))
-        hits += outcome in FALSE_POSITIVE if task.effect_pct == 0 else outcome == Outcome.REGRESSION
-        rounds += n
-    return hits / task.trials, rounds / task.trials
+        run = one_run(rng, Noise(0.03, candidate_factor=task.candidate_factor), task.effect_pct, spec,
+                      order=orders.__getitem__, drift=drift_of(task.model, rng))
+        hits += run.outcome in FALSE_POSITIVE if task.effect_pct == 0 else run.outcome == Outcome.REGRESSION
+        rounds += run.rounds
+        alarms += run.control in FALSE_POSITIVE
+    return hits / task.trials, rounds / task.trials, alarms / task.trials
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -145,13 +147,14 @@ def main(argv: list[str] | None = None) -> int:
     noisy = cells[len(MODELS) + len(POWER):]
     k = len(NOISIER) * 2
     print(f"plan order (order_seed 0, b = baseline, A = A/A, c = candidate), rounds 0-3: {' | '.join(orders)}")
-    print(f"\n| host drift | false alarms of a neutral candidate ({args.trials} runs) | mean rounds |")
-    print("|---|--:|--:|")
-    for m, (rate, rounds) in zip(MODELS, cells[:len(MODELS)], strict=True):
-        print(f"| {LABELS[m]} | {pct(rate)} | {rounds:.1f} |")
+    print(f"\n| host drift | false alarms of a neutral candidate ({args.trials} runs) | mean rounds | "
+          "false alarms of the A/A control |")
+    print("|---|--:|--:|--:|")
+    for m, (rate, rounds, control) in zip(MODELS, cells[:len(MODELS)], strict=True):
+        print(f"| {LABELS[m]} | {pct(rate)} | {rounds:.1f} | {pct(control)} |")
     print(f"\n| host drift | REGRESSION calls of a 5 % slowdown ({args.trials // 4} runs) | mean rounds |")
     print("|---|--:|--:|")
-    for (m, _), (rate, rounds) in zip(POWER, power, strict=True):
+    for (m, _), (rate, rounds, _) in zip(POWER, power, strict=True):
         print(f"| {LABELS[m]} | {pct(rate)} | {rounds:.1f} |")
     print(f"\n| candidate's session noise | false alarms, A/A pooled | not pooled ({args.trials} runs) | "
           f"power at −5 %, pooled | not pooled ({args.trials // 4} runs) |")

@@ -98,9 +98,16 @@ def simulate_rounds(rng: np.random.Generator, noise: Noise, effect_pct: float, n
     return data
 
 
+@dataclass(frozen=True)
+class RunOutcome:
+    outcome: Outcome  # the candidate's word where the composite stopped the run
+    rounds: int
+    control: Outcome | None  # the A/A arm judged by the same test at that look (the report's control card)
+
+
 def one_run(rng: np.random.Generator, noise: Noise, effect_pct: float, spec: VerdictSpec,
             use_aa: bool = True, order: Callable[[int], Sequence[str]] = mirror_order,
-            drift: np.ndarray | None = None) -> tuple[Outcome, int]:
+            drift: np.ndarray | None = None) -> RunOutcome:
     data = simulate_rounds(rng, noise, effect_pct, spec.max_rounds, order, drift)
     base, aa, cand = (data[a] for a in ARMS)
     comp = round_scores(base, cand, spec.metrics).scores
@@ -121,7 +128,10 @@ def one_run(rng: np.random.Generator, noise: Noise, effect_pct: float, spec: Ver
             aa_metric_scores={m: upto(s, n) for m, s in aa_per.items()} if aa_per else None,
             look=k,
         )
-        return ev.outcome, n
+        control = (evaluate_scores(upto(aa_comp, n), {m: upto(s, n) for m, s in aa_per.items()},
+                                   spec.model_copy(update={"pool_aa": False}), look=k).outcome
+                   if aa_comp is not None and aa_per is not None else None)
+        return RunOutcome(ev.outcome, n, control)
     raise AssertionError("the last look always decides")
 
 
@@ -146,7 +156,8 @@ def run_cell(task: Task) -> Cell:
     rng = np.random.default_rng(task.seed)
     hits = equiv = rounds = 0
     for _ in range(task.trials):
-        outcome, n = one_run(rng, task.noise, task.effect_pct, task.spec, task.use_aa)
+        run = one_run(rng, task.noise, task.effect_pct, task.spec, task.use_aa)
+        outcome, n = run.outcome, run.rounds
         hits += outcome in FALSE_POSITIVE if task.effect_pct == 0 else outcome == Outcome.REGRESSION
         equiv += outcome == Outcome.EQUIVALENT
         rounds += n
