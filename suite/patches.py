@@ -362,7 +362,7 @@ class AppliedPatch(BaseModel):
     reverse: bool = False
     sha256: str | None = None  # of the exact diff bytes (for a verified no-op: of the diff that proved it present)
     kind: Literal["set", "file"] | None = None
-    files: list[str] = []  # paths relative to the vllm/ package's root that were written (empty for a no-op)
+    files: list[str] = []  # paths relative to the overlay (vllm/...) that were written (empty for a no-op)
     action: str = "applied"  # applied | reversed | present (here), or where it happens: in the image, in the job
 
     @classmethod

@@ -129,3 +129,23 @@ def test_a_relayed_tool_is_ended_where_it_runs_when_its_relay_is_stopped(tmp_pat
     run_tool(["sh", "-c", "true", "SUITE_EXEC=t2"], env=None, log_path=tmp_path / "b.log", timeout_s=30,
              what="relay")
     assert ended == ["t1"]
+
+
+def test_a_patched_arms_overlay_records_what_was_applied_when_built_and_when_reused(tmp_path):
+    """The overlay is built once per fingerprint: the first prepare writes applied.json, a second reads it
+    back. Both must give the same typed records (CI's fresh cache once met the write path untested)."""
+    from suite.patches import AppliedPatch
+    from suite.runtime.local import prepare_local_arm
+
+    matrix = parse_matrix(MATRIX.replace('{vllm: "0.32.0"}', '{vllm: "0.32.0", patches: [synthetic-gate-delay]}'),
+                          "m.yaml")
+    spec = matrix.arms["baseline"]
+    built = prepare_local_arm("baseline", spec, tmp_path / "overlays")
+    reused = prepare_local_arm("baseline", spec, tmp_path / "overlays")
+    assert built.pythonpath == reused.pythonpath and (built.pythonpath / "applied.json").is_file()
+    for env in (built, reused):
+        [patch] = env.patches
+        assert isinstance(patch, AppliedPatch)
+        assert (patch.name, patch.reverse, patch.action) == ("synthetic-gate-delay", False, "applied")
+        assert patch.files and all((env.pythonpath / f).is_file() for f in patch.files)
+    assert built.patches == reused.patches

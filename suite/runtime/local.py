@@ -82,7 +82,7 @@ def prepare_local_arm(arm: str, spec: ArmSpec, overlays_dir: Path) -> ArmEnv:
 
     Every arm goes through the same door: an arm without patches gets an empty overlay (the same hard-link
     copy, nothing applied), so baseline and patched servers import vLLM the same way."""
-    from suite.patches import apply_patch_sets, base_version, make_overlay, patch_fingerprint
+    from suite.patches import AppliedPatch, apply_patch_sets, base_version, make_overlay, patch_fingerprint
 
     installed = installed_vllm_version()
     if base_version(spec.vllm) != base_version(installed):
@@ -98,13 +98,13 @@ def prepare_local_arm(arm: str, spec: ArmSpec, overlays_dir: Path) -> ArmEnv:
         try:
             make_overlay(site_packages(), tmp)
             applied = apply_patch_sets(spec.patches, tmp, installed)
-            (tmp / "applied.json").write_text(json.dumps(applied, indent=2))
+            (tmp / "applied.json").write_text(json.dumps([a.model_dump() for a in applied], indent=2))
         except BaseException:  # a patch that does not apply (or Ctrl-C) leaves no half-built overlay behind
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         shutil.rmtree(overlay, ignore_errors=True)
         tmp.rename(overlay)
-    applied = json.loads(record.read_text())
+    applied = [AppliedPatch.model_validate(a) for a in json.loads(record.read_text())]
     return ArmEnv(arm=arm, vllm_version=installed, pythonpath=overlay, patches=applied)
 
 
