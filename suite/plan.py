@@ -21,6 +21,8 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, model_validator
@@ -73,9 +75,64 @@ class ProbeParams(BaseModel):
 
 
 JobParams = ServeParams | LatencyParams | AccuracySpec | KernelSpec | ProfileSpec | ProbeParams
-PARAMS: dict[str, type[BaseModel]] = {"serve": ServeParams, "latency": LatencyParams, "accuracy": AccuracySpec,
-                                      "equivalence": AccuracySpec, "kernel": KernelSpec, "profile": ProfileSpec,
-                                      "probe": ProbeParams}
+
+# Where a kind's jobs go:
+# - session-start: the arm's first server session, before anything is measured (the gate-path probe);
+# - each-round: every server session, once per round it holds (serving points; the drift repeat follows);
+# - session-end: the arm's first server session, after its serving (correctness: greedy equivalence, GSM8K);
+# - offline: one session per arm without a server (each job its own process: `vllm bench latency`, kernel);
+# - own-session: a server session of its own per arm, after everything else (the profiler's server).
+Placement = Literal["session-start", "each-round", "session-end", "offline", "own-session"]
+SERVER_PLACEMENTS: tuple[Placement, ...] = ("session-start", "each-round", "session-end")
+
+
+@dataclass(frozen=True)
+class KindSpec:
+    """What the plan knows of one job kind. A new stage adds one entry here (and one in
+    ``suite.stages.registry``, how its job runs and reads): the plan, the store's layout and the dry-run loop
+    over this table."""
+
+    params: type[BaseModel]
+    placement: Placement
+    points: Callable[[Matrix], list[tuple[str, BaseModel]]]  # the (point id, params) a matrix asks for, in order
+    result_dir: bool = False  # the raw output is a directory (lm-eval's), not one JSON file
+
+
+def serve_points(matrix: Matrix) -> list[tuple[str, ServeParams]]:
+    points: dict[str, ServeParams] = {}
+    for block in matrix.serve:
+        for conc in block.concurrency:
+            n = block.prompts_for(conc)
+            pid = serve_point_id(block.isl, block.osl, conc, n, block.duration_s)
+            points.setdefault(pid, ServeParams(
+                isl=block.isl, osl=block.osl, concurrency=conc, num_prompts=n,
+                random_range_ratio=block.random_range_ratio, request_rate=block.request_rate,
+                num_warmups=block.num_warmups, seed=block.seed, duration_s=block.duration_s, warmup=block.warmup,
+                client=block.client))
+    return list(points.items())
+
+
+def latency_points(matrix: Matrix) -> list[tuple[str, LatencyParams]]:
+    return [(f"in{b.input_len}-out{b.output_len}-bs{bs}",
+             LatencyParams(input_len=b.input_len, output_len=b.output_len, batch_size=bs,
+                           num_iters_warmup=b.num_iters_warmup, num_iters=b.num_iters))
+            for b in matrix.latency for bs in b.batch_size]
+
+
+KINDS: dict[str, KindSpec] = {  # the order inside a placement is the order of the jobs in a session
+    "probe": KindSpec(ProbeParams, "session-start", lambda m: [("gate-paths", ProbeParams())] if m.probe else []),
+    "serve": KindSpec(ServeParams, "each-round", serve_points),
+    "equivalence": KindSpec(AccuracySpec, "session-end", lambda m: [("greedy", m.accuracy)] if (
+        m.accuracy is not None and m.accuracy.equivalence_prompts) else []),
+    "accuracy": KindSpec(AccuracySpec, "session-end", lambda m: [(m.accuracy.task, m.accuracy)] if (
+        m.accuracy is not None) else [], result_dir=True),
+    "latency": KindSpec(LatencyParams, "offline", latency_points),
+    "kernel": KindSpec(KernelSpec, "offline", lambda m: [(f"h{m.kernel.hidden}-e{m.kernel.experts}", m.kernel)] if (
+        m.kernel is not None) else []),
+    "profile": KindSpec(ProfileSpec, "own-session", lambda m: [("decode-window", m.profile)] if (
+        m.profile is not None) else []),
+}
+PARAMS: dict[str, type[BaseModel]] = {kind: spec.params for kind, spec in KINDS.items()}
 
 
 class Job(BaseModel):
@@ -136,20 +193,6 @@ class Plan(BaseModel):
         return [j for s in self.sessions for j in s.jobs]
 
 
-def serve_points(matrix: Matrix) -> list[tuple[str, ServeParams]]:
-    points: dict[str, ServeParams] = {}
-    for block in matrix.serve:
-        for conc in block.concurrency:
-            n = block.prompts_for(conc)
-            pid = serve_point_id(block.isl, block.osl, conc, n, block.duration_s)
-            points.setdefault(pid, ServeParams(
-                isl=block.isl, osl=block.osl, concurrency=conc, num_prompts=n,
-                random_range_ratio=block.random_range_ratio, request_rate=block.request_rate,
-                num_warmups=block.num_warmups, seed=block.seed, duration_s=block.duration_s, warmup=block.warmup,
-                client=block.client))
-    return list(points.items())
-
-
 def effective_arms(matrix: Matrix) -> dict[str, ArmSpec]:
     arms = dict(matrix.arms)
     if matrix.aa:
@@ -176,38 +219,25 @@ def _job(matrix: Matrix, arms: dict[str, ArmSpec], kind: str, arm: str, session:
                hash=_hash(matrix, arms[arm], kind, params))
 
 
+def _asked(matrix: Matrix, placement: Placement) -> list[tuple[str, str, BaseModel]]:
+    """(kind, point id, params) of every job the matrix asks for at a placement, in KINDS order."""
+    return [(kind, pid, params) for kind, spec in KINDS.items() if spec.placement == placement
+            for pid, params in spec.points(matrix)]
+
+
 def _server_jobs(matrix: Matrix, arms: dict[str, ArmSpec], arm: str, session: int, repeats: range,
                  first_session: bool) -> list[Job]:
-    points = serve_points(matrix) if arms[arm].serving else []
-    jobs: list[Job] = []
-    if first_session and matrix.probe:
-        jobs.append(_job(matrix, arms, "probe", arm, session, "gate-paths", ProbeParams()))
-    for r in repeats:
-        for pid, params in points:
-            jobs.append(_job(matrix, arms, "serve", arm, session, pid, params, repeat=r))
-    if matrix.drift_check and points:
-        pid, params = points[0]
-        jobs.append(_job(matrix, arms, "serve", arm, session, pid, params, repeat=repeats[-1], tag="drift"))
-    if first_session and matrix.accuracy is not None:
-        acc = matrix.accuracy
-        if matrix.accuracy.equivalence_prompts:
-            jobs.append(_job(matrix, arms, "equivalence", arm, session, "greedy", acc))
-        jobs.append(_job(matrix, arms, "accuracy", arm, session, matrix.accuracy.task, acc))
-    return jobs
+    def jobs(placement: Placement, repeat: int = 0, tag: str = "") -> list[Job]:
+        if placement == "each-round" and not arms[arm].serving:
+            return []
+        if placement != "each-round" and not first_session:
+            return []
+        return [_job(matrix, arms, kind, arm, session, pid, params, repeat=repeat, tag=tag)
+                for kind, pid, params in _asked(matrix, placement)]
 
-
-def _offline_jobs(matrix: Matrix, arms: dict[str, ArmSpec], arm: str, session: int) -> list[Job]:
-    jobs: list[Job] = []
-    for block in matrix.latency:
-        for bs in block.batch_size:
-            params = LatencyParams(input_len=block.input_len, output_len=block.output_len, batch_size=bs,
-                                   num_iters_warmup=block.num_iters_warmup, num_iters=block.num_iters)
-            pid = f"in{block.input_len}-out{block.output_len}-bs{bs}"
-            jobs.append(_job(matrix, arms, "latency", arm, session, pid, params))
-    if matrix.kernel is not None:
-        k = matrix.kernel
-        jobs.append(_job(matrix, arms, "kernel", arm, session, f"h{k.hidden}-e{k.experts}", k))
-    return jobs
+    measured = [j for r in repeats for j in jobs("each-round", r)]
+    drift = jobs("each-round", repeats[-1], "drift")[:1] if matrix.drift_check else []
+    return [*jobs("session-start"), *measured, *drift, *jobs("session-end")]
 
 
 def round_order(arms: list[str], r: int, seed: int = 0) -> list[str]:
@@ -226,7 +256,7 @@ def round_order(arms: list[str], r: int, seed: int = 0) -> list[str]:
 def build_plan(matrix: Matrix) -> Plan:
     arms = effective_arms(matrix)
     names = list(arms)
-    has_server_work = bool(matrix.serve or matrix.accuracy or matrix.probe)
+    has_server_work = any(_asked(matrix, p) for p in SERVER_PLACEMENTS)
     sessions: list[Session] = []
     counters = dict.fromkeys(names, 0)
 
@@ -262,10 +292,11 @@ def build_plan(matrix: Matrix) -> Plan:
                 for arm in round_order(serving, r, matrix.order_seed):
                     add(arm, _server_jobs(matrix, arms, arm, counters[arm], range(r, r + 1), r == 0), True)
     for arm in names:
-        add(arm, _offline_jobs(matrix, arms, arm, counters[arm]), False)
-    if matrix.profile is not None:
+        add(arm, [_job(matrix, arms, kind, arm, counters[arm], pid, params)
+                  for kind, pid, params in _asked(matrix, "offline")], False)
+    for kind, pid, params in _asked(matrix, "own-session"):
         for arm in names:
-            add(arm, [_job(matrix, arms, "profile", arm, counters[arm], "decode-window", matrix.profile)], True)
+            add(arm, [_job(matrix, arms, kind, arm, counters[arm], pid, params)], True)
     return Plan(matrix=matrix.name, order=matrix.order, arms=arms, baseline=matrix.baseline_arm,
                 sessions=sessions)
 

@@ -23,7 +23,7 @@ from suite import REPO_ROOT
 from suite.errors import ServerError, SuiteError
 from suite.fixtures.gemma4 import ensure_model
 from suite.matrix import Matrix, load_matrix, missing_model_paths
-from suite.plan import Job, Plan, Session, build_plan, format_plan
+from suite.plan import KINDS, Job, Plan, Session, build_plan, format_plan
 from suite.proc import signals_as_interrupt
 from suite.runtime.base import ArmEnv, ArmPreparer, Runtime, Server, free_port, port_in_use, wait_healthy
 from suite.runtime.docker.runtime import DockerRuntime
@@ -604,7 +604,7 @@ def dry_run(matrix_path: Path) -> str:
         docker = DockerRuntime(matrix, REPO_ROOT / ".cache")
         for arm in plan.arms:
             lines.append(f"  [{arm}] clients: {docker.describe_client(arm)}")
-            if any(j.arm == arm and j.kind in ("latency", "kernel") for j in plan.jobs):
+            if any(j.arm == arm and KINDS[j.kind].placement == "offline" for j in plan.jobs):
                 lines.append(f"  [{arm}] offline tools: {docker.describe_tool(arm, 'ARM-IMAGE')}")
     seen = set()
     for job in plan.jobs:

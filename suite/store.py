@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from suite import __version__
 from suite.errors import SuiteError
 from suite.patches import AppliedPatch
-from suite.plan import Job, Plan
+from suite.plan import KINDS, Job, Plan
 
 SCHEMA_VERSION = 1
 SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|APIKEY|CREDENTIAL|PRIVATE)", re.I)
@@ -342,7 +342,7 @@ class RunStore:
 
     def result_path(self, job: Job) -> Path:
         """Where the raw tool output of a job goes (a file, or a directory for lm-eval)."""
-        if job.kind == "accuracy":
+        if KINDS[job.kind].result_dir:
             return self.job_dir(job) / self.job_stem(job)
         return self.job_dir(job) / f"{self.job_stem(job)}.json"
 

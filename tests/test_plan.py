@@ -132,3 +132,14 @@ def test_dry_run_lines_are_shell_quoted(tmp_path):
     assert "--compilation-config '{\"a\": \"$(touch x)\"}'" in server
     assert "NOTE='$(touch y)'" in server
     assert "[isl64-osl16-c1-n4] client: vllm bench serve" in text
+
+
+def test_every_job_kind_has_its_place_in_the_kinds_table():
+    """The plan's kinds table is the one list of job kinds: the Job model's kinds, the stage registry's and
+    the table's are the same, so a stage added in one and not the other fails here, not in a run."""
+    from typing import get_args
+
+    from suite.plan import KINDS, JobKind
+    from suite.stages.registry import STAGES
+
+    assert set(get_args(JobKind)) == set(KINDS) == set(STAGES)
