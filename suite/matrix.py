@@ -645,6 +645,11 @@ class Matrix(Strict):
         "the first point's shape, each chunk's TPOT recorded"))
     accuracy: AccuracySpec | None = None
     kernel: KernelSpec | None = None
+    offline_repeats: int = Field(1, ge=1, le=50, description=(
+        "rounds of the offline jobs (latency, kernel): every round runs each job once per arm, each its own "
+        "process (for `vllm bench latency` an engine start), the arms in a fresh seeded random order per round; "
+        "with 2 or more the tables' intervals and verdicts are across these processes, not across the "
+        "iterations inside one"))
     profile: ProfileSpec | None = None
     probe: bool = Field(False, description="record which router-gate path ran per batch-size bucket")
 

@@ -12,6 +12,9 @@ Orders:
   (started together, their jobs alternating, ``suite.runner.run_window``), so whatever drifts on the host
   within a window drifts for all its arms alike. Rounds stay the unit of the verdict (one session per arm per
   round), and which arms share a window changes at random from round to round.
+Offline jobs (latency, kernel) run after the server sessions, one session per arm; with ``offline_repeats: n``
+(n > 1) in n rounds, each round's arms in a fresh random order of their own, so their tables compare arms
+across processes (engine starts), the unit that varies from start to start.
 The A/A mode adds an arm ``<baseline>.aa`` that is the baseline again; the drift check repeats the first
 serve point at the end of every session.
 """
@@ -240,16 +243,17 @@ def _server_jobs(matrix: Matrix, arms: dict[str, ArmSpec], arm: str, session: in
     return [*jobs("session-start"), *measured, *drift, *jobs("session-end")]
 
 
-def round_order(arms: list[str], r: int, seed: int = 0) -> list[str]:
+def round_order(arms: list[str], r: int, seed: int = 0, stream: str = "") -> list[str]:
     """The arm order of round r under ABBA (and the order arms are put in windows with side_by_side): a fresh
     seeded random permutation per round. A fixed order, a rotation or mirrored pairs line up with periodic
     drift of the host (a neutral arm read changed in 10.4 % of runs at a drift period of 8 sessions under the
     rotation this replaced, 9.3 % at 6 under randomised mirrored pairs); a fresh order per round stays at
     4.3-5.6 % under linear, AR(1), random-walk and periodic drift (benchmarks/simulation/drift_order.py,
     docs/statistics.md): drift becomes noise of the round's score, never a bias of one arm. Seeded by a string
-    (``random.Random`` hashes it with SHA-512: the same on every machine and Python run)."""
+    (``random.Random`` hashes it with SHA-512: the same on every machine and Python run); ``stream`` names
+    another sequence of orders (the offline rounds') drawn from the same seed."""
     order = list(arms)
-    random.Random(f"suite-round-order:{seed}:{r}").shuffle(order)
+    random.Random(f"suite-round-order:{seed}:{r}" + (f":{stream}" if stream else "")).shuffle(order)
     return order
 
 
@@ -291,9 +295,11 @@ def build_plan(matrix: Matrix) -> Plan:
             for r in range(matrix.rounds):  # a fresh random order per round
                 for arm in round_order(serving, r, matrix.order_seed):
                     add(arm, _server_jobs(matrix, arms, arm, counters[arm], range(r, r + 1), r == 0), True)
-    for arm in names:
-        add(arm, [_job(matrix, arms, kind, arm, counters[arm], pid, params)
-                  for kind, pid, params in _asked(matrix, "offline")], False)
+    offline = _asked(matrix, "offline")
+    for r in range(matrix.offline_repeats):  # one round: one session per arm, all arms; a random order from 2 on
+        for arm in (names if matrix.offline_repeats == 1 else round_order(names, r, matrix.order_seed, "offline")):
+            add(arm, [_job(matrix, arms, kind, arm, counters[arm], pid, params, repeat=r)
+                      for kind, pid, params in offline], False)
     for kind, pid, params in _asked(matrix, "own-session"):
         for arm in names:
             add(arm, [_job(matrix, arms, kind, arm, counters[arm], pid, params)], True)

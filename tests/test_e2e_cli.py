@@ -13,6 +13,7 @@ import re
 
 import pytest
 
+from suite.document import fmt_pct
 from suite.report import fmt
 from tests.conftest import REPO, processes_mentioning, run_matrix_once, run_suite, tiny_cpu_matrix
 
@@ -25,6 +26,7 @@ arms:
 serve:
   - {isl: 64, osl: 16, concurrency: [1, 4], num_prompts: 2x}
 kernel: {hidden: 256, experts: 16, m: [1, 4, 16], trace_m: 64, iters: 5, trials: 5}
+offline_repeats: 2
 """
 
 
@@ -36,7 +38,7 @@ def e2e_run(tmp_path_factory, tiny_model):
 def test_run_succeeds_and_stores_raw_results(e2e_run):
     _, run_dir, proc = e2e_run
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "jobs: 6 ok, 0 failed, 0 missing" in proc.stdout
+    assert "jobs: 8 ok, 0 failed, 0 missing" in proc.stdout
     for arm in ("baseline", "patched"):
         assert (run_dir / arm / "server-0.log").is_file()
         for point in ("isl64-osl16-c1-n2", "isl64-osl16-c4-n8"):
@@ -110,7 +112,7 @@ def test_report_regenerates_identically_and_resume_runs_nothing(e2e_run):
     assert (run_dir / "report.md").read_text() == before
     again = run_suite("run", str(matrix), "--resume", str(run_dir))
     assert again.returncode == 0, again.stderr
-    assert "resume: 6 jobs already done, 0 to run" in again.stdout
+    assert "resume: 8 jobs already done, 0 to run" in again.stdout
     assert not list(run_dir.glob("*/server-1.log"))
 
 
@@ -118,15 +120,25 @@ def test_dry_run_prints_the_plan(e2e_run):
     matrix, _, _ = e2e_run
     proc = run_suite("run", str(matrix), "--dry-run")
     assert proc.returncode == 0
-    assert re.search(r"plan for e2e-cli: 4 sessions, 6 jobs", proc.stdout)
+    assert re.search(r"plan for e2e-cli: 6 sessions, 8 jobs", proc.stdout)
     assert "arm patched: vLLM 0.32.0; patches: synthetic-gate-delay" in proc.stdout
 
 
 def test_kernel_stage_runs_in_each_arms_environment(e2e_run):
     _, run_dir, _ = e2e_run
+    medians = {}
     for arm in ("baseline", "patched"):
-        result = json.loads((run_dir / arm / "kernel" / "h256-e16" / "rep-0.json").read_text())
-        assert [r["m"] for r in result["results"]] == [1, 4, 16]
-        assert all(r["median_us"] > 0 for r in result["results"])
+        for r in (0, 1):  # offline_repeats: 2, one process per round
+            result = json.loads((run_dir / arm / "kernel" / "h256-e16" / f"rep-{r}.json").read_text())
+            assert [x["m"] for x in result["results"]] == [1, 4, 16]
+            assert all(x["median_us"] > 0 for x in result["results"])
+            medians[(arm, r)] = {x["m"]: x["median_us"] for x in result["results"]}
     report = (run_dir / "report.md").read_text()
     assert "## Router-gate kernel" in report
+    # the table across the two processes: the geometric mean of their medians, Δ% paired by round
+    for m in (1, 4, 16):
+        row = next(line for line in report.splitlines() if line.startswith(f"| {m} |") and "(2)" in line)
+        gm = {a: (medians[(a, 0)][m] * medians[(a, 1)][m]) ** 0.5 for a in ("baseline", "patched")}
+        assert f"| {gm['baseline']:.2f} (2) | {gm['patched']:.2f} (2) |" in row
+        delta = fmt_pct(gm["patched"] / gm["baseline"] * 100 - 100)
+        assert f"| {delta} [" in row or f"| {delta} | unreliable" in row  # two processes: df 1, maybe too wide

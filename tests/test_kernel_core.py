@@ -176,3 +176,27 @@ def test_arm_specs_are_checked(tmp_path):
     assert parse_arm_args(["a=--x 1", "a=--y"], ["a", "b"]) == {"a": ["--x", "1", "--y"]}
     with pytest.raises(SuiteError):
         parse_arm_args(["c=--x"], ["a", "b"])
+
+
+def test_across_processes_pairs_the_rounds_and_judges_each_m():
+    """Three processes per arm: at M=1 the candidate is 10 % slower in every process (worse), at M=16 it
+    swings either way with the process (not significant); the cells are the medians' geometric means."""
+    import math
+    import statistics
+
+    from suite.render import markdown
+    from suite.stages.kernel.summary import across_processes
+
+    base = {r: _fake_result("baseline", {1: v1, 16: v16}, "torch.mm")
+            for r, (v1, v16) in enumerate([(6.0, 7.0), (6.6, 7.4), (5.7, 6.9)])}
+    cand = {r: _fake_result("patched", {1: v1, 16: v16}, "torch.mm")
+            for r, (v1, v16) in enumerate([(6.0 * 1.095, 7.3), (6.6 * 1.1, 7.0), (5.7 * 1.105, 7.1)])}
+    md = markdown.table(across_processes({"baseline": base, "patched": cand}, "baseline"))
+    row1 = next(line for line in md.splitlines() if line.startswith("| 1 |"))
+    gm = statistics.geometric_mean([6.0, 6.6, 5.7])
+    gm_c = statistics.geometric_mean([6.0 * 1.095, 6.6 * 1.1, 5.7 * 1.105])
+    assert f"| {gm:.2f} (3) | {gm_c:.2f} (3) | +10.0% [" in row1 and "| worse: 95% interval excludes 0" in row1
+    row16 = next(line for line in md.splitlines() if line.startswith("| 16 |"))
+    logs = [math.log(c / b) for b, c in ((7.0, 7.3), (7.4, 7.0), (6.9, 7.1))]
+    assert f"| {(math.exp(statistics.mean(logs)) - 1) * 100:+.1f}% [" in row16 and "not significant" in row16
+    assert across_processes({"baseline": {0: base[0]}, "patched": {0: cand[0]}}, "baseline") is None

@@ -4,6 +4,7 @@ report table (arithmetic checked against values computed here)."""
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from pathlib import Path
 
@@ -77,8 +78,9 @@ def test_quantile_matches_numpy(values, q):
     assert quantile(values, q) == pytest.approx(float(np.percentile(values, q * 100)))
 
 
-def _job(arm: str, bs: int) -> dict:
-    return {"kind": "latency", "arm": arm, "session": 0, "point": f"in32-out8-bs{bs}", "repeat": 0, "tag": "",
+def _job(arm: str, bs: int, repeat: int = 0) -> dict:
+    return {"kind": "latency", "arm": arm, "session": repeat, "point": f"in32-out8-bs{bs}", "repeat": repeat,
+            "tag": "",
             "params": {"input_len": 32, "output_len": 8, "batch_size": bs, "num_iters_warmup": 1, "num_iters": 5},
             "hash": "x"}
 
@@ -114,9 +116,38 @@ def test_report_section_table(tmp_path):
     assert f"{(_gm(base) / _gm(slow) - 1) * 100:+.2f}%" in row1  # speedup = before/after − 1
     delta = (_gm(slow) / _gm(base) - 1) * 100
     assert f"| {delta:+.1f}% [" in row1  # Δ% with its interval beside it
-    assert "worse" in row1  # higher latency, tight spread: significant
+    # one engine start per arm: the iterations' interval is shown, but no verdict is drawn from it
+    assert "no verdict: 1/1 engine start(s), interval of the iterations only (within: worse, p=" in row1
+    assert "| worse" not in row1 and "| 1/1 | 5/5 |" in row1
     row4 = next(line for line in text.splitlines() if line.startswith("| 4 | 32 / 8 |"))
     assert "missing" in row4
+
+
+def test_with_several_engine_starts_the_verdict_is_across_starts_paired_by_round(tmp_path):
+    """Three starts per arm: iterations inside a start agree closely, starts differ by a few percent. The
+    within-start spread would call a 1 % slowdown certain; across starts, paired by round, it is not."""
+    from scipy import stats as sps
+
+    base_gm = [100.0, 104.0, 97.0]  # ms per start: the engine start matters more than the iterations
+    slow_gm = [101.0, 105.5, 97.5]
+    for arm, gms in (("base", base_gm), ("slow", slow_gm)):
+        for r, gm in enumerate(gms):
+            job = _job(arm, 1, r)
+            d = tmp_path / arm / "latency" / job["point"]
+            values = [gm / 1000 * f for f in (0.999, 1.0, 1.001)]
+            atomic_write_json(d / f"rep-{r}.json", {"latencies": values})
+            atomic_write_json(d / f"rep-{r}.job.json", {"schema_version": 1, "job": job, "status": "ok", "hash": "x"})
+    (tmp_path / "manifest.json").write_text(json.dumps({"schema_version": 1, "plan": {"arms": ["base", "slow"], "baseline": "base"}}))
+    text = markdown_section(section(load_run(tmp_path)))
+    row = next(line for line in text.splitlines() if line.startswith("| 1 | 32 / 8 |"))
+    logs = [math.log(_gm([s / 1000 * f * 1000 for f in (0.999, 1.0, 1.001)]) / _gm([b * f for f in (0.999, 1.0, 1.001)]))
+            for b, s in zip(base_gm, slow_gm, strict=True)]
+    mean, se = statistics.mean(logs), statistics.stdev(logs) / math.sqrt(3)
+    half = sps.t.ppf(0.975, 2) * se
+    lo, hi = (math.exp(mean - half) - 1) * 100, (math.exp(mean + half) - 1) * 100
+    assert f"{(math.exp(mean) - 1) * 100:+.1f}% [{lo:+.1f}, {hi:+.1f}]" in row.replace("%,", ",")
+    assert "| 3 | 9/9 | not significant: 95% interval includes 0" in row
+    assert f"{statistics.geometric_mean(base_gm):,.2f} (" in row  # the mean over the starts
 
 
 def test_report_section_empty_without_latency_jobs(tmp_path):

@@ -143,3 +143,30 @@ def test_every_job_kind_has_its_place_in_the_kinds_table():
     from suite.stages.registry import STAGES
 
     assert set(get_args(JobKind)) == set(KINDS) == set(STAGES)
+
+
+def test_offline_repeats_run_every_offline_job_once_per_arm_per_round_in_a_random_order():
+    """Each `vllm bench latency` job is an engine start: offline_repeats puts the starts in rounds, each
+    round every arm once, the arms in a fresh random order (their own stream, not the serving rounds')."""
+    extra = ("latency:\n  - {input_len: 8, output_len: 4, batch_size: [1, 4], num_iters_warmup: 1, num_iters: 2}\n"
+             "kernel: {hidden: 64, experts: 8, m: [1], trace_m: 8}\n")
+    once = plan_of(extra)
+    offline = [s for s in once.sessions if not s.needs_server]
+    assert [(s.arm, s.index) for s in offline] == [("A", 1), ("B", 1)]  # as before: one session per arm
+
+    plan = plan_of(extra + "offline_repeats: 6\n")
+    offline = [s for s in plan.sessions if not s.needs_server]
+    assert len(offline) == 12 and all(not s.needs_server for s in plan.sessions[2:])  # after the servers
+    rounds = [[s.arm for s in offline[2 * r:2 * r + 2]] for r in range(6)]
+    assert all(sorted(order) == ["A", "B"] for order in rounds) and len({tuple(o) for o in rounds}) == 2
+    for r, (first, second) in enumerate(zip(offline[::2], offline[1::2], strict=True)):
+        assert {j.repeat for j in first.jobs + second.jobs} == {r}
+        assert [j.key for j in first.jobs] == [f"latency/in8-out4-bs1/rep-{r}", f"latency/in8-out4-bs4/rep-{r}",
+                                               f"kernel/h64-e8/rep-{r}"]
+    # the same job in another round hashes alike (the params, not the round): round 0 is the single run's job
+    hashes = {(j.arm, j.point): set() for j in plan.jobs if j.kind == "latency"}
+    for j in plan.jobs:
+        if j.kind == "latency":
+            hashes[(j.arm, j.point)].add(j.hash)
+    assert all(len(h) == 1 for h in hashes.values())
+    assert [j.key for s in once.sessions for j in s.jobs if j.kind == "latency"][0] == "latency/in8-out4-bs1/rep-0"

@@ -6,13 +6,17 @@ plain-text table and the markdown file of the `suite kernel` command, drawn from
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
 from suite.analysis import RunData
-from suite.document import BulletList, Cell, Paragraph, Section, Table, code, literal
+from suite.document import BulletList, Cell, Paragraph, Section, Table, code, fmt_interval, fmt_pct, literal
 from suite.render import markdown
-from suite.stages.kernel.read import load_kernel_results
+from suite.stages.kernel.read import load_kernel_runs
+from suite.stats import compare
+
+STYLE = {"better": "better", "worse": "worse", "not significant": "not-significant", "unreliable": "unreliable"}
 
 
 def _fmt_us(r: Mapping[str, Any]) -> str:
@@ -112,9 +116,56 @@ def kernel_blocks(results_by_arm: Mapping[str, Mapping[str, Any]], baseline: str
     return blocks
 
 
+def _gm(values: list[float]) -> float:
+    return math.exp(math.fsum(map(math.log, values)) / len(values))
+
+
+def across_processes(runs: Mapping[str, Mapping[int, Mapping[str, Any]]], baseline: str) -> Table | None:
+    """With 2 or more processes per arm (``offline_repeats``): per M, the geometric mean of the processes'
+    medians and each candidate's Δ% with a 95 % paired t interval across the processes, paired by round:
+    what one process's samples cannot show (what changes from one process start to the next)."""
+    if baseline not in runs or min(len(r) for r in runs.values()) < 2:
+        return None
+    medians = {arm: {rnd: _by_m(res) for rnd, res in rounds.items()} for arm, rounds in runs.items()}
+    arms = [baseline] + [a for a in runs if a != baseline]
+    ms = sorted({m for rounds in medians.values() for by_m in rounds.values() for m in by_m})
+
+    def series(arm: str, m: int, rounds: list[int]) -> list[float]:
+        return [float(medians[arm][r][m]["median_us"]) for r in rounds]
+
+    rows = []
+    for m in ms:
+        have = {a: [r for r, by_m in medians[a].items() if m in by_m and by_m[m].get("median_us")] for a in arms}
+        cells = [Cell(str(m))]
+        cells += [Cell(f"{_gm(series(a, m, have[a])):.2f} ({len(have[a])})" if have[a] else "–") for a in arms]
+        for a in arms[1:]:
+            paired = sorted(set(have[baseline]) & set(have[a]))
+            if len(paired) < 2:
+                cells += [Cell("–"), Cell(f"{len(paired)} paired process(es)", style="missing")]
+                continue
+            c = compare(series(baseline, m, paired), series(a, m, paired), higher_is_better=False, paired=True)
+            delta = (f"{fmt_pct(c.delta_pct)} {fmt_interval(c.ci_low_pct, c.ci_high_pct)}"
+                     if c.ci_low_pct is not None else fmt_pct(c.delta_pct))
+            cells += [Cell(delta), Cell(f"{c.verdict.value}: {literal(c.reason)}", style=STYLE[c.verdict.value])]
+        rows.append(cells)
+    return Table(["M", *(f"{literal(a)} µs (processes)" for a in arms),
+                  *(h for a in arms[1:] for h in (f"Δ% {literal(a)} [95% interval]", f"verdict {literal(a)}"))],
+                 rows, name="kernel-processes",
+                 caption="Across processes (`offline_repeats`): per M the geometric mean of each process's median "
+                         "µs per call (how many processes in brackets); Δ% of the candidate with a 95 % paired t "
+                         "interval across the processes, paired by round (positive: slower).")
+
+
 def kernel_section(results_by_arm: Mapping[str, Mapping[str, Any]], baseline: str,
-                   title: str = "Router-gate kernel (guard-free torch.compile, per arm)") -> Section:
-    return Section(title, 2, kernel_blocks(results_by_arm, baseline), anchor="kernel")
+                   title: str = "Router-gate kernel (guard-free torch.compile, per arm)",
+                   runs: Mapping[str, Mapping[int, Mapping[str, Any]]] | None = None) -> Section:
+    """The section: the first process's tables per arm; with ``runs`` of 2 or more processes per arm, the
+    table across them first."""
+    blocks = kernel_blocks(results_by_arm, baseline)
+    table = across_processes(runs, baseline) if runs else None
+    if table is not None:
+        blocks[1:1] = [table, Paragraph("The tables below are from each arm's first process.")]
+    return Section(title, 2, blocks, anchor="kernel")
 
 
 def render_kernel_md(results_by_arm: Mapping[str, Mapping[str, Any]], baseline: str) -> str:
@@ -152,9 +203,10 @@ def render_kernel_text(results_by_arm: Mapping[str, Mapping[str, Any]], baseline
 
 
 def section(run: RunData) -> Section | None:
-    results = load_kernel_results(run.store, run.records)
-    if run.baseline not in results:
+    runs = load_kernel_runs(run.store, run.records)
+    if run.baseline not in runs:
         return None
-    return kernel_section(results, run.baseline)
+    first = {arm: next(iter(rounds.values())) for arm, rounds in runs.items()}
+    return kernel_section(first, run.baseline, runs=runs)
 
 

@@ -18,9 +18,13 @@ def quantile(values: list[float], q: float) -> float:
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
-def load_latency(store: RunStore, records: Sequence[JobRecord]) -> dict[tuple[int, int, int], dict[str, list[float]]]:
-    """(input_len, output_len, batch_size) -> arm -> per-iteration latencies in ms, from the raw files."""
-    out: dict[tuple[int, int, int], dict[str, list[float]]] = {}
+Shape = tuple[int, int, int]  # (input_len, output_len, batch_size)
+
+
+def load_latency(store: RunStore, records: Sequence[JobRecord]) -> dict[Shape, dict[str, dict[int, list[float]]]]:
+    """(input_len, output_len, batch_size) -> arm -> round (one process, one engine start each) -> its
+    per-iteration latencies in ms, from the raw files."""
+    out: dict[Shape, dict[str, dict[int, list[float]]]] = {}
     for job in ok_jobs(records, "latency"):
         try:
             lat = read_json(store.result_path(job)).get("latencies")
@@ -31,5 +35,5 @@ def load_latency(store: RunStore, records: Sequence[JobRecord]) -> dict[tuple[in
         p = job.params
         assert isinstance(p, LatencyParams), job.kind
         key = (p.input_len, p.output_len, p.batch_size)
-        out.setdefault(key, {}).setdefault(job.arm, []).extend(float(x) * 1000.0 for x in lat)
-    return dict(sorted(out.items()))
+        out.setdefault(key, {}).setdefault(job.arm, {})[job.repeat] = [float(x) * 1000.0 for x in lat]
+    return {k: {arm: dict(sorted(rounds.items())) for arm, rounds in arms.items()} for k, arms in sorted(out.items())}
