@@ -205,20 +205,6 @@ def fmt(value: float | None) -> str:
     return f"{value:.2f}"
 
 
-def fmt_pct(value: float | None, digits: int = 1) -> str:
-    """A signed change in percent: ``+20.0%``, ``-3.1%``; ``n/a`` when unknown."""
-    if value is None or not math.isfinite(value):
-        return "n/a"
-    return f"{value:+.{digits}f}%"
-
-
-def fmt_interval(low: float | None, high: float | None) -> str:
-    """A percent interval without the unit: ``[-1.2, +3.4]``."""
-    if low is None or high is None:
-        return "—"
-    return f"[{fmt_pct(low)[:-1]}, {fmt_pct(high)[:-1]}]"
-
-
 def fmt_p(p: float | None) -> str:
     if p is None:
         return "—"

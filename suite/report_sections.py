@@ -32,15 +32,13 @@ from suite.document import (
     Section,
     Table,
     code,
-    fmt_interval,
     fmt_p,
-    fmt_pct,
     literal,
     outcome_style,
 )
 from suite.quality.finding import order_findings
 from suite.stages.accuracy.read import GATE_FILTER, ArmsCorrectness
-from suite.stats import METRICS, Verdict
+from suite.stats import METRICS, Verdict, fmt_interval, fmt_pct
 from suite.store import MatrixRecord, read_json
 from suite.verdict import SPENDING_LABEL, Outcome, PrimaryResult
 

@@ -151,6 +151,24 @@ class Comparison:
         return self.verdict in (Verdict.BETTER, Verdict.WORSE)
 
 
+def fmt_pct(value: float | None, digits: int = 1) -> str:
+    """A signed change in percent, as every table, card and verdict reason writes it: ``+20.0%``, ``-3.1%``,
+    ``+∞%`` (the repeated interval of an early look can be unbounded); ``n/a`` when unknown. The sign is the
+    value's own: an interval's ``-0.0`` says its end lies (just) below zero."""
+    if value is None or math.isnan(value):
+        return "n/a"
+    if math.isinf(value):
+        return f"{'+' if value > 0 else '-'}∞%"
+    return f"{value:+.{digits}f}%"
+
+
+def fmt_interval(low: float | None, high: float | None) -> str:
+    """A percent interval without the unit: ``[-1.2, +3.4]``; ``—`` when unknown."""
+    if low is None or high is None:
+        return "—"
+    return f"[{fmt_pct(low)[:-1]}, {fmt_pct(high)[:-1]}]"
+
+
 def _pct(log_ratio: float) -> float:
     return 100.0 * math.expm1(log_ratio) if log_ratio < 700 else math.inf
 
@@ -487,7 +505,7 @@ def accuracy_gate_reason(paired: PairedAccuracy, max_drop_pp: float) -> str:
         return f"{head}: a drop of {max_drop_pp:g} pp or more is excluded"
     if outcome == GateOutcome.FAIL:
         return f"{head}: the drop exceeds {max_drop_pp:g} pp"
-    return f"{head}: interval reaches past −{max_drop_pp:g} pp; more questions needed"
+    return f"{head}: interval reaches past -{max_drop_pp:g} pp; more questions needed"
 
 
 # --------------------------------------------------------------------------- across points

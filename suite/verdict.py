@@ -39,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from scipy.optimize import brentq
 from scipy.special import fdtrc, ndtr, ndtri, stdtr, stdtrit
 
-from suite.stats import HEADLINE, MAX_HALF_WIDTH_LOG, METRICS, ZERO_SE, holm
+from suite.stats import HEADLINE, MAX_HALF_WIDTH_LOG, METRICS, ZERO_SE, fmt_interval, fmt_pct, holm
 
 Spending = Literal["obrien-fleming", "pocock"]
 SPENDING_LABEL = {"obrien-fleming": "O'Brien–Fleming", "pocock": "Pocock"}
@@ -525,21 +525,6 @@ class PrimaryResult:
         return self.boundary_t * self.se_log > MAX_HALF_WIDTH_LOG
 
 
-def fmt_pct(x: float, digits: int = 1) -> str:
-    """Signed percentage with a true minus sign: −24.8 %, +3.0 %."""
-    if math.isinf(x):
-        return f"{'−' if x < 0 else '+'}∞ %"
-    if abs(x) >= 1e5:
-        return f"{x:+.1e} %".replace("-", "−")
-    if round(x, digits) == 0:
-        x = 0.0
-    return f"{x:+,.{digits}f} %".replace("-", "−")
-
-
-def _fmt_interval(lo: float, hi: float) -> str:
-    return f"[{fmt_pct(lo)[:-2]}, {fmt_pct(hi)[:-2]}]"
-
-
 def _pct(x: float) -> float:
     """100 * (exp(x) - 1); +inf where exp overflows (the repeated interval of an early look can be that wide)."""
     return 100.0 * math.expm1(x) if x < 700 else math.inf
@@ -673,7 +658,7 @@ def primary_test(
         return inconclusive("non-finite statistics: no test", **point)
 
     est = fmt_pct(stats["estimate_pct"])
-    interval = _fmt_interval(stats["rci_low_pct"], stats["rci_high_pct"])
+    interval = fmt_interval(stats["rci_low_pct"], stats["rci_high_pct"])
     decided = True
     if abs(t) > crit:
         outcome = Outcome.IMPROVEMENT if mean > 0 else Outcome.REGRESSION

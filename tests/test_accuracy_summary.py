@@ -263,7 +263,7 @@ GOLDEN = """\
 Gates: **INCONCLUSIVE**
 
 - min_accuracy (flexible-extract): **INCONCLUSIVE** — 50.0 % (95% [29.9, 70.1] %) straddles floor 45.0 %
-- max_drop (flexible-extract): **INCONCLUSIVE** — -10.0 pp (95% [-35.0, +15.9] pp, 4 lost, 2 gained of 20): interval reaches past −5 pp; more questions needed
+- max_drop (flexible-extract): **INCONCLUSIVE** — -10.0 pp (95% [-35.0, +15.9] pp, 4 lost, 2 gained of 20): interval reaches past -5 pp; more questions needed
 
 | filter | baseline | patched | Δ (pp) [95% interval] | right→wrong | wrong→right | answer changed | McNemar p | n |
 |---|--:|--:|--:|--:|--:|--:|--:|--:|

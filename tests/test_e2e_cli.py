@@ -13,8 +13,8 @@ import re
 
 import pytest
 
-from suite.document import fmt_pct
 from suite.report import fmt
+from suite.stats import fmt_pct
 from tests.conftest import REPO, processes_mentioning, run_matrix_once, run_suite, tiny_cpu_matrix
 
 pytestmark = pytest.mark.e2e

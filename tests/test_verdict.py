@@ -136,7 +136,7 @@ def test_regression():
     r = primary_test(noisy(math.log(0.75), 0.03, 4, seed=1), SPEC, look=2)
     assert r.outcome == Outcome.REGRESSION and r.decided and r.significant
     assert r.estimate_pct == pytest.approx(-25.0) and r.rci_high_pct < 0 and r.p_value < r.nominal_alpha
-    assert re.fullmatch(r"−25\.0 % \[−\d+\.\d, −\d+\.\d\], p=\S+ < \S+ \(look 2 of 4, O'Brien–Fleming\)",
+    assert re.fullmatch(r"-25\.0% \[-\d+\.\d, -\d+\.\d\], p=\S+ < \S+ \(look 2 of 4, O'Brien–Fleming\)",
                         r.reason), r.reason
 
 
@@ -168,7 +168,7 @@ def test_inconclusive_states_what_it_could_detect():
     assert r.rci_too_wide and "[interval wider than ×/÷ 2]" in r.reason
     last = primary_test(noisy(0.05, 0.20, 8, seed=4), SPEC, look=4)
     assert last.outcome == Outcome.INCONCLUSIVE and last.decided and "final: no more rounds" in last.reason
-    assert not last.rci_too_wide and re.search(r"\[−\d+\.\d, \+\d+\.\d\]", last.reason), last.reason
+    assert not last.rci_too_wide and re.search(r"\[-\d+\.\d, \+\d+\.\d\]", last.reason), last.reason
     spent = primary_test(scores, SPEC, look=2, final=True)
     assert spent.decided and "final: no more rounds" in spent.reason
 
@@ -202,7 +202,7 @@ def test_mixed():
     assert ev.composite.outcome != Outcome.MIXED and "output_throughput better" in ev.reason
     assert overall_outcome(ev.per_metric, ev.composite) == Outcome.MIXED
     # the reason prints each metric's own Δ: a TTFT rise is +, never "worse (-23 %)"
-    assert re.search(r"mean_ttft_ms worse \(\+(29|30)\.\d %", ev.reason), ev.reason
+    assert re.search(r"mean_ttft_ms worse \(\+(29|30)\.\d%", ev.reason), ev.reason
     # one metric confirmed against the composite's direction: the word never contradicts it
     only = {m: ev.per_metric[m] for m in ("output_throughput", "mean_tpot_ms")}
     assert ev.composite.outcome == Outcome.REGRESSION
@@ -231,7 +231,7 @@ def test_a_metric_confirmed_worse_is_never_equivalent():
     assert ev.confirmed == {"mean_ttft_ms": Outcome.REGRESSION}
     assert ev.composite.outcome in (Outcome.EQUIVALENT, Outcome.INCONCLUSIVE)
     assert ev.outcome == Outcome.REGRESSION
-    assert re.search(r"mean_ttft_ms worse \(\+[56]\.\d %", ev.reason) and f"composite {ev.composite.outcome.value}" in ev.reason
+    assert re.search(r"mean_ttft_ms worse \(\+[56]\.\d%", ev.reason) and f"composite {ev.composite.outcome.value}" in ev.reason
 
 
 def test_evaluate_reports_dropped_rounds_and_a_regression():
@@ -401,6 +401,11 @@ def test_rounds_needed():
             rounds_needed(*bad, SPEC)
 
 
-def test_fmt_pct():
-    assert fmt_pct(-24.84) == "−24.8 %" and fmt_pct(3.0) == "+3.0 %" and fmt_pct(-0.01) == "+0.0 %"
-    assert fmt_pct(math.inf) == "+∞ %" and fmt_pct(1234.5) == "+1,234.5 %"
+def test_fmt_pct_is_one_format_for_tables_cards_and_reasons():
+    """One way to write a change: the verdict's reasons and the report's cells read alike; an interval's end
+    just below zero keeps its sign ([-0.0, +0.7] includes 0; [+0.0, +0.7] would read as if it did not)."""
+    from suite.stats import fmt_interval
+
+    assert fmt_pct(-24.84) == "-24.8%" and fmt_pct(3.0) == "+3.0%" and fmt_pct(-0.01) == "-0.0%"
+    assert fmt_pct(math.inf) == "+∞%" and fmt_pct(-math.inf) == "-∞%" and fmt_pct(None) == "n/a"
+    assert fmt_interval(-0.04, 0.7) == "[-0.0, +0.7]" and fmt_interval(None, 1.0) == "—"

@@ -166,8 +166,7 @@ def arm_pairs(args: argparse.Namespace, ma: Manifest, mb: Manifest) -> list[tupl
 
 
 def _summary_lines(s: CandidateSummary, md: str, page: str) -> list[str]:
-    from suite.document import fmt_interval, fmt_pct
-    from suite.stats import Verdict
+    from suite.stats import Verdict, fmt_interval, fmt_pct
 
     c = s.evaluation.composite if s.evaluation is not None else None
     comp = (f"composite {fmt_pct(c.estimate_pct)} {fmt_interval(c.rci_low_pct, c.rci_high_pct)}; "
@@ -196,8 +195,8 @@ def is_regression(s: CandidateSummary, min_effect: float) -> bool:
 
 def run(args: argparse.Namespace) -> int:
     from suite.analysis import load_run
-    from suite.document import fmt_interval, fmt_pct
     from suite.report import build_report
+    from suite.stats import fmt_interval, fmt_pct
     from suite.store import RunStore, atomic_write_text
 
     console = Console()

@@ -13,9 +13,10 @@ import math
 from typing import Any
 
 from suite.analysis import RunData
-from suite.document import BulletList, Cell, Note, Paragraph, Section, Table, fmt_interval, fmt_p, literal
+from suite.document import BulletList, Cell, Note, Paragraph, Section, Table, fmt_p, literal
 from suite.render import markdown
 from suite.stages.accuracy.read import AccuracyComparison, ArmScore, EquivalenceSummary, FilterComparison
+from suite.stats import fmt_interval
 
 MAX_LISTED_FLIPS = 20
 GATE_STYLE = {"PASS": "better", "FAIL": "worse", "INCONCLUSIVE": "unreliable", "UNINFORMATIVE": "unreliable"}

@@ -11,10 +11,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from suite.analysis import RunData
-from suite.document import BulletList, Cell, Paragraph, Section, Table, code, fmt_interval, fmt_pct, literal
+from suite.document import BulletList, Cell, Paragraph, Section, Table, code, literal
 from suite.render import markdown
 from suite.stages.kernel.read import load_kernel_runs
-from suite.stats import compare
+from suite.stats import compare, fmt_interval, fmt_pct
 
 STYLE = {"better": "better", "worse": "worse", "not significant": "not-significant", "unreliable": "unreliable"}
 

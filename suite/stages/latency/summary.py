@@ -14,9 +14,9 @@ from __future__ import annotations
 import math
 
 from suite.analysis import RunData
-from suite.document import Cell, Paragraph, Section, Table, fmt_interval, fmt_pct, literal
+from suite.document import Cell, Paragraph, Section, Table, literal
 from suite.stages.latency.read import load_latency, quantile
-from suite.stats import Comparison, compare
+from suite.stats import Comparison, compare, fmt_interval, fmt_pct
 
 STYLE = {"better": "better", "worse": "worse", "not significant": "not-significant", "unreliable": "unreliable"}
 

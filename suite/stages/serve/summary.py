@@ -23,12 +23,10 @@ from suite.document import (
     Series,
     Table,
     fmt,
-    fmt_interval,
     fmt_p,
-    fmt_pct,
     literal,
 )
-from suite.stats import DETAIL, DUPLICATES, HEADLINE, METRICS, Verdict
+from suite.stats import DETAIL, DUPLICATES, HEADLINE, METRICS, Verdict, fmt_interval, fmt_pct
 
 MARK = {Verdict.BETTER: "▲", Verdict.WORSE: "▼", Verdict.NOT_SIGNIFICANT: "·", Verdict.UNRELIABLE: "?"}
 STYLE = {Verdict.BETTER: "better", Verdict.WORSE: "worse", Verdict.NOT_SIGNIFICANT: "not-significant",
