@@ -391,6 +391,10 @@ class ArmSpec(Strict):
     description: str | None = None
     serving: bool = Field(True, description="false: the arm runs only its correctness jobs (greedy equivalence, "
                           "accuracy) in one session, no serving rounds (a change judged on correctness alone)")
+    model: ModelSpec | None = Field(None, description=(
+        "this arm's own model, in full (another checkpoint of the same model, as seed 002's reference row: "
+        "Quark-MXFP4 beside the MoE-MXFP4 the others serve); default: the matrix's model. Its served_name, "
+        "tokenizer and max_model_len are its own"))
 
     @model_validator(mode="before")
     @classmethod
@@ -441,6 +445,8 @@ class ArmSpec(Strict):
             data.pop("vllm_from", None)  # a PyPI arm dumps (and hashes) as it always did
         if isinstance(data, dict) and self.serving:
             data.pop("serving", None)  # likewise a serving arm (the default)
+        if isinstance(data, dict) and self.model is None:
+            data.pop("model", None)  # and an arm on the matrix's model
         return data
 
     def vllm_source(self) -> VllmSource:
@@ -682,15 +688,14 @@ class Matrix(Strict):
             raise ValueError(f"baseline {self.baseline!r} is not one of the arms {sorted(self.arms)}")
         if not self.arms[self.baseline_arm].serving:
             raise ValueError(f"the baseline arm {self.baseline_arm!r} must serve (serving: false is for candidates)")
-        for i, point in enumerate(self.serve):
-            if point.isl + point.osl > self.model.max_model_len:
-                raise ValueError(
-                    f"serve[{i}]: isl + osl = {point.isl + point.osl} exceeds model.max_model_len "
-                    f"{self.model.max_model_len}"
-                )
-        for i, point in enumerate(self.latency):
-            if point.input_len + point.output_len > self.model.max_model_len:
-                raise ValueError(f"latency[{i}]: input_len + output_len exceeds model.max_model_len")
+        for what, model in self.models_by_field().items():
+            limit = f"{what}.max_model_len {model.max_model_len}"
+            for i, point in enumerate(self.serve):
+                if point.isl + point.osl > model.max_model_len:
+                    raise ValueError(f"serve[{i}]: isl + osl = {point.isl + point.osl} exceeds {limit}")
+            for i, point in enumerate(self.latency):
+                if point.input_len + point.output_len > model.max_model_len:
+                    raise ValueError(f"latency[{i}]: input_len + output_len exceeds {limit}")
         if self.verdict is not None and self.verdict.points is not None:
             ids = [serve_point_id(b.isl, b.osl, c, b.prompts_for(c), b.duration_s) for b in self.serve
                    for c in b.concurrency]
@@ -747,6 +752,15 @@ class Matrix(Strict):
     @property
     def baseline_arm(self) -> str:
         return self.baseline or next(iter(self.arms))
+
+    def model_of(self, arm: ArmSpec) -> ModelSpec:
+        """The model an arm serves: its own, or the matrix's."""
+        return arm.model or self.model
+
+    def models_by_field(self) -> dict[str, ModelSpec]:
+        """Every model the matrix names, by where it is given (``model``, ``arms.NAME.model``)."""
+        return {"model": self.model,
+                **{f"arms.{name}.model": arm.model for name, arm in self.arms.items() if arm.model is not None}}
 
     @property
     def rounds(self) -> int:
@@ -945,7 +959,10 @@ def resolve_local_paths(matrix: Matrix, base_dir: Path) -> Matrix:
             src = src.model_copy(update={
                 "wheel": str((base_dir / src.wheel).expanduser().resolve()) if src.wheel is not None else None,
                 "git": _local(src.git, base_dir)})
-        arms[name] = arm.model_copy(update={"patches": patches, "vllm_from": src})
+        own = arm.model
+        if own is not None:
+            own = own.model_copy(update={"id": _local(own.id, base_dir), "tokenizer": _local(own.tokenizer, base_dir)})
+        arms[name] = arm.model_copy(update={"patches": patches, "vllm_from": src, "model": own})
     runtime = matrix.runtime
     if runtime.docker is not None and runtime.docker.hf_cache:  # a bind mount needs an absolute path
         hf_cache = str((base_dir / Path(runtime.docker.hf_cache).expanduser()).resolve())
@@ -958,16 +975,16 @@ def missing_model_paths(matrix: Matrix) -> list[str]:
     exist and that no generator writes. Found here, a typo in a path is not found first by a server that fails
     to start, after every arm's image was built. Not an error of the file: a directory may be made later
     (`make model`), so `suite validate` warns and `suite run` refuses."""
-    m = matrix.model
     out = []
-    for field, value in (("model.id", m.id), ("model.tokenizer", m.tokenizer)):
-        if value is None or not Path(value).is_absolute():  # a Hugging Face id (org/name)
-            continue
-        if field == "model.id" and m.generate is not None:  # written at the run's start
-            continue
-        if not Path(value).is_dir():
-            out.append(f"{field}: {value} is no directory (a local model must exist before the run; "
-                       "`make model` writes models/tiny-moe; a Hugging Face id has the form org/name)")
+    for where, m in matrix.models_by_field().items():
+        for field, value in ((f"{where}.id", m.id), (f"{where}.tokenizer", m.tokenizer)):
+            if value is None or not Path(value).is_absolute():  # a Hugging Face id (org/name)
+                continue
+            if field.endswith(".id") and m.generate is not None:  # written at the run's start
+                continue
+            if not Path(value).is_dir():
+                out.append(f"{field}: {value} is no directory (a local model must exist before the run; "
+                           "`make model` writes models/tiny-moe; a Hugging Face id has the form org/name)")
     return out
 
 

@@ -79,7 +79,9 @@ def intro(run: RunData) -> list[Paragraph | BulletList | Note]:
     jobs = f" (jobs ok {counts.ok}, failed {counts.failed}, missing {counts.missing})" if counts else ""
     out.append(BulletList([
         f"run: {code(run.root.name)}, status **{literal(m.status)}**{jobs}",
-        f"model: {code(matrix.model.id)}; runtime: {literal(m.runtime or 'local')}; "
+        f"model: {code(matrix.model.id)}"
+        + "".join(f" ({literal(a)}: its own, {code(info.model)})" for a, info in m.arms.items() if info.model)
+        + f"; runtime: {literal(m.runtime or 'local')}; "
         f"order: {literal(run.order)}"
         + (f", side by side: {literal(matrix.side_by_side)} servers per time window (arms in random order per "
            f"round, seed {literal(matrix.order_seed)})" if matrix.side_by_side > 1 else "")
@@ -397,7 +399,8 @@ def provenance_section(run: RunData) -> Section:
         patches = "\n".join(f"{'reverse ' if p.reverse else ''}**{literal(p.name)}** {code(p.sha256)}"
                             for p in info.patches) or "none"
         env = ", ".join(f"{k}={v}" for k, v in info.env.items())
-        extra = {k: v for k, v in (info.model_extra or {}).items() if v not in (None, "", [], {})}
+        extra = {k: v for k, v in {"model": info.model, **(info.model_extra or {})}.items()
+                 if v not in (None, "", [], {})}
         rows.append([Cell(f"**{literal(arm)}**"), Cell(literal(info.vllm_version)),
                      Cell(literal(info.image or "—")), Cell(patches), Cell(code(env) if env else "—"),
                      Cell(literal(json.dumps(extra, sort_keys=True)) if extra else "—")])

@@ -80,7 +80,7 @@ class RunContext:
                 if p and not (Path(p) / "applied.json").is_file()]
         if keep:
             env["PYTHONPATH"] = os.pathsep.join(keep)
-        if Path(self.matrix.model.id).is_dir():
+        if all(Path(m.id).is_dir() for m in self.matrix.models_by_field().values()):
             env.setdefault("HF_HUB_OFFLINE", "1")
         tmp = self.store.root / ".tmp"
         tmp.mkdir(exist_ok=True)
@@ -96,7 +96,7 @@ def make_runtime(matrix: Matrix, cache_root: Path) -> ArmPreparer:
 
 
 def server_argv_tail(matrix: Matrix, arm: str, plan: Plan, port: int, extra: list[str] | None = None) -> list[str]:
-    m = matrix.model
+    m = matrix.model_of(plan.arms[arm])
     return [m.id, "--served-model-name", m.name, "--host", matrix.runtime.host, "--port", str(port),
             "--max-model-len", str(m.max_model_len), *m.vllm_args(), *matrix.serve_args, *plan.arms[arm].serve_args,
             *(extra or [])]
@@ -133,7 +133,7 @@ def job_env(ctx: RunContext, job: Job, server: Server | None, scope: SessionScop
     offline = server is None
     cache_dir = ctx.store.cache_dir(job.arm)
     return JobEnv(
-        job=job, model=ctx.matrix.model, serve_args=[*ctx.matrix.serve_args, *arm_spec.serve_args],
+        job=job, model=ctx.matrix.model_of(arm_spec), serve_args=[*ctx.matrix.serve_args, *arm_spec.serve_args],
         result=ctx.store.result_path(job), log=ctx.store.log_path(job), run_root=ctx.store.root,
         arm_env=(ctx.here.tool_env(arm_env, cache_dir) | arm_spec.env) if offline else {},
         wrap=lambda argv: ctx.here.tool_argv(arm_env, argv, cache_dir), vllm_root=arm_env.pythonpath,
@@ -403,7 +403,8 @@ def prepare(matrix_path: Path, out_base: Path, resume: Path | None, console: Con
     matrix = load_matrix(matrix_path)
     plan = build_plan(matrix)
     # a generated dummy-weight model (model.generate) is written before anything reads or mounts its directory
-    ensure_model(matrix.model, log=lambda msg: console.print(msg, markup=False, highlight=False))
+    for model in matrix.models_by_field().values():
+        ensure_model(model, log=lambda msg: console.print(msg, markup=False, highlight=False))
     if missing := missing_model_paths(matrix):  # before any arm's image is built or server started
         raise SuiteError(f"{matrix_path}: " + "; ".join(missing))
     runtime = make_runtime(matrix, REPO_ROOT / ".cache")
@@ -426,6 +427,7 @@ def prepare(matrix_path: Path, out_base: Path, resume: Path | None, console: Con
         weights=WeightsRecord(load_format=matrix.model.load_format, generate=matrix.model.generate,
                               model_args=matrix.model.vllm_args(), note=matrix.model.weights_note()),
         arms={a: ArmRecord(vllm_version=e.vllm_version, image=e.image, patches=e.patches,
+                           **({"model": m.id} if (m := plan.arms[a].model) is not None else {}),
                            env=redact_env({**matrix.env, **plan.arms[a].env}), **runtime.arm_info(a))
               for a, e in arm_envs.items()},
     )
@@ -608,13 +610,15 @@ def dry_run(matrix_path: Path) -> str:
                 lines.append(f"  [{arm}] offline tools: {docker.describe_tool(arm, 'ARM-IMAGE')}")
     seen = set()
     for job in plan.jobs:
-        if job.kind != "serve" or job.point in seen:
+        spec = plan.arms[job.arm]
+        model = matrix.model_of(spec)
+        if job.kind != "serve" or (job.point, model.id) in seen:
             continue
-        seen.add(job.point)
-        cmd = serve_command(vllm="vllm", base_url=f"http://{matrix.runtime.host}:PORT", served_name=matrix.model.name,
-                            tokenizer=matrix.model.tokenizer or matrix.model.id, params=job.params,
+        seen.add((job.point, model.id))
+        cmd = serve_command(vllm="vllm", base_url=f"http://{matrix.runtime.host}:PORT", served_name=model.name,
+                            tokenizer=model.tokenizer or model.id, params=job.params,
                             result_dir=Path("<run>/<arm>/serve") / job.point, result_filename="rep-<r>.json",
-                            trust_remote_code=trusts_remote_code([*matrix.serve_args,
-                                                                  *plan.arms[job.arm].serve_args]))
-        lines.append(f"  [{job.point}] client: {shlex.join(cmd)}")
+                            trust_remote_code=trusts_remote_code([*matrix.serve_args, *spec.serve_args]))
+        whose = f", {job.arm}'s model" if spec.model is not None else ""
+        lines.append(f"  [{job.point}{whose}] client: {shlex.join(cmd)}")
     return "\n".join(lines)

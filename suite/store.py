@@ -186,6 +186,7 @@ class ArmRecord(Recorded):
     image: str | None = None
     patches: list[AppliedPatch] = []
     env: dict[str, str] = {}
+    model: str | None = None  # the arm's own model (arms.NAME.model), when it does not serve the matrix's
 
 
 class WeightsRecord(Recorded):

@@ -64,7 +64,8 @@ class Hub:
 
 @pytest.fixture
 def clean_env(monkeypatch):
-    for var in ("HF_HOME", "HF_HUB_CACHE", "SUITE_GLM52_MODEL", "SUITE_GEMMA4_MODEL", "SUITE_QWEN38_FSE_MODEL"):
+    for var in ("HF_HOME", "HF_HUB_CACHE", "SUITE_GLM52_MODEL", "SUITE_GEMMA4_MODEL", "SUITE_QWEN38_FSE_MODEL",
+                "SUITE_QWEN38_QUARK_MODEL"):
         monkeypatch.delenv(var, raising=False)
     return monkeypatch
 
@@ -125,12 +126,14 @@ def test_bin_weights_only_when_the_repo_has_no_safetensors(tmp_path, clean_env, 
 
 
 def test_model_id_from_the_environment_is_what_is_fetched(tmp_path, clean_env, monkeypatch):
-    hub = Hub({"me/my-qwen-copy": ["config.json", "model.safetensors"]})
+    """Every model the matrix names is fetched, an arm's own too (seed 002's Quark-MXFP4 reference arm)."""
+    hub = Hub({"me/my-qwen-copy": ["config.json", "model.safetensors"],
+               "amd/Qwen3.8-2.4T-A95B-Quark-MXFP4": ["config.json", "model.safetensors"]})
     monkeypatch.setattr(huggingface_hub, "snapshot_download", hub)
     clean_env.setenv("SUITE_QWEN38_FSE_MODEL", "me/my-qwen-copy")
     m = load_matrix(REPO / "matrices" / "qwen38-fse-mi355x.yaml")
     fetch(plan_fetch(m)[0], tmp_path, log=lambda _: None)
-    assert [c["repo_id"] for c in hub.calls] == ["me/my-qwen-copy"]
+    assert [c["repo_id"] for c in hub.calls] == ["me/my-qwen-copy", "amd/Qwen3.8-2.4T-A95B-Quark-MXFP4"]
 
 
 def test_hub_errors_become_one_clear_message(tmp_path, clean_env, monkeypatch):

@@ -116,13 +116,20 @@ def test_seed_matrices_use_the_seeds_models(monkeypatch, tmp_path):
     assert load_matrix(REPO / "matrices" / "qwen38-fse-mi355x.yaml").model.id == str(tmp_path / "qwen")
 
 
-def test_qwen38_has_the_seeds_fse_off_and_on_arms():
+def test_qwen38_has_the_seeds_four_accuracy_rows(monkeypatch):
+    """The seed's GSM8K table: Quark-MXFP4 with FSE off (another checkpoint), MoE-MXFP4 with FSE off, on
+    before the change, on after it; the first is judged on accuracy alone."""
+    monkeypatch.delenv("SUITE_QWEN38_QUARK_MODEL", raising=False)
     m = load_matrix(REPO / "matrices" / "qwen38-fse-mi355x.yaml")
     fse = {arm: {**m.env, **spec.env}["VLLM_ROCM_USE_AITER_FUSION_SHARED_EXPERTS"] for arm, spec in m.arms.items()}
-    assert fse == {"before": "1", "after": "1", "fse-off": "0"}
+    assert fse == {"before": "1", "after": "1", "fse-off": "0", "quark-fse-off": "0"}
     patches = {arm: [(p.name, p.reverse) for p in spec.patches] for arm, spec in m.arms.items()}
-    assert patches == {"before": [("fse-fused-gate-dispatch", True)], "after": [], "fse-off": []}
+    assert patches == {"before": [("fse-fused-gate-dispatch", True)], "after": [], "fse-off": [], "quark-fse-off": []}
     assert m.baseline_arm == "before" and {spec.vllm for spec in m.arms.values()} == {"0.33.0"}
+    models = {arm: m.model_of(spec).id for arm, spec in m.arms.items()}
+    assert models["quark-fse-off"] == "amd/Qwen3.8-2.4T-A95B-Quark-MXFP4"
+    assert {models[a] for a in ("before", "after", "fse-off")} == {m.model.id}
+    assert not m.arms["quark-fse-off"].serving and m.accuracy is not None
 
 
 @pytest.mark.parametrize("name", GPU_MATRICES)
@@ -165,3 +172,49 @@ def test_dry_run_client_trusts_remote_code_as_the_server_does(tmp_path):
     assert dry.returncode == 0, dry.stderr
     clients = [line for line in dry.stdout.splitlines() if "] client: vllm bench serve" in line]
     assert clients and all(" --trust-remote-code" in line for line in clients), dry.stdout
+
+
+OWN_MODEL = """\
+name: own
+model: {id: ./models/main, served_name: main, max_model_len: 512}
+arms:
+  baseline: {vllm: "0.32.0"}
+  ckpt: {vllm: "0.32.0", model: {id: ./models/other, served_name: other, max_model_len: 256}}
+serve:
+  - {isl: 128, osl: 32, concurrency: [1], num_prompts: 2}
+"""
+
+
+def test_an_arm_serves_its_own_model_and_only_its_jobs_change(tmp_path):
+    """Seed 002's reference row is another checkpoint: an arm names its own model. Its paths resolve against
+    the matrix, its limits are checked, its jobs hash apart; the other arms' jobs hash as they did."""
+    from suite.plan import build_plan
+
+    for d in ("models/main", "models/other"):
+        (tmp_path / d).mkdir(parents=True)
+    path = tmp_path / "m.yaml"
+    path.write_text(OWN_MODEL)
+    m = load_matrix(path)
+    assert m.model_of(m.arms["ckpt"]).id == str(tmp_path / "models" / "other")
+    assert m.model_of(m.arms["baseline"]).id == str(tmp_path / "models" / "main")
+    assert list(m.models_by_field()) == ["model", "arms.ckpt.model"]
+    plain = tmp_path / "plain.yaml"
+    plain.write_text(OWN_MODEL.replace(", model: {id: ./models/other, served_name: other, max_model_len: 256}", ""))
+    with_own, without = build_plan(m).jobs, build_plan(load_matrix(plain)).jobs
+    assert [j.hash for j in with_own if j.arm == "baseline"] == [j.hash for j in without if j.arm == "baseline"]
+    assert [j.hash for j in with_own if j.arm == "ckpt"] != [j.hash for j in without if j.arm == "ckpt"]
+    # its own limit: 128 + 32 fits 512 but not 256
+    with pytest.raises(MatrixError, match=r"exceeds arms\.ckpt\.model\.max_model_len 150"):
+        parse_matrix(OWN_MODEL.replace("max_model_len: 256", "max_model_len: 150"))
+    # a typo in its path is named like the matrix model's
+    (tmp_path / "models" / "other").rmdir()
+    run = run_suite("run", str(path), "--out", str(tmp_path / "runs"))
+    assert run.returncode == 2 and f"arms.ckpt.model.id: {tmp_path / 'models' / 'other'} is no directory" in run.stderr
+    (tmp_path / "models" / "other").mkdir()
+    dry = run_suite("run", str(path), "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    servers = {line.split("]")[0].strip(" ["): line for line in dry.stdout.splitlines() if "] server:" in line}
+    assert f"vllm serve {tmp_path / 'models' / 'other'} --served-model-name other" in servers["ckpt"]
+    assert "--max-model-len 256" in servers["ckpt"] and "--served-model-name main" in servers["baseline"]
+    clients = [line for line in dry.stdout.splitlines() if "] client: vllm bench serve" in line]
+    assert any("ckpt's model] client:" in c and "--model other" in c for c in clients), clients

@@ -70,28 +70,30 @@ def is_local(ref: str) -> bool:
 
 
 def plan_fetch(matrix: Matrix) -> tuple[list[Download], list[str]]:
-    """(downloads, notes): what to download, and what needs nothing (local directories)."""
+    """(downloads, notes): what to download for every model the matrix names (the matrix's and an arm's own),
+    and what needs nothing (local directories). A repository named twice is downloaded once."""
     downloads: list[Download] = []
     notes: list[str] = []
-    model, tokenizer = matrix.model.id, matrix.model.tokenizer
-    for what, ref in (("model", model), ("tokenizer", tokenizer)):
-        if ref is None or (what == "tokenizer" and ref == model):
-            continue
-        if is_local(ref):
-            generated = what == "model" and matrix.model.generate is not None
-            if generated and not Path(ref).exists():
-                notes.append(f"{what} {ref}: generated here by model.generate: {matrix.model.generate} (config + "
-                             "tokenizer; weights: dummy)")
+    for m in matrix.models_by_field().values():
+        for what, ref in (("model", m.id), ("tokenizer", m.tokenizer)):
+            if ref is None or (what == "tokenizer" and ref == m.id):
                 continue
-            if not Path(ref).is_dir():
-                raise SuiteError(f"{what} {ref} is a local path but no such directory exists")
-            notes.append(f"{what} {ref} is a local directory: nothing to fetch"
-                         + (" (weights: dummy, --load-format dummy)" if matrix.model.dummy else ""))
-            continue
-        weights = what == "model" and not matrix.model.dummy
-        patterns = MODEL_PATTERNS if weights else TOKENIZER_PATTERNS
-        downloads.append(Download(what, ref, patterns, weights=weights))
-    return downloads, notes
+            if is_local(ref):
+                generated = what == "model" and m.generate is not None
+                if generated and not Path(ref).exists():
+                    notes.append(f"{what} {ref}: generated here by model.generate: {m.generate} (config + "
+                                 "tokenizer; weights: dummy)")
+                    continue
+                if not Path(ref).is_dir():
+                    raise SuiteError(f"{what} {ref} is a local path but no such directory exists")
+                notes.append(f"{what} {ref} is a local directory: nothing to fetch"
+                             + (" (weights: dummy, --load-format dummy)" if m.dummy else ""))
+                continue
+            weights = what == "model" and not m.dummy
+            download = Download(what, ref, MODEL_PATTERNS if weights else TOKENIZER_PATTERNS, weights=weights)
+            if download not in downloads:
+                downloads.append(download)
+    return downloads, list(dict.fromkeys(notes))
 
 
 def _hint(exc: Exception) -> str:
@@ -151,8 +153,9 @@ def run(args: argparse.Namespace) -> int:
         for d in downloads:
             log(f"would download {d.what} {d.repo_id} ({', '.join(d.allow_patterns)}) into {cache_dir}")
         return 0
-    generated = ensure_model(matrix.model, log=log)
-    if generated is not None:
-        log(f"model {generated}: ready ({matrix.model.weights_note()})")
+    for m in matrix.models_by_field().values():
+        generated = ensure_model(m, log=log)
+        if generated is not None:
+            log(f"model {generated}: ready ({m.weights_note()})")
     fetch(downloads, cache_dir, log=log)
     return 0

@@ -355,11 +355,15 @@ def _arm_settings(matrix: Matrix, env: ArmEnv, *, cache_dir: Path, root: Path, e
         mounts.append((str(hub), str(hub), "rw"))
     if not cache_dir.is_relative_to(root):
         mounts.append((str(cache_dir), str(cache_dir), "rw"))
-    model = Path(matrix.model.id)
+    from suite.plan import effective_arms
+
+    spec = effective_arms(matrix).get(env.arm)
+    arm_model = matrix.model_of(spec) if spec is not None else matrix.model
+    model = Path(arm_model.id)
     if model.is_absolute() and model.is_dir():
         mounts.append((str(model), str(model), "ro"))
         environment["HF_HUB_OFFLINE"] = "1"
-    tok = matrix.model.tokenizer
+    tok = arm_model.tokenizer
     if tok and Path(tok).is_absolute() and Path(tok).is_dir() and Path(tok) != model:
         mounts.append((tok, tok, "ro"))
     data = Path(matrix.accuracy.dataset) if matrix.accuracy is not None else None
