@@ -237,14 +237,16 @@ def card(run: RunData, s: CandidateSummary) -> Card:
     if doubts:  # what the rounds' independence rests on: the Data quality box has the numbers
         lines.append(f"data quality: {', '.join(literal(d) for d in doubts)} — the rounds may not be independent "
                      "draws; see Data quality")
-    unsteady: dict[str, list[int]] = {}
-    for f in run.findings:
-        if f.check == "session-drift" and f.arm in (s.baseline, s.candidate) and f.round is not None:
-            unsteady.setdefault(f.arm, []).append(f.round)
-    if unsteady:  # a server that changed speed within its session: the round it measured is suspect
-        lines.append("data quality: session-drift (" + "; ".join(
-            f"{literal(arm)} round {', '.join(map(str, sorted(set(rs))))}" for arm, rs in sorted(unsteady.items()))
-            + ") — a server measured a point differently at its session's start and end; see Data quality")
+    for check, meaning in (("session-drift", "a server measured a point differently at its session's start and end"),
+                           ("round-outlier", "a round measured a point far from its arm's other rounds")):
+        by_arm: dict[str, list[int]] = {}
+        for f in run.findings:
+            if f.check == check and f.arm in (s.baseline, s.candidate) and f.round is not None:
+                by_arm.setdefault(f.arm, []).append(f.round)
+        if by_arm:  # a server off its level (within its session, or against the arm's others): its round is suspect
+            lines.append(f"data quality: {check} (" + "; ".join(
+                f"{literal(arm)} round {', '.join(map(str, sorted(set(rs))))}" for arm, rs in sorted(by_arm.items()))
+                + f") — {meaning}; see Data quality")
     ctrl = run.control
     if (ctrl is not None and ctrl.control_word == CONTROL_FAILED and ctrl.evaluation is not None
             and s.candidate != run.aa_arm):

@@ -20,6 +20,7 @@ from suite.quality.run import run_checks
 from suite.quality.series import (
     check_bimodal_sessions,
     check_drift,
+    check_round_outlier,
     check_session_drift,
     mann_kendall,
     session_levels,
@@ -354,12 +355,34 @@ def test_session_drift_flags_a_server_that_changed_speed_within_its_session():
     assert [(f.arm, f.round) for f in found] == [("arm0", 1), ("arm2", 2), ("arm3", 3)]
     assert all(f.severity == "warning" and f.check == "session-drift" for f in found)
     assert "Mean TPOT 4.26 ms at the point's first measurement, 3.99 ms when it was measured again" in found[0].message
-    assert "(-6.3 %; this run's threshold 2.5 %)" in found[0].message  # 5 x the median |difference|, 0.5 %
+    assert "(-6.3%; this run's threshold 2.5%)" in found[0].message  # 5 x the median |difference|, 0.5 %
     # a noisy run sets its own threshold (5 x its median difference): 3 % swings everywhere are its noise
     noisy = [RepeatResult("a", "c1", r, {"mean_tpot_ms": 10.0}, end={"mean_tpot_ms": 10.0 * (1.03 if r % 2 else 0.97)})
              for r in range(6)]
     assert check_session_drift(noisy) == []
     assert check_session_drift(_series_repeats("a", {"c1": [1.0, 2.0]})) == []  # no end-of-session repeats
+
+
+def test_round_outlier_names_one_round_off_its_arms_level_and_not_a_two_level_cell():
+    """The third H200 run's ll-bf16 at c1: rounds 0-2 within 0.3 %, round 3 8.6 % slower (its end-of-session
+    repeat was never measured, so session-drift could not see it). A cell whose rounds sit at two levels is the
+    bimodal check's subject, not one round's; a cell of three rounds has too few others to judge."""
+    cells = {"c1": [3.88, 3.87, 3.88, 4.22], "c8": [4.76, 4.77, 4.75, 4.77], "c16": [5.60, 5.62, 5.61, 5.60]}
+    repeats = [RepeatResult("ll", p, r, {"mean_tpot_ms": v}, session=r) for p, vs in cells.items()
+               for r, v in enumerate(vs)]
+    two_levels = [3.93, 4.26, 4.30, 4.04]  # the first H200 run's baseline at c1: slow and fast windows
+    repeats += [RepeatResult("base", "c1", r, {"mean_tpot_ms": v}, session=r) for r, v in enumerate(two_levels)]
+    found = check_round_outlier(repeats)
+    assert [(f.arm, f.point, f.round, f.severity) for f in found] == [("ll", "c1", 3, "warning")]
+    assert "Mean TPOT 4.22 ms, +8.8% from the median 3.88 ms of this arm's other 3 rounds" in found[0].message
+    assert "which lie within 0.3% of it (this run's threshold 3.0%)" in found[0].message
+    assert check_round_outlier([r for r in repeats if r.round < 3]) == []  # 3 rounds: 2 others per round
+    # a noisy run sets its own threshold: 10 % swings everywhere are its noise, not one round's
+    noisy = [RepeatResult("a", p, r, {"mean_tpot_ms": 10.0 * (1.1 if (r + i) % 2 else 0.9)}, session=r)
+             for i, p in enumerate(("c1", "c2", "c3")) for r in range(4)]
+    noisy.append(RepeatResult("a", "c4", 0, {"mean_tpot_ms": 12.0}, session=0))
+    noisy += [RepeatResult("a", "c4", r, {"mean_tpot_ms": 10.0}, session=r) for r in (1, 2, 3)]
+    assert [f.point for f in check_round_outlier(noisy)] == []
 
 
 def test_drift_per_point_planted():

@@ -30,6 +30,9 @@ bimodal-sessions    an arm's per-session throughput levels split in two clusters
                     cluster) and cluster levels ≥ 5 % apart
 session-drift       a session's first point measured again at its end differs by > 2 % and  warning
                     > 5× the run's median difference (≥ 4 pairs)
+round-outlier       a round's mean TPOT at a point differs from the median of the arm's     warning
+                    other rounds there (≥ 3) by > 3 %, > 5× the run's median deviation and
+                    > 3× the farthest of those other rounds from their median
 fast-path-not-taken an arm's server log: a kernel the gate is routed to ran untuned or was   warning
                     switched off (AITER tuned-config misses: a stock arm's only for the
                     model's gate shapes; vLLM's own messages)

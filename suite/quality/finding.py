@@ -19,7 +19,8 @@ from suite.stats import FAMILIES, METRICS
 Severity = Literal["unreliable", "warning"]
 
 CHECK_ORDER = ("failed-requests", "fast-path-not-taken", "server-health", "client-bound", "low-concurrency",
-               "coalesced-stream", "chunked-stream", "warmup-outlier", "session-drift", "bimodal-sessions", "drift")
+               "coalesced-stream", "chunked-stream", "warmup-outlier", "session-drift", "round-outlier", "bimodal-sessions",
+               "drift")
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from suite.quality.finding import Finding, RepeatResult, order_findings
-from suite.quality.series import check_bimodal_sessions, check_drift, check_session_drift
+from suite.quality.series import check_bimodal_sessions, check_drift, check_round_outlier, check_session_drift
 from suite.quality.server_log import check_server_health
 from suite.stages.serve.checks import check_repeat, check_warmup
 
@@ -20,6 +20,7 @@ def run_checks(repeats: Sequence[RepeatResult], *, servers: Iterable[Mapping[str
     findings += check_warmup(repeats)
     findings += check_server_health(servers, logs)
     findings += check_session_drift(repeats)
+    findings += check_round_outlier(repeats)
     findings += check_drift(repeats)
     findings += check_bimodal_sessions(repeats)
     return order_findings(findings)
