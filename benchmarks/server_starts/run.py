@@ -3,13 +3,16 @@
 
     .venv/bin/python benchmarks/server_starts/run.py                        # every set-up below
     .venv/bin/python benchmarks/server_starts/run.py --setups default,no-split --repeats 4
+    .venv/bin/python benchmarks/server_starts/run.py --setups default,side-by-side --repeats 6   # issue 23
     .venv/bin/python benchmarks/server_starts/run.py --analyze runs/server-starts-<time>   # re-analyse
 
 Per set-up it prints, from the stored raw results: the between-start CV of output throughput per point (the
 standard deviation of log values across the starts of one arm, pooled over both arms), the CV of a start's
 geometric mean over the points, and the standard deviation of the A/A round score (the primary test's score
 of arm b against arm a, per round) with the rounds the matrix's design would need to see a 5 % and a 10 %
-change at 80 % power. Run it on a quiet box: it prints the load average before and after each set-up.
+change at 80 % power, the wall time per round and the A/A score's variance times that time relative to the
+first set-up (below 1: more precision per unit of wall time). Run it on a quiet box: it prints the load
+average before and after each set-up.
 """
 
 from __future__ import annotations
@@ -52,6 +55,9 @@ def setups() -> dict[str, dict]:
                      "what": f"no-preload + LD_PRELOAD={tc or '(tcmalloc not installed)'}: the allocator alone"},
         "no-aslr": {"env": {}, "prefix": ["setarch", os.uname().machine, "-R"],
                     "what": "defaults + address-space randomisation off for every process (setarch -R)"},
+        "side-by-side": {"env": {}, "prefix": [], "matrix": "side_by_side: 2\n",
+                         "what": "defaults + side_by_side: 2: both arms' servers of a round alive at once (started "
+                                 "together, their jobs alternating A B, B A, ...), the same cores"},
     }
 
 
@@ -64,6 +70,10 @@ def run_setup(name: str, setup: dict, out: Path, matrix: Path) -> dict:
     env = dict(os.environ, **setup["env"])
     base = out / name
     base.mkdir(parents=True, exist_ok=True)
+    if setup.get("matrix"):  # the set-up changes the matrix itself: a derived copy beside its run
+        text = matrix.read_text().replace("../../models/", f"{REPO}/models/") + setup["matrix"]
+        matrix = base / "matrix.yaml"
+        matrix.write_text(text)
     cmd = [*setup["prefix"], str(Path(sys.executable).with_name("suite")), "run", str(matrix), "--out", str(base)]
     before = _load()
     print(f"[{name}] load {before}: {' '.join(cmd)}", flush=True)
@@ -143,14 +153,23 @@ def analyze(base: Path) -> dict:
 def table(rows: list[tuple[dict, dict]]) -> str:
     points = sorted({p for _, a in rows for p in a["per_point_sd"]})
     head = ["set-up", "starts", *[f"CV {p}" for p in points], "CV start geomean", "SD A/A round score",
-            "rounds for 5 %", "rounds for 10 %", "start s (median)", "load before → after"]
+            "rounds for 5 %", "rounds for 10 %", "start s (median)", "wall s per round", "score variance × wall",
+            "load before → after"]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    first = None
     for meta, a in rows:
+        per_round = meta["wall_s"] / max(a["starts"].values()) if a["starts"] else None
+        # the variance of the A/A round score times a round's wall time: what one unit of wall time buys (a
+        # design twice as precise per round at twice the time per round scores the same); relative to row 1
+        cost = a["aa_score_sd"] ** 2 * per_round if a["aa_score_sd"] and per_round else None
+        first = first if first is not None else cost
         out.append("| " + " | ".join([
             meta["setup"], "+".join(str(n) for n in a["starts"].values()),
             *[_pct(a["per_point_sd"].get(p)) for p in points], _pct(a["session_geomean_sd"]),
             _pct(a["aa_score_sd"]), str(a["rounds_for_5pct"]), str(a["rounds_for_10pct"]),
             f"{a['healthy_after_s_median']:.0f}" if a["healthy_after_s_median"] else "n/a",
+            f"{per_round:.0f}" if per_round else "n/a",
+            f"{cost / first:.2f}×" if cost and first else "n/a",
             f"{meta['load_before']} → {meta['load_after']}"]) + " |")
     out.append("")
     out += [f"- {meta['setup']}: {meta['what']}; A/A round scores {a['aa_round_scores_pct']} %; "
