@@ -18,12 +18,12 @@ import json
 import os
 import re
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 
 from suite import REPO_ROOT
 from suite.errors import SuiteError
+from suite.proc import failure, run_tool
 from suite.stages.kernel.bench import DEFAULT_M, DEFAULT_TRACE_M, parse_m_list
 from suite.stages.kernel.summary import comparison_rows, render_kernel_md, render_kernel_text
 from suite.store import atomic_write_json
@@ -140,23 +140,13 @@ def run_arm(args: argparse.Namespace, name: str, path: str, extra: list[str], ou
     cache_root = Path(args.cache_dir) / name if args.cache_dir else arm_dir / "cache"
     cmd = arm_command(args, name, json_path, extra)
     print(f"[{name}] {shlex.join(cmd)}", flush=True)
-    with open(log_path, "w") as log:
-        log.write(f"# PYTHONPATH first: {path or '(installed vLLM)'}\n# {shlex.join(cmd)}\n")
-        log.flush()
-        try:
-            proc = subprocess.run(
-                cmd,
-                env=arm_env(path, cache_root),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                timeout=args.timeout,
-                check=False,
-            )
-        except subprocess.TimeoutExpired as exc:
-            raise SuiteError(f"arm {name}: timed out after {args.timeout:.0f}s; log {log_path}") from exc
-    if proc.returncode != 0 or not json_path.exists():
-        tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-25:])
-        raise SuiteError(f"arm {name}: measure exited {proc.returncode}; log {log_path}:\n{tail}")
+    log_path.unlink(missing_ok=True)
+    # its own process group: a timeout or Ctrl-C ends the measurement and every compile worker it started
+    run_tool(cmd, env=arm_env(path, cache_root), log_path=log_path, timeout_s=args.timeout,
+             what=f"arm {name}: the kernel measurement",
+             header=f"# PYTHONPATH first: {path or '(installed vLLM)'}\n# {shlex.join(cmd)}\n")
+    if not json_path.exists():
+        raise failure(f"arm {name}: the kernel measurement", f"wrote no {json_path.name}", cmd, log_path)
     for line in log_path.read_text(errors="replace").splitlines():
         if line.startswith(f"[kernel:{name}]"):
             print(line, flush=True)
