@@ -240,8 +240,9 @@ def card(run: RunData, s: CandidateSummary) -> Card:
     for check, meaning in (("session-drift", "a server measured a point differently at its session's start and end"),
                            ("round-outlier", "a round measured a point far from its arm's other rounds")):
         by_arm: dict[str, list[int]] = {}
-        for f in run.findings:
-            if f.check == check and f.arm in (s.baseline, s.candidate) and f.round is not None:
+        for f in run.findings:  # only rounds this test used: a doubt over a round it never read is not its own
+            if (f.check == check and f.arm in (s.baseline, s.candidate) and f.round is not None
+                    and f.round in c.rounds):
                 by_arm.setdefault(f.arm, []).append(f.round)
         if by_arm:  # a server off its level (within its session, or against the arm's others): its round is suspect
             lines.append(f"data quality: {check} (" + "; ".join(

@@ -151,3 +151,23 @@ def test_a_verdict_on_a_percentile_through_the_cli(tmp_path):
               for r in range(4)]
     shown = re.search(r"\*\*ll-bf16 vs baseline: [A-Z]+\*\* — composite ([+-][0-9.]+)%", report)
     assert shown is not None and float(shown.group(1)) == pytest.approx(math.expm1(sum(scores) / 4) * 100, abs=0.05)
+
+
+def test_a_slow_round_is_named_and_only_on_the_cards_whose_test_read_it(tmp_path):
+    """The third H200 run's ll-bf16 round 3 decoded 8.6 % slower at c1 than its other rounds; its end-of-session
+    repeat was never measured, so only the round-outlier check can see it. The Data quality box names it; the
+    ll-bf16 card does not (its test stopped after rounds 0-1), and no card names baseline's unsteady round 3
+    unless its test used round 3 (the A/A control's four rounds)."""
+    from suite.analysis import load_run
+    from suite.report import build_report
+
+    root = unpack(EVIDENCE / "h200-gemma4-quiet8-20261202", tmp_path / "h200-gemma4-quiet8-20261202")
+    run = load_run(root)
+    outliers = [(f.arm, f.point, f.round) for f in run.findings if f.check == "round-outlier"]
+    assert outliers == [("ll-bf16", "isl128-osl64-c1-n16", 3)]
+    build_report(root)
+    verdict = (root / "report.md").read_text().split("## Verdict")[1].split("## Data quality")[0]
+    cards = {c.split(" vs ")[0].strip("* "): c for c in verdict.split("\n- ") if " vs baseline" in c}
+    assert "round-outlier" not in verdict  # ll-bf16's test read rounds 0 and 1 only
+    assert "session-drift (baseline round 3)" in cards["A/A control: baseline.aa"]
+    assert "session-drift" not in cards["ll-bf16"] and "session-drift" not in cards["slowed-gate"]
