@@ -18,6 +18,7 @@ from suite.stages.kernel.bench import (
     percentile,
     summarize,
 )
+from suite.stages.kernel.read import KernelRun
 from suite.stages.kernel.summary import comparison_rows, render_kernel_md, render_kernel_text
 
 # Toy "kernel module": gates look the fast kernel up here at call time, as GateLinear does with ll_bf16.
@@ -123,8 +124,8 @@ def test_custom_op_dispatch_is_not_frozen_and_its_op_is_recorded():
     assert res[32].path == "suite_test::toy_router_dispatch -> torch.mm"
 
 
-def _fake_result(arm: str, medians: dict[int, float], path: str, frozen: tuple[int, ...] = ()) -> dict:
-    return {
+def _fake_result(arm: str, medians: dict[int, float], path: str, frozen: tuple[int, ...] = ()) -> KernelRun:
+    return KernelRun.model_validate({
         "arm": arm,
         "shape": {"hidden": 2816, "experts": 128, "dtype": "bfloat16", "out_dtype": "float32", "bias": False},
         "compile": {"backend": "inductor", "trace_m": 2048, "trace_path": "torch.mm"},
@@ -147,7 +148,7 @@ def _fake_result(arm: str, medians: dict[int, float], path: str, frozen: tuple[i
             }
             for m, v in medians.items()
         ],
-    }
+    })
 
 
 def test_report_section_speedup_spread_and_frozen_marker():
@@ -155,8 +156,8 @@ def test_report_section_speedup_spread_and_frozen_marker():
     patched = _fake_result("patched", {1: 1.5, 16: 2.8}, "vllm::ll_bf16_router_gemm_dispatch -> ll_bf16_gemm")
     results = {"baseline": base, "patched": patched}
     rows = comparison_rows(results, "baseline")
-    assert [r["m"] for r in rows] == [1, 16]
-    assert rows[0]["arms"]["patched"]["speedup"] == pytest.approx(4.0)
+    assert [r.m for r in rows] == [1, 16]
+    assert rows[0].arms["patched"].speedup == pytest.approx(4.0)
     md = render_kernel_md(results, "baseline")
     assert "| 1 | 6.00 [5.40–6.60] | 1.50 [1.35–1.65] | 4.00× |" in md
     assert "| 16 | 7.00 [6.30–7.70] | 2.80 [2.52–3.08] | 2.50× |" in md

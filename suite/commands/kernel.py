@@ -25,6 +25,7 @@ from suite import REPO_ROOT
 from suite.errors import SuiteError
 from suite.proc import failure, run_tool
 from suite.stages.kernel.bench import DEFAULT_M, DEFAULT_TRACE_M, parse_m_list
+from suite.stages.kernel.read import KernelRun
 from suite.stages.kernel.summary import comparison_rows, render_kernel_md, render_kernel_text
 from suite.store import atomic_write_json
 
@@ -132,7 +133,7 @@ def arm_env(path: str, cache_root: Path) -> dict[str, str]:
     return env
 
 
-def run_arm(args: argparse.Namespace, name: str, path: str, extra: list[str], out: Path) -> dict:
+def run_arm(args: argparse.Namespace, name: str, path: str, extra: list[str], out: Path) -> KernelRun:
     arm_dir = out / name
     arm_dir.mkdir(parents=True, exist_ok=True)
     json_path = arm_dir / "kernel.json"
@@ -150,7 +151,7 @@ def run_arm(args: argparse.Namespace, name: str, path: str, extra: list[str], ou
     for line in log_path.read_text(errors="replace").splitlines():
         if line.startswith(f"[kernel:{name}]"):
             print(line, flush=True)
-    return json.loads(json_path.read_text())
+    return KernelRun.model_validate(json.loads(json_path.read_text()))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -173,23 +174,18 @@ def run(args: argparse.Namespace) -> int:
         "baseline": baseline,
         "arms": {name: {"dir": path or None, "args": extra.get(name, [])} for name, path in arms},
         "rows": [
-            {
-                "m": row["m"],
-                **{
-                    arm: {
-                        k: (cell["result"] or {}).get(k)
-                        for k in ("median_us", "p10_us", "p90_us", "n", "path", "frozen_branch")
-                    }
-                    | {"speedup": cell["speedup"]}
-                    for arm, cell in row["arms"].items()
-                },
-            }
+            {"m": row.m,
+             **{arm: (cell.result.model_dump(include={"median_us", "p10_us", "p90_us", "n", "path", "frozen_branch"})
+                      if cell.result is not None else dict.fromkeys(("median_us", "p10_us", "p90_us", "n", "path",
+                                                                     "frozen_branch")))
+                | {"speedup": cell.speedup}
+                for arm, cell in row.arms.items()}}
             for row in comparison_rows(results, baseline)
         ],
     }
     atomic_write_json(out / "kernel-summary.json", summary)
     print(f"\nwrote {out / 'kernel.md'} and {out / 'kernel-summary.json'}")
-    frozen = {a: r.get("frozen_branch_ms") for a, r in results.items() if r.get("frozen_branch_ms")}
+    frozen = {a: r.frozen_branch_ms for a, r in results.items() if r.frozen_branch_ms}
     for a, ms in frozen.items():
         print(f"frozen branch in arm {a} at M = {ms}")
     return 0

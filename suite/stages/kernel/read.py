@@ -1,23 +1,91 @@
-"""Stored router-gate kernel results of a run: the JSON `suite.stages.kernel.bench` wrote, one per arm."""
+"""Stored router-gate kernel results of a run: the JSON `suite.stages.kernel.bench` wrote (one per arm and
+round), read back as typed records. The bench runs alone on accelerator hosts (torch only), so it writes
+plain JSON; this side gives it its shape. Keys a later bench adds ride along as extras."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from suite.store import JobRecord, RunStore, ok_jobs, read_json
 
 
-def load_kernel_runs(store: RunStore, records: Sequence[JobRecord]) -> dict[str, dict[int, dict[str, Any]]]:
-    """arm -> round -> the kernel result of that round's process (one per round with ``offline_repeats``)."""
-    out: dict[str, dict[int, dict[str, Any]]] = {}
+class _Read(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+
+class KernelRow(_Read):
+    """One M: µs per call (median and p10–p90 of the samples) and the path that ran."""
+
+    m: int
+    median_us: float
+    p10_us: float
+    p90_us: float
+    n: int | None = None
+    path: str = "?"
+    eager_path: str | None = None
+    frozen_branch: bool = False
+    recompiled: bool = False
+
+
+class KernelShape(_Read):
+    hidden: int | None = None
+    experts: int | None = None
+    dtype: str | None = None
+    out_dtype: str | None = None
+    bias: bool | None = None
+
+
+class KernelCompile(_Read):
+    backend: str | None = None
+    trace_m: int | None = None
+    trace_path: str | None = None
+
+
+class KernelTiming(_Read):
+    method: str = "?"
+    calls_per_sample: int | None = None
+    samples: int | None = None
+
+
+class KernelDevice(_Read):
+    name: str | None = None
+
+
+class KernelGate(_Read):
+    class_: str | None = Field(None, alias="class")
+    source: str | None = None
+    forced: str | None = None
+
+
+class KernelRun(_Read):
+    """One process's result."""
+
+    arm: str | None = None
+    shape: KernelShape = KernelShape()
+    compile: KernelCompile = KernelCompile()
+    timing: KernelTiming = KernelTiming()
+    device: KernelDevice = KernelDevice()
+    gate: KernelGate = KernelGate()
+    torch_version: str | None = None
+    vllm_version: str | None = None
+    frozen_branch_ms: list[int] = []
+    results: list[KernelRow] = []
+
+    def by_m(self) -> dict[int, KernelRow]:
+        return {r.m: r for r in self.results}
+
+
+def load_kernel_runs(store: RunStore, records: Sequence[JobRecord]) -> dict[str, dict[int, KernelRun]]:
+    """arm -> round -> the kernel result of that round's process (one per round with ``offline_repeats``);
+    a file that is not the bench's output is left out (the section shows what is there)."""
+    out: dict[str, dict[int, KernelRun]] = {}
     for job in ok_jobs(records, "kernel"):
         try:
-            result = read_json(store.result_path(job))
-        except (OSError, json.JSONDecodeError):
+            result = KernelRun.model_validate(read_json(store.result_path(job)))
+        except (OSError, json.JSONDecodeError, ValidationError):
             continue
-        if isinstance(result, dict):
-            out.setdefault(job.arm, {})[job.repeat] = result
+        out.setdefault(job.arm, {})[job.repeat] = result
     return {arm: dict(sorted(rounds.items())) for arm, rounds in out.items()}
-

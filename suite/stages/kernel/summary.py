@@ -1,6 +1,6 @@
 """The router-gate kernel microbenchmark's section (format neutral), from stored results only.
 
-Input: the JSON objects written by ``suite.stages.kernel.bench`` (one per arm), keyed by arm name. Also the
+Input: the results ``suite.stages.kernel.bench`` wrote (one per arm and round), read back as ``KernelRun``. Also the
 plain-text table and the markdown file of the `suite kernel` command, drawn from the same rows.
 """
 
@@ -8,109 +8,105 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from suite.analysis import RunData
 from suite.document import BulletList, Cell, Paragraph, Section, Table, code, literal
 from suite.render import markdown
-from suite.stages.kernel.read import load_kernel_runs
+from suite.stages.kernel.read import KernelRow, KernelRun, load_kernel_runs
 from suite.stats import compare, fmt_interval, fmt_pct
 
 STYLE = {"better": "better", "worse": "worse", "not significant": "not-significant", "unreliable": "unreliable"}
 
 
-def _fmt_us(r: Mapping[str, Any]) -> str:
-    return f"{r['median_us']:.2f} [{r['p10_us']:.2f}–{r['p90_us']:.2f}]"
+def _fmt_us(r: KernelRow) -> str:
+    return f"{r.median_us:.2f} [{r.p10_us:.2f}–{r.p90_us:.2f}]"
 
 
-def speedup(base: Mapping[str, Any], other: Mapping[str, Any]) -> float | None:
+def speedup(base: KernelRow, other: KernelRow) -> float | None:
     """Baseline median over the arm's median (> 1: the arm is faster)."""
-    if not other.get("median_us"):
+    if not other.median_us:
         return None
-    return float(base["median_us"]) / float(other["median_us"])
+    return base.median_us / other.median_us
 
 
-def _by_m(result: Mapping[str, Any]) -> dict[int, Mapping[str, Any]]:
-    return {int(r["m"]): r for r in result.get("results", [])}
-
-
-def _path_cell(r: Mapping[str, Any] | None) -> str:
+def _path_cell(r: KernelRow | None) -> str:
     if r is None:
         return "–"
-    cell = code(r["path"])
-    if r.get("frozen_branch"):
-        cell += f" **frozen branch** (eager: {code(r['eager_path'])})"
-    if r.get("recompiled"):
+    cell = code(r.path)
+    if r.frozen_branch:
+        cell += f" **frozen branch** (eager: {code(r.eager_path)})"
+    if r.recompiled:
         cell += " (recompiled at this M)"
     return cell
 
 
-def comparison_rows(results_by_arm: Mapping[str, Mapping[str, Any]], baseline: str) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class ArmCell:
+    result: KernelRow | None  # None: the arm has no row at this M
+    speedup: float | None  # against the baseline arm; None for the baseline itself
+
+
+@dataclass(frozen=True)
+class ComparisonRow:
+    m: int
+    arms: dict[str, ArmCell]
+
+
+def comparison_rows(results_by_arm: Mapping[str, KernelRun], baseline: str) -> list[ComparisonRow]:
     """One row per M: per-arm stats and speedup against the baseline arm (shared by table and CLI)."""
     if baseline not in results_by_arm:
         raise KeyError(f"baseline arm {baseline!r} not among {sorted(results_by_arm)}")
-    per_arm = {arm: _by_m(res) for arm, res in results_by_arm.items()}
+    per_arm = {arm: res.by_m() for arm, res in results_by_arm.items()}
     ms = sorted({m for rows in per_arm.values() for m in rows})
     rows = []
     for m in ms:
         base = per_arm[baseline].get(m)
-        row: dict[str, Any] = {"m": m, "arms": {}}
-        for arm, by_m in per_arm.items():
-            r = by_m.get(m)
-            row["arms"][arm] = {
-                "result": r,
-                "speedup": speedup(base, r)
-                if (base is not None and r is not None and arm != baseline)
-                else None,
-            }
-        rows.append(row)
+        rows.append(ComparisonRow(m, {
+            arm: ArmCell(r, speedup(base, r) if (base is not None and r is not None and arm != baseline) else None)
+            for arm, by_m in per_arm.items() for r in (by_m.get(m),)}))
     return rows
 
 
-def kernel_blocks(results_by_arm: Mapping[str, Mapping[str, Any]], baseline: str) -> list[Any]:
+def kernel_blocks(results_by_arm: Mapping[str, KernelRun], baseline: str) -> list[Any]:
     """The section's content: µs per M per arm (median [p10–p90]), speedup vs ``baseline``, path per M."""
     rows = comparison_rows(results_by_arm, baseline)
     arms = [baseline] + [a for a in results_by_arm if a != baseline]
     first = results_by_arm[baseline]
-    shape = first.get("shape", {})
-    comp = first.get("compile", {})
-    timing = first.get("timing", {})
-    device = first.get("device", {})
+    shape, comp, timing = first.shape, first.compile, first.timing
     blocks: list[Any] = [Paragraph(
-        f"Gate {shape.get('hidden')}×{shape.get('experts')} ({shape.get('dtype')} in, {shape.get('out_dtype')} out, "
-        f"bias={shape.get('bias')}), guard-free `torch.compile` (fullgraph, dynamic, backend "
-        f"{code(comp.get('backend'))}) traced first at M={comp.get('trace_m')}; "
-        f"{literal(timing.get('method', '?').replace('_', ' '))} of {timing.get('calls_per_sample')} calls per "
-        f"sample, {timing.get('samples')} samples per M; µs per call, median [p10–p90]. "
-        f"Device: {literal(device.get('name'))}.")]
+        f"Gate {shape.hidden}×{shape.experts} ({shape.dtype} in, {shape.out_dtype} out, "
+        f"bias={shape.bias}), guard-free `torch.compile` (fullgraph, dynamic, backend "
+        f"{code(comp.backend)}) traced first at M={comp.trace_m}; "
+        f"{literal(timing.method.replace('_', ' '))} of {timing.calls_per_sample} calls per "
+        f"sample, {timing.samples} samples per M; µs per call, median [p10–p90]. "
+        f"Device: {literal(first.device.name)}.")]
     timing_rows = []
     for row in rows:
-        cells = [Cell(str(row["m"]))]
-        cells += [Cell(_fmt_us(r) if (r := row["arms"][a]["result"]) else "–") for a in arms]
-        cells += [Cell(f"{s:.2f}×" if (s := row["arms"][a]["speedup"]) else "–") for a in arms[1:]]
+        cells = [Cell(str(row.m))]
+        cells += [Cell(_fmt_us(r) if (r := row.arms[a].result) else "–") for a in arms]
+        cells += [Cell(f"{s:.2f}×" if (s := row.arms[a].speedup) else "–") for a in arms[1:]]
         timing_rows.append(cells)
     blocks.append(Table(["M", *(f"{literal(a)} µs" for a in arms), *(f"speedup {literal(a)}" for a in arms[1:])],
                         timing_rows, name="kernel"))
     blocks.append(Table(["M", *(literal(a) for a in arms)],
-                        [[Cell(str(row["m"])), *(Cell(_path_cell(row["arms"][a]["result"])) for a in arms)]
+                        [[Cell(str(row.m)), *(Cell(_path_cell(row.arms[a].result)) for a in arms)]
                          for row in rows], caption="Path that ran (recorded per M in an untimed pass of the "
                         "compiled gate):", align=["left"] * (1 + len(arms)), name="kernel-paths"))
-    frozen = {a: res.get("frozen_branch_ms") or [] for a, res in results_by_arm.items()}
-    notes = [f"**{literal(a)}: frozen branch at M = {', '.join(map(str, frozen[a]))}**: the compiled gate ran the "
-             f"trace-M path ({code(results_by_arm[a].get('compile', {}).get('trace_path'))}) although the same "
-             "tree takes another path there in eager mode." for a in arms if frozen[a]]
+    notes = [f"**{literal(a)}: frozen branch at M = {', '.join(map(str, results_by_arm[a].frozen_branch_ms))}**: "
+             f"the compiled gate ran the trace-M path ({code(results_by_arm[a].compile.trace_path)}) although the "
+             "same tree takes another path there in eager mode." for a in arms if results_by_arm[a].frozen_branch_ms]
     if notes:
         blocks.append(BulletList(notes))
     env_rows = []
     for a in arms:
         res = results_by_arm[a]
-        gate = res.get("gate", {})
-        gate_desc = gate.get("class") or gate.get("source") or "?"
-        if gate.get("forced"):
-            gate_desc += f" ({gate['forced']})"
-        env_rows.append([Cell(literal(a)), Cell(literal(res.get("device", {}).get("name"))),
-                         Cell(literal(res.get("torch_version"))), Cell(literal(res.get("vllm_version"))),
-                         Cell(literal(gate_desc)), Cell(code(res.get("compile", {}).get("trace_path")))])
+        gate_desc = res.gate.class_ or res.gate.source or "?"
+        if res.gate.forced:
+            gate_desc += f" ({res.gate.forced})"
+        env_rows.append([Cell(literal(a)), Cell(literal(res.device.name)), Cell(literal(res.torch_version)),
+                         Cell(literal(res.vllm_version)), Cell(literal(gate_desc)), Cell(code(res.compile.trace_path))])
     blocks.append(Table(["arm", "device", "torch", "vLLM", "gate", "trace path"], env_rows, align=["left"] * 6,
                         name="kernel-env"))
     return blocks
@@ -120,30 +116,28 @@ def _gm(values: list[float]) -> float:
     return math.exp(math.fsum(map(math.log, values)) / len(values))
 
 
-def across_processes(runs: Mapping[str, Mapping[int, Mapping[str, Any]]], baseline: str) -> Table | None:
+def across_processes(runs: Mapping[str, Mapping[int, KernelRun]], baseline: str) -> Table | None:
     """With 2 or more processes per arm (``offline_repeats``): per M, the geometric mean of the processes'
     medians and each candidate's Δ% with a 95 % paired t interval across the processes, paired by round:
     what one process's samples cannot show (what changes from one process start to the next)."""
     if baseline not in runs or min(len(r) for r in runs.values()) < 2:
         return None
-    medians = {arm: {rnd: _by_m(res) for rnd, res in rounds.items()} for arm, rounds in runs.items()}
+    medians = {arm: {rnd: {r.m: r.median_us for r in res.results if r.median_us > 0} for rnd, res in rounds.items()}
+               for arm, rounds in runs.items()}
     arms = [baseline] + [a for a in runs if a != baseline]
     ms = sorted({m for rounds in medians.values() for by_m in rounds.values() for m in by_m})
-
-    def series(arm: str, m: int, rounds: list[int]) -> list[float]:
-        return [float(medians[arm][r][m]["median_us"]) for r in rounds]
-
     rows = []
     for m in ms:
-        have = {a: [r for r, by_m in medians[a].items() if m in by_m and by_m[m].get("median_us")] for a in arms}
+        have = {a: {r: by_m[m] for r, by_m in medians[a].items() if m in by_m} for a in arms}
         cells = [Cell(str(m))]
-        cells += [Cell(f"{_gm(series(a, m, have[a])):.2f} ({len(have[a])})" if have[a] else "–") for a in arms]
+        cells += [Cell(f"{_gm(list(have[a].values())):.2f} ({len(have[a])})" if have[a] else "–") for a in arms]
         for a in arms[1:]:
             paired = sorted(set(have[baseline]) & set(have[a]))
             if len(paired) < 2:
                 cells += [Cell("–"), Cell(f"{len(paired)} paired process(es)", style="missing")]
                 continue
-            c = compare(series(baseline, m, paired), series(a, m, paired), higher_is_better=False, paired=True)
+            c = compare([have[baseline][r] for r in paired], [have[a][r] for r in paired], higher_is_better=False,
+                        paired=True)
             delta = (f"{fmt_pct(c.delta_pct)} {fmt_interval(c.ci_low_pct, c.ci_high_pct)}"
                      if c.ci_low_pct is not None else fmt_pct(c.delta_pct))
             cells += [Cell(delta), Cell(f"{c.verdict.value}: {literal(c.reason)}", style=STYLE[c.verdict.value])]
@@ -156,9 +150,9 @@ def across_processes(runs: Mapping[str, Mapping[int, Mapping[str, Any]]], baseli
                          "interval across the processes, paired by round (positive: slower).")
 
 
-def kernel_section(results_by_arm: Mapping[str, Mapping[str, Any]], baseline: str,
+def kernel_section(results_by_arm: Mapping[str, KernelRun], baseline: str,
                    title: str = "Router-gate kernel (guard-free torch.compile, per arm)",
-                   runs: Mapping[str, Mapping[int, Mapping[str, Any]]] | None = None) -> Section:
+                   runs: Mapping[str, Mapping[int, KernelRun]] | None = None) -> Section:
     """The section: the first process's tables per arm; with ``runs`` of 2 or more processes per arm, the
     table across them first."""
     blocks = kernel_blocks(results_by_arm, baseline)
@@ -168,36 +162,29 @@ def kernel_section(results_by_arm: Mapping[str, Mapping[str, Any]], baseline: st
     return Section(title, 2, blocks, anchor="kernel")
 
 
-def render_kernel_md(results_by_arm: Mapping[str, Mapping[str, Any]], baseline: str) -> str:
+def render_kernel_md(results_by_arm: Mapping[str, KernelRun], baseline: str) -> str:
     """kernel.md of `suite kernel`: the same content as the report's section, as markdown."""
     return markdown.section(kernel_section(results_by_arm, baseline, "Router gate kernel")) + "\n"
 
 
-def render_kernel_text(results_by_arm: Mapping[str, Mapping[str, Any]], baseline: str) -> str:
+def render_kernel_text(results_by_arm: Mapping[str, KernelRun], baseline: str) -> str:
     """Plain-text table for the terminal: before → after per M, speedup and path."""
-    rows = comparison_rows(results_by_arm, baseline)
     others = [a for a in results_by_arm if a != baseline]
     lines = []
-    for row in rows:
-        base = row["arms"][baseline]["result"]
-        b = f"{base['median_us']:8.2f} us [{base['p10_us']:.2f}-{base['p90_us']:.2f}]" if base else "-"
-        parts = [f"M={row['m']:<5d} {baseline} {b}"]
+    for row in comparison_rows(results_by_arm, baseline):
+        base = row.arms[baseline].result
+        b = f"{base.median_us:8.2f} us [{base.p10_us:.2f}-{base.p90_us:.2f}]" if base else "-"
+        parts = [f"M={row.m:<5d} {baseline} {b}"]
         for a in others:
-            r = row["arms"][a]["result"]
-            s = row["arms"][a]["speedup"]
-            if r is None:
+            cell = row.arms[a]
+            if cell.result is None:
                 parts.append(f"-> {a} -")
                 continue
-            parts.append(
-                f"-> {a} {r['median_us']:8.2f} us [{r['p10_us']:.2f}-{r['p90_us']:.2f}]"
-                + (f"  {s:5.2f}x" if s else "")
-            )
-        paths = "; ".join(
-            f"{a}: {row['arms'][a]['result']['path']}"
-            + (" FROZEN" if row["arms"][a]["result"].get("frozen_branch") else "")
-            for a in [baseline, *others]
-            if row["arms"][a]["result"]
-        )
+            r = cell.result
+            parts.append(f"-> {a} {r.median_us:8.2f} us [{r.p10_us:.2f}-{r.p90_us:.2f}]"
+                         + (f"  {cell.speedup:5.2f}x" if cell.speedup else ""))
+        paths = "; ".join(f"{a}: {r.path}" + (" FROZEN" if r.frozen_branch else "")
+                          for a in [baseline, *others] if (r := row.arms[a].result) is not None)
         lines.append("  ".join(parts) + f"   | {paths}")
     return "\n".join(lines)
 
