@@ -36,7 +36,7 @@ from suite.document import (
     literal,
     outcome_style,
 )
-from suite.quality.finding import order_findings
+from suite.quality.finding import CHECK_ORDER, order_findings
 from suite.stages.accuracy.read import GATE_FILTER, ArmsCorrectness
 from suite.stats import METRICS, Verdict, fmt_interval, fmt_pct
 from suite.store import MatrixRecord, read_json
@@ -310,8 +310,7 @@ def data_quality_section(run: RunData) -> Section | None:
     findings = order_findings(run.findings)
     if not findings:
         return Section("Data quality", 2, [Paragraph(
-            "No problem found in any repeat (failed requests, coalesced or chunked streams, achieved concurrency, client load, "
-            "warm-up outliers, server health, drift, bimodal sessions).")], anchor="quality")
+            f"No problem found by any check ({', '.join(CHECK_ORDER)}).")], anchor="quality")
     groups: dict[tuple[str, str, str], list[Any]] = {}
     for f in findings:
         groups.setdefault((f.severity, f.check, f.arm), []).append(f)
