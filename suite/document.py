@@ -16,6 +16,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
+from suite.stats import Comparison, Verdict, fmt_interval, fmt_pct
+
 Severity = Literal["info", "warning", "unreliable", "error"]
 Align = Literal["left", "right", "center"]
 
@@ -203,6 +205,23 @@ def fmt(value: float | None) -> str:
     if abs(value) >= 100:
         return f"{value:.1f}"
     return f"{value:.2f}"
+
+
+def verdict_style(verdict: Verdict) -> str:
+    """The cell style of a per-cell verdict: better, worse, not-significant, unreliable."""
+    return verdict.value.replace(" ", "-")
+
+
+def delta_text(c: Comparison) -> str:
+    """A comparison's Δ% with its interval beside it, or bare when it has none."""
+    if c.ci_low_pct is None:
+        return fmt_pct(c.delta_pct)
+    return f"{fmt_pct(c.delta_pct)} {fmt_interval(c.ci_low_pct, c.ci_high_pct)}"
+
+
+def verdict_cell(c: Comparison) -> Cell:
+    """A comparison's verdict and its reason, styled by the verdict."""
+    return Cell(f"{c.verdict.value}: {literal(c.reason)}", style=verdict_style(c.verdict))
 
 
 def fmt_p(p: float | None) -> str:

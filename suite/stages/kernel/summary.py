@@ -6,18 +6,25 @@ plain-text table and the markdown file of the `suite kernel` command, drawn from
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from suite.analysis import RunData
-from suite.document import BulletList, Cell, Paragraph, Section, Table, code, literal
+from suite.analysis import RunData, geometric_mean
+from suite.document import (
+    BulletList,
+    Cell,
+    Paragraph,
+    Section,
+    Table,
+    code,
+    delta_text,
+    literal,
+    verdict_cell,
+)
 from suite.render import markdown
 from suite.stages.kernel.read import KernelRow, KernelRun, load_kernel_runs
-from suite.stats import compare, fmt_interval, fmt_pct
-
-STYLE = {"better": "better", "worse": "worse", "not significant": "not-significant", "unreliable": "unreliable"}
+from suite.stats import compare
 
 
 def _fmt_us(r: KernelRow) -> str:
@@ -112,10 +119,6 @@ def kernel_blocks(results_by_arm: Mapping[str, KernelRun], baseline: str) -> lis
     return blocks
 
 
-def _gm(values: list[float]) -> float:
-    return math.exp(math.fsum(map(math.log, values)) / len(values))
-
-
 def across_processes(runs: Mapping[str, Mapping[int, KernelRun]], baseline: str) -> Table | None:
     """With 2 or more processes per arm (``offline_repeats``): per M, the geometric mean of the processes'
     medians and each candidate's Δ% with a 95 % paired t interval across the processes, paired by round:
@@ -130,7 +133,8 @@ def across_processes(runs: Mapping[str, Mapping[int, KernelRun]], baseline: str)
     for m in ms:
         have = {a: {r: by_m[m] for r, by_m in medians[a].items() if m in by_m} for a in arms}
         cells = [Cell(str(m))]
-        cells += [Cell(f"{_gm(list(have[a].values())):.2f} ({len(have[a])})" if have[a] else "–") for a in arms]
+        cells += [Cell(f"{geometric_mean(list(have[a].values())):.2f} ({len(have[a])})" if have[a] else "–")
+                  for a in arms]
         for a in arms[1:]:
             paired = sorted(set(have[baseline]) & set(have[a]))
             if len(paired) < 2:
@@ -138,9 +142,7 @@ def across_processes(runs: Mapping[str, Mapping[int, KernelRun]], baseline: str)
                 continue
             c = compare([have[baseline][r] for r in paired], [have[a][r] for r in paired], higher_is_better=False,
                         paired=True)
-            delta = (f"{fmt_pct(c.delta_pct)} {fmt_interval(c.ci_low_pct, c.ci_high_pct)}"
-                     if c.ci_low_pct is not None else fmt_pct(c.delta_pct))
-            cells += [Cell(delta), Cell(f"{c.verdict.value}: {literal(c.reason)}", style=STYLE[c.verdict.value])]
+            cells += [Cell(delta_text(c)), verdict_cell(c)]
         rows.append(cells)
     return Table(["M", *(f"{literal(a)} µs (processes)" for a in arms),
                   *(h for a in arms[1:] for h in (f"Δ% {literal(a)} [95% interval]", f"verdict {literal(a)}"))],

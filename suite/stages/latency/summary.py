@@ -11,14 +11,10 @@ pair and its Δ% never disagree. Speedup = before / after − 1 of the same mean
 
 from __future__ import annotations
 
-import math
-
-from suite.analysis import RunData
-from suite.document import Cell, Paragraph, Section, Table, literal
+from suite.analysis import RunData, geometric_mean
+from suite.document import Cell, Paragraph, Section, Table, delta_text, literal, verdict_cell
 from suite.stages.latency.read import load_latency, quantile
-from suite.stats import Comparison, compare, fmt_interval, fmt_pct
-
-STYLE = {"better": "better", "worse": "worse", "not significant": "not-significant", "unreliable": "unreliable"}
+from suite.stats import compare
 
 
 def _ms(value: float) -> str:
@@ -26,7 +22,9 @@ def _ms(value: float) -> str:
 
 
 def _gm(values: list[float]) -> float:
-    return math.exp(math.fsum(map(math.log, values)) / len(values))
+    gm = geometric_mean(values)
+    assert gm is not None, values  # the reader keeps positive latencies only
+    return gm
 
 
 def _cell(starts: list[list[float]]) -> str:
@@ -35,17 +33,12 @@ def _cell(starts: list[list[float]]) -> str:
     return f"{_ms(_gm([_gm(s) for s in starts]))} ({_ms(quantile(every, 0.1))}–{_ms(quantile(every, 0.9))})"
 
 
-def _delta(c: Comparison) -> str:
-    return (f"{fmt_pct(c.delta_pct)} {fmt_interval(c.ci_low_pct, c.ci_high_pct)}"
-            if c.ci_low_pct is not None else fmt_pct(c.delta_pct))
-
-
 def _row(bs: int, shape: str, base: dict[int, list[float]], cand: dict[int, list[float]]) -> list[Cell]:
     paired = sorted(set(base) & set(cand))
     if len(paired) >= 2:  # across engine starts, paired by round
         b, c = [base[r] for r in paired], [cand[r] for r in paired]
         cmp = compare([_gm(x) for x in b], [_gm(x) for x in c], higher_is_better=False, paired=True)
-        verdict = Cell(f"{cmp.verdict.value}: {literal(cmp.reason)}", style=STYLE[cmp.verdict.value])
+        verdict = verdict_cell(cmp)
         starts = f"{len(paired)}"
     else:  # one start each (or starts of different rounds): the iterations are all there is
         b, c = list(base.values()), list(cand.values())
@@ -57,7 +50,7 @@ def _row(bs: int, shape: str, base: dict[int, list[float]], cand: dict[int, list
     gb, gc = _gm([_gm(x) for x in b]), _gm([_gm(x) for x in c])
     iters = f"{sum(map(len, b))}/{sum(map(len, c))}"
     return [Cell(str(bs)), Cell(shape), Cell(_cell(b)), Cell(_cell(c)), Cell(f"{gc - gb:+,.2f}"),
-            Cell(f"{(gb / gc - 1) * 100:+.2f}%"), Cell(_delta(cmp)), Cell(starts), Cell(iters), verdict]
+            Cell(f"{(gb / gc - 1) * 100:+.2f}%"), Cell(delta_text(cmp)), Cell(starts), Cell(iters), verdict]
 
 
 def section(run: RunData) -> Section | None:

@@ -25,12 +25,11 @@ from suite.document import (
     fmt,
     fmt_p,
     literal,
+    verdict_style,
 )
 from suite.stats import DETAIL, DUPLICATES, HEADLINE, METRICS, Verdict, fmt_interval, fmt_pct
 
 MARK = {Verdict.BETTER: "▲", Verdict.WORSE: "▼", Verdict.NOT_SIGNIFICANT: "·", Verdict.UNRELIABLE: "?"}
-STYLE = {Verdict.BETTER: "better", Verdict.WORSE: "worse", Verdict.NOT_SIGNIFICANT: "not-significant",
-         Verdict.UNRELIABLE: "unreliable"}
 HEAT_STEPS = (2.0, 5.0, 10.0, 20.0)  # |Δ| % at which a significant cell's tint steps up (MAX_STRENGTH levels)
 REASON_CHARS = 110  # an unreliable cell's reason in a table; the statistics table holds it in full
 
@@ -77,7 +76,7 @@ def _strength(c: CellResult) -> int:
 
 
 def doc_cell(c: CellResult, text: str | None = None) -> Cell:
-    style = STYLE[c.verdict] if c.verdict is not None else "missing"
+    style = verdict_style(c.verdict) if c.verdict is not None else "missing"
     return Cell(cell_text(c) if text is None else text, style=style, tip=cell_tip(c), strength=_strength(c))
 
 
