@@ -573,6 +573,18 @@ class KernelSpec(Strict):
     trials: int = Field(31, gt=0, le=MAX_ITERS)
 
 
+class LayerSpec(Strict):
+    """The decoder-layer subgraph benchmark (suite.stages.layer): µs per layer of the model's own decoder layer,
+    attention taken out, compiled guard-free and traced at a large T, timed per T (CUDA-graph replay on GPU)."""
+
+    tokens: list[Annotated[int, Field(gt=0, le=MAX_KERNEL_M)]] = Field(
+        [1, 2, 4, 8], description="T: tokens per call (the decode batch sizes seed 000's first table uses)")
+    trace_m: int = Field(2048, gt=0, le=MAX_KERNEL_M, description="T of the first (frozen) torch.compile trace")
+    layer_index: int = Field(0, ge=0, description="which decoder layer of the model is built (its config)")
+    iters: int = Field(20, gt=0, le=MAX_ITERS, description="layer calls per timed sample (one CUDA graph)")
+    trials: int = Field(51, gt=0, le=MAX_ITERS)
+
+
 class ProfileSpec(Strict):
     """A short decode-heavy window under vLLM's torch profiler (suite.stages.profile)."""
 
@@ -651,8 +663,9 @@ class Matrix(Strict):
         "the first point's shape, each chunk's TPOT recorded"))
     accuracy: AccuracySpec | None = None
     kernel: KernelSpec | None = None
+    layer: LayerSpec | None = None
     offline_repeats: int = Field(1, ge=1, le=50, description=(
-        "rounds of the offline jobs (latency, kernel): every round runs each job once per arm, each its own "
+        "rounds of the offline jobs (latency, kernel, layer): every round runs each job once per arm, each its own "
         "process (for `vllm bench latency` an engine start), the arms in a fresh seeded random order per round; "
         "with 2 or more the tables' intervals and verdicts are across these processes, not across the "
         "iterations inside one"))
@@ -702,8 +715,8 @@ class Matrix(Strict):
             if unknown := [p for p in self.verdict.points if p not in ids]:
                 raise ValueError(f"verdict.points: {unknown} are not serving points of this matrix; its points: "
                                  f"{', '.join(dict.fromkeys(ids)) or '(none)'}")
-        if not (self.serve or self.latency or self.accuracy or self.kernel or self.profile):
-            raise ValueError("nothing to measure: give serve, latency, accuracy, kernel or profile")
+        if not (self.serve or self.latency or self.accuracy or self.kernel or self.layer or self.profile):
+            raise ValueError("nothing to measure: give serve, latency, accuracy, kernel, layer or profile")
         if self.repeats == "auto":
             if self.order != "abba":
                 raise ValueError("repeats: auto needs order: abba (rounds are the unit of the sequential test)")

@@ -12,7 +12,7 @@ Orders:
   (started together, their jobs alternating, ``suite.runner.run_window``), so whatever drifts on the host
   within a window drifts for all its arms alike. Rounds stay the unit of the verdict (one session per arm per
   round), and which arms share a window changes at random from round to round.
-Offline jobs (latency, kernel) run after the server sessions, one session per arm; with ``offline_repeats: n``
+Offline jobs (latency, kernel, layer) run after the server sessions, one session per arm; with ``offline_repeats: n``
 (n > 1) in n rounds, each round's arms in a fresh random order of their own, so their tables compare arms
 across processes (engine starts), the unit that varies from start to start.
 The A/A mode adds an arm ``<baseline>.aa`` that is the baseline again; the drift check repeats the first
@@ -30,10 +30,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from suite.matrix import AccuracySpec, ArmSpec, KernelSpec, Matrix, ProfileSpec, serve_point_id
+from suite.matrix import AccuracySpec, ArmSpec, KernelSpec, LayerSpec, Matrix, ProfileSpec, serve_point_id
 
 AA_SUFFIX = ".aa"
-JobKind = Literal["serve", "equivalence", "accuracy", "probe", "profile", "latency", "kernel"]
+JobKind = Literal["serve", "equivalence", "accuracy", "probe", "profile", "latency", "kernel", "layer"]
 
 
 class ServeParams(BaseModel):
@@ -77,13 +77,14 @@ class ProbeParams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-JobParams = ServeParams | LatencyParams | AccuracySpec | KernelSpec | ProfileSpec | ProbeParams
+JobParams = ServeParams | LatencyParams | AccuracySpec | KernelSpec | LayerSpec | ProfileSpec | ProbeParams
 
 # Where a kind's jobs go:
 # - session-start: the arm's first server session, before anything is measured (the gate-path probe);
 # - each-round: every server session, once per round it holds (serving points; the drift repeat follows);
 # - session-end: the arm's first server session, after its serving (correctness: greedy equivalence, GSM8K);
-# - offline: one session per arm without a server (each job its own process: `vllm bench latency`, kernel);
+# - offline: one session per arm without a server (each job its own process: `vllm bench latency`, kernel,
+#   layer);
 # - own-session: a server session of its own per arm, after everything else (the profiler's server).
 Placement = Literal["session-start", "each-round", "session-end", "offline", "own-session"]
 SERVER_PLACEMENTS: tuple[Placement, ...] = ("session-start", "each-round", "session-end")
@@ -132,6 +133,8 @@ KINDS: dict[str, KindSpec] = {  # the order inside a placement is the order of t
     "latency": KindSpec(LatencyParams, "offline", latency_points),
     "kernel": KindSpec(KernelSpec, "offline", lambda m: [(f"h{m.kernel.hidden}-e{m.kernel.experts}", m.kernel)] if (
         m.kernel is not None) else []),
+    "layer": KindSpec(LayerSpec, "offline", lambda m: [(f"layer{m.layer.layer_index}", m.layer)] if (
+        m.layer is not None) else []),
     "profile": KindSpec(ProfileSpec, "own-session", lambda m: [("decode-window", m.profile)] if (
         m.profile is not None) else []),
 }

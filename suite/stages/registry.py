@@ -15,6 +15,8 @@ from suite.stages.kernel import run as kernel_run
 from suite.stages.kernel import summary as kernel_summary
 from suite.stages.latency import run as latency_run
 from suite.stages.latency import summary as latency_summary
+from suite.stages.layer import run as layer_run
+from suite.stages.layer import summary as layer_summary
 from suite.stages.probe import run as probe_run
 from suite.stages.probe import summary as probe_summary
 from suite.stages.profile import run as profile_run
@@ -38,6 +40,7 @@ STAGES: dict[str, Stage] = {
     "accuracy": Stage("accuracy", accuracy_run.execute, accuracy_summary.section),
     "kernel": Stage("kernel", kernel_run.execute, kernel_summary.section),
     "latency": Stage("latency", latency_run.execute, latency_summary.section),
+    "layer": Stage("layer", layer_run.execute, layer_summary.section),
     "profile": Stage("profile", profile_run.execute, profile_summary.section,
                      server_args=profile_run.server_args),
 }

@@ -87,11 +87,12 @@ def suite_files(roots: tuple[str, ...] = SUITE_ROOTS) -> tuple[str, ...]:
     return tuple(sorted(files))
 CPU_PYTHON_TAG = "cp311"  # Debian bookworm's python3
 # The suite's tools every image carries under /opt/suite/tools (suite.runtime.docker.runtime runs them there):
-# the persistent `vllm bench serve` client and the kernel benchmark, both standalone scripts (stdlib + vLLM /
+# the persistent `vllm bench serve` client and the kernel and layer benchmarks, standalone scripts (stdlib + vLLM /
 # torch of the image). Image content: part of the build context, hence of the image's identity.
 IMAGE_TOOL_FILES = (
     ("suite-src/tools/client_worker.py", "suite/stages/serve/client_worker.py"),
     ("suite-src/tools/kernel_bench.py", "suite/stages/kernel/bench.py"),
+    ("suite-src/tools/layer_bench.py", "suite/stages/layer/bench.py"),
 )
 
 

@@ -70,8 +70,10 @@ DOCKER_USER_ENV = "SUITE_DOCKER_USER"
 IMAGE_TOOLS = "/opt/suite/tools"
 IMAGE_WORKER = f"{IMAGE_TOOLS}/client_worker.py"
 IMAGE_KERNEL_BENCH = f"{IMAGE_TOOLS}/kernel_bench.py"
+IMAGE_LAYER_BENCH = f"{IMAGE_TOOLS}/layer_bench.py"  # imports kernel_bench, the file beside it
 IMAGE_PYTHON = "python3"
-IMAGE_MODULES = {"suite.stages.kernel.bench": IMAGE_KERNEL_BENCH}  # `python -m` of the suite -> its image file
+IMAGE_MODULES = {"suite.stages.kernel.bench": IMAGE_KERNEL_BENCH,  # `python -m` of the suite -> its image file
+                 "suite.stages.layer.bench": IMAGE_LAYER_BENCH}
 # the persistent bench client as the serve stage starts it (`python <this file>`; suite.stages.serve.client)
 WORKER_PATH = REPO_ROOT / "suite" / "stages" / "serve" / "client_worker.py"
 

@@ -523,7 +523,7 @@ def measure_gate(
 # building vLLM's GateLinear outside an engine
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -550,7 +550,7 @@ def build_vllm_gate(
             init_distributed_environment(
                 world_size=1,
                 rank=0,
-                distributed_init_method=f"tcp://127.0.0.1:{_free_port()}",
+                distributed_init_method=f"tcp://127.0.0.1:{free_port()}",
                 local_rank=0,
                 backend="nccl" if device.startswith("cuda") else "gloo",
             )

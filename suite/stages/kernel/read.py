@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -78,14 +79,23 @@ class KernelRun(_Read):
         return {r.m: r for r in self.results}
 
 
-def load_kernel_runs(store: RunStore, records: Sequence[JobRecord]) -> dict[str, dict[int, KernelRun]]:
-    """arm -> round -> the kernel result of that round's process (one per round with ``offline_repeats``);
-    a file that is not the bench's output is left out (the section shows what is there)."""
-    out: dict[str, dict[int, KernelRun]] = {}
-    for job in ok_jobs(records, "kernel"):
+R = TypeVar("R", bound=KernelRun)
+
+
+def load_runs(store: RunStore, records: Sequence[JobRecord], kind: str,
+              shape: type[R]) -> dict[str, dict[int, R]]:
+    """arm -> round -> the result of that round's process for a bench kind (one per round with
+    ``offline_repeats``); a file that is not the bench's output is left out (the section shows what is there)."""
+    out: dict[str, dict[int, R]] = {}
+    for job in ok_jobs(records, kind):
         try:
-            result = KernelRun.model_validate(read_json(store.result_path(job)))
+            result = shape.model_validate(read_json(store.result_path(job)))
         except (OSError, json.JSONDecodeError, ValidationError):
             continue
         out.setdefault(job.arm, {})[job.repeat] = result
     return {arm: dict(sorted(rounds.items())) for arm, rounds in out.items()}
+
+
+def load_kernel_runs(store: RunStore, records: Sequence[JobRecord]) -> dict[str, dict[int, KernelRun]]:
+    return load_runs(store, records, "kernel", KernelRun)
+

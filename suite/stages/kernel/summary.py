@@ -38,7 +38,7 @@ def speedup(base: KernelRow, other: KernelRow) -> float | None:
     return base.median_us / other.median_us
 
 
-def _path_cell(r: KernelRow | None) -> str:
+def path_cell(r: KernelRow | None) -> str:
     if r is None:
         return "–"
     cell = code(r.path)
@@ -98,7 +98,7 @@ def kernel_blocks(results_by_arm: Mapping[str, KernelRun], baseline: str) -> lis
     blocks.append(Table(["M", *(f"{literal(a)} µs" for a in arms), *(f"speedup {literal(a)}" for a in arms[1:])],
                         timing_rows, name="kernel"))
     blocks.append(Table(["M", *(literal(a) for a in arms)],
-                        [[Cell(str(row.m)), *(Cell(_path_cell(row.arms[a].result)) for a in arms)]
+                        [[Cell(str(row.m)), *(Cell(path_cell(row.arms[a].result)) for a in arms)]
                          for row in rows], caption="Path that ran (recorded per M in an untimed pass of the "
                         "compiled gate):", align=["left"] * (1 + len(arms)), name="kernel-paths"))
     notes = [f"**{literal(a)}: frozen branch at M = {', '.join(map(str, results_by_arm[a].frozen_branch_ms))}**: "
@@ -119,14 +119,20 @@ def kernel_blocks(results_by_arm: Mapping[str, KernelRun], baseline: str) -> lis
     return blocks
 
 
-def across_processes(runs: Mapping[str, Mapping[int, KernelRun]], baseline: str) -> Table | None:
-    """With 2 or more processes per arm (``offline_repeats``): per M, the geometric mean of the processes'
-    medians and each candidate's Δ% with a 95 % paired t interval across the processes, paired by round:
-    what one process's samples cannot show (what changes from one process start to the next)."""
+def process_medians(runs: Mapping[str, Mapping[int, KernelRun]]) -> dict[str, dict[int, dict[int, float]]]:
+    """arm -> round -> M -> that process's median µs."""
+    return {arm: {rnd: {r.m: r.median_us for r in res.results if r.median_us > 0} for rnd, res in rounds.items()}
+            for arm, rounds in runs.items()}
+
+
+def across_processes(runs: Mapping[str, Mapping[int, KernelRun]], baseline: str, *, label: str = "M",
+                     unit: str = "µs per call", name: str = "kernel-processes") -> Table | None:
+    """With 2 or more processes per arm (``offline_repeats``): per M (or T), the geometric mean of the
+    processes' medians and each candidate's Δ% with a 95 % paired t interval across the processes, paired by
+    round: what one process's samples cannot show (what changes from one process start to the next)."""
     if baseline not in runs or min(len(r) for r in runs.values()) < 2:
         return None
-    medians = {arm: {rnd: {r.m: r.median_us for r in res.results if r.median_us > 0} for rnd, res in rounds.items()}
-               for arm, rounds in runs.items()}
+    medians = process_medians(runs)
     arms = [baseline] + [a for a in runs if a != baseline]
     ms = sorted({m for rounds in medians.values() for by_m in rounds.values() for m in by_m})
     rows = []
@@ -144,11 +150,11 @@ def across_processes(runs: Mapping[str, Mapping[int, KernelRun]], baseline: str)
                         paired=True)
             cells += [Cell(delta_text(c)), verdict_cell(c)]
         rows.append(cells)
-    return Table(["M", *(f"{literal(a)} µs (processes)" for a in arms),
+    return Table([label, *(f"{literal(a)} µs (processes)" for a in arms),
                   *(h for a in arms[1:] for h in (f"Δ% {literal(a)} [95% interval]", f"verdict {literal(a)}"))],
-                 rows, name="kernel-processes",
-                 caption="Across processes (`offline_repeats`): per M the geometric mean of each process's median "
-                         "µs per call (how many processes in brackets); Δ% of the candidate with a 95 % paired t "
+                 rows, name=name,
+                 caption=f"Across processes (`offline_repeats`): per {label} the geometric mean of each process's "
+                         f"median {unit} (how many processes in brackets); Δ% of the candidate with a 95 % paired t "
                          "interval across the processes, paired by round (positive: slower).")
 
 

@@ -1,0 +1,357 @@
+"""Decoder-layer subgraph benchmark: seed 000's first table, µs per layer of vLLM's own Gemma 4 decoder layer.
+
+Run it as a standalone script in its own process, with the arm's vLLM tree first on ``PYTHONPATH``::
+
+    python -m suite.stages.layer.bench --json OUT.json --model DIR --tokens 1,2,4,8
+
+What it does, per process (one arm):
+
+1. builds the engine's own config from the model directory (``EngineArgs(...).create_engine_config()``, the
+   same flags a server takes: ``--load-format dummy``, ``--hf-overrides``) and, inside it, one
+   ``Gemma4DecoderLayer`` of the arm's vLLM, exactly as the model builds it; its weights come from vLLM's
+   own loader (dummy: the values a ``--load-format dummy`` server has) and ``process_weights_after_loading``;
+2. takes the attention out (its module and the input norm become pass-throughs), so the layer's own
+   ``forward`` runs what seed 000 timed: the dense FFN, the router (with the gate), the MoE experts and the
+   7 RMSNorms after attention;
+3. compiles it like vLLM's ``TorchCompileWithNoGuardsWrapper`` (inductor, ``fullgraph``, ``dynamic``,
+   every guard dropped; the kernel stage's ``compile_guard_free``) and traces it first at a large T
+   (``--trace-m``), as an engine's first (profiling) pass does;
+4. records, in an untimed pass, which path the router gate took inside the layer per T (eager and compiled;
+   a *frozen branch* is a compiled path that differs from the eager one and equals the trace-T path);
+5. times each T: CUDA-graph replay on GPU (``--calls`` layer calls captured in one graph, ``--trials``
+   replays), a plain loop on CPU; µs per layer, median, p10, p90 and the samples.
+
+The result has the kernel bench's shape (``results`` per T as ``m``) plus a ``layer`` block.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import socket
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+try:
+    from suite.stages.kernel import bench as kernel_bench
+except ImportError:  # in an arm's image: /opt/suite/tools/kernel_bench.py lies beside this file
+    import kernel_bench  # type: ignore[no-redef]
+
+MResult, PathRecorder = kernel_bench.MResult, kernel_bench.PathRecorder
+
+SCHEMA_VERSION = 1
+DEFAULT_TOKENS = (1, 2, 4, 8)
+DEFAULT_TRACE_T = 2048
+GATE_BEGIN, GATE_END = "<gate>", "</gate>"
+
+# model_type -> (module, decoder layer class, router gate attribute path, what the subgraph holds)
+LAYERS: dict[str, tuple[str, str, str, str]] = {
+    "gemma4_text": ("vllm.model_executor.models.gemma4", "Gemma4DecoderLayer", "router.proj",
+                    "FFN + MoE + router + 7 RMSNorms (attention and its input norm taken out)"),
+    "mixtral": ("vllm.model_executor.models.mixtral", "MixtralDecoderLayer", "block_sparse_moe.gate",
+                "MoE + router + the post-attention RMSNorm (attention and its input norm taken out)"),
+}
+
+
+@dataclass
+class LayerConfig:
+    model: str
+    tokens: tuple[int, ...] = DEFAULT_TOKENS
+    trace_m: int = DEFAULT_TRACE_T
+    layer_index: int = 0
+    hf_overrides: dict[str, Any] | None = None
+    load_format: str = "dummy"
+    calls: int = 20
+    trials: int = 51
+    warmup: int = 5
+    backend: str = "inductor"
+    device: str = "auto"
+    seed: int = 0
+
+
+def _attr_path(obj: Any, path: str) -> Any:
+    for part in path.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def build_layer(cfg: LayerConfig, device: str) -> tuple[Any, Any, dict[str, Any]]:
+    """(the layer with its attention taken out, the engine config it was built in, what it is)."""
+    import importlib
+
+    import torch
+    from vllm.config import set_current_vllm_config
+    from vllm.distributed import init_distributed_environment, initialize_model_parallel
+    from vllm.distributed.parallel_state import model_parallel_is_initialized
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.model_executor.model_loader import get_model_loader
+    from vllm.model_executor.model_loader.utils import process_weights_after_loading
+    from vllm.utils.torch_utils import set_default_torch_dtype
+
+    engine_args = EngineArgs(model=cfg.model, tokenizer=cfg.model, skip_tokenizer_init=True, dtype="bfloat16",
+                             load_format=cfg.load_format, hf_overrides=cfg.hf_overrides or {},
+                             max_model_len=max(cfg.trace_m, 4096), max_num_batched_tokens=max(cfg.trace_m, 4096))
+    vllm_config = engine_args.create_engine_config()
+    model_config = vllm_config.model_config
+    text = model_config.hf_text_config
+    model_type = getattr(text, "model_type", None)
+    if model_type not in LAYERS:
+        raise SystemExit(f"layer bench: no decoder-layer recipe for model_type {model_type!r} "
+                         f"(known: {', '.join(LAYERS)})")
+    module_name, class_name, gate_path, holds = LAYERS[model_type]
+    layer_cls = getattr(importlib.import_module(module_name), class_name)
+    with set_current_vllm_config(vllm_config):
+        if not model_parallel_is_initialized():
+            init_distributed_environment(world_size=1, rank=0, local_rank=0,
+                                         distributed_init_method=f"tcp://127.0.0.1:{kernel_bench.free_port()}",
+                                         backend="nccl" if device.startswith("cuda") else "gloo")
+            initialize_model_parallel(1, 1)
+        _init_workspace(torch.device(device))
+        with set_default_torch_dtype(model_config.dtype), torch.device(device):
+            layer = layer_cls(text, cache_config=vllm_config.cache_config, quant_config=vllm_config.quant_config,
+                              prefix=f"model.layers.{cfg.layer_index}")
+        get_model_loader(vllm_config.load_config).load_weights(layer, model_config)
+        process_weights_after_loading(layer, model_config, torch.device(device))
+    layer.eval()
+    layer.self_attn = pass_through_attention()
+    layer.input_layernorm = torch.nn.Identity()
+    gate = _attr_path(layer, gate_path)
+    info = {
+        "class": f"{layer_cls.__module__}.{layer_cls.__qualname__}",
+        "model_type": model_type,
+        "layer_index": cfg.layer_index,
+        "layer_type": (getattr(text, "layer_types", None) or [None] * (cfg.layer_index + 1))[cfg.layer_index],
+        "num_layers": int(getattr(text, "num_hidden_layers", 0)),
+        "subgraph": holds,
+        "gate": f"{gate_path}: {type(gate).__module__}.{type(gate).__qualname__}",
+        "hidden": int(text.hidden_size),
+        "intermediate": int(getattr(text, "intermediate_size", 0)),
+        "moe_intermediate": int(getattr(text, "moe_intermediate_size", 0)),
+        "experts": int(getattr(text, "num_experts", None) or getattr(text, "num_local_experts", 0)),
+        "top_k": int(getattr(text, "top_k_experts", None) or getattr(text, "num_experts_per_tok", 0)),
+        "dtype": str(model_config.dtype).removeprefix("torch."),
+        "load_format": cfg.load_format,
+        "compilation_mode": str(vllm_config.compilation_config.mode),
+    }
+    for attr in sorted(vars(gate)):
+        if attr.startswith("allow_") and isinstance(getattr(gate, attr), bool):
+            info[f"gate_{attr}"] = getattr(gate, attr)
+    return layer, vllm_config, info
+
+
+def _init_workspace(device: Any) -> None:
+    """The fused-MoE kernels take their scratch from the worker's workspace manager (vLLM >= 0.2x), which a
+    GPU worker sets up at start: set it up here too, where this vLLM has one."""
+    try:
+        from vllm.v1.worker import workspace
+    except ImportError:
+        return
+    if hasattr(workspace, "init_workspace_manager") and getattr(workspace, "_manager", None) is None:
+        workspace.init_workspace_manager(device)
+
+
+def pass_through_attention() -> Any:
+    """The attention taken out of the layer: a module whose output is its input."""
+    import torch
+
+    class PassThroughAttention(torch.nn.Module):
+        def forward(self, positions: Any = None, hidden_states: Any = None, **kwargs: Any) -> Any:
+            return hidden_states
+
+    return PassThroughAttention()
+
+
+def mark_gate(gate: Any, recorder: PathRecorder) -> None:
+    """Bracket the router gate's calls in the recorder's list, so the gate's own path can be told apart from
+    the layer's other GEMMs (Dynamo replays the list appends in order)."""
+    calls = recorder.calls
+    inner = gate.forward
+
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        calls.append(GATE_BEGIN)
+        out = inner(*args, **kwargs)
+        calls.append(GATE_END)
+        return out
+
+    gate.forward = forward
+
+
+def gate_calls(labels: list[str]) -> list[str]:
+    """The labels inside the gate's brackets, plus the custom router ops the profiler saw."""
+    out, inside = [], False
+    for label in labels:
+        if label == GATE_BEGIN:
+            inside = True
+        elif label == GATE_END:
+            inside = False
+        elif inside or "::" in label:
+            out.append(label)
+    return out
+
+
+def compile_like_vllm(module: Any, backend: str) -> Any:
+    """``torch.compile`` as vLLM's TorchCompileWithNoGuardsWrapper does it for a model: full graph, static
+    shapes but the token dimension (``mark_dynamic`` on the input, as ``support_torch_compile`` does), no guards
+    kept. (``dynamic=True`` would also make the layer's Python ints symbolic, which vLLM never does.)"""
+    import torch
+
+    options = {"guard_filter_fn": lambda entries: [False] * len(entries)}
+    return torch.compile(module, fullgraph=True, dynamic=False, backend=backend, options=options)
+
+
+def make_host(layer: Any) -> Any:
+    import torch
+
+    class DecoderLayerSubgraph(torch.nn.Module):
+        def __init__(self, inner: torch.nn.Module) -> None:
+            super().__init__()
+            self.layer = inner
+
+        def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+            return self.layer(None, hidden_states, None)[0]
+
+    return DecoderLayerSubgraph(layer)
+
+
+def measure_layer(layer: Any, vllm_config: Any, gate: Any, cfg: LayerConfig, device: str,
+                  log: Callable[[str], None]) -> tuple[list[MResult], dict[str, Any]]:
+    import torch
+    from vllm.forward_context import set_forward_context
+
+    recorder = PathRecorder()
+    shims = recorder.install_all()
+    mark_gate(gate, recorder)
+    gen = torch.Generator(device="cpu").manual_seed(cfg.seed + 1)
+    hidden = layer.hidden_size
+
+    def make_x(t: int) -> Any:
+        return torch.randn(t, hidden, generator=gen, dtype=torch.float32).to(device=device, dtype=torch.bfloat16)
+
+    host = make_host(layer)
+    inputs = {t: make_x(t) for t in cfg.tokens}
+    x_trace = make_x(cfg.trace_m)
+
+    def in_context(t: int, fn: Callable[[], Any]) -> Any:
+        with set_forward_context(None, vllm_config, num_tokens=t):
+            return fn()
+
+    with torch.inference_mode():
+        eager = {t: gate_calls(in_context(t, lambda t=t: recorder.record(host, inputs.get(t, x_trace))))
+                 for t in (*cfg.tokens, cfg.trace_m)}
+        torch._dynamo.reset()
+        compiled = compile_like_vllm(host, backend=cfg.backend)
+        torch._dynamo.mark_dynamic(x_trace, 0)
+        g0 = kernel_bench.dynamo_graph_count()
+        t0 = time.perf_counter()
+        trace_calls = gate_calls(in_context(cfg.trace_m, lambda: recorder.record(compiled, x_trace)))
+        trace_s = time.perf_counter() - t0
+        trace_path = kernel_bench.classify(trace_calls)
+        log(f"traced at T={cfg.trace_m} in {trace_s:.1f}s: gate path {trace_path}")
+        results = []
+        timer = kernel_bench.time_cuda_graph if device.startswith("cuda") else kernel_bench.time_cpu_loop
+        for t in cfg.tokens:
+            before = kernel_bench.dynamo_graph_count()
+            in_context(t, lambda t=t: recorder.record(compiled, inputs[t]))
+            recompiled = kernel_bench.dynamo_graph_count() > before
+            steady = gate_calls(in_context(t, lambda t=t: recorder.record(compiled, inputs[t])))
+            samples = in_context(t, lambda t=t: timer(compiled, inputs[t], cfg.calls, cfg.trials, cfg.warmup))
+            recorder.take()
+            stats = kernel_bench.summarize(samples)
+            path, eager_path = kernel_bench.classify(steady), kernel_bench.classify(eager[t])
+            frozen = path != eager_path and path == trace_path
+            results.append(MResult(m=t, median_us=round(stats["median_us"], 4), p10_us=round(stats["p10_us"], 4),
+                                   p90_us=round(stats["p90_us"], 4), n=len(samples), path=path,
+                                   calls=kernel_bench.count_calls(steady), eager_path=eager_path, frozen_branch=frozen,
+                                   recompiled=recompiled, samples_us=[round(s, 4) for s in samples]))
+            log(f"T={t:<4d} median {stats['median_us']:9.2f} us/layer  p10 {stats['p10_us']:9.2f}  "
+                f"p90 {stats['p90_us']:9.2f}  gate {path}{'  FROZEN BRANCH' if frozen else ''}"
+                f"{'  (recompiled)' if recompiled else ''}")
+    compile_info = {
+        "wrapper": "torch.compile(fullgraph=True, dynamic=False, mark_dynamic(tokens), guard_filter_fn drops all "
+                   "guards)",
+        "backend": cfg.backend, "trace_m": cfg.trace_m, "trace_path": trace_path,
+        "trace_seconds": round(trace_s, 3), "dynamo_graphs_at_trace": kernel_bench.dynamo_graph_count() - g0,
+        "eager_trace_path": kernel_bench.classify(eager[cfg.trace_m]), "shims": shims,
+        "env": {key: os.environ.get(key) for key in COMPILE_ENV},
+    }
+    return results, compile_info
+
+
+def run(cfg: LayerConfig, arm: str | None = None, log: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
+    import torch
+
+    device = kernel_bench.resolve_device(cfg.device)
+    torch.manual_seed(cfg.seed)
+    layer, vllm_config, info = build_layer(cfg, device)
+    log(f"{info['class']} (layer {cfg.layer_index}{', ' + info['layer_type'] if info['layer_type'] else ''}) on "
+        f"{device}: {info['subgraph']}")
+    results, compile_info = measure_layer(layer, vllm_config, _attr_path(layer, LAYERS[info["model_type"]][2]),
+                                          cfg, device, log)
+    frozen = [r.m for r in results if r.frozen_branch]
+    return {
+        "schema_version": SCHEMA_VERSION, "arm": arm,
+        "created_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "host": socket.gethostname(),
+        "device": kernel_bench.device_info(device), "torch_version": str(torch.__version__), "vllm_version": kernel_bench.vllm_version(),
+        "python_version": platform.python_version(), "layer": info,
+        "gate": {"class": info["gate"].split(": ", 1)[1], "source": "the layer's own router gate"},
+        "shape": {"hidden": info["hidden"], "experts": info["experts"], "dtype": info["dtype"]},
+        "compile": compile_info,
+        "timing": {"method": "cuda_graph_replay" if device.startswith("cuda") else "cpu_loop",
+                   "calls_per_sample": cfg.calls, "samples": cfg.trials, "warmup": cfg.warmup,
+                   "statistic": "median of per-layer-call us; spread p10/p90"},
+        "frozen_branch_ms": frozen,
+        "results": [asdict(r) for r in results],
+    }
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m suite.stages.layer.bench", description=__doc__.split("\n")[0])
+    p.add_argument("--json", required=True, help="where to write the result (atomically)")
+    p.add_argument("--model", required=True, help="model directory (its config.json; weights per --load-format)")
+    p.add_argument("--arm", default=None, help="arm label stored in the result")
+    p.add_argument("--tokens", type=kernel_bench.parse_m_list, default=DEFAULT_TOKENS, help="comma list of T (tokens)")
+    p.add_argument("--trace-m", type=int, default=DEFAULT_TRACE_T, help="T of the first (frozen) trace")
+    p.add_argument("--layer-index", type=int, default=0)
+    p.add_argument("--hf-overrides", type=json.loads, default=None, help="JSON, as vLLM's --hf-overrides")
+    p.add_argument("--load-format", default="dummy", help="vLLM's --load-format (dummy: random weights)")
+    p.add_argument("--calls", type=int, default=20, help="layer calls per timed sample (per CUDA graph)")
+    p.add_argument("--trials", type=int, default=51, help="timed samples per T")
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--backend", default="inductor", help="torch.compile backend (tests may use aot_eager)")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    p.add_argument("--seed", type=int, default=0)
+    return p
+
+
+# vLLM >= 0.26 on torch >= 2.11 passes a layer's name to its custom ops (fused MoE) as a hoisted opaque object
+# that vLLM's own compile backend lifts out of the graph; plain inductor cannot lower it. As a plain string the
+# op and the kernels it runs are the same.
+COMPILE_ENV = {"VLLM_USE_LAYERNAME": "0"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    for key, value in COMPILE_ENV.items():
+        os.environ.setdefault(key, value)
+    cfg = LayerConfig(model=args.model, tokens=args.tokens, trace_m=args.trace_m, layer_index=args.layer_index,
+                      hf_overrides=args.hf_overrides, load_format=args.load_format, calls=args.calls,
+                      trials=args.trials, warmup=args.warmup, backend=args.backend, device=args.device,
+                      seed=args.seed)
+
+    def log(msg: str) -> None:
+        print(f"[layer{':' + args.arm if args.arm else ''}] {msg}", file=sys.stderr, flush=True)
+
+    result = run(cfg, arm=args.arm, log=log)
+    kernel_bench.atomic_write_json(args.json, result)
+    log(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
