@@ -118,7 +118,13 @@ def test_images_carry_the_tools_and_lm_eval(engine, cpu_images):
         found = json.loads(engine.containers.run(tag, entrypoint=["python3", "-c", script], remove=True))
         assert found == {"client_worker.py": hashlib.sha256(WORKER_PATH.read_bytes()).hexdigest(),
                          "kernel_bench.py": hashlib.sha256(
-                             (REPO / "suite" / "stages" / "kernel" / "bench.py").read_bytes()).hexdigest()}
+                             (REPO / "suite" / "stages" / "kernel" / "bench.py").read_bytes()).hexdigest(),
+                         "layer_bench.py": hashlib.sha256(
+                             (REPO / "suite" / "stages" / "layer" / "bench.py").read_bytes()).hexdigest()}
+        # the layer bench runs there as a file of its own: it finds the kernel bench beside it, not the suite
+        usage = engine.containers.run(tag, entrypoint=["python3", "/opt/suite/tools/layer_bench.py", "--help"],
+                                      remove=True).decode()
+        assert "--tokens" in usage and "--hf-overrides" in usage
 
 
 def test_host_side_vllm_sources_come_from_the_image(engine, cpu_images, tmp_path):

@@ -339,16 +339,19 @@ def test_image_argv_maps_the_suite_tools_and_refuses_the_rest():
     assert image_argv(["python", str(WORKER_PATH), "--x"]) == ["python3", "/opt/suite/tools/client_worker.py", "--x"]
     assert image_argv([sys.executable, "-m", "suite.stages.kernel.bench"]) == [
         "python3", "/opt/suite/tools/kernel_bench.py"]
-    with pytest.raises(SuiteError, match="only suite.stages.kernel.bench"):
+    assert image_argv(["python", "-m", "suite.stages.layer.bench", "--json", "x"]) == [
+        "python3", "/opt/suite/tools/layer_bench.py", "--json", "x"]
+    with pytest.raises(SuiteError, match="only suite.stages.kernel.bench, suite.stages.layer.bench"):
         image_argv(["python", "-m", "suite.report"])
     assert exec_argv("c1", ["vllm"], forward=()) == ["docker", "exec", "-i", "c1", "vllm"]
 
 
-def test_images_carry_the_client_worker_and_the_kernel_bench(tmp_path):
+def test_images_carry_the_client_worker_and_the_benches(tmp_path):
     for vendor, patches in (("cuda", ["ll-bf16-router-gemm-dispatch"]), ("rocm", []), ("cpu", [])):
         files = dict(context_files(vendor, "0.33.0" if vendor != "cpu" else "0.32.0", patches))
         assert files["suite-src/tools/client_worker.py"] == WORKER_PATH
         assert files["suite-src/tools/kernel_bench.py"] == REPO / "suite" / "stages" / "kernel" / "bench.py"
+        assert files["suite-src/tools/layer_bench.py"] == REPO / "suite" / "stages" / "layer" / "bench.py"
     # image content: a change to the worker is a new image
     files = context_files("cuda", "0.33.0", [])
     changed = tmp_path / "client_worker.py"

@@ -26,6 +26,7 @@ arms:
 serve:
   - {isl: 64, osl: 16, concurrency: [1, 4], num_prompts: 2x}
 kernel: {hidden: 256, experts: 16, m: [1, 4, 16], trace_m: 64, iters: 5, trials: 5}
+layer: {tokens: [1, 4], trace_m: 64, iters: 5, trials: 5}
 offline_repeats: 2
 """
 
@@ -38,7 +39,7 @@ def e2e_run(tmp_path_factory, tiny_model):
 def test_run_succeeds_and_stores_raw_results(e2e_run):
     _, run_dir, proc = e2e_run
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "jobs: 8 ok, 0 failed, 0 missing" in proc.stdout
+    assert "jobs: 12 ok, 0 failed, 0 missing" in proc.stdout
     for arm in ("baseline", "patched"):
         assert (run_dir / arm / "server-0.log").is_file()
         for point in ("isl64-osl16-c1-n2", "isl64-osl16-c4-n8"):
@@ -112,7 +113,7 @@ def test_report_regenerates_identically_and_resume_runs_nothing(e2e_run):
     assert (run_dir / "report.md").read_text() == before
     again = run_suite("run", str(matrix), "--resume", str(run_dir))
     assert again.returncode == 0, again.stderr
-    assert "resume: 8 jobs already done, 0 to run" in again.stdout
+    assert "resume: 12 jobs already done, 0 to run" in again.stdout
     assert not list(run_dir.glob("*/server-1.log"))
 
 
@@ -120,8 +121,32 @@ def test_dry_run_prints_the_plan(e2e_run):
     matrix, _, _ = e2e_run
     proc = run_suite("run", str(matrix), "--dry-run")
     assert proc.returncode == 0
-    assert re.search(r"plan for e2e-cli: 6 sessions, 8 jobs", proc.stdout)
+    assert re.search(r"plan for e2e-cli: 6 sessions, 12 jobs", proc.stdout)
     assert "arm patched: vLLM 0.32.0; patches: synthetic-gate-delay" in proc.stdout
+
+
+def test_layer_stage_times_each_arms_own_decoder_layer(e2e_run):
+    _, run_dir, _ = e2e_run
+    medians = {}
+    for arm in ("baseline", "patched"):
+        for r in (0, 1):  # offline_repeats: 2, one process per round
+            result = json.loads((run_dir / arm / "layer" / "layer0" / f"rep-{r}.json").read_text())
+            assert result["arm"] == arm and result["layer"]["class"].endswith("MixtralDecoderLayer")
+            assert result["layer"]["num_layers"] == 2 and result["layer"]["load_format"] == "dummy"
+            assert [x["m"] for x in result["results"]] == [1, 4]
+            assert all(x["median_us"] > 0 and x["path"] != "none" for x in result["results"])
+            medians[(arm, r)] = {x["m"]: x["median_us"] for x in result["results"]}
+    report = (run_dir / "report.md").read_text()
+    section = report[report.index("## Decoder-layer subgraph"):]
+    section = section[:section.index("\n## ", 5)]
+    for t in (1, 4):
+        gm = {a: (medians[(a, 0)][t] * medians[(a, 1)][t]) ** 0.5 for a in ("baseline", "patched")}
+        delta = gm["patched"] - gm["baseline"]
+        # seed 000's table: µs per layer, Δ per layer, Δ per step over the model's 2 layers, speedup
+        assert (f"| {t} | {gm['baseline']:.2f} | {gm['patched']:.2f} | {delta:+.2f} | {delta * 2:+.1f} | "
+                f"{(gm['baseline'] / gm['patched'] - 1) * 100:+.2f}% |") in section
+        assert f"| {t} | {gm['baseline']:.2f} (2) | {gm['patched']:.2f} (2) | " in section  # across processes
+    assert "2 process(es) per arm" in section
 
 
 def test_kernel_stage_runs_in_each_arms_environment(e2e_run):

@@ -182,15 +182,22 @@ def mark_gate(gate: Any, recorder: PathRecorder) -> None:
     gate.forward = forward
 
 
+# Kernels every layer uses (the MLP's and attention's GEMMs too): a gate's only when reached inside its brackets.
+GENERAL_KERNELS = frozenset({"torch.mm", "F.linear", "onednn_mm", "sgl_weight_packed_linear"})
+
+
 def gate_calls(labels: list[str]) -> list[str]:
-    """The labels inside the gate's brackets, plus the custom router ops the profiler saw."""
+    """The labels of the router gate's own calls: those inside its brackets, the custom router ops the profiler
+    saw, and gate-only kernels anywhere. (A compiled layer's traced appends, the brackets among them, are
+    replayed after its graph has run, so a kernel called inside an opaque custom op during the graph, such as
+    ``ll_bf16_gemm`` under ``ll_bf16_router_gemm_dispatch``, lands before the brackets.)"""
     out, inside = [], False
     for label in labels:
         if label == GATE_BEGIN:
             inside = True
         elif label == GATE_END:
             inside = False
-        elif inside or "::" in label:
+        elif inside or "::" in label or label not in GENERAL_KERNELS:
             out.append(label)
     return out
 
