@@ -49,6 +49,7 @@ SCHEMA_VERSION = 1
 DEFAULT_TOKENS = (1, 2, 4, 8)
 DEFAULT_TRACE_T = 2048
 GATE_BEGIN, GATE_END = "<gate>", "</gate>"
+REFERENCE_WIDTH = 8  # the reference GEMM's weight: hidden x 8*hidden (Gemma 4: 127 MB, beyond the H200's L2)
 
 # model_type -> (module, decoder layer class, router gate attribute path, what the subgraph holds)
 LAYERS: dict[str, tuple[str, str, str, str]] = {
@@ -227,7 +228,7 @@ def make_host(layer: Any) -> Any:
 
 
 def measure_layer(layer: Any, vllm_config: Any, gate: Any, cfg: LayerConfig, device: str,
-                  log: Callable[[str], None]) -> tuple[list[MResult], dict[str, Any]]:
+                  log: Callable[[str], None]) -> tuple[list[MResult], dict[str, Any], list[dict[str, Any]]]:
     import torch
     from vllm.forward_context import set_forward_context
 
@@ -243,6 +244,13 @@ def measure_layer(layer: Any, vllm_config: Any, gate: Any, cfg: LayerConfig, dev
     host = make_host(layer)
     inputs = {t: make_x(t) for t in cfg.tokens}
     x_trace = make_x(cfg.trace_m)
+    # the same work in every arm, timed beside the layer at each T: what a process's own speed level does to a
+    # fixed GEMM (its weight larger than the L2 cache, as the experts' are), to tell that apart from the arm
+    ref_weight = (torch.randn(hidden, REFERENCE_WIDTH * hidden, generator=gen) * 0.02).to(device=device,
+                                                                                          dtype=torch.bfloat16)
+
+    def reference(x: Any) -> Any:
+        return x @ ref_weight
 
     def in_context(t: int, fn: Callable[[], Any]) -> Any:
         with set_forward_context(None, vllm_config, num_tokens=t):
@@ -260,7 +268,7 @@ def measure_layer(layer: Any, vllm_config: Any, gate: Any, cfg: LayerConfig, dev
         trace_s = time.perf_counter() - t0
         trace_path = kernel_bench.classify(trace_calls)
         log(f"traced at T={cfg.trace_m} in {trace_s:.1f}s: gate path {trace_path}")
-        results = []
+        results, references = [], []
         timer = kernel_bench.time_cuda_graph if device.startswith("cuda") else kernel_bench.time_cpu_loop
         for t in cfg.tokens:
             before = kernel_bench.dynamo_graph_count()
@@ -268,7 +276,10 @@ def measure_layer(layer: Any, vllm_config: Any, gate: Any, cfg: LayerConfig, dev
             recompiled = kernel_bench.dynamo_graph_count() > before
             steady = gate_calls(in_context(t, lambda t=t: recorder.record(compiled, inputs[t])))
             samples = in_context(t, lambda t=t: timer(compiled, inputs[t], cfg.calls, cfg.trials, cfg.warmup))
+            ref_samples = timer(reference, inputs[t], cfg.calls, cfg.trials, cfg.warmup)
             recorder.take()
+            references.append({"m": t, **{k: round(v, 4) for k, v in kernel_bench.summarize(ref_samples).items()},
+                               "samples_us": [round(x, 4) for x in ref_samples]})
             stats = kernel_bench.summarize(samples)
             path, eager_path = kernel_bench.classify(steady), kernel_bench.classify(eager[t])
             frozen = path != eager_path and path == trace_path
@@ -287,7 +298,7 @@ def measure_layer(layer: Any, vllm_config: Any, gate: Any, cfg: LayerConfig, dev
         "eager_trace_path": kernel_bench.classify(eager[cfg.trace_m]), "shims": shims,
         "env": {key: os.environ.get(key) for key in COMPILE_ENV},
     }
-    return results, compile_info
+    return results, compile_info, references
 
 
 def run(cfg: LayerConfig, arm: str | None = None, log: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
@@ -298,7 +309,7 @@ def run(cfg: LayerConfig, arm: str | None = None, log: Callable[[str], None] = l
     layer, vllm_config, info = build_layer(cfg, device)
     log(f"{info['class']} (layer {cfg.layer_index}{', ' + info['layer_type'] if info['layer_type'] else ''}) on "
         f"{device}: {info['subgraph']}")
-    results, compile_info = measure_layer(layer, vllm_config, _attr_path(layer, LAYERS[info["model_type"]][2]),
+    results, compile_info, references = measure_layer(layer, vllm_config, _attr_path(layer, LAYERS[info["model_type"]][2]),
                                           cfg, device, log)
     frozen = [r.m for r in results if r.frozen_branch]
     return {
@@ -314,6 +325,8 @@ def run(cfg: LayerConfig, arm: str | None = None, log: Callable[[str], None] = l
                    "statistic": "median of per-layer-call us; spread p10/p90"},
         "frozen_branch_ms": frozen,
         "results": [asdict(r) for r in results],
+        "reference": {"what": f"x @ W (W: hidden x {REFERENCE_WIDTH}*hidden, bfloat16; the same in every arm), "
+                              "timed like the layer right after it at each T", "results": references},
     }
 
 
