@@ -87,11 +87,28 @@ def test_seed_000s_table_from_the_processes_geometric_means():
     table = layer_table(runs, "baseline", 30)
     base, cand = math.sqrt(81.0 * 82.0), math.sqrt(77.0 * 78.0)
     row = [c.text for c in table.rows[0]]
-    assert row == ["1", f"{base:.2f}", f"{cand:.2f}", f"{cand - base:+.2f}", f"{(cand - base) * 30:+.1f}",
-                   f"{(base / cand - 1) * 100:+.2f}%"]
+    assert row == ["1", f"{base:.2f} [81.00–82.00]", f"{cand:.2f} [77.00–78.00]", f"{cand - base:+.2f}",
+                   f"{(cand - base) * 30:+.1f}", f"{(base / cand - 1) * 100:+.2f}%"]
     section = layer_section(runs, "baseline")
     names = [getattr(b, "name", None) for b in section.blocks]
-    assert names[1:4] == ["layer", "layer-processes", "layer-paths"]
+    assert names[1:4] == ["layer", "layer-processes", "layer-paths"]  # no reference GEMM stored: no table
+
+
+def test_a_dispatch_op_alone_in_the_compiled_path_is_read_as_its_run_time_path():
+    """The compiled layer's list appends are rebuilt after the graph, erasing what the op's body appended: the
+    stored path is the op alone; read back, it is the op's eager path at that T, not a frozen branch."""
+    op = "vllm::ll_bf16_router_gemm_dispatch"
+    run = _run("ll-bf16", {1: 77.0}, path=op)
+    stored = run.model_dump(by_alias=True)
+    stored["results"][0].update(eager_path=f"{op} -> ll_bf16_gemm", frozen_branch=True)
+    stored["frozen_branch_ms"] = [1]
+    read = LayerRun.model_validate(stored)
+    assert read.results[0].path == f"{op} -> ll_bf16_gemm" and not read.results[0].frozen_branch
+    assert read.frozen_branch_ms == []
+    # a real frozen branch stays one
+    frozen = _run("baseline", {1: 81.0}).model_dump(by_alias=True)
+    frozen["results"][0].update(eager_path="ll_bf16_gemm", frozen_branch=True)
+    assert LayerRun.model_validate(frozen).frozen_branch_ms == [1]
 
 
 @pytest.mark.e2e

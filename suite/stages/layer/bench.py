@@ -203,6 +203,17 @@ def gate_calls(labels: list[str]) -> list[str]:
     return out
 
 
+def run_time_path(path: str, eager_path: str) -> str | None:
+    """The compiled layer's gate path when its gate is an opaque custom op: ``op -> leaf`` with the leaf that
+    op's eager pass at the same T reached, or None when the path is not an op alone. A compiled layer's traced
+    list appends are reconstructed after its graph runs, which erases what an op's body appended during it; the
+    body is not compiled (it runs the same Python at run time as in the eager pass), so its leaf at that T is
+    the eager one. Such a path is decided at run time: not a frozen branch."""
+    if "::" in path and " -> " not in path and eager_path.startswith(f"{path} -> "):
+        return eager_path
+    return None
+
+
 def compile_like_vllm(module: Any, backend: str) -> Any:
     """``torch.compile`` as vLLM's TorchCompileWithNoGuardsWrapper does it for a model: full graph, static
     shapes but the token dimension (``mark_dynamic`` on the input, as ``support_torch_compile`` does), no guards
@@ -283,6 +294,8 @@ def measure_layer(layer: Any, vllm_config: Any, gate: Any, cfg: LayerConfig, dev
             stats = kernel_bench.summarize(samples)
             path, eager_path = kernel_bench.classify(steady), kernel_bench.classify(eager[t])
             frozen = path != eager_path and path == trace_path
+            if (resolved := run_time_path(path, eager_path)) is not None:
+                path, frozen = resolved, False
             results.append(MResult(m=t, median_us=round(stats["median_us"], 4), p10_us=round(stats["p10_us"], 4),
                                    p90_us=round(stats["p90_us"], 4), n=len(samples), path=path,
                                    calls=kernel_bench.count_calls(steady), eager_path=eager_path, frozen_branch=frozen,

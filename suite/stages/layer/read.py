@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from suite.stages.kernel.read import KernelRun, _Read, load_runs
+from suite.stages.layer.bench import run_time_path
 from suite.store import JobRecord, RunStore
 
 
@@ -30,10 +31,33 @@ class LayerInfo(_Read):
     load_format: str | None = None
 
 
+class ReferenceRow(_Read):
+    m: int
+    median_us: float
+
+
+class LayerReference(_Read):
+    """The reference GEMM the bench times beside the layer at each T (the same work in every arm)."""
+
+    what: str = "?"
+    results: list[ReferenceRow] = []
+
+
 class LayerRun(KernelRun):
-    """One process's result: µs per layer call per T (``results``, as the kernel bench's rows)."""
+    """One process's result: µs per layer call per T (``results``, as the kernel bench's rows). A row whose
+    compiled gate path is an opaque dispatch op alone is read as that op's run-time path (the bench's
+    ``run_time_path``; results stored before the bench resolved it themselves read the same)."""
 
     layer: LayerInfo = LayerInfo()
+    reference: LayerReference | None = None  # results stored before the bench timed one have none
+
+    @model_validator(mode="after")
+    def _run_time_paths(self) -> LayerRun:
+        for row in self.results:
+            if row.eager_path is not None and (resolved := run_time_path(row.path, row.eager_path)) is not None:
+                row.path, row.frozen_branch = resolved, False
+        self.frozen_branch_ms = [r.m for r in self.results if r.frozen_branch]
+        return self
 
 
 def load_layer_runs(store: RunStore, records: Sequence[JobRecord]) -> dict[str, dict[int, LayerRun]]:

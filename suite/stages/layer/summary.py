@@ -14,29 +14,40 @@ from suite.document import BulletList, Cell, Paragraph, Section, Table, code, li
 from suite.stages.kernel.summary import across_processes, path_cell, process_medians
 from suite.stages.layer.read import LayerRun, load_layer_runs
 
+Spread = tuple[float, int, float, float]  # geometric mean, processes, lowest, highest
 
-def _means(runs: Mapping[str, Mapping[int, LayerRun]]) -> dict[str, dict[int, tuple[float, int]]]:
-    """arm -> T -> (geometric mean of the processes' medians, how many processes)."""
-    out: dict[str, dict[int, tuple[float, int]]] = {}
-    for arm, rounds in process_medians(runs).items():
-        by_t: dict[int, list[float]] = {}
+
+def _spread(values_by_arm: Mapping[str, Mapping[int, list[float]]]) -> dict[str, dict[int, Spread]]:
+    """arm -> T -> (geometric mean, how many processes, lowest, highest)."""
+    return {arm: {t: (geometric_mean(v), len(v), min(v), max(v)) for t, v in sorted(by_t.items())}
+            for arm, by_t in values_by_arm.items()}
+
+
+def _by_t(medians: Mapping[str, Mapping[int, Mapping[int, float]]]) -> dict[str, dict[int, list[float]]]:
+    out: dict[str, dict[int, list[float]]] = {}
+    for arm, rounds in medians.items():
         for by_m in rounds.values():
             for t, us in by_m.items():
-                by_t.setdefault(t, []).append(us)
-        out[arm] = {t: (geometric_mean(v), len(v)) for t, v in sorted(by_t.items())}
+                out.setdefault(arm, {}).setdefault(t, []).append(us)
     return out
+
+
+def _cell(v: Spread | None) -> Cell:
+    if v is None:
+        return Cell("–")
+    gm, n, lo, hi = v
+    return Cell(f"{gm:.2f}" + (f" [{lo:.2f}–{hi:.2f}]" if n > 1 else ""))
 
 
 def layer_table(runs: Mapping[str, Mapping[int, LayerRun]], baseline: str, num_layers: int) -> Table:
     """Seed 000's table: per T, µs per layer of each arm, and per candidate Δ per layer, Δ per step, speedup."""
-    means = _means(runs)
+    means = _spread(_by_t(process_medians(runs)))
     arms = [baseline] + [a for a in runs if a != baseline]
     ts = sorted({t for by_t in means.values() for t in by_t})
     rows = []
     for t in ts:
         base = means[baseline].get(t)
-        cells = [Cell(str(t))]
-        cells += [Cell(f"{v[0]:.2f}" if (v := means[a].get(t)) else "–") for a in arms]
+        cells = [Cell(str(t))] + [_cell(means[a].get(t)) for a in arms]
         for a in arms[1:]:
             other = means[a].get(t)
             if base is None or other is None:
@@ -47,12 +58,37 @@ def layer_table(runs: Mapping[str, Mapping[int, LayerRun]], baseline: str, num_l
                       Cell(f"{(base[0] / other[0] - 1) * 100:+.2f}%")]
         rows.append(cells)
     step = f"Δ µs per step ({num_layers} layers)" if num_layers else "Δ µs per step"
+    several = min(len(r) for r in runs.values()) > 1
     return Table(["T", *(f"{literal(a)} µs / layer" for a in arms),
                   *(h for a in arms[1:] for h in (f"Δ µs / layer {literal(a)}", f"{step} {literal(a)}",
                                                   f"speedup {literal(a)}"))],
                  rows, name="layer",
-                 caption="µs per layer call, the geometric mean over processes of each process's median; Δ and "
-                         "speedup as seed 000 writes them (speedup = baseline / candidate − 1; positive: faster).")
+                 caption="µs per layer call: the geometric mean over processes of each process's median"
+                         + (" [the lowest and highest process]" if several else "")
+                         + "; Δ and speedup as seed 000 writes them (speedup = baseline / candidate − 1; positive: "
+                           "faster), point estimates from these means"
+                         + ("; whether a Δ exceeds what changes from one process start to the next: the table "
+                            "across processes below." if several else
+                            " from one process per arm: no interval (offline_repeats: 2 or more gives one)."))
+
+
+def reference_table(runs: Mapping[str, Mapping[int, LayerRun]]) -> Table | None:
+    """The reference GEMM per T and arm over the processes: what the GPU did in each process with work that
+    is the same everywhere."""
+    medians = {arm: {rnd: {r.m: r.median_us for r in res.reference.results}
+                     for rnd, res in rounds.items() if res.reference is not None}
+               for arm, rounds in runs.items()}
+    if not all(medians.values()):
+        return None
+    spread = _spread(_by_t(medians))
+    arms = list(runs)
+    what = next(res.reference.what for rounds in runs.values() for res in rounds.values() if res.reference)
+    ts = sorted({t for by_t in spread.values() for t in by_t})
+    return Table(["T", *(f"{literal(a)} µs" for a in arms)],
+                 [[Cell(str(t)), *(_cell(spread[a].get(t)) for a in arms)] for t in ts], name="layer-reference",
+                 caption=f"Reference GEMM, {literal(what)}: the same work in every arm and process, so its spread "
+                         "across processes is the device's own; a layer whose processes spread far beyond it varies "
+                         "with the layer as built in each process.")
 
 
 def layer_section(runs: Mapping[str, Mapping[int, LayerRun]], baseline: str) -> Section:
@@ -70,9 +106,10 @@ def layer_section(runs: Mapping[str, Mapping[int, LayerRun]], baseline: str) -> 
         f"{literal(timing.method.replace('_', ' '))} of {timing.calls_per_sample} layer calls per sample, "
         f"{timing.samples} samples per T; {processes} process(es) per arm. Device: {literal(ref.device.name)}.")]
     blocks.append(layer_table(runs, baseline, info.num_layers))
-    table = across_processes(runs, baseline, label="T", unit="µs per layer call", name="layer-processes")
-    if table is not None:
-        blocks.append(table)
+    for table in (across_processes(runs, baseline, label="T", unit="µs per layer call", name="layer-processes"),
+                  reference_table(runs)):
+        if table is not None:
+            blocks.append(table)
     by_t = {a: first[a].by_m() for a in arms}
     ts = sorted({t for rows in by_t.values() for t in rows})
     blocks.append(Table(["T", *(literal(a) for a in arms)],
