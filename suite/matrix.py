@@ -580,6 +580,9 @@ class LayerSpec(Strict):
     tokens: list[Annotated[int, Field(gt=0, le=MAX_KERNEL_M)]] = Field(
         [1, 2, 4, 8], description="T: tokens per call (the decode batch sizes seed 000's first table uses)")
     trace_m: int = Field(2048, gt=0, le=MAX_KERNEL_M, description="T of the first (frozen) torch.compile trace")
+    compile: Literal["vllm", "inductor"] = Field("vllm", description=(
+        "vllm: the layer compiled by vLLM's own support_torch_compile in the engine's config, as the server "
+        "compiles it; inductor: plain guard-free torch.compile (the token dimension dynamic)"))
     layer_index: int = Field(0, ge=0, description="which decoder layer of the model is built (its config)")
     iters: int = Field(20, gt=0, le=MAX_ITERS, description="layer calls per timed sample (one CUDA graph)")
     trials: int = Field(51, gt=0, le=MAX_ITERS)

@@ -51,7 +51,7 @@ def test_each_arm_runs_the_bench_with_the_models_own_engine_flags():
     cmd = layer_command(matrix.layer, matrix.model, "/out/rep-0.json", "ll-bf16")
     assert cmd[:3] == ["python", "-m", "suite.stages.layer.bench"]
     assert cmd[cmd.index("--tokens") + 1] == "1,2,4,8" and cmd[cmd.index("--trace-m") + 1] == "2048"
-    assert cmd[cmd.index("--model") + 1] == "/models/g4"
+    assert cmd[cmd.index("--model") + 1] == "/models/g4" and cmd[cmd.index("--compile") + 1] == "vllm"
     # a generated model: --load-format dummy and the --hf-overrides transformers 5.x needs, as `vllm serve` gets
     assert cmd[-4:] == matrix.model.vllm_args() and cmd[-4] == "--load-format" and cmd[-2] == "--hf-overrides"
 
@@ -112,9 +112,11 @@ def test_a_dispatch_op_alone_in_the_compiled_path_is_read_as_its_run_time_path()
 
 
 @pytest.mark.e2e
-def test_the_bench_times_vllms_own_gemma4_layer(tmp_path):
+@pytest.mark.parametrize("compile_with", ["vllm", "inductor"])
+def test_the_bench_times_vllms_own_gemma4_layer(tmp_path, compile_with):
     """vLLM's real Gemma4DecoderLayer (a scaled-down config: hidden 256, 16 experts, top-4), built, loaded by
-    vLLM's dummy loader, compiled, timed; on a CPU the gate has no size branch, so no frozen branch."""
+    vLLM's dummy loader, compiled (by vLLM's own support_torch_compile, or plain inductor), timed; on a CPU the
+    gate has no size branch, so no frozen branch."""
     from suite.fixtures.gemma4 import text_config
 
     config = text_config(6, vocab_size=1024)
@@ -127,7 +129,8 @@ def test_the_bench_times_vllms_own_gemma4_layer(tmp_path):
     out = tmp_path / "out.json"
     proc = subprocess.run([sys.executable, "-m", "suite.stages.layer.bench", "--json", str(out), "--model",
                            str(model), "--tokens", "1,3", "--trace-m", "320", "--calls", "3", "--trials", "3",
-                           "--layer-index", "5"], cwd=REPO, capture_output=True, text=True, timeout=600)
+                           "--layer-index", "5", "--compile", compile_with], cwd=REPO, capture_output=True,
+                          text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(out.read_text())
     layer = result["layer"]
@@ -140,3 +143,6 @@ def test_the_bench_times_vllms_own_gemma4_layer(tmp_path):
         assert r["path"] != "none" and r["path"] == r["eager_path"] and not r["frozen_branch"]
         assert not r["recompiled"]  # traced once at T=320: one graph serves every T
     assert result["compile"]["dynamo_graphs_at_trace"] == 1
+    assert result["compile"]["backend"] == ("vllm" if compile_with == "vllm" else "inductor")
+    assert result["compile"]["env"] == ({"VLLM_DISABLE_COMPILE_CACHE": "1"} if compile_with == "vllm"
+                                        else {"VLLM_USE_LAYERNAME": "0"})

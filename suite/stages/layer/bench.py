@@ -72,6 +72,7 @@ class LayerConfig:
     trials: int = 51
     warmup: int = 5
     backend: str = "inductor"
+    compile: str = "vllm"  # vllm: vLLM's own support_torch_compile; inductor: plain guard-free torch.compile
     device: str = "auto"
     seed: int = 0
 
@@ -224,6 +225,28 @@ def compile_like_vllm(module: Any, backend: str) -> Any:
     return torch.compile(module, fullgraph=True, dynamic=False, backend=backend, options=options)
 
 
+def compile_with_vllm(host: Any, vllm_config: Any) -> Any:
+    """The layer compiled by vLLM itself: ``support_torch_compile`` on a module around it, built in the
+    engine's config (``CompilationMode.VLLM_COMPILE`` on GPUs: vLLM's backend, its passes and its guard-free
+    wrapper; the token dimension dynamic; traced at the first call). vLLM's CUDA-graph wrappers stay idle (the
+    forward context says no graph), so the replay the bench captures holds the compiled kernels."""
+    import torch
+    from vllm.compilation.decorators import support_torch_compile
+    from vllm.config import set_current_vllm_config
+
+    @support_torch_compile(dynamic_arg_dims={"hidden_states": 0})
+    class VllmCompiledLayer(torch.nn.Module):
+        def __init__(self, *, vllm_config: Any, prefix: str = "", inner: Any = None) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+            return self.inner(hidden_states)
+
+    with set_current_vllm_config(vllm_config):
+        return VllmCompiledLayer(vllm_config=vllm_config, prefix="suite_layer", inner=host)
+
+
 def make_host(layer: Any) -> Any:
     import torch
 
@@ -241,6 +264,7 @@ def make_host(layer: Any) -> Any:
 def measure_layer(layer: Any, vllm_config: Any, gate: Any, cfg: LayerConfig, device: str,
                   log: Callable[[str], None]) -> tuple[list[MResult], dict[str, Any], list[dict[str, Any]]]:
     import torch
+    from vllm.config import set_current_vllm_config
     from vllm.forward_context import set_forward_context
 
     recorder = PathRecorder()
@@ -264,15 +288,18 @@ def measure_layer(layer: Any, vllm_config: Any, gate: Any, cfg: LayerConfig, dev
         return x @ ref_weight
 
     def in_context(t: int, fn: Callable[[], Any]) -> Any:
-        with set_forward_context(None, vllm_config, num_tokens=t):
+        with set_current_vllm_config(vllm_config), set_forward_context(None, vllm_config, num_tokens=t):
             return fn()
 
     with torch.inference_mode():
         eager = {t: gate_calls(in_context(t, lambda t=t: recorder.record(host, inputs.get(t, x_trace))))
                  for t in (*cfg.tokens, cfg.trace_m)}
         torch._dynamo.reset()
-        compiled = compile_like_vllm(host, backend=cfg.backend)
-        torch._dynamo.mark_dynamic(x_trace, 0)
+        if cfg.compile == "vllm":
+            compiled = compile_with_vllm(host, vllm_config)
+        else:
+            compiled = compile_like_vllm(host, backend=cfg.backend)
+            torch._dynamo.mark_dynamic(x_trace, 0)
         g0 = kernel_bench.dynamo_graph_count()
         t0 = time.perf_counter()
         trace_calls = gate_calls(in_context(cfg.trace_m, lambda: recorder.record(compiled, x_trace)))
@@ -304,12 +331,15 @@ def measure_layer(layer: Any, vllm_config: Any, gate: Any, cfg: LayerConfig, dev
                 f"p90 {stats['p90_us']:9.2f}  gate {path}{'  FROZEN BRANCH' if frozen else ''}"
                 f"{'  (recompiled)' if recompiled else ''}")
     compile_info = {
-        "wrapper": "torch.compile(fullgraph=True, dynamic=False, mark_dynamic(tokens), guard_filter_fn drops all "
-                   "guards)",
-        "backend": cfg.backend, "trace_m": cfg.trace_m, "trace_path": trace_path,
+        "wrapper": ("vLLM's support_torch_compile, mode " + str(vllm_config.compilation_config.mode)
+                    if cfg.compile == "vllm" else
+                    "torch.compile(fullgraph=True, dynamic=False, mark_dynamic(tokens), guard_filter_fn drops all "
+                    "guards)"),
+        "compile": cfg.compile,
+        "backend": "vllm" if cfg.compile == "vllm" else cfg.backend, "trace_m": cfg.trace_m, "trace_path": trace_path,
         "trace_seconds": round(trace_s, 3), "dynamo_graphs_at_trace": kernel_bench.dynamo_graph_count() - g0,
         "eager_trace_path": kernel_bench.classify(eager[cfg.trace_m]), "shims": shims,
-        "env": {key: os.environ.get(key) for key in COMPILE_ENV},
+        "env": {key: os.environ.get(key) for key in COMPILE_ENV[cfg.compile]},
     }
     return results, compile_info, references
 
@@ -356,26 +386,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--calls", type=int, default=20, help="layer calls per timed sample (per CUDA graph)")
     p.add_argument("--trials", type=int, default=51, help="timed samples per T")
     p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--backend", default="inductor", help="torch.compile backend (tests may use aot_eager)")
+    p.add_argument("--compile", choices=("vllm", "inductor"), default="vllm",
+                   help="vllm: the layer compiled by vLLM's own support_torch_compile in the engine's config (as "
+                        "the server does); inductor: plain guard-free torch.compile")
+    p.add_argument("--backend", default="inductor", help="torch.compile backend of --compile inductor")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda")
     p.add_argument("--seed", type=int, default=0)
     return p
 
 
-# vLLM >= 0.26 on torch >= 2.11 passes a layer's name to its custom ops (fused MoE) as a hoisted opaque object
-# that vLLM's own compile backend lifts out of the graph; plain inductor cannot lower it. As a plain string the
-# op and the kernels it runs are the same.
-COMPILE_ENV = {"VLLM_USE_LAYERNAME": "0"}
+# --compile vllm: no compiled graph from vLLM's cache (a cached AOT artifact would skip the trace that records
+# the gate's path, and replay another process's compile). --compile inductor: vLLM >= 0.26 on torch >= 2.11
+# passes a layer's name to its custom ops (fused MoE) as a hoisted opaque object that only vLLM's own backend
+# lifts out of the graph; as a plain string the op and the kernels it runs are the same.
+COMPILE_ENV = {"vllm": {"VLLM_DISABLE_COMPILE_CACHE": "1"}, "inductor": {"VLLM_USE_LAYERNAME": "0"}}
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    for key, value in COMPILE_ENV.items():
+    for key, value in COMPILE_ENV[args.compile].items():
         os.environ.setdefault(key, value)
     cfg = LayerConfig(model=args.model, tokens=args.tokens, trace_m=args.trace_m, layer_index=args.layer_index,
                       hf_overrides=args.hf_overrides, load_format=args.load_format, calls=args.calls,
-                      trials=args.trials, warmup=args.warmup, backend=args.backend, device=args.device,
-                      seed=args.seed)
+                      trials=args.trials, warmup=args.warmup, backend=args.backend, compile=args.compile,
+                      device=args.device, seed=args.seed)
 
     def log(msg: str) -> None:
         print(f"[layer{':' + args.arm if args.arm else ''}] {msg}", file=sys.stderr, flush=True)

@@ -22,6 +22,7 @@ def layer_command(params: LayerSpec, model: ModelSpec, out: str, arm: str) -> li
         "python", "-m", "suite.stages.layer.bench", "--json", out, "--arm", arm, "--model", model.id,
         "--tokens", ",".join(str(t) for t in params.tokens), "--trace-m", str(params.trace_m),
         "--layer-index", str(params.layer_index), "--calls", str(params.iters), "--trials", str(params.trials),
+        "--compile", params.compile,
         *model.vllm_args(),
     ]
 

@@ -102,7 +102,9 @@ def layer_section(runs: Mapping[str, Mapping[int, LayerRun]], baseline: str) -> 
         "of the model, built by each "
         f"arm's vLLM in its own process: {literal(info.subgraph)}. Hidden {info.hidden}, {info.experts} experts, "
         f"top-{info.top_k}, {literal(info.dtype)}; weights {literal(info.load_format)} (vLLM's own loader). "
-        f"Guard-free `torch.compile` (backend {code(comp.backend)}) traced first at T={comp.trace_m}; "
+        + ("Compiled by vLLM's own `support_torch_compile` in the engine's config" if comp.backend == "vllm" else
+           f"Guard-free `torch.compile` (backend {code(comp.backend)}), not vLLM's compile backend,")
+        + f" traced first at T={comp.trace_m}; "
         f"{literal(timing.method.replace('_', ' '))} of {timing.calls_per_sample} layer calls per sample, "
         f"{timing.samples} samples per T; {processes} process(es) per arm. Device: {literal(ref.device.name)}.")]
     blocks.append(layer_table(runs, baseline, info.num_layers))
