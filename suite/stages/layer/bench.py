@@ -13,15 +13,17 @@ What it does, per process (one arm):
 2. takes the attention out (its module and the input norm become pass-throughs), so the layer's own
    ``forward`` runs what seed 000 timed: the dense FFN, the router (with the gate), the MoE experts and the
    7 RMSNorms after attention;
-3. compiles it like vLLM's ``TorchCompileWithNoGuardsWrapper`` (inductor, ``fullgraph``, ``dynamic``,
-   every guard dropped; the kernel stage's ``compile_guard_free``) and traces it first at a large T
-   (``--trace-m``), as an engine's first (profiling) pass does;
+3. compiles it as the server does, by vLLM's own ``support_torch_compile`` in the engine's config
+   (``--compile vllm``: vLLM's backend and passes, its guard-free wrapper), or by plain guard-free
+   ``torch.compile`` with inductor (``--compile inductor``); either way with the token dimension dynamic and
+   traced first at a large T (``--trace-m``), as an engine's first (profiling) pass does;
 4. records, in an untimed pass, which path the router gate took inside the layer per T (eager and compiled;
    a *frozen branch* is a compiled path that differs from the eager one and equals the trace-T path);
 5. times each T: CUDA-graph replay on GPU (``--calls`` layer calls captured in one graph, ``--trials``
    replays), a plain loop on CPU; µs per layer, median, p10, p90 and the samples.
 
-The result has the kernel bench's shape (``results`` per T as ``m``) plus a ``layer`` block.
+The result has the kernel bench's shape (``results`` per T as ``m``) plus a ``layer`` block and the timings of a
+reference GEMM, the same work in every arm, taken beside the layer at each T (``reference``).
 """
 
 from __future__ import annotations
@@ -215,7 +217,7 @@ def run_time_path(path: str, eager_path: str) -> str | None:
     return None
 
 
-def compile_like_vllm(module: Any, backend: str) -> Any:
+def compile_with_inductor(module: Any, backend: str) -> Any:
     """``torch.compile`` as vLLM's TorchCompileWithNoGuardsWrapper does it for a model: full graph, static
     shapes but the token dimension (``mark_dynamic`` on the input, as ``support_torch_compile`` does), no guards
     kept. (``dynamic=True`` would also make the layer's Python ints symbolic, which vLLM never does.)"""
@@ -298,7 +300,7 @@ def measure_layer(layer: Any, vllm_config: Any, gate: Any, cfg: LayerConfig, dev
         if cfg.compile == "vllm":
             compiled = compile_with_vllm(host, vllm_config)
         else:
-            compiled = compile_like_vllm(host, backend=cfg.backend)
+            compiled = compile_with_inductor(host, backend=cfg.backend)
             torch._dynamo.mark_dynamic(x_trace, 0)
         g0 = kernel_bench.dynamo_graph_count()
         t0 = time.perf_counter()
