@@ -1099,3 +1099,41 @@ def test_the_hosts_hub_cache_is_the_containers_hub_cache(tmp_path, monkeypatch):
     env = ArmEnv(arm="patched", vllm_version="0.32.0", image="suite-vllm:cpu-0.32.0-abc")
     argv = rt.tool_argv(env, ["vllm", "bench", "latency"], run / "patched" / "cache")
     assert f"HF_HUB_CACHE={hub}" in argv and f"{hub}:{hub}" in argv
+
+
+def test_a_rocm_server_of_a_non_root_user_has_aiter_copy_its_jit_tree_once_first(tmp_path, monkeypatch):
+    """AITER copies its package's JIT tree to $HOME/.aiter/jit at import when it cannot write the package, with no
+    lock: the server's processes would race on it. A ROCm server spec carries one tool container that imports
+    it first, in the server's environment (the arm's HOME); not for root, nor with AITER_JIT_DIR."""
+    from suite.runtime.docker.runtime import AITER_SEED, aiter_home_jit
+
+    monkeypatch.setenv(docker_runtime.DOCKER_USER_ENV, "1000:1000")
+    monkeypatch.setattr(docker_runtime, "user_name", lambda: "alice")
+    matrix = gpu_matrix("rocm")
+    rt = DockerRuntime(matrix, tmp_path / "cache")
+    env = ArmEnv(arm="baseline", vllm_version="0.33.0", image="suite-vllm:rocm-test")
+    run = tmp_path / "runs" / "20260101T000000Z-x"
+    (run / "baseline").mkdir(parents=True)
+    (run / "manifest.json").write_text("{}")
+    cache = run / "baseline" / "cache"
+    spec = rt.server_spec(env, argv_tail=["m", "--port", "8000"], extra_env={}, cache_dir=cache,
+                          log_path=run / "baseline" / "server-0.log", port=8000, redact=[])
+    seed = spec.prestart
+    assert seed is not None and seed.image == "suite-vllm:rocm-test" and seed.user == "1000:1000"
+    argv = seed.cli_argv()
+    assert argv[:3] == ["docker", "run", "--rm"] and "--init" in argv
+    assert argv[-5:] == ["--entrypoint", "python3", "suite-vllm:rocm-test", *AITER_SEED[1:]]
+    assert seed.environment["HOME"] == spec.container.environment["HOME"] == str((cache / "home").resolve())
+    assert seed.devices == spec.container.devices == ["/dev/kfd", "/dev/dri"]  # AITER reads the GPU arch
+    assert aiter_home_jit(spec.container) == (cache / "home").resolve() / ".aiter" / "jit"
+    # root writes into the image's package; AITER_JIT_DIR names its own directory: no copy, no seed
+    monkeypatch.setenv(docker_runtime.DOCKER_USER_ENV, "0:0")
+    assert rt.server_spec(env, argv_tail=["m"], extra_env={}, cache_dir=cache, log_path=run / "b.log", port=8000,
+                          redact=[]).prestart is None
+    monkeypatch.setenv(docker_runtime.DOCKER_USER_ENV, "1000:1000")
+    assert rt.server_spec(env, argv_tail=["m"], extra_env={"AITER_JIT_DIR": "/jit"}, cache_dir=cache,
+                          log_path=run / "b.log", port=8000, redact=[]).prestart is None
+    # CUDA: no AITER
+    cuda = DockerRuntime(gpu_matrix("cuda"), tmp_path / "cache")
+    assert cuda.server_spec(env, argv_tail=["m"], extra_env={}, cache_dir=cache, log_path=run / "b.log",
+                            port=8000, redact=[]).prestart is None

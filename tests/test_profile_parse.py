@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from suite.errors import SuiteError
-from suite.stages.profile.read import OTHER, parse_trace, step_kind, summarize, worker_traces
+from suite.stages.profile.read import OTHER, ProfileRank, parse_trace, step_kind, summarize, worker_traces
 from suite.stages.profile.run import profiler_args, wait_for_traces
 
 DATA = Path(__file__).parent / "data" / "profile"
@@ -50,7 +50,7 @@ def naive_decode_ops(evs: list[dict]) -> tuple[int, dict[str, float]]:
 
 
 @pytest.fixture(scope="module")
-def cpu() -> dict:
+def cpu() -> ProfileRank:
     return parse_trace(CPU_TRACE, CPU_FAMILIES)
 
 
@@ -74,37 +74,37 @@ def test_real_cpu_trace_what_it_holds():
 
 def test_cpu_trace_counts_decode_steps_and_op_self_time(cpu):
     n, by_name = naive_decode_ops(events(CPU_TRACE))
-    assert cpu["mode"] == "cpu" and cpu["decode_steps"] == n and n >= 15
-    assert cpu["steps"]["prefill"] >= 1
+    assert cpu.mode == "cpu" and cpu.decode_steps == n and n >= 15
+    assert cpu.steps.prefill >= 1
     total_ref = sum(by_name.values()) / 1000
-    assert cpu["total_ms"] == pytest.approx(total_ref, rel=1e-6, abs=1e-3)
-    assert sum(cpu["families_ms"].values()) == pytest.approx(cpu["total_ms"], abs=1e-3)
-    assert cpu["families_ms"]["oneDNN GEMM"] == pytest.approx(by_name["_C::onednn_mm"] / 1000, abs=1e-3)
-    assert cpu["families_ms"]["gate delay"] == pytest.approx(by_name["vllm::suite_gate_delay"] / 1000, abs=1e-3)
-    assert cpu["per_100_decode_steps_ms"]["fused MoE"] == pytest.approx(
+    assert cpu.total_ms == pytest.approx(total_ref, rel=1e-6, abs=1e-3)
+    assert sum(cpu.families_ms.values()) == pytest.approx(cpu.total_ms, abs=1e-3)
+    assert cpu.families_ms["oneDNN GEMM"] == pytest.approx(by_name["_C::onednn_mm"] / 1000, abs=1e-3)
+    assert cpu.families_ms["gate delay"] == pytest.approx(by_name["vllm::suite_gate_delay"] / 1000, abs=1e-3)
+    assert cpu.per_100_decode_steps_ms["fused MoE"] == pytest.approx(
         by_name["_C::cpu_fused_moe"] / 1000 / n * 100, abs=1e-3)
 
 
 def test_cpu_trace_shows_the_gate_delay_per_step(cpu):
     # one delay op and one fused-MoE op per MoE layer per decode step, exactly
-    assert cpu["calls_per_decode_step"]["gate delay"] == GATE_LAYERS
-    assert cpu["calls_per_decode_step"]["fused MoE"] == GATE_LAYERS
-    assert cpu["calls_per_decode_step"]["oneDNN GEMM"] > GATE_LAYERS  # qkv, o, gate per layer + lm_head
+    assert cpu.calls_per_decode_step["gate delay"] == GATE_LAYERS
+    assert cpu.calls_per_decode_step["fused MoE"] == GATE_LAYERS
+    assert cpu.calls_per_decode_step["oneDNN GEMM"] > GATE_LAYERS  # qkv, o, gate per layer + lm_head
     # 2 gate layers x 2 ms spin per decode step: at least 400 ms per 100 decode steps. This trace was taken on a
     # 2-core box under heavy load, where each 2 ms spin used up its time slice and waited (~39 ms per call).
-    assert cpu["per_100_decode_steps_ms"]["gate delay"] >= 0.98 * 100 * GATE_LAYERS * DELAY_MS
-    assert max(cpu["per_100_decode_steps_ms"].items(), key=lambda kv: kv[1])[0] == "gate delay"
+    assert cpu.per_100_decode_steps_ms["gate delay"] >= 0.98 * 100 * GATE_LAYERS * DELAY_MS
+    assert max(cpu.per_100_decode_steps_ms.items(), key=lambda kv: kv[1])[0] == "gate delay"
     # wall time of the steps holds the op time plus Python between ops
-    assert cpu["decode_step_wall_per_100_ms"] > cpu["total_per_100_decode_steps_ms"]
+    assert cpu.decode_step_wall_per_100_ms > cpu.total_per_100_decode_steps_ms
 
 
 def test_first_matching_family_wins():
     r = parse_trace(CPU_TRACE, {"any mm": "mm", "onednn only": "onednn_mm"})
-    assert r["families_ms"]["onednn only"] == 0 and r["families_ms"]["any mm"] > 0
+    assert r.families_ms["onednn only"] == 0 and r.families_ms["any mm"] > 0
     catch_all = parse_trace(CPU_TRACE, {"everything": "."})
-    assert catch_all["families_ms"][OTHER] == 0
-    assert catch_all["families_ms"]["everything"] == pytest.approx(
-        parse_trace(CPU_TRACE, {})["families_ms"][OTHER], abs=1e-3)
+    assert catch_all.families_ms[OTHER] == 0
+    assert catch_all.families_ms["everything"] == pytest.approx(
+        parse_trace(CPU_TRACE, {}).families_ms[OTHER], abs=1e-3)
 
 
 def test_bad_families_are_errors():
@@ -117,8 +117,8 @@ def test_bad_families_are_errors():
 def test_gpu_trace_kernels_via_correlation_including_cuda_graph_replays():
     evs = events(GPU_TRACE)
     r = parse_trace(GPU_TRACE, {"gemm": "nvjet|gemm", "topk": "topk|Topk|sort"})
-    assert r["mode"] == "gpu"
-    assert r["steps"] == {"decode": 5, "prefill": 1, "idle": 0}
+    assert r.mode == "gpu"
+    assert r.steps.model_dump() == {"decode": 5, "prefill": 1, "idle": 0}
     kernels = [e for e in evs if e.get("cat") == "kernel"]
     # every step runs the same 6 kernels; graph replays launch theirs through one cudaGraphLaunch correlation
     nvjet = [k for k in kernels if k["name"].startswith("nvjet")]
@@ -132,12 +132,12 @@ def test_gpu_trace_kernels_via_correlation_including_cuda_graph_replays():
             decode_corr.add(corr)
     decode_kernels = [k for k in kernels if k["args"]["correlation"] in decode_corr]
     assert len(decode_kernels) == 5 * 6
-    assert r["total_ms"] == pytest.approx(sum(k["dur"] for k in decode_kernels) / 1000, abs=1e-4)
-    assert r["families_ms"]["gemm"] == pytest.approx(
+    assert r.total_ms == pytest.approx(sum(k["dur"] for k in decode_kernels) / 1000, abs=1e-4)
+    assert r.families_ms["gemm"] == pytest.approx(
         sum(k["dur"] for k in decode_kernels if k["name"].startswith("nvjet")) / 1000, abs=1e-4)
     unmarked = sum(k["dur"] for k in kernels if k["args"]["correlation"] not in decode_corr) / 1000
-    assert r["unattributed_kernel_ms"] < unmarked  # the prefill's kernels are attributed (to a non-decode step)
-    assert r["per_100_decode_steps_ms"]["gemm"] == pytest.approx(r["families_ms"]["gemm"] / 5 * 100, abs=1e-3)
+    assert r.unattributed_kernel_ms < unmarked  # the prefill's kernels are attributed (to a non-decode step)
+    assert r.per_100_decode_steps_ms["gemm"] == pytest.approx(r.families_ms["gemm"] / 5 * 100, abs=1e-3)
 
 
 def test_summarize_and_trace_discovery(tmp_path):
@@ -153,8 +153,8 @@ def test_summarize_and_trace_discovery(tmp_path):
         wait_for_traces(d, {rank0}, timeout_s=1.5, settle_s=0.5)
     s = summarize([rank0], CPU_FAMILIES)
     single = parse_trace(rank0, CPU_FAMILIES)
-    assert s["per_100_decode_steps_ms"] == single["per_100_decode_steps_ms"]
-    assert s["decode_steps"] == single["decode_steps"] and s["ranks"] == 1
+    assert s.per_100_decode_steps_ms == single.per_100_decode_steps_ms
+    assert s.decode_steps == single.decode_steps and s.ranks == 1
 
 
 def test_truncated_trace_is_an_error(tmp_path):
@@ -202,7 +202,7 @@ def test_a_large_share_of_kernel_time_tied_to_no_step_is_named(tmp_path):
     from suite.stages.profile.summary import UNATTRIBUTED_WARN, unattributed_lines
 
     real = summarize([GPU_TRACE], {"gemm": "nvjet|gemm"})
-    assert real["per_rank"][0]["unattributed_kernel_ms"] / real["per_rank"][0]["kernel_ms"] < UNATTRIBUTED_WARN
+    assert real.per_rank[0].unattributed_kernel_ms / real.per_rank[0].kernel_ms < UNATTRIBUTED_WARN
     assert unattributed_lines({"a": real}, ["a"]) == []
     with gzip.open(GPU_TRACE) as fh:
         data = json.load(fh)
@@ -211,9 +211,9 @@ def test_a_large_share_of_kernel_time_tied_to_no_step_is_named(tmp_path):
     with gzip.open(lost, "wt") as fh:
         json.dump(data, fh)
     cut = summarize([lost], {"gemm": "nvjet|gemm"})
-    rank = cut["per_rank"][0]
-    assert rank["unattributed_kernel_ms"] > real["per_rank"][0]["unattributed_kernel_ms"]
-    assert rank["kernel_ms"] == real["per_rank"][0]["kernel_ms"]  # the same kernels, fewer of them placed
+    rank = cut.per_rank[0]
+    assert rank.unattributed_kernel_ms > real.per_rank[0].unattributed_kernel_ms
+    assert rank.kernel_ms == real.per_rank[0].kernel_ms  # the same kernels, fewer of them placed
     (line,) = unattributed_lines({"patched": cut}, ["patched"])
-    share = rank["unattributed_kernel_ms"] / rank["kernel_ms"]
+    share = rank.unattributed_kernel_ms / rank.kernel_ms
     assert share > UNATTRIBUTED_WARN and line.startswith("patched, rank 0: ") and f"({share:.0%})" in line

@@ -50,7 +50,7 @@ from typing import Any
 from suite import REPO_ROOT
 from suite.errors import ServerError, SuiteError
 from suite.matrix import ArmSpec, DockerSpec, Matrix
-from suite.proc import on_stop, read_tail
+from suite.proc import on_stop, read_tail, run_tool
 from suite.runtime.base import ArmEnv, RuntimeBase, ServerBase, ServerSpec
 from suite.store import SECRET_NAME
 
@@ -412,9 +412,28 @@ def tool_config(matrix: Matrix, env: ArmEnv, argv: list[str], *, extra_env: dict
                            network="host" if client else None, interactive=client, **settings)
 
 
+# AITER picks its JIT directory at import: the package's own aiter/jit when writable, else $HOME/.aiter/jit, which
+# it fills by copying the package's whole tree (prebuilt modules included) when that directory does not exist
+# yet, with no lock (ROCm/aiter aiter/jit/core.py, get_user_jit_dir). A non-root server's API process, engine
+# core and tensor-parallel workers import it at once and race on that copy. One tool container of the arm's
+# image imports it first, alone; the server's processes then find the copy made.
+AITER_SEED = ["python3", "-c", "import aiter.jit.core"]
+AITER_SEED_TIMEOUT_S = 1800.0
+
+
+def aiter_home_jit(container: ContainerConfig) -> Path | None:
+    """Where a ROCm container's AITER would copy its JIT tree, or None when it copies none there (AITER_JIT_DIR
+    given, or running as root: the package directory is writable)."""
+    env = container.environment
+    if "AITER_JIT_DIR" in env or "AITER_JIT_DIR" in container.pass_env or container.user in (None, "0", "0:0"):
+        return None
+    return Path(env["HOME"]) / ".aiter" / "jit" if "HOME" in env else None
+
+
 @dataclass(frozen=True)
 class DockerServerSpec(ServerSpec):
     container: ContainerConfig | None = None
+    prestart: ContainerConfig | None = None  # a tool container run to completion before the server (AITER_SEED)
 
 
 class DockerServer(ServerBase):
@@ -448,6 +467,16 @@ class DockerServer(ServerBase):
         self.spec.log_path.parent.mkdir(parents=True, exist_ok=True)
         for d in self.config.host_dirs():
             d.mkdir(parents=True, exist_ok=True)
+        seed = self.spec.prestart
+        if seed is not None and (target := aiter_home_jit(self.config)) is not None and not target.exists():
+            _LIVE.add(seed.name)
+            try:
+                run_tool(seed.cli_argv(), env=None, log_path=self.spec.log_path.with_suffix(".aiter-seed.log"),
+                         timeout_s=AITER_SEED_TIMEOUT_S, what=f"arm {self.spec.arm}: AITER's JIT tree copy")
+            except SuiteError as exc:
+                raise ServerError(str(exc)) from None
+            finally:
+                _LIVE.discard(seed.name)
         _LIVE.add(self.config.name)
         try:
             self.container = self.client.containers.create(**self.config.sdk_kwargs())
@@ -650,10 +679,14 @@ class DockerRuntime(RuntimeBase):
                     log_path: Path, port: int, redact: list[str]) -> DockerServerSpec:
         cfg = self.container_config(env, argv_tail=argv_tail, extra_env=extra_env, cache_dir=cache_dir,
                                     log_path=log_path, port=port)
+        docker = self.matrix.runtime.docker or DockerSpec()
+        seed = (tool_config(self.matrix, env, AITER_SEED, extra_env={**self.arm_env_vars(env.arm), **extra_env},
+                            cache_dir=cache_dir, name_suffix=f"-aiter-seed-{secrets.token_hex(3)}")
+                if docker.vendor == "rocm" and aiter_home_jit(cfg) is not None else None)
         return DockerServerSpec(arm=env.arm, argv=cfg.cli_argv(), env=dict(cfg.environment), log_path=log_path,
                                 host=self.matrix.runtime.host, port=port,
                                 startup_timeout_s=self.matrix.runtime.startup_timeout_s, redact=redact,
-                                container=cfg)
+                                container=cfg, prestart=seed)
 
     def arm_vars(self, env: ArmEnv, cache_dir: Path) -> dict[str, str]:  # noqa: ARG002
         return {}  # the container's environment is built by container_config; nothing from this host's

@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, ValidationError
+
 from suite.errors import SuiteError
 from suite.store import JobRecord, RunStore, ok_jobs, read_json
 
@@ -25,6 +27,71 @@ CPU_BASIS = "CPU self time of torch ops (cpu_op events) inside decode steps; no 
 
 
 GPU_BASIS = "device kernel time (kernel events) launched inside decode steps"
+
+
+class _Record(BaseModel):
+    """What the profile stage stores; written by ``model_dump`` and read back by ``model_validate`` (keys a later
+    version adds ride along)."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class StepCounts(_Record):
+    decode: int = 0
+    prefill: int = 0
+    idle: int = 0
+
+
+class TopEntry(_Record):
+    """One kernel (GPU) or op (CPU) among a rank's most expensive inside decode steps."""
+
+    name: str
+    family: str
+    ms: float
+    calls_per_decode_step: float | None = None
+
+
+class ProfileRank(_Record):
+    """One worker trace: decode-only time per family."""
+
+    trace: str
+    mode: str  # gpu | cpu
+    basis: str
+    steps: StepCounts
+    decode_steps: int
+    decode_tokens: int
+    families_ms: dict[str, float]
+    total_ms: float
+    per_100_decode_steps_ms: dict[str, float | None]
+    total_per_100_decode_steps_ms: float | None
+    decode_step_wall_per_100_ms: float | None
+    # launches (GPU) or op calls (CPU) per decode step: e.g. a gate kernel firing once per MoE layer
+    calls_per_decode_step: dict[str, float | None]
+    unattributed_kernel_ms: float | None = None  # GPU: kernel time whose launch lies in no step
+    kernel_ms: float | None = None  # GPU: all kernel time of the trace
+    top: list[TopEntry] = []
+    vllm_version: str | None = None
+
+
+class ProfileSummary(_Record):
+    """One profiled window of an arm: every worker trace, each family the mean over ranks; as stored, with the
+    window's bench figures and the stage's parameters."""
+
+    mode: str
+    basis: str
+    ranks: int
+    decode_steps: int
+    steps: StepCounts
+    families: list[str]
+    patterns: dict[str, str]
+    per_100_decode_steps_ms: dict[str, float | None]
+    total_per_100_decode_steps_ms: float | None
+    decode_step_wall_per_100_ms: float | None
+    calls_per_decode_step: dict[str, float | None]
+    per_rank: list[ProfileRank]
+    trace_files: list[str] = []
+    window: dict[str, float | int | None] = {}
+    params: dict[str, Any] = {}
 
 
 def load_trace(path: Path) -> dict[str, Any]:
@@ -121,7 +188,7 @@ def _cpu_op_self_times(events: list[dict[str, Any]]) -> list[tuple[dict[str, Any
     return out
 
 
-def parse_trace(path: Path, families: dict[str, str]) -> dict[str, Any]:
+def parse_trace(path: Path, families: dict[str, str]) -> ProfileRank:
     """Decode-only time per family from one worker trace; see the module docstring for what is timed."""
     data = load_trace(path)
     fams = compile_families(families)
@@ -181,26 +248,25 @@ def parse_trace(path: Path, families: dict[str, str]) -> dict[str, Any]:
         return round(us / 1000.0 / n * 100.0, 4) if n else None
 
     top = sorted(by_name.items(), key=lambda kv: -kv[1])[:15]
-    return {
-        "trace": path.name,
-        "mode": mode,
-        "basis": basis,
-        "steps": counts,
-        "decode_steps": n,
-        "decode_tokens": decode_tokens,
-        "families_ms": {k: round(v / 1000.0, 4) for k, v in fam_us.items()},
-        "total_ms": round(total_us / 1000.0, 4),
-        "per_100_decode_steps_ms": {k: per100(v) for k, v in fam_us.items()},
-        "total_per_100_decode_steps_ms": per100(total_us),
-        "decode_step_wall_per_100_ms": per100(decode_wall_us),
-        # launches (GPU) or op calls (CPU) per decode step: e.g. a gate kernel firing once per MoE layer
-        "calls_per_decode_step": {k: round(v / n, 3) if n else None for k, v in fam_calls.items()},
-        "unattributed_kernel_ms": round(unattributed_us / 1000.0, 4) if mode == "gpu" else None,
-        "kernel_ms": round(sum(float(k["dur"]) for k in kernels) / 1000.0, 4) if mode == "gpu" else None,
-        "top": [{"name": k, "family": family_of(k, fams), "ms": round(v / 1000.0, 4),
-                 "calls_per_decode_step": round(name_calls[k] / n, 3) if n else None} for k, v in top],
-        "vllm_version": data.get("vllm_version"),
-    }
+    return ProfileRank(
+        trace=path.name,
+        mode=mode,
+        basis=basis,
+        steps=StepCounts(**counts),
+        decode_steps=n,
+        decode_tokens=decode_tokens,
+        families_ms={k: round(v / 1000.0, 4) for k, v in fam_us.items()},
+        total_ms=round(total_us / 1000.0, 4),
+        per_100_decode_steps_ms={k: per100(v) for k, v in fam_us.items()},
+        total_per_100_decode_steps_ms=per100(total_us),
+        decode_step_wall_per_100_ms=per100(decode_wall_us),
+        calls_per_decode_step={k: round(v / n, 3) if n else None for k, v in fam_calls.items()},
+        unattributed_kernel_ms=round(unattributed_us / 1000.0, 4) if mode == "gpu" else None,
+        kernel_ms=round(sum(float(k["dur"]) for k in kernels) / 1000.0, 4) if mode == "gpu" else None,
+        top=[TopEntry(name=k, family=family_of(k, fams), ms=round(v / 1000.0, 4),
+                      calls_per_decode_step=round(name_calls[k] / n, 3) if n else None) for k, v in top],
+        vllm_version=data.get("vllm_version"),
+    )
 
 
 def worker_traces(trace_dir: Path) -> list[Path]:
@@ -208,41 +274,40 @@ def worker_traces(trace_dir: Path) -> list[Path]:
     return sorted(p for p in trace_dir.glob(TRACE_GLOB) if "async_llm" not in p.name and p.is_file())
 
 
-def summarize(traces: list[Path], families: dict[str, str]) -> dict[str, Any]:
+def summarize(traces: list[Path], families: dict[str, str]) -> ProfileSummary:
     """Parse every worker trace of one window. With several ranks each family is the mean over ranks (one
     GPU's share) and the decode steps are rank 0's."""
     if not traces:
         raise SuiteError("no worker trace to parse")
     ranks = [parse_trace(p, families) for p in traces]
-    labels = list(ranks[0]["families_ms"])
-    n = ranks[0]["decode_steps"]
+    labels = list(ranks[0].families_ms)
 
     def mean(values: list[float | None]) -> float | None:
         vals = [v for v in values if v is not None]
         return round(sum(vals) / len(vals), 4) if vals else None
 
-    return {
-        "mode": ranks[0]["mode"],
-        "basis": ranks[0]["basis"],
-        "ranks": len(ranks),
-        "decode_steps": n,
-        "steps": ranks[0]["steps"],
-        "families": labels,
-        "patterns": families,
-        "per_100_decode_steps_ms": {k: mean([r["per_100_decode_steps_ms"][k] for r in ranks]) for k in labels},
-        "total_per_100_decode_steps_ms": mean([r["total_per_100_decode_steps_ms"] for r in ranks]),
-        "decode_step_wall_per_100_ms": mean([r["decode_step_wall_per_100_ms"] for r in ranks]),
-        "calls_per_decode_step": ranks[0]["calls_per_decode_step"],
-        "per_rank": ranks,
-    }
+    return ProfileSummary(
+        mode=ranks[0].mode,
+        basis=ranks[0].basis,
+        ranks=len(ranks),
+        decode_steps=ranks[0].decode_steps,
+        steps=ranks[0].steps,
+        families=labels,
+        patterns=families,
+        per_100_decode_steps_ms={k: mean([r.per_100_decode_steps_ms[k] for r in ranks]) for k in labels},
+        total_per_100_decode_steps_ms=mean([r.total_per_100_decode_steps_ms for r in ranks]),
+        decode_step_wall_per_100_ms=mean([r.decode_step_wall_per_100_ms for r in ranks]),
+        calls_per_decode_step=ranks[0].calls_per_decode_step,
+        per_rank=ranks,
+    )
 
 
-def load_profiles(store: RunStore, records: Sequence[JobRecord]) -> dict[str, dict[str, Any]]:
-    """arm -> parsed summary of its (latest ok) profile job."""
-    out: dict[str, dict[str, Any]] = {}
+def load_profiles(store: RunStore, records: Sequence[JobRecord]) -> dict[str, ProfileSummary]:
+    """arm -> the stored summary of its (latest ok) profile job; a file that is not one is left out."""
+    out: dict[str, ProfileSummary] = {}
     for job in ok_jobs(records, "profile"):
         try:
-            out[job.arm] = read_json(store.result_path(job))
-        except (OSError, json.JSONDecodeError):
+            out[job.arm] = ProfileSummary.model_validate(read_json(store.result_path(job)))
+        except (OSError, json.JSONDecodeError, ValidationError):
             continue
     return out

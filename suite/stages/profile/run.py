@@ -165,18 +165,18 @@ def execute(env: JobEnv) -> dict[str, Any]:
                              f"({bench.get('failed')} failed)")
     traces = wait_for_traces(trace_dir, before, timeout_s=300.0)
     summary = summarize(traces, spec.families)
-    if not summary["decode_steps"]:
-        raise SuiteError(f"the profiled window holds no decode step (steps seen: {summary['steps']}); traces "
-                         f"kept in {trace_dir}")
+    if not summary.decode_steps:
+        raise SuiteError(f"the profiled window holds no decode step (steps seen: {summary.steps.model_dump()}); "
+                         f"traces kept in {trace_dir}")
     window = read_json(result.with_name(f"{stem}.window.json"))
-    summary |= {
+    summary = summary.model_copy(update={
         "trace_files": [str(p.relative_to(env.run_root.resolve())) for p in traces],
         "window": {k: window.get(k) for k in ("completed", "failed", "duration", "total_output_tokens",
                                                "max_concurrent_requests", "median_tpot_ms")},
         "params": spec.model_dump(mode="json"),
-    }
-    atomic_write_json(result, summary)
-    return {"commands": commands, "trace_files": summary["trace_files"], "decode_steps": summary["decode_steps"]}
+    })
+    atomic_write_json(result, summary.model_dump(mode="json"))
+    return {"commands": commands, "trace_files": summary.trace_files, "decode_steps": summary.decode_steps}
 
 
 # ---------------------------------------------------------------------------------------- report
