@@ -31,7 +31,7 @@ from typing import Any
 from suite.errors import SuiteError
 from suite.stages.base import JobEnv, SessionEnv
 from suite.stages.probe.plugin import BUCKET_LABELS, ENV_DIR, ENV_FLUSH, STOP_FILE, bucket
-from suite.stages.probe.read import FROZEN, NOT_EXERCISED
+from suite.stages.probe.read import FROZEN, NOT_EXERCISED, ProbeResult
 from suite.store import atomic_write_json, atomic_write_text, read_json
 
 PLUGIN_NAME = "suite_gate_probe"
@@ -280,9 +280,10 @@ def execute(env: JobEnv) -> dict[str, Any]:
     atomic_write_text(out_dir / STOP_FILE, f"probe job done at {t_done}\n")
     stopped = _wait_stopped(out_dir, timeout=30.0)
     merged = merge_processes(before, after)
-    result = {"arm": job.arm, "max_num_seqs": max_seqs, "requests": sent, "probe_dir": out_dir.name, **merged}
-    atomic_write_json(env.result, result)
-    exercised = [b for b, s in merged["buckets"].items() if s["verdict"] != NOT_EXERCISED]
+    result = ProbeResult.model_validate(
+        {"arm": job.arm, "max_num_seqs": max_seqs, "requests": sent, "probe_dir": out_dir.name, **merged})
+    atomic_write_json(env.result, result.model_dump(mode="json", by_alias=True))
+    exercised = [label for label, b in result.buckets.items() if b.verdict != NOT_EXERCISED]
     return {"buckets_exercised": exercised, "processes": len(after), "probe_stopped": stopped}
 
 

@@ -2,86 +2,82 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from suite.analysis import RunData
 from suite.document import BulletList, Cell, Paragraph, Section, Table, code, literal
 from suite.stages.probe.plugin import BUCKET_LABELS, SEP
-from suite.stages.probe.read import FROZEN, REPLAYED, load_probe_results
+from suite.stages.probe.read import FROZEN, REPLAYED, ProbeBucket, ProbeResult, load_probe_results
 
 
-def startup_paths(result: dict[str, Any], label: str) -> dict[str, int]:
+def startup_paths(result: ProbeResult, label: str) -> dict[str, int]:
     """Gate paths that ran in Python while the server started (graph capture, warm-up), in one bucket."""
-    return {c["path"]: c["count"] for c in result.get("startup_counts", [])
-            if c["kind"] in ("gate", "outside") and c["bucket"] == label}
+    return {c.path: c.count for c in result.startup_counts if c.kind in ("gate", "outside") and c.bucket == label}
 
 
-def replayed(result: dict[str, Any], label: str) -> dict[str, int]:
+def replayed(result: ProbeResult, label: str) -> dict[str, int]:
     """For a bucket whose steps made no Python gate call at run time, not even a custom op called from a
     compiled graph: what its captured graph holds (empty: nothing ran in Python at capture either, so the
     compiled graph holds the GEMM itself, frozen)."""
-    b = result["buckets"][label]
-    return startup_paths(result, label) if b["verdict"] == FROZEN and not b["outside"] else {}
+    b = result.buckets[label]
+    return startup_paths(result, label) if b.verdict == FROZEN and not b.outside else {}
 
 
-def frozen(b: dict[str, Any], captured: dict[str, int]) -> bool:
+def frozen(b: ProbeBucket, captured: dict[str, int]) -> bool:
     """Steps ran, and no gate code was seen in Python for them: not at run time, not at capture."""
-    return b["verdict"] == FROZEN and not b["outside"] and not captured
+    return b.verdict == FROZEN and not b.outside and not captured
 
 
-def _cell(b: dict[str, Any], captured: dict[str, int]) -> str:
-    parts = [f"{code(p)} ×{n}" for p, n in sorted(b["paths"].items(), key=lambda kv: -kv[1])]
+def _cell(b: ProbeBucket, captured: dict[str, int]) -> str:
+    parts = [f"{code(p)} ×{n}" for p, n in sorted(b.paths.items(), key=lambda kv: -kv[1])]
     if captured:
         parts.append(literal(REPLAYED) + " " + ", ".join(
             f"{code(p)} ×{n}" for p, n in sorted(captured.items(), key=lambda kv: -kv[1])))
     elif frozen(b, captured):
         parts.append(literal(FROZEN))
-    parts += [f"{code(p)} ×{n} (no GateLinear.forward: from a compiled graph)" for p, n in b["outside"].items()]
+    parts += [f"{code(p)} ×{n} (no GateLinear.forward: from a compiled graph)" for p, n in b.outside.items()]
     if not parts:
         return "—"
-    steps = b["steps"]
+    steps = b.steps
     return "\n".join(parts) + (f" ({steps} step{'s' if steps != 1 else ''})" if steps else "")
 
 
-def _op_calls(result: dict[str, Any], op: str) -> int:
+def _op_calls(result: ProbeResult, op: str) -> int:
     label = f"torch.ops.vllm.{op}"
-    return sum(c["count"] for c in result["counts"] if c["kind"] in ("gate", "outside")
-               and label in c["path"].split(SEP))
+    return sum(c.count for c in result.counts if c.kind in ("gate", "outside") and label in c.path.split(SEP))
 
 
-def _eligibility(result: dict[str, Any]) -> str:
-    gates = [g for p in result["processes"] for g in p["gates"]]
+def _eligibility(result: ProbeResult) -> str:
+    gates = [g for p in result.processes for g in p.gates]
     if not gates:
         return "no GateLinear seen"
-    flags = sorted({k for g in gates for k in g if k.startswith("allow_")})
-    on = [f"{k} on {sum(g.get(k) == 'True' for g in gates)}/{len(gates)}" for k in flags
-          if any(g.get(k) == "True" for g in gates)]
-    platform = next((p["platform"] for p in result["processes"] if p.get("platform")), "?")
-    dtypes = sorted({f"{g.get('weight_dtype')}→{g.get('out_dtype')}" for g in gates})
+    flags = sorted({k for g in gates for k in g.flags()})
+    on = [f"{k} on {sum(g.flags().get(k) == 'True' for g in gates)}/{len(gates)}" for k in flags
+          if any(g.flags().get(k) == "True" for g in gates)]
+    platform = next((p.platform for p in result.processes if p.platform), "?")
+    dtypes = sorted({f"{g.weight_dtype}→{g.out_dtype}" for g in gates})
     return (f"{len(gates)} gates on {literal(platform)}, weight→out {literal(', '.join(dtypes))}; "
             + ("eligible: " + ", ".join(code(x) for x in on) if on
                else "no specialized tier eligible (every `allow_*` is False)"))
 
 
-def _findings(results: dict[str, dict[str, Any]], base: str) -> list[str]:
+def _findings(results: dict[str, ProbeResult], base: str) -> list[str]:
     arms = list(results)
     lines = []
     for arm in arms:
         r = results[arm]
-        ops = ", ".join(code(o) for o in r["present_ops"]) or "none"
+        ops = ", ".join(code(o) for o in r.present_ops) or "none"
         lines.append(f"{code(arm)}: {_eligibility(r)}; gate custom ops registered: {ops}.")
     for arm in arms:
         if arm == base:
             continue
         differ = [b for b in BUCKET_LABELS
-                  if set(results[arm]["buckets"][b]["paths"]) != set(results[base]["buckets"][b]["paths"])
-                  or set(results[arm]["buckets"][b]["outside"]) != set(results[base]["buckets"][b]["outside"])
+                  if set(results[arm].buckets[b].paths) != set(results[base].buckets[b].paths)
+                  or set(results[arm].buckets[b].outside) != set(results[base].buckets[b].outside)
                   or set(replayed(results[arm], b)) != set(replayed(results[base], b))]
         if differ:
             lines.append(f"**Gate paths differ** between {code(base)} and {code(arm)} in buckets {', '.join(differ)}.")
         else:
             lines.append(f"Gate paths are the same in {code(base)} and {code(arm)} in every bucket.")
-        new_ops = [o for o in results[arm]["present_ops"] if o not in results[base]["present_ops"]]
+        new_ops = [o for o in results[arm].present_ops if o not in results[base].present_ops]
         for op in new_ops:
             n = _op_calls(results[arm], op)
             label = f"torch.ops.vllm.{op}"
@@ -95,14 +91,14 @@ def _findings(results: dict[str, dict[str, Any]], base: str) -> list[str]:
                              f"registered in that arm but was called 0 times ({_eligibility(results[arm])}).")
             else:
                 where = [b for b in BUCKET_LABELS if any(
-                    f"torch.ops.vllm.{op}" in p.split(SEP) for p in (*results[arm]["buckets"][b]["paths"],
-                                                                    *results[arm]["buckets"][b]["outside"]))]
+                    f"torch.ops.vllm.{op}" in p.split(SEP) for p in (*results[arm].buckets[b].paths,
+                                                                    *results[arm].buckets[b].outside))]
                 lines.append(f"{code(arm)}: {code(f'torch.ops.vllm.{op}')} ran {n} times (buckets "
                              f"{', '.join(where)}).")
-        if not new_ops and results[arm]["present_ops"] == results[base]["present_ops"] and not differ:
+        if not new_ops and results[arm].present_ops == results[base].present_ops and not differ:
             lines.append(f"{code(arm)}: no gate path of its own was observed.")
     for arm in arms:
-        stuck = [b for b in BUCKET_LABELS if frozen(results[arm]["buckets"][b], replayed(results[arm], b))]
+        stuck = [b for b in BUCKET_LABELS if frozen(results[arm].buckets[b], replayed(results[arm], b))]
         if stuck:
             lines.append(f"{code(arm)}: buckets {', '.join(stuck)} ran as a {literal(FROZEN)}: steps were "
                          "processed but no `GateLinear.forward` call happened at run time, nor any gate kernel "
@@ -113,7 +109,7 @@ def _findings(results: dict[str, dict[str, Any]], base: str) -> list[str]:
             lines.append(f"{code(arm)}: buckets {', '.join(where)} replayed CUDA graphs captured with "
                          f"{code(path)}: a replayed graph calls no Python, so its kernels are the ones its "
                          "capture ran.")
-        errors = sorted({e for p in results[arm]["processes"] for e in p["errors"]})
+        errors = sorted({e for p in results[arm].processes for e in p.errors})
         if errors:
             lines.append(f"{code(arm)}: probe errors: " + "; ".join(literal(e) for e in errors))
     return lines
@@ -126,7 +122,7 @@ def section(run: RunData) -> Section | None:
     arms = list(results)
     rows = []
     for label in BUCKET_LABELS:
-        cells = [_cell(results[a]["buckets"][label], replayed(results[a], label)) for a in arms]
+        cells = [_cell(results[a].buckets[label], replayed(results[a], label)) for a in arms]
         if all(c == "—" for c in cells):
             continue
         rows.append([Cell(label), *(Cell(c) for c in cells)])
