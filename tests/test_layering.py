@@ -14,7 +14,7 @@ import pytest
 
 SUITE = Path(__file__).resolve().parent.parent / "suite"
 
-STAGE_KINDS = ("serve", "latency", "accuracy", "kernel", "profile", "probe")
+STAGE_KINDS = ("serve", "latency", "accuracy", "kernel", "layer", "profile", "probe")
 # the floors, in order; a module belongs to the first prefix that matches (longest prefixes first)
 LAYERS: list[tuple[str, ...]] = [
     ("suite", "suite.errors", "suite.proc"),
@@ -111,6 +111,12 @@ def test_imports_only_flow_one_way(mod):
         return
     up = sorted(i for i in GRAPH[mod] if layer(i) > layer(mod))
     assert up == [], f"{mod} (floor {layer(mod)}) imports later floors: {up}"
+
+
+def test_every_stage_summary_sits_on_the_report_floor():
+    """A new stage's summary.py is placed by STAGE_KINDS: the list must name every stage package that has one."""
+    have = {p.parent.name for p in (SUITE / "stages").glob("*/summary.py")}
+    assert have <= set(STAGE_KINDS), sorted(have - set(STAGE_KINDS))
 
 
 def test_no_import_by_string():

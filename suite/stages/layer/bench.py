@@ -53,11 +53,23 @@ DEFAULT_TRACE_T = 2048
 GATE_BEGIN, GATE_END = "<gate>", "</gate>"
 REFERENCE_WIDTH = 8  # the reference GEMM's weight: hidden x 8*hidden (Gemma 4: 127 MB, beyond the H200's L2)
 
-# model_type -> (module, decoder layer class, router gate attribute path, what the subgraph holds)
-LAYERS: dict[str, tuple[str, str, str, str]] = {
-    "gemma4_text": ("vllm.model_executor.models.gemma4", "Gemma4DecoderLayer", "router.proj",
+def _gemma4_layer() -> type:
+    from vllm.model_executor.models.gemma4 import Gemma4DecoderLayer
+
+    return Gemma4DecoderLayer
+
+
+def _mixtral_layer() -> type:
+    from vllm.model_executor.models.mixtral import MixtralDecoderLayer
+
+    return MixtralDecoderLayer
+
+
+# model_type -> (the arm's decoder layer class, the router gate's attribute path, what the subgraph holds)
+LAYERS: dict[str, tuple[Callable[[], type], str, str]] = {
+    "gemma4_text": (_gemma4_layer, "router.proj",
                     "FFN + MoE + router + 7 RMSNorms (attention and its input norm taken out)"),
-    "mixtral": ("vllm.model_executor.models.mixtral", "MixtralDecoderLayer", "block_sparse_moe.gate",
+    "mixtral": (_mixtral_layer, "block_sparse_moe.gate",
                 "MoE + router + the post-attention RMSNorm (attention and its input norm taken out)"),
 }
 
@@ -87,8 +99,6 @@ def _attr_path(obj: Any, path: str) -> Any:
 
 def build_layer(cfg: LayerConfig, device: str) -> tuple[Any, Any, dict[str, Any]]:
     """(the layer with its attention taken out, the engine config it was built in, what it is)."""
-    import importlib
-
     import torch
     from vllm.config import set_current_vllm_config
     from vllm.distributed import init_distributed_environment, initialize_model_parallel
@@ -108,8 +118,8 @@ def build_layer(cfg: LayerConfig, device: str) -> tuple[Any, Any, dict[str, Any]
     if model_type not in LAYERS:
         raise SystemExit(f"layer bench: no decoder-layer recipe for model_type {model_type!r} "
                          f"(known: {', '.join(LAYERS)})")
-    module_name, class_name, gate_path, holds = LAYERS[model_type]
-    layer_cls = getattr(importlib.import_module(module_name), class_name)
+    load_class, gate_path, holds = LAYERS[model_type]
+    layer_cls = load_class()
     with set_current_vllm_config(vllm_config):
         if not model_parallel_is_initialized():
             init_distributed_environment(world_size=1, rank=0, local_rank=0,
@@ -354,7 +364,7 @@ def run(cfg: LayerConfig, arm: str | None = None, log: Callable[[str], None] = l
     layer, vllm_config, info = build_layer(cfg, device)
     log(f"{info['class']} (layer {cfg.layer_index}{', ' + info['layer_type'] if info['layer_type'] else ''}) on "
         f"{device}: {info['subgraph']}")
-    results, compile_info, references = measure_layer(layer, vllm_config, _attr_path(layer, LAYERS[info["model_type"]][2]),
+    results, compile_info, references = measure_layer(layer, vllm_config, _attr_path(layer, LAYERS[info["model_type"]][1]),
                                           cfg, device, log)
     frozen = [r.m for r in results if r.frozen_branch]
     return {
