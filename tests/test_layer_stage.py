@@ -94,6 +94,21 @@ def test_seed_000s_table_from_the_processes_geometric_means():
     assert names[1:4] == ["layer", "layer-processes", "layer-paths"]  # no reference GEMM stored: no table
 
 
+def test_the_section_states_the_gpu_clock_the_timings_ran_at():
+    runs = {}
+    for arm, clock in (("baseline", 1980), ("ll-bf16", 1755)):
+        stored = _run(arm, {1: 80.0}).model_dump(by_alias=True)
+        stored["results"][0]["sm_clock_mhz"] = clock
+        stored["timing"]["warm_s"] = 1.0
+        runs[arm] = {0: LayerRun.model_validate(stored)}
+    texts = [b.text for b in layer_section(runs, "baseline").blocks if hasattr(b, "text")]
+    assert ("SM clock right after each T's timed replays, over every process: 1755–1980 MHz, each T's graph "
+            "replayed for 1 s first.") in texts
+    # results stored without a clock (CPU, or an older bench) say nothing of it
+    assert not any("SM clock" in b.text for b in layer_section({"baseline": {0: _run("baseline", {1: 80.0})}},
+                                                                "baseline").blocks if hasattr(b, "text"))
+
+
 def test_a_dispatch_op_alone_in_the_compiled_path_is_read_as_its_run_time_path():
     """The compiled layer's list appends are rebuilt after the graph, erasing what the op's body appended: the
     stored path is the op alone; read back, it is the op's eager path at that T, not a frozen branch."""

@@ -16,8 +16,9 @@ What it does, per process (one arm):
    (``fullgraph=True, dynamic=True``, every guard dropped) and traces it first at a large M (``--trace-m``);
 4. records, in a separate untimed pass, which path ran for each M (eager and compiled) and flags a
    *frozen branch*: the compiled path at M differs from the eager path at M and equals the trace-M path;
-5. times each M: CUDA-graph replay on GPU (``--calls`` calls captured in one graph, ``--trials`` replays,
-   per-call µs), a plain timing loop on CPU; reports median, p10, p90 (and the raw samples).
+5. times each M: CUDA-graph replay on GPU (``--calls`` calls captured in one graph, replayed for ``WARM_S``
+   seconds, then ``--trials`` timed replays, per-call µs; the SM clock read right after), a plain timing loop
+   on CPU; reports median, p10, p90 (and the raw samples).
 
 Only torch and the standard library are imported at module level: the timing and path-recording core works
 without vLLM (the H200 harness in ``benchmarks/kernel/`` uses it with vLLM's kernel files only).
@@ -33,6 +34,7 @@ import os
 import platform
 import re
 import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -71,6 +73,7 @@ LEAF_ORDER = (
     "F.linear",
 )
 DEFAULT_OP_PATTERN = r"router"
+WARM_S = 1.0  # seconds of graph replays before the timed ones (see time_cuda_graph)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -90,6 +93,7 @@ class MResult:
     frozen_branch: bool
     recompiled: bool
     samples_us: list[float] = field(default_factory=list)
+    sm_clock_mhz: int | None = None  # GPU: the SM clock right after the timed replays (None: CPU, or unknown)
 
 
 @dataclass
@@ -333,8 +337,24 @@ def dynamo_graph_count() -> int:
     return int(counters["stats"]["unique_graphs"])
 
 
-def time_cuda_graph(fn: Callable[[Any], Any], x: Any, calls: int, trials: int, warmup: int) -> list[float]:
-    """Per-call µs for ``trials`` replays of one CUDA graph holding ``calls`` calls of ``fn(x)``."""
+def sm_clock_mhz() -> int | None:
+    """The GPU's SM clock now (nvidia-smi; the first visible device), or None where none can be read."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    cmd = ["nvidia-smi", "--query-gpu=clocks.sm", "--format=csv,noheader,nounits"]
+    if visible.isdigit():
+        cmd += ["-i", visible]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=10, check=True).stdout.split()
+        return int(out[0])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return None
+
+
+def time_cuda_graph(fn: Callable[[Any], Any], x: Any, calls: int, trials: int, warmup: int,
+                    warm_s: float = WARM_S) -> list[float]:
+    """Per-call µs for ``trials`` replays of one CUDA graph holding ``calls`` calls of ``fn(x)``, after the
+    graph has been replayed for ``warm_s`` seconds: a GPU left idle while the host compiled runs at a low SM
+    clock and takes a few hundred ms of work to reach its boost clock, which short timed bursts never give."""
     import torch
 
     stream = torch.cuda.Stream()
@@ -351,6 +371,10 @@ def time_cuda_graph(fn: Callable[[Any], Any], x: Any, calls: int, trials: int, w
     for _ in range(max(3, warmup)):
         graph.replay()
     torch.cuda.synchronize()
+    warm_until = time.perf_counter() + warm_s
+    while time.perf_counter() < warm_until:
+        graph.replay()
+        torch.cuda.synchronize()
     samples = []
     start = torch.cuda.Event(enable_timing=True)
     end = torch.cuda.Event(enable_timing=True)
@@ -482,6 +506,7 @@ def measure_gate(
         results: list[MResult] = []
         for m in cfg.m_values:
             samples = timer(compiled, inputs[m], cfg.calls, cfg.trials, cfg.warmup)
+            clock = sm_clock_mhz() if device.startswith("cuda") else None
             recorder.take()
             stats = summarize(samples)
             path = classify(compiled_calls[m])
@@ -500,6 +525,7 @@ def measure_gate(
                     frozen_branch=frozen,
                     recompiled=recompiled[m],
                     samples_us=[round(s, 4) for s in samples],
+                    sm_clock_mhz=clock,
                 )
             )
             log(
@@ -654,6 +680,7 @@ def run(
             "calls_per_sample": cfg.calls,
             "samples": cfg.trials,
             "warmup": cfg.warmup,
+            "warm_s": WARM_S if device.startswith("cuda") else None,
             "statistic": "median of per-call us; spread p10/p90",
         },
         shims=shims,

@@ -29,6 +29,7 @@ class KernelRow(_Read):
     eager_path: str | None = None
     frozen_branch: bool = False
     recompiled: bool = False
+    sm_clock_mhz: int | None = None  # GPU: the SM clock right after this M's timed replays
 
 
 class KernelShape(_Read):
@@ -49,6 +50,7 @@ class KernelTiming(_Read):
     method: str = "?"
     calls_per_sample: int | None = None
     samples: int | None = None
+    warm_s: float | None = None  # GPU: seconds of graph replays before the timed ones (older results: none)
 
 
 class KernelDevice(_Read):

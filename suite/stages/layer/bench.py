@@ -326,6 +326,7 @@ def measure_layer(layer: Any, vllm_config: Any, gate: Any, cfg: LayerConfig, dev
             recompiled = kernel_bench.dynamo_graph_count() > before
             steady = gate_calls(in_context(t, lambda t=t: recorder.record(compiled, inputs[t])))
             samples = in_context(t, lambda t=t: timer(compiled, inputs[t], cfg.calls, cfg.trials, cfg.warmup))
+            clock = kernel_bench.sm_clock_mhz() if device.startswith("cuda") else None
             ref_samples = timer(reference, inputs[t], cfg.calls, cfg.trials, cfg.warmup)
             recorder.take()
             references.append({"m": t, **{k: round(v, 4) for k, v in kernel_bench.summarize(ref_samples).items()},
@@ -338,7 +339,8 @@ def measure_layer(layer: Any, vllm_config: Any, gate: Any, cfg: LayerConfig, dev
             results.append(MResult(m=t, median_us=round(stats["median_us"], 4), p10_us=round(stats["p10_us"], 4),
                                    p90_us=round(stats["p90_us"], 4), n=len(samples), path=path,
                                    calls=kernel_bench.count_calls(steady), eager_path=eager_path, frozen_branch=frozen,
-                                   recompiled=recompiled, samples_us=[round(s, 4) for s in samples]))
+                                   recompiled=recompiled, samples_us=[round(s, 4) for s in samples],
+                                   sm_clock_mhz=clock))
             log(f"T={t:<4d} median {stats['median_us']:9.2f} us/layer  p10 {stats['p10_us']:9.2f}  "
                 f"p90 {stats['p90_us']:9.2f}  gate {path}{'  FROZEN BRANCH' if frozen else ''}"
                 f"{'  (recompiled)' if recompiled else ''}")
@@ -377,6 +379,7 @@ def run(cfg: LayerConfig, arm: str | None = None, log: Callable[[str], None] = l
         "compile": compile_info,
         "timing": {"method": "cuda_graph_replay" if device.startswith("cuda") else "cpu_loop",
                    "calls_per_sample": cfg.calls, "samples": cfg.trials, "warmup": cfg.warmup,
+                   "warm_s": kernel_bench.WARM_S if device.startswith("cuda") else None,
                    "statistic": "median of per-layer-call us; spread p10/p90"},
         "frozen_branch_ms": frozen,
         "results": [asdict(r) for r in results],

@@ -107,6 +107,12 @@ def layer_section(runs: Mapping[str, Mapping[int, LayerRun]], baseline: str) -> 
         + f" traced first at T={comp.trace_m}; "
         f"{literal(timing.method.replace('_', ' '))} of {timing.calls_per_sample} layer calls per sample, "
         f"{timing.samples} samples per T; {processes} process(es) per arm. Device: {literal(ref.device.name)}.")]
+    clocks = [r.sm_clock_mhz for rounds in runs.values() for res in rounds.values() for r in res.results
+              if r.sm_clock_mhz is not None]
+    if clocks:
+        warm = f", each T's graph replayed for {timing.warm_s:g} s first" if timing.warm_s else ""
+        blocks.append(Paragraph(f"SM clock right after each T's timed replays, over every process: "
+                                f"{min(clocks)}–{max(clocks)} MHz{warm}."))
     blocks.append(layer_table(runs, baseline, info.num_layers))
     for table in (across_processes(runs, baseline, label="T", unit="µs per layer call", name="layer-processes"),
                   reference_table(runs)):
