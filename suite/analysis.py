@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 
+from suite.document import Note, Section, code, literal
 from suite.errors import SuiteError
 from suite.plan import AA_SUFFIX
 from suite.quality.fast_path import check_fast_path, gate_shapes_from_config
@@ -43,7 +44,7 @@ from suite.stats import (
     noise_floor_pct,
 )
 from suite.stats import holm as stats_holm
-from suite.store import JobRecord, Manifest, MatrixRecord, PlanRecord, RunStore
+from suite.store import JobRecord, Manifest, MatrixRecord, PlanRecord, RunStore, Unreadable
 from suite.verdict import Evaluation, Outcome, VerdictSpec, evaluate
 
 FAMILY_ALPHA = 0.05  # Holm: family-wise error rate over a candidate's cells
@@ -229,6 +230,21 @@ class QualityIndex:
 
 
 # ------------------------------------------------------------------------------------------------ cells
+
+
+def with_left_out(section: Section | None, unreadable: list[Unreadable], title: str, anchor: str) -> Section | None:
+    """A stage's section, with a warning first for the stored results of ok jobs its reader could not take (the
+    file and why): the section shows the rest and says that it is not all; when nothing could be read, the
+    section is the warning alone (``title``, ``anchor``), not missing without a word."""
+    if not unreadable:
+        return section
+    files = "; ".join(f"{code(u.path)}: {literal(u.error)}" for u in unreadable)
+    n = len(unreadable)
+    note = Note(f"{n} stored result{'s' if n > 1 else ''} of jobs that ended ok could not be read and "
+                f"{'are' if n > 1 else 'is'} left out of this section: {files}", "warning")
+    if section is None:
+        return Section(title, 2, [note], anchor=anchor)
+    return replace(section, blocks=[note, *section.blocks])
 
 
 def geometric_mean(values: list[float]) -> float | None:

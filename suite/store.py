@@ -27,7 +27,7 @@ import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -413,6 +413,51 @@ class RunStore:
 def ok_jobs(records: Iterable[JobRecord], kind: str) -> list[Job]:
     """The jobs of one kind whose record says they ended ok, in the records' order."""
     return [rec.job for rec in records if rec.job.kind == kind and rec.ok]
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """A stored result of an ok job that its reader could not take: the file (relative to the run) and why."""
+
+    path: str
+    error: str
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class StoredResults(Generic[M]):
+    """The stored results of one job kind read as a typed shape: those that validated, with their jobs (in the
+    records' order), and those that did not, so that a section can say which files it left out and why."""
+
+    found: list[tuple[Job, M]]
+    unreadable: list[Unreadable]
+
+
+def _why(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        return f"{where}: {first['msg']}{more}"
+    if isinstance(exc, OSError):
+        return exc.strerror or type(exc).__name__
+    return f"not JSON ({exc})"
+
+
+def load_results(store: RunStore, records: Iterable[JobRecord], kind: str, shape: type[M]) -> StoredResults[M]:
+    """Every ok job's stored result of a kind, validated as ``shape``; a file that is missing, is not JSON or
+    is not of the shape is listed in ``unreadable`` with the reason, never dropped without a word."""
+    found: list[tuple[Job, M]] = []
+    unreadable: list[Unreadable] = []
+    for job in ok_jobs(records, kind):
+        path = store.result_path(job)
+        try:
+            found.append((job, shape.model_validate(read_json(path))))
+        except (OSError, json.JSONDecodeError, ValidationError) as exc:
+            unreadable.append(Unreadable(path.relative_to(store.root).as_posix(), _why(exc)))
+    return StoredResults(found, unreadable)
 
 
 def read_record(path: Path) -> JobRecord | None:

@@ -171,3 +171,31 @@ def test_a_slow_round_is_named_and_only_on_the_cards_whose_test_read_it(tmp_path
     assert "round-outlier" not in verdict  # ll-bf16's test read rounds 0 and 1 only
     assert "session-drift (baseline round 3)" in cards["A/A control: baseline.aa"]
     assert "session-drift" not in cards["ll-bf16"] and "session-drift" not in cards["slowed-gate"]
+
+
+def test_a_stored_result_that_cannot_be_read_is_named_not_dropped(tmp_path):
+    """The first H200 layer run with one process's result cut short and another's rows of the wrong type, and
+    the probe run with every probe result gone: the layer section keeps the seven readable processes and says
+    which two files it left out and why; the probe section is a warning alone, not missing without a word."""
+    layer = unpack(EVIDENCE / "h200-layer-20261202", tmp_path / "layer")
+    (layer / "ll-bf16" / "layer" / "layer0" / "rep-1.json").write_text('{"results": [')
+    bad_rows = layer / "slowed-gate" / "layer" / "layer0" / "rep-2.json"
+    bad_rows.write_text(bad_rows.read_text().replace('"median_us": ', '"median_us": "x", "_": ', 1))
+    assert main(["report", str(layer)]) == 0
+    text = (layer / "report.md").read_text()
+    warning = next(line for line in text.splitlines() if "could not be read" in line)
+    assert "2 stored results" in warning
+    assert "`ll-bf16/layer/layer0/rep-1.json`: not JSON" in warning
+    assert "`slowed-gate/layer/layer0/rep-2.json`: results.0.median_us: Input should be a valid number" in warning
+    across = next(line for line in text.splitlines() if line.startswith("| 1 |") and "(3)" in line)
+    assert "| 194.38 (2) |" in across  # ll-bf16: its two readable processes
+    assert across.count("(2)") == 2, across  # the readable processes are all still there
+    assert text.index("could not be read") < text.index("| T |")  # the warning comes before the tables
+
+    probe = unpack(EVIDENCE / "h200-probe-20261201", tmp_path / "probe")
+    for path in probe.glob("*/probe/gate-paths/rep-0.json"):
+        path.unlink()
+    assert main(["report", str(probe)]) == 0
+    text = (probe / "report.md").read_text()
+    head = text.index("## Gate paths (probe)")
+    assert "could not be read" in text[head:head + 600] and "No such file or directory" in text[head:head + 600]

@@ -4,13 +4,12 @@ plain JSON; this side gives it its shape. Keys a later bench adds ride along as 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from suite.store import JobRecord, RunStore, ok_jobs, read_json
+from suite.store import JobRecord, RunStore, Unreadable, load_results
 
 
 class _Read(BaseModel):
@@ -84,20 +83,19 @@ class KernelRun(_Read):
 R = TypeVar("R", bound=KernelRun)
 
 
+ByArm = dict[str, dict[int, R]]
+
+
 def load_runs(store: RunStore, records: Sequence[JobRecord], kind: str,
-              shape: type[R]) -> dict[str, dict[int, R]]:
+              shape: type[R]) -> tuple[ByArm[R], list[Unreadable]]:
     """arm -> round -> the result of that round's process for a bench kind (one per round with
-    ``offline_repeats``); a file that is not the bench's output is left out (the section shows what is there)."""
+    ``offline_repeats``), and the stored files that are not the bench's output (the section names them)."""
+    stored = load_results(store, records, kind, shape)
     out: dict[str, dict[int, R]] = {}
-    for job in ok_jobs(records, kind):
-        try:
-            result = shape.model_validate(read_json(store.result_path(job)))
-        except (OSError, json.JSONDecodeError, ValidationError):
-            continue
+    for job, result in stored.found:
         out.setdefault(job.arm, {})[job.repeat] = result
-    return {arm: dict(sorted(rounds.items())) for arm, rounds in out.items()}
+    return {arm: dict(sorted(rounds.items())) for arm, rounds in out.items()}, stored.unreadable
 
 
-def load_kernel_runs(store: RunStore, records: Sequence[JobRecord]) -> dict[str, dict[int, KernelRun]]:
+def load_kernel_runs(store: RunStore, records: Sequence[JobRecord]) -> tuple[ByArm[KernelRun], list[Unreadable]]:
     return load_runs(store, records, "kernel", KernelRun)
-

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from suite.analysis import RunData, geometric_mean
+from suite.analysis import RunData, geometric_mean, with_left_out
 from suite.document import (
     BulletList,
     Cell,
@@ -158,8 +158,11 @@ def across_processes(runs: Mapping[str, Mapping[int, KernelRun]], baseline: str,
                          "interval across the processes, paired by round (positive: slower).")
 
 
+TITLE = "Router-gate kernel (guard-free torch.compile, per arm)"
+
+
 def kernel_section(results_by_arm: Mapping[str, KernelRun], baseline: str,
-                   title: str = "Router-gate kernel (guard-free torch.compile, per arm)",
+                   title: str = TITLE,
                    runs: Mapping[str, Mapping[int, KernelRun]] | None = None) -> Section:
     """The section: the first process's tables per arm; with ``runs`` of 2 or more processes per arm, the
     table across them first."""
@@ -198,10 +201,10 @@ def render_kernel_text(results_by_arm: Mapping[str, KernelRun], baseline: str) -
 
 
 def section(run: RunData) -> Section | None:
-    runs = load_kernel_runs(run.store, run.records)
+    runs, unreadable = load_kernel_runs(run.store, run.records)
     if run.baseline not in runs:
-        return None
+        return with_left_out(None, unreadable, TITLE, "kernel")
     first = {arm: next(iter(rounds.values())) for arm, rounds in runs.items()}
-    return kernel_section(first, run.baseline, runs=runs)
+    return with_left_out(kernel_section(first, run.baseline, runs=runs), unreadable, TITLE, "kernel")
 
 

@@ -7,9 +7,9 @@ from collections.abc import Sequence
 
 from pydantic import Field, model_validator
 
-from suite.stages.kernel.read import KernelRun, _Read, load_runs
+from suite.stages.kernel.read import ByArm, KernelRun, _Read, load_runs
 from suite.stages.layer.bench import run_time_path
-from suite.store import JobRecord, RunStore
+from suite.store import JobRecord, RunStore, Unreadable
 
 
 class LayerInfo(_Read):
@@ -60,5 +60,5 @@ class LayerRun(KernelRun):
         return self
 
 
-def load_layer_runs(store: RunStore, records: Sequence[JobRecord]) -> dict[str, dict[int, LayerRun]]:
+def load_layer_runs(store: RunStore, records: Sequence[JobRecord]) -> tuple[ByArm[LayerRun], list[Unreadable]]:
     return load_runs(store, records, "layer", LayerRun)

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from suite.analysis import RunData, geometric_mean
+from suite.analysis import RunData, geometric_mean, with_left_out
 from suite.document import BulletList, Cell, Paragraph, Section, Table, code, literal
 from suite.stages.kernel.summary import across_processes, path_cell, process_medians
 from suite.stages.layer.read import LayerRun, load_layer_runs
 
+TITLE = "Decoder-layer subgraph (per arm)"
 Spread = tuple[float, int, float, float]  # geometric mean, processes, lowest, highest
 
 
@@ -134,11 +135,11 @@ def layer_section(runs: Mapping[str, Mapping[int, LayerRun]], baseline: str) -> 
                         [[Cell(literal(a)), Cell(literal(first[a].device.name)), Cell(literal(first[a].torch_version)),
                           Cell(literal(first[a].vllm_version)), Cell(literal(first[a].layer.gate))] for a in arms],
                         align=["left"] * 5, name="layer-env"))
-    return Section("Decoder-layer subgraph (per arm)", 2, blocks, anchor="layer")
+    return Section(TITLE, 2, blocks, anchor="layer")
 
 
 def section(run: RunData) -> Section | None:
-    runs = load_layer_runs(run.store, run.records)
+    runs, unreadable = load_layer_runs(run.store, run.records)
     if run.baseline not in runs:
-        return None
-    return layer_section(runs, run.baseline)
+        return with_left_out(None, unreadable, TITLE, "layer")
+    return with_left_out(layer_section(runs, run.baseline), unreadable, TITLE, "layer")

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from suite.store import JobRecord, RunStore, ok_jobs, read_json
+from suite.store import JobRecord, RunStore, Unreadable, load_results
 
 
 class _Record(BaseModel):
@@ -83,17 +82,13 @@ class ProbeResult(_Record):
     present_ops: list[str] = []
 
 
-def load_probe_results(store: RunStore, records: Sequence[JobRecord], arms: list[str]) -> dict[str, ProbeResult]:
-    """arm -> its stored probe result (the ok probe job of that arm), in the order of ``arms``."""
-    found: dict[str, ProbeResult] = {}
-    for job in ok_jobs(records, "probe"):
-        if job.arm not in arms:
-            continue
-        try:
-            found[job.arm] = ProbeResult.model_validate(read_json(store.result_path(job)))
-        except (OSError, json.JSONDecodeError, ValidationError):
-            continue
-    return {arm: found[arm] for arm in arms if arm in found}
+def load_probe_results(store: RunStore, records: Sequence[JobRecord],
+                       arms: list[str]) -> tuple[dict[str, ProbeResult], list[Unreadable]]:
+    """arm -> its stored probe result (the ok probe job of that arm), in the order of ``arms``, and the stored
+    files that are not one."""
+    stored = load_results(store, records, "probe", ProbeResult)
+    found = {job.arm: result for job, result in stored.found if job.arm in arms}
+    return {arm: found[arm] for arm in arms if arm in found}, stored.unreadable
 
 
 FROZEN = "compiled graph (frozen: torch.mm/F.linear inside the graph)"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from suite.analysis import RunData
+from suite.analysis import RunData, with_left_out
 from suite.document import BulletList, Cell, Paragraph, Section, Table, code, literal
 from suite.stages.probe.plugin import BUCKET_LABELS, SEP
 from suite.stages.probe.read import FROZEN, REPLAYED, ProbeBucket, ProbeResult, load_probe_results
@@ -115,10 +115,13 @@ def _findings(results: dict[str, ProbeResult], base: str) -> list[str]:
     return lines
 
 
+TITLE = "Gate paths (probe)"
+
+
 def section(run: RunData) -> Section | None:
-    results = load_probe_results(run.store, run.records, run.arms)
+    results, unreadable = load_probe_results(run.store, run.records, run.arms)
     if not results:
-        return None
+        return with_left_out(None, unreadable, TITLE, "probe")
     arms = list(results)
     rows = []
     for label in BUCKET_LABELS:
@@ -127,7 +130,7 @@ def section(run: RunData) -> Section | None:
             continue
         rows.append([Cell(label), *(Cell(c) for c in cells)])
     base = run.baseline if run.baseline in results else arms[0]
-    return Section("Gate paths (probe)", 2, [
+    return with_left_out(Section(TITLE, 2, [
         Paragraph("Which router-gate implementation ran per batch-size bucket (M = tokens in the step), counted "
                   "inside each vLLM process while the probe's fixed requests ran. A path lists the instrumented "
                   "implementations inside one `GateLinear.forward` call, outermost first. Steps that replayed a CUDA "
@@ -135,6 +138,6 @@ def section(run: RunData) -> Section | None:
                   "its graphs at startup."),
         Table(["M", *(literal(a) for a in arms)], rows, align=["left"] * (1 + len(arms)), name="probe"),
         BulletList(_findings(results, base)),
-    ], anchor="probe")
+    ], anchor="probe"), unreadable, TITLE, "probe")
 
 

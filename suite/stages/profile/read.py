@@ -9,10 +9,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
 from suite.errors import SuiteError
-from suite.store import JobRecord, RunStore, ok_jobs, read_json
+from suite.store import JobRecord, RunStore, Unreadable, load_results
 
 STEP = re.compile(r"^execute_(?:\d+_)?context_(\d+)\((?:sq)?(\d+)[^)]*\)_generation_(\d+)\((?:sq)?(\d+)")
 
@@ -302,12 +302,7 @@ def summarize(traces: list[Path], families: dict[str, str]) -> ProfileSummary:
     )
 
 
-def load_profiles(store: RunStore, records: Sequence[JobRecord]) -> dict[str, ProfileSummary]:
-    """arm -> the stored summary of its (latest ok) profile job; a file that is not one is left out."""
-    out: dict[str, ProfileSummary] = {}
-    for job in ok_jobs(records, "profile"):
-        try:
-            out[job.arm] = ProfileSummary.model_validate(read_json(store.result_path(job)))
-        except (OSError, json.JSONDecodeError, ValidationError):
-            continue
-    return out
+def load_profiles(store: RunStore, records: Sequence[JobRecord]) -> tuple[dict[str, ProfileSummary], list[Unreadable]]:
+    """arm -> the stored summary of its (latest ok) profile job, and the stored files that are not one."""
+    stored = load_results(store, records, "profile", ProfileSummary)
+    return {job.arm: summary for job, summary in stored.found}, stored.unreadable

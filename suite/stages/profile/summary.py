@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from suite.analysis import RunData
+from suite.analysis import RunData, with_left_out
 from suite.document import BulletList, Cell, Note, Paragraph, Section, Table, code, literal
 from suite.stages.profile.read import OTHER, ProfileSummary, load_profiles
 
@@ -30,11 +30,14 @@ def unattributed_lines(profiles: dict[str, ProfileSummary], arms: list[str]) -> 
     return out
 
 
+TITLE = "Profile: time per 100 decode steps by kernel family"
+
+
 def section(run: RunData) -> Section | None:
-    profiles = load_profiles(run.store, run.records)
+    profiles, unreadable = load_profiles(run.store, run.records)
     arms = [a for a in run.arms if a in profiles]
     if not arms:
-        return None
+        return with_left_out(None, unreadable, TITLE, "profile")
     first = profiles[arms[0]]
     labels = list(first.families)
     shown = [k for k in labels if k == OTHER or any((profiles[a].per_100_decode_steps_ms.get(k) or 0) > 0
@@ -85,6 +88,6 @@ def section(run: RunData) -> Section | None:
                                     f"{t.calls_per_decode_step or 0:g} calls/step)" for t in top))
     if tops:
         blocks.append(BulletList(tops))
-    return Section("Profile: time per 100 decode steps by kernel family", 2, blocks, anchor="profile")
+    return with_left_out(Section(TITLE, 2, blocks, anchor="profile"), unreadable, TITLE, "profile")
 
 
