@@ -520,8 +520,15 @@ def look_line(look: LookRecord, seq: SequentialRun) -> str:
     return f"look after {look.rounds} rounds: {words}" + (f"; stopping: {seq.why}" if seq.stop_after is not None else "")
 
 
-def _take_look(ctx: RunContext, seq: SequentialRun, rnd: int, rounds_started: int) -> None:
-    look = seq.after_round(ctx.store.root, rnd + 1, rounds_started)
+def one_time_seconds(ctx: RunContext, batch: Batch) -> float:
+    """Seconds the batch's jobs that no later round repeats took (correctness and probe jobs: every placement
+    but each-round), from their records."""
+    return sum(rec.seconds or 0.0 for _, jobs in batch for job in jobs
+               if KINDS[job.kind].placement != "each-round" and (rec := ctx.store.record(job)) is not None)
+
+
+def _take_look(ctx: RunContext, seq: SequentialRun, rnd: int, rounds_started: int, one_time_s: float) -> None:
+    look = seq.after_round(ctx.store.root, rnd + 1, rounds_started, one_time_s)
     if look is not None:
         ctx.console.print(look_line(look, seq), markup=False, highlight=False, soft_wrap=True)
         ctx.store.update_manifest(sequential=seq.record())
@@ -553,16 +560,20 @@ def execute(ctx: RunContext, scheduler: Scheduler | None = None) -> JobCounts:
     try:
         progress = _Progress(ctx, seq, total)
         with signals_as_interrupt(), progress.bar:
-            rounds_started = 0
+            rounds_started, once_s = 0, 0.0
             for batch in batches(todo, by_round=seq is not None):
                 rnd = session_round(batch[-1][0])
                 if seq is not None and not seq.needed(rnd):
                     progress.skip(sum(len(p) for _, p in batch))
                     continue
+                began = time.monotonic()
                 scheduler.run(ctx, batch, progress)
-                if seq is not None and rnd is not None:
+                if seq is not None and rnd is None:  # sessions of no round (a correctness-only arm's): run once
+                    once_s += time.monotonic() - began
+                elif seq is not None:
                     rounds_started += 1
-                    _take_look(ctx, seq, rnd, rounds_started)
+                    _take_look(ctx, seq, rnd, rounds_started, once_s + one_time_seconds(ctx, batch))
+                    once_s = 0.0
     except KeyboardInterrupt:
         status = "interrupted"
         raise

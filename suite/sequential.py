@@ -70,8 +70,11 @@ class SequentialRun:
     def needed(self, rnd: int | None) -> bool:
         return rnd is None or self.stop_after is None or rnd < self.stop_after
 
-    def after_round(self, run_dir: Path, rounds_done: int, rounds_started: int) -> LookRecord | None:
-        """Called when ``rounds_done`` rounds are complete; takes the look if one is due and decides to stop."""
+    def after_round(self, run_dir: Path, rounds_done: int, rounds_started: int,
+                    one_time_s: float = 0.0) -> LookRecord | None:
+        """Called when ``rounds_done`` rounds are complete; takes the look if one is due and decides to stop.
+        ``one_time_s``: the seconds this round spent on jobs no later round repeats (correctness, the probe),
+        left out of what a later round is expected to cost."""
         now = time.monotonic()
         self.round_ends.append(now)
         looks = self.spec.looks or (self.spec.max_rounds,)
@@ -80,10 +83,11 @@ class SequentialRun:
         last = rounds_done == looks[-1]
         over_budget = False
         if not last and self.budget_s is not None and rounds_started:
-            # a later round costs what the last one did (the first round also ran the one-time jobs:
-            # accuracy, equivalence, the client's start); with one round only, that round
+            # a later round costs what the last one did, less the jobs it ran once (the first round's accuracy,
+            # equivalence and probe jobs); the first round still counts its one-time starts (the client's, a
+            # correctness-only arm's server), so the estimate errs long
             ends = [self.started, *self.round_ends]
-            per_round = ends[-1] - ends[-2]
+            per_round = max(ends[-1] - ends[-2] - one_time_s, 0.0)
             nxt = next((k for k in looks if k > rounds_done), looks[-1])
             over_budget = (now - self.started) + (nxt - rounds_done) * per_round > self.budget_s
         if rounds_done not in looks:

@@ -44,6 +44,23 @@ def test_budget_stops_at_the_last_look_that_fits(tmp_path, monkeypatch):
     assert SequentialRun.resume(SPEC, None, tight.record()).stop_after == 2
 
 
+def test_the_first_rounds_one_time_jobs_are_not_expected_again(tmp_path, monkeypatch):
+    """The demo side by side on this box (2026-12-02): round 1 took 8.4 min of a 16 min budget, 2.6 min of it
+    lm-eval and greedy equivalence of five arms, which no later round runs. Counting them again stopped the run
+    after one round with no look; left out, round 2 fits (8.4 + 5.8 < 16)."""
+    run = build_run_dir(tmp_path / "run")
+    clock = [0.0]
+    monkeypatch.setattr(sequential.time, "monotonic", lambda: clock[0])
+    counted_twice = SequentialRun(spec=SPEC, budget_s=960.0)
+    counted_twice.started = 0.0
+    clock[0] = 505.0
+    assert counted_twice.after_round(run, 1, 1) is None and counted_twice.stop_after == 1
+    left_out = SequentialRun(spec=SPEC, budget_s=960.0)
+    left_out.started = 0.0
+    assert left_out.after_round(run, 1, 1, one_time_s=155.5) is None and left_out.stop_after is None
+    assert left_out.needed(1)
+
+
 def test_budget_stops_before_a_look_it_cannot_reach(tmp_path, monkeypatch):
     """A GPU stretch: the first round takes most of the budget, so the first look (after 2) cannot be
     reached: the run stops after round 1 instead of running past its budget (seen on the H200: a round of
@@ -106,3 +123,29 @@ def test_the_look_line_says_whether_the_control_raised_a_false_alarm():
     seq.stop_after, seq.why = 2, "every candidate decided at look 1 of 2"
     assert look_line(alarm, seq).endswith("A/A control: FALSE ALARM (REGRESSION); stopping: every candidate "
                                           "decided at look 1 of 2")
+
+
+def test_one_time_seconds_are_the_rounds_correctness_jobs(tmp_path):
+    """Through the demo's real plan and the runner's own batches: the correctness-only arm's session is a batch
+    of no round (the runner counts its whole wall time as one-time); of round 0's batch, the accuracy and
+    equivalence jobs (placed once, at a session's end) are the one-time seconds, the serving points, which every
+    round repeats, are not."""
+    from types import SimpleNamespace
+
+    from suite import REPO_ROOT
+    from suite.matrix import load_matrix
+    from suite.plan import build_plan
+    from suite.runner import batches, one_time_seconds
+    from suite.store import RunStore
+
+    plan = build_plan(load_matrix(REPO_ROOT / "matrices" / "smoke-cpu.yaml"))
+    store = RunStore.create(tmp_path, plan.matrix)
+    first, round0 = batches([(s, list(s.jobs)) for s in plan.sessions], by_round=True)[:2]
+    assert [s.arm for s, _ in first] == ["wrong-gate"] and sequential.session_round(first[0][0]) is None
+    assert {sequential.session_round(s) for s, _ in round0} == {0}
+    for _, jobs in round0:
+        for job in jobs:
+            store.write_record(job, "ok", seconds=100.0 if job.kind == "serve" else 7.0)
+    once = [j.kind for _, jobs in round0 for j in jobs if j.kind != "serve"]
+    assert sorted(once) == ["accuracy"] * 4 + ["equivalence"] * 4  # baseline, its A/A copy, two candidates
+    assert one_time_seconds(SimpleNamespace(store=store), round0) == 7.0 * 8
