@@ -5,6 +5,8 @@ would alter what a stored H200 run says shows up here as a diff."""
 
 from __future__ import annotations
 
+import json
+import math
 import tarfile
 from pathlib import Path
 
@@ -199,3 +201,28 @@ def test_a_stored_result_that_cannot_be_read_is_named_not_dropped(tmp_path):
     text = (probe / "report.md").read_text()
     head = text.index("## Gate paths (probe)")
     assert "could not be read" in text[head:head + 600] and "No such file or directory" in text[head:head + 600]
+
+
+def test_seed_000s_first_table_is_decided_across_six_processes(tmp_path):
+    """The layer run with six processes per arm (2026-12-03): every T's row of the table across processes is
+    'better' for ll-bf16, and the T = 1 row's Δ is the geometric means' ratio of the raw per-process medians,
+    recomputed here from the stored JSON (not from the report's own code)."""
+    run = EVIDENCE / "h200-layer-decide-20261203"
+    root = unpack(run, tmp_path / run.name)
+    medians: dict[str, list[float]] = {}
+    for arm in ("baseline", "ll-bf16"):
+        for rep in range(6):
+            rows = json.loads((root / arm / "layer" / "layer0" / f"rep-{rep}.json").read_text())["results"]
+            medians.setdefault(arm, []).append(next(r["median_us"] for r in rows if r["m"] == 1))
+
+    def gmean(xs: list[float]) -> float:
+        return math.exp(sum(math.log(x) for x in xs) / len(xs))
+
+    base, cand = gmean(medians["baseline"]), gmean(medians["ll-bf16"])
+    text = (run / "report.md").read_text()
+    across = [line for line in text.splitlines() if line.startswith("| ") and "(6) |" in line]
+    assert len(across) == 4 and all("better: 95% interval excludes 0" in line for line in across), across
+    t1 = across[0]
+    assert f"| {base:.2f} (6) | {cand:.2f} (6) | {100 * (cand / base - 1):.1f}% [" in t1, t1
+    # every paired round went the same way: the change, not the drift of the baseline's processes over the run
+    assert all(c < b for b, c in zip(medians["baseline"], medians["ll-bf16"], strict=True))
