@@ -37,6 +37,7 @@ from suite.stages.registry import STAGES
 from suite.stages.serve.run import serve_command
 from suite.store import (
     ArmRecord,
+    DeviceStates,
     JobCounts,
     LookRecord,
     PlanRecord,
@@ -155,7 +156,7 @@ def _run_job(ctx: RunContext, job: Job, server: Server | None, scope: SessionSco
         ctx.store.write_record(job, "failed", started=started, error=f"no stage for job kind {job.kind!r}")
         return False
     try:
-        extra = stage.execute(job_env(ctx, job, server, scope, pending, settle_until))
+        notes = stage.execute(job_env(ctx, job, server, scope, pending, settle_until))
         if server is not None and not server.alive():
             raise ServerError("the server died during the job; its output is kept but not used")
     except SuiteError as exc:
@@ -166,9 +167,8 @@ def _run_job(ctx: RunContext, job: Job, server: Server | None, scope: SessionSco
         ctx.store.write_record(job, "failed", started=started, seconds=round(time.monotonic() - t0, 3), **fields)
         ctx.console.print(f"[red]failed[/red] {job.arm} {job.key}: {str(exc).splitlines()[0]}")
         return False
-    if device is not None:
-        extra = {**extra, "device": {"before": device, "after": ctx.here.device_state()}}
-    ctx.store.write_record(job, "ok", started=started, seconds=round(time.monotonic() - t0, 3), **extra)
+    gpu = {"device": DeviceStates(before=device, after=ctx.here.device_state())} if device is not None else {}
+    ctx.store.write_record(job, "ok", notes, started=started, seconds=round(time.monotonic() - t0, 3), **gpu)
     return True
 
 

@@ -90,6 +90,51 @@ def utc_now() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
+class ClientRecord(BaseModel):
+    """How a serving point's bench client ran (a serve job's record): which client, its wall time and its CPU use
+    over the point. ``client_cpu_util`` = client CPU seconds / the client's own wall time (for the CLI that
+    includes its start-up); ``bench_*``: the persistent client's benchmark() call alone (ready check, warm-ups,
+    run). ``command`` is the equivalent `vllm bench serve` command line."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    mode: str  # persistent | cli
+    wall_s: float
+    client_cpu_s: float | None = None
+    client_cpu_util: float | None = None
+    command: list[str] = []
+    bench_wall_s: float | None = None
+    bench_cpu_s: float | None = None
+    fallback_reason: str | None = None
+
+
+class JobNotes(BaseModel):
+    """What a stage says about how one of its jobs ran (its command lines, the warm-up, the client): each stage's
+    ``execute`` returns its own subclass, and the runner writes its fields into the job's record beside the
+    fields every record has. Unknown fields are refused here, so a stage's notes are declared where it lives."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    def fields(self) -> dict[str, Any]:
+        """The record fields: the notes as JSON, those left None omitted."""
+        return {k: v for k, v in self.model_dump(mode="json").items() if v is not None}
+
+
+class CommandNotes(JobNotes):
+    """An offline stage's notes: the command line that ran (in the arm's environment)."""
+
+    command: list[str]
+
+
+class DeviceStates(BaseModel):
+    """The accelerators' state (clocks, P-state, power; one mapping per device) at a job's start and end."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    before: list[dict[str, str]] | None = None
+    after: list[dict[str, str]] | None = None
+
+
 class JobRecord(BaseModel):
     """A job's record, written beside its raw output when the job ends and read back by all that follows
     (resume, the Slurm driver, the report). The fields every job has are typed; what a stage adds about how it
@@ -107,7 +152,8 @@ class JobRecord(BaseModel):
     seconds: float | None = None  # wall time of the job
     error: str | None = None  # a failed job: what went wrong (the command and its log tail)
     server_died: bool = False  # the session's server was gone at the job's end
-    client: dict[str, Any] | None = None  # a serve job: the bench client's record (mode, CPU use)
+    client: ClientRecord | None = None  # a serve job: how its bench client ran
+    device: DeviceStates | None = None  # a GPU host: the accelerators around the job
 
     @property
     def ok(self) -> bool:
@@ -381,9 +427,11 @@ class RunStore:
         rec = self.record(job)
         return bool(rec and rec.ok and rec.hash == job.hash and self.result_path(job).exists())
 
-    def write_record(self, job: Job, status: Literal["ok", "failed"], **fields: Any) -> JobRecord:
+    def write_record(self, job: Job, status: Literal["ok", "failed"], notes: JobNotes | None = None,
+                     **fields: Any) -> JobRecord:
+        """A job's record: the fields every record has, and the stage's own ``notes`` beside them."""
         rec = JobRecord(schema_version=SCHEMA_VERSION, job=job, hash=job.hash, status=status, written=utc_now(),
-                        **fields)
+                        **(notes.fields() if notes is not None else {}), **fields)
         self.put_record(rec)
         return rec
 

@@ -342,7 +342,7 @@ def test_persistent_client_matches_the_cli_and_costs_less(tiny_model, tmp_path):
               [r.client_cpu_util for r in p_runs])
         print("output tok/s CLI/persistent:", [round(r["output_throughput"]) for r in cli_raw],
               [round(r["output_throughput"]) for r in p_raw])
-        print("warm-up:", json.dumps(warm.record()))
+        print("warm-up:", warm.record().model_dump_json())
 
     # the same tool: same keys, same work done, throughput in the same range
     assert all(r.mode == "cli" for r in cli_runs) and all(r.mode == "persistent" for r in p_runs)

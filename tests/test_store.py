@@ -42,3 +42,33 @@ def test_paths_keep_the_tag(tmp_path):
     assert store.result_path(job) == tmp_path / "baseline" / "serve" / "isl8-osl4-c1-n1" / "rep-1-drift.json"
     assert store.record_path(job).name == "rep-1-drift.job.json"
     assert store.session_dir("baseline", "profile", 2) == tmp_path / "baseline" / "profile" / "session-2"
+
+
+def test_a_stages_notes_are_declared_and_land_in_its_record(tmp_path):
+    """What a stage says about a job is a type of its own: unknown fields are refused where the stage builds
+    them, and the runner's write puts them in the record, read back typed (the client), None fields left out."""
+    from pydantic import ValidationError
+
+    from suite.stages.latency.run import LatencyNotes
+    from suite.stages.serve.run import ServeNotes
+    from suite.stages.serve.warmup import WarmShape, WarmupRecord
+    from suite.store import ClientRecord, DeviceStates
+
+    store = RunStore(tmp_path)
+    job = _job()
+    warm = WarmupRecord(shapes=[WarmShape(shape={"--max-concurrency": "4"}, prompts=8, concurrency=4, wall_s=1.5,
+                                          completed=8)], prefix_cache_reset=True, wall_s=1.6)
+    notes = ServeNotes(command=["vllm", "bench", "serve"], prefix_cache_reset=True,
+                       client=ClientRecord(mode="persistent", wall_s=2.0, client_cpu_util=0.4), warmup=warm)
+    rec = store.write_record(job, "ok", notes, seconds=2.5,
+                             device=DeviceStates(before=[{"clocks.sm": "1980 MHz"}], after=None))
+    raw = json.loads(store.record_path(job).read_text())
+    assert raw["command"] == ["vllm", "bench", "serve"] and raw["prefix_cache_reset"] is True
+    assert "sized_num_prompts" not in raw  # None: not written
+    assert raw["warmup"]["shapes"][0]["concurrency"] == 4 and raw["warmup"]["wall_s"] == 1.6
+    back = store.record(job)
+    assert back is not None and back == rec
+    assert back.client is not None and back.client.client_cpu_util == 0.4
+    assert back.device is not None and back.device.before == [{"clocks.sm": "1980 MHz"}]
+    with pytest.raises(ValidationError, match="extra_forbidden"):
+        LatencyNotes(command=["vllm"], dropped=["--port"])  # a misspelt field is an error, not a silent extra

@@ -1,8 +1,9 @@
 """What a stage sees: one job and a narrow, typed environment (paths, environments, a command wrapper, the
 server) — never the runner's context, the store or the runtime object.
 
-A stage's ``run.execute(env) -> dict`` runs one job, writes its raw result to ``env.result`` (atomically,
-through suite.store) and returns the extra fields of the job record. Server hooks (``server_args``,
+A stage's ``run.execute(env) -> JobNotes`` runs one job, writes its raw result to ``env.result`` (atomically,
+through suite.store) and returns its notes (a ``suite.store.JobNotes`` of its own), which the runner writes into
+the job's record. Server hooks (``server_args``,
 ``server_env``) let a stage shape the server of a session that holds its jobs (profiler, probe plugin).
 """
 
@@ -37,7 +38,6 @@ class SessionScope:
     def __init__(self) -> None:
         self._stack = contextlib.ExitStack()
         self._items: dict[str, Any] = {}
-        self.notes: dict[str, Any] = {}  # facts for the session record (warm-ups, client mode)
 
     def get(self, key: str, factory: Callable[[], contextlib.AbstractContextManager[Any]]) -> Any:
         if key not in self._items:

@@ -22,12 +22,13 @@ from suite.stages.probe import summary as probe_summary
 from suite.stages.profile import run as profile_run
 from suite.stages.profile import summary as profile_summary
 from suite.stages.serve import run as serve_run
+from suite.store import JobNotes
 
 
 @dataclass(frozen=True)
 class Stage:
     kind: str
-    execute: Callable[[JobEnv], dict[str, Any]]
+    execute: Callable[[JobEnv], JobNotes]
     section: Callable[[Any], Any] | None = None  # the report's section of this stage (None: part of the core)
     server_args: Callable[[SessionEnv], list[str]] | None = None
     server_env: Callable[[SessionEnv], dict[str, str]] | None = None

@@ -17,13 +17,12 @@ import urllib.error
 import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from suite.errors import SuiteError
 from suite.fixtures.gsm8k import synthetic_problems
 from suite.matrix import AccuracySpec
 from suite.stages.base import JobEnv
-from suite.store import atomic_write_json
+from suite.store import JobNotes, atomic_write_json
 
 SCHEMA = "suite.equivalence/1"
 _WORDS = (
@@ -141,10 +140,10 @@ def run_equivalence(
     return out_path
 
 
-def execute(env: JobEnv) -> dict[str, Any]:
+def execute(env: JobEnv) -> JobNotes:
     """Greedy completions of a fixed prompt set from the session's server (compared across arms)."""
     assert env.server is not None
     spec = AccuracySpec.model_validate(env.job.params)
     run_equivalence(base_url=env.server.base_url, served_name=env.model.name, n_prompts=spec.equivalence_prompts,
                     max_tokens=spec.equivalence_max_tokens, out_path=env.result, seed=spec.seed)
-    return {}
+    return JobNotes()

@@ -23,14 +23,13 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from suite.errors import SuiteError
 from suite.fixtures.gsm8k import is_synthetic_dataset, write_synthetic_gsm8k
 from suite.matrix import AccuracySpec
 from suite.proc import failure, run_tool
 from suite.stages.base import JobEnv
-from suite.store import atomic_write_json
+from suite.store import JobNotes, atomic_write_json
 
 SIDECAR = "suite-accuracy.json"
 SCHEMA = "suite.accuracy/1"
@@ -291,11 +290,11 @@ def resolve_spec(spec: AccuracySpec, run_root: Path) -> AccuracySpec:
     return spec.model_copy(update={"dataset": str(data)})
 
 
-def execute(env: JobEnv) -> dict[str, Any]:
+def execute(env: JobEnv) -> JobNotes:
     """lm-eval against the session's server; raw outputs kept in the job's result directory."""
     assert env.server is not None
     run_accuracy(base_url=env.server.base_url, served_name=env.model.name, tokenizer=env.tokenizer,
                  spec=resolve_spec(AccuracySpec.model_validate(env.job.params), env.run_root), out_dir=env.result,
                  log_path=env.log, env=env.client_env, cpus=env.client_cpus, argv=env.client_argv,
                  trust_remote_code=env.trust_remote_code)
-    return {}
+    return JobNotes()

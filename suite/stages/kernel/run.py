@@ -6,12 +6,11 @@ PYTHONPATH and its own compile caches, so the gate is timed exactly as that arm'
 
 from __future__ import annotations
 
-from typing import Any
-
 from suite.errors import SuiteError
 from suite.matrix import KernelSpec
 from suite.proc import run_tool
 from suite.stages.base import JobEnv
+from suite.store import CommandNotes
 
 
 def kernel_command(params: KernelSpec, out: str, arm: str) -> list[str]:
@@ -23,7 +22,7 @@ def kernel_command(params: KernelSpec, out: str, arm: str) -> list[str]:
     ]
 
 
-def execute(env: JobEnv) -> dict[str, Any]:
+def execute(env: JobEnv) -> CommandNotes:
     """The microbenchmark in the arm's environment (offline: no server)."""
     out = env.result
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -32,4 +31,4 @@ def execute(env: JobEnv) -> dict[str, Any]:
     run_tool(cmd, env=env.arm_env, log_path=env.log, timeout_s=3600, what="kernel benchmark")
     if not out.is_file():
         raise SuiteError(f"kernel benchmark wrote no result\n  command: {' '.join(cmd)}")
-    return {"command": cmd}
+    return CommandNotes(command=cmd)

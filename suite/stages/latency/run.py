@@ -15,13 +15,12 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any
 
 from suite.errors import SuiteError
 from suite.plan import LatencyParams
 from suite.proc import failure, run_tool
 from suite.stages.base import JobEnv
-from suite.store import read_json
+from suite.store import CommandNotes, read_json
 
 # flags this module sets itself: a copy in serve_args is dropped so the tool sees one value
 OWN_FLAGS = {"--model", "--tokenizer", "--max-model-len", "--served-model-name", "--input-len", "--output-len",
@@ -140,7 +139,13 @@ def timeout_for(p: LatencyParams) -> float:
     return 900.0 + 2.0 * (p.num_iters_warmup + p.num_iters) * (1 + p.output_len * 0.05)
 
 
-def execute(env: JobEnv) -> dict[str, Any]:
+class LatencyNotes(CommandNotes):
+    """A latency job's notes: its command line, and the matrix's serve flags `vllm bench latency` does not take."""
+
+    dropped_serve_args: list[str] = []
+
+
+def execute(env: JobEnv) -> LatencyNotes:
     """Executor of `latency` jobs (offline: no server; the engine runs inside the tool, in the arm's vLLM)."""
     job = env.job
     p = job.params
@@ -173,4 +178,4 @@ def execute(env: JobEnv) -> dict[str, Any]:
     finally:
         partial.unlink(missing_ok=True)
         partial.with_name(partial.stem + ".pytorch.json").unlink(missing_ok=True)
-    return {"command": cmd, "dropped_serve_args": dropped}
+    return LatencyNotes(command=cmd, dropped_serve_args=dropped)

@@ -11,7 +11,7 @@ pair and its Δ% never disagree. Speedup = before / after − 1 of the same mean
 
 from __future__ import annotations
 
-from suite.analysis import RunData, geometric_mean
+from suite.analysis import RunData, geometric_mean, with_left_out
 from suite.document import Cell, Paragraph, Section, Table, delta_text, literal, verdict_cell
 from suite.stages.latency.read import load_latency, quantile
 from suite.stats import compare
@@ -53,10 +53,14 @@ def _row(bs: int, shape: str, base: dict[int, list[float]], cand: dict[int, list
             Cell(f"{(gb / gc - 1) * 100:+.2f}%"), Cell(delta_text(cmp)), Cell(starts), Cell(iters), verdict]
 
 
+TITLE = "End-to-end latency (`vllm bench latency`)"
+
+
 def section(run: RunData) -> Section | None:
-    data = load_latency(run.store, run.records)
+    stored = load_latency(run.store, run.records)
+    data = stored.shapes
     if not data:
-        return None
+        return with_left_out(None, stored.unreadable, TITLE, "latency")
     blocks: list = [Paragraph(
         "One batch of `batch size` prompts generated to `output len` tokens per iteration; every job is one "
         "process (one engine start). Cells are the geometric mean latency over the engine starts (each start's "
@@ -79,4 +83,4 @@ def section(run: RunData) -> Section | None:
         blocks.append(Section(f"{literal(run.baseline)} → {literal(cand)}", 3, [Table(
             ["Batch size", "In / out", f"{literal(run.baseline)} latency (ms)", f"{literal(cand)} latency (ms)",
              "Δ (ms)", "Speedup", "Δ% [95% interval]", "Starts", "Iters", "Verdict"], rows, name="latency")]))
-    return Section("End-to-end latency (`vllm bench latency`)", 2, blocks, anchor="latency")
+    return with_left_out(Section(TITLE, 2, blocks, anchor="latency"), stored.unreadable, TITLE, "latency")

@@ -9,12 +9,12 @@ to `vllm serve`.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from suite.errors import SuiteError
 from suite.matrix import LayerSpec, ModelSpec
 from suite.proc import run_tool
 from suite.stages.base import JobEnv
+from suite.store import CommandNotes
 
 
 def layer_command(params: LayerSpec, model: ModelSpec, out: str, arm: str) -> list[str]:
@@ -27,7 +27,7 @@ def layer_command(params: LayerSpec, model: ModelSpec, out: str, arm: str) -> li
     ]
 
 
-def execute(env: JobEnv) -> dict[str, Any]:
+def execute(env: JobEnv) -> CommandNotes:
     """The layer benchmark in the arm's environment (offline: no server)."""
     out = env.result
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -39,4 +39,4 @@ def execute(env: JobEnv) -> dict[str, Any]:
     run_tool(cmd, env=tool_env, log_path=env.log, timeout_s=3600, what="layer benchmark")
     if not out.is_file():
         raise SuiteError(f"layer benchmark wrote no result\n  command: {' '.join(cmd)}")
-    return {"command": cmd}
+    return CommandNotes(command=cmd)

@@ -32,7 +32,7 @@ from suite.errors import SuiteError
 from suite.stages.base import JobEnv, SessionEnv
 from suite.stages.probe.plugin import BUCKET_LABELS, ENV_DIR, ENV_FLUSH, STOP_FILE, bucket
 from suite.stages.probe.read import FROZEN, NOT_EXERCISED, ProbeResult
-from suite.store import atomic_write_json, atomic_write_text, read_json
+from suite.store import JobNotes, atomic_write_json, atomic_write_text, read_json
 
 PLUGIN_NAME = "suite_gate_probe"
 PLUGIN_VERSION = "1"
@@ -262,7 +262,16 @@ def _max_num_seqs(argv: list[str]) -> int | None:
     return None
 
 
-def execute(env: JobEnv) -> dict[str, Any]:
+class ProbeNotes(JobNotes):
+    """A probe job's notes: the batch-size buckets its requests exercised, the processes that reported, and
+    whether the plugin stopped recording when told."""
+
+    buckets_exercised: list[str]
+    processes: int
+    probe_stopped: bool
+
+
+def execute(env: JobEnv) -> ProbeNotes:
     job, server = env.job, env.server
     assert server is not None
     out_dir = Path(server.env[ENV_DIR]) if server.env.get(ENV_DIR) else None
@@ -284,7 +293,7 @@ def execute(env: JobEnv) -> dict[str, Any]:
         {"arm": job.arm, "max_num_seqs": max_seqs, "requests": sent, "probe_dir": out_dir.name, **merged})
     atomic_write_json(env.result, result.model_dump(mode="json", by_alias=True))
     exercised = [label for label, b in result.buckets.items() if b.verdict != NOT_EXERCISED]
-    return {"buckets_exercised": exercised, "processes": len(after), "probe_stopped": stopped}
+    return ProbeNotes(buckets_exercised=exercised, processes=len(after), probe_stopped=stopped)
 
 
 # ---------------------------------------------------------------------------------------- report

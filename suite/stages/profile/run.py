@@ -30,7 +30,6 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any
 
 from suite.errors import SuiteError
 from suite.matrix import ProfileSpec
@@ -38,7 +37,7 @@ from suite.plan import ServeParams
 from suite.stages.base import JobEnv, SessionEnv
 from suite.stages.profile.read import summarize, worker_traces
 from suite.stages.serve.run import run_serve, serve_command
-from suite.store import atomic_write_json, read_json
+from suite.store import JobNotes, atomic_write_json, read_json
 
 
 def profiler_args(trace_dir: Path) -> list[str]:
@@ -125,7 +124,15 @@ def bench_params(spec: ProfileSpec, num_prompts: int) -> ServeParams:
                        random_range_ratio=0.0, request_rate=None, num_warmups=0, seed=spec.seed)
 
 
-def execute(env: JobEnv) -> dict[str, Any]:
+class ProfileNotes(JobNotes):
+    """A profile job's notes: its bench command lines (warm-up, window), the traces it read, the decode steps."""
+
+    commands: list[list[str]]
+    trace_files: list[str]
+    decode_steps: int
+
+
+def execute(env: JobEnv) -> ProfileNotes:
     """Executor of `profile` jobs: warm-up burst, profiled burst, traces parsed into the job's result JSON."""
     job, server = env.job, env.server
     assert server is not None and env.session_dir is not None
@@ -176,7 +183,7 @@ def execute(env: JobEnv) -> dict[str, Any]:
         "params": spec.model_dump(mode="json"),
     })
     atomic_write_json(result, summary.model_dump(mode="json"))
-    return {"commands": commands, "trace_files": summary.trace_files, "decode_steps": summary.decode_steps}
+    return ProfileNotes(commands=commands, trace_files=summary.trace_files, decode_steps=summary.decode_steps)
 
 
 # ---------------------------------------------------------------------------------------- report

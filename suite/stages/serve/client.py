@@ -32,6 +32,7 @@ from typing import Any, Literal
 
 from suite.errors import SuiteError
 from suite.proc import failure, start, stop_group
+from suite.store import ClientRecord
 
 WORKER_PATH = Path(__file__).with_name("client_worker.py")
 START_TIMEOUT_S = 180.0  # vLLM's imports: ~10 s on 2 idle cores, much more on a loaded box
@@ -56,8 +57,8 @@ class ClientRun:
     bench_cpu_s: float | None = None
     fallback_reason: str | None = None
 
-    def record(self) -> dict[str, Any]:
-        return asdict(self)
+    def record(self) -> ClientRecord:
+        return ClientRecord.model_validate(asdict(self))
 
 
 # ------------------------------------------------------------------------------------------ argv helpers

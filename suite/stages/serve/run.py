@@ -6,15 +6,15 @@ import contextlib
 import json
 import os
 from pathlib import Path
-from typing import Any
 
 from suite.errors import SuiteError
 from suite.plan import Job, ServeParams
 from suite.proc import run_tool
 from suite.stages.base import JobEnv
 from suite.stages.serve.client import WORKER_PATH, PersistentClient, with_flag
-from suite.stages.serve.warmup import WarmPoint, size_for_duration, warm_session
+from suite.stages.serve.warmup import WarmPoint, WarmupRecord, size_for_duration, warm_session
 from suite.stats import LATENCIES, PERCENTILES
+from suite.store import ClientRecord, JobNotes
 
 PERCENTILE_METRICS = ",".join(LATENCIES)  # every latency of the metric registry ...
 METRIC_PERCENTILES = ",".join(str(q) for q in PERCENTILES)  # ... at its percentiles
@@ -110,7 +110,7 @@ def session_client(env: JobEnv) -> PersistentClient:
         cpus=env.client_cpus))
 
 
-def warm(env: JobEnv, client: PersistentClient) -> dict[str, Any] | None:
+def warm(env: JobEnv, client: PersistentClient) -> WarmupRecord | None:
     """Before the first measured point of a session: every pending point's shape once (requests discarded),
     the settle (load at the first point's shape until ``env.settle_until``, when the matrix asks for one),
     then the prefix cache reset. Returns the warm-up record (None when this session is already warm)."""
@@ -122,7 +122,6 @@ def warm(env: JobEnv, client: PersistentClient) -> dict[str, Any] | None:
     warmed = warm_session(client, points, reset_prefix_cache=env.server.reset_prefix_cache,
                           scratch_dir=env.session_dir / "warmup", settle_until=env.settle_until)
     env.scope.get("warm", lambda: contextlib.nullcontext(warmed))
-    env.scope.notes["warmup"] = warmed.record()
     return warmed.record()
 
 
@@ -140,7 +139,19 @@ def sized_argv(env: JobEnv, argv: list[str]) -> tuple[list[str], int | None]:
     return with_flag(argv, "--num-prompts", str(n)), n
 
 
-def execute(env: JobEnv) -> dict[str, Any]:
+class ServeNotes(JobNotes):
+    """A serving point's notes: the bench command line, whether the prefix cache was reset before it, how its
+    client ran, the session's warm-ups (on the session's first point), and the prompt count of a point sized by
+    time (`duration_s`)."""
+
+    command: list[str]
+    prefix_cache_reset: bool
+    client: ClientRecord
+    warmup: WarmupRecord | None = None
+    sized_num_prompts: int | None = None
+
+
+def execute(env: JobEnv) -> ServeNotes:
     """One serving point (one repeat) against the session's server, through the session's client."""
     job, server = env.job, env.server
     assert server is not None
@@ -157,9 +168,5 @@ def execute(env: JobEnv) -> dict[str, Any]:
     if not raw.get("completed"):  # the tool exits 0 even when every request failed (e.g. the server died)
         raise SuiteError(f"`vllm bench serve` completed no request ({raw.get('failed')} failed); raw output "
                          f"kept in {result.name}\n  command: {' '.join(run.command)}")
-    out = {"command": run.command, "prefix_cache_reset": reset, "client": run.record()}
-    if warmup is not None:
-        out["warmup"] = warmup
-    if sized:
-        out["sized_num_prompts"] = sized
-    return out
+    return ServeNotes(command=run.command, prefix_cache_reset=reset, client=run.record(), warmup=warmup,
+                      sized_num_prompts=sized or None)

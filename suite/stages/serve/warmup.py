@@ -24,9 +24,11 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+from pydantic import BaseModel, ConfigDict
 
 from suite.errors import SuiteError
 from suite.stages.serve.client import PersistentClient, flag_value, with_flag, without_flag
@@ -74,6 +76,26 @@ class WarmShape:
         return self.error is None and bool(self.completed)
 
 
+class SettleRecord(BaseModel):
+    """The settle as the job record keeps it: how long it had to run when it began, and its chunks in order."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    left_s: float
+    chunks: list[WarmShape]
+
+
+class WarmupRecord(BaseModel):
+    """A session's warm-ups as the record of its first serving job keeps them."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    shapes: list[WarmShape]
+    prefix_cache_reset: bool
+    wall_s: float
+    settle: SettleRecord | None = None
+
+
 @dataclass
 class SessionWarmup:
     """All warm-ups of one session and whether the prefix cache was reset after them."""
@@ -84,12 +106,11 @@ class SessionWarmup:
     settle: list[WarmShape] = field(default_factory=list)  # the settle's chunks, in order
     settle_left_s: float | None = None  # how long the settle had to run when it began (None: no settle)
 
-    def record(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"shapes": [asdict(s) for s in self.shapes],
-                               "prefix_cache_reset": self.prefix_cache_reset, "wall_s": round(self.wall_s, 3)}
-        if self.settle_left_s is not None:
-            out["settle"] = {"left_s": round(self.settle_left_s, 3), "chunks": [asdict(c) for c in self.settle]}
-        return out
+    def record(self) -> WarmupRecord:
+        settle = (SettleRecord(left_s=round(self.settle_left_s, 3), chunks=list(self.settle))
+                  if self.settle_left_s is not None else None)
+        return WarmupRecord(shapes=list(self.shapes), prefix_cache_reset=self.prefix_cache_reset,
+                            wall_s=round(self.wall_s, 3), settle=settle)
 
     def for_argv(self, argv: Sequence[str]) -> WarmShape | None:
         """The warm-up of argv's shape (None when it was not warmed)."""
