@@ -649,7 +649,10 @@ class Matrix(Strict):
     budget_min: float | None = Field(None, gt=0, description="with repeats: auto, stop at the last look that fits")
     verdict: VerdictSpec | None = Field(None, description="the primary test, declared before the run")
     order: Literal["blocked", "abba"] = "blocked"
-    aa: bool = Field(False, description="also run the baseline arm twice to measure the A/A noise floor")
+    aa: bool | Literal["alternate"] = Field(False, description=(
+        "also run the baseline arm twice to measure the A/A noise floor (the A/A control); alternate: its "
+        "sessions in every other round only (rounds 0, 2, 4, ...): half the A/A arm's server starts (a sixth of "
+        "all with three arms), the control tested on the rounds it has and never pooled into a candidate's test"))
     drift_check: bool = Field(False, description="repeat the first point at the end of each session")
     side_by_side: int = Field(1, ge=1, le=8, description=(
         "order: abba only: the servers of this many arms of a round are alive at once (one time window: "
@@ -727,6 +730,9 @@ class Matrix(Strict):
                 object.__setattr__(self, "verdict", VerdictSpec())
         elif self.budget_min is not None:
             raise ValueError("budget_min goes with repeats: auto")
+        if self.aa == "alternate" and self.verdict is not None and self.verdict.pool_aa:
+            raise ValueError("aa: alternate measures the A/A arm in every other round only, so its rounds cannot "
+                             "be pooled into a candidate's test (verdict.pool_aa): use aa: true, or pool_aa: false")
         if self.side_by_side > 1:
             if self.order != "abba":
                 raise ValueError("side_by_side needs order: abba (a window holds sessions of one round)")

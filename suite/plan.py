@@ -15,8 +15,8 @@ Orders:
 Offline jobs (latency, kernel, layer) run after the server sessions, one session per arm; with ``offline_repeats: n``
 (n > 1) in n rounds, each round's arms in a fresh random order of their own, so their tables compare arms
 across processes (engine starts), the unit that varies from start to start.
-The A/A mode adds an arm ``<baseline>.aa`` that is the baseline again; the drift check repeats the first
-serve point at the end of every session.
+The A/A mode adds an arm ``<baseline>.aa`` that is the baseline again (``aa: alternate``: in even rounds only); the
+drift check repeats the first serve point at the end of every session.
 """
 
 from __future__ import annotations
@@ -246,6 +246,12 @@ def _server_jobs(matrix: Matrix, arms: dict[str, ArmSpec], arm: str, session: in
     return [*jobs("session-start"), *measured, *drift, *jobs("session-end")]
 
 
+def in_round(matrix: Matrix, arm: str, r: int) -> bool:
+    """Whether an arm of the plan is measured in round r: every arm is, but the A/A arm of ``aa: alternate``
+    only in even rounds (0, 2, 4, ...)."""
+    return not (matrix.aa == "alternate" and arm == matrix.baseline_arm + AA_SUFFIX and r % 2 == 1)
+
+
 def round_order(arms: list[str], r: int, seed: int = 0, stream: str = "") -> list[str]:
     """The arm order of round r under ABBA (and the order arms are put in windows with side_by_side): a fresh
     seeded random permutation per round. A fixed order, a rotation or mirrored pairs line up with periodic
@@ -276,7 +282,8 @@ def build_plan(matrix: Matrix) -> Plan:
     if has_server_work:
         if matrix.order == "blocked":
             for arm in names:
-                add(arm, _server_jobs(matrix, arms, arm, counters[arm], range(matrix.rounds), True), True)
+                step = 1 if in_round(matrix, arm, 1) else 2
+                add(arm, _server_jobs(matrix, arms, arm, counters[arm], range(0, matrix.rounds, step), True), True)
         elif matrix.side_by_side > 1:  # abba in time windows of side_by_side servers, random order per round
             serving = [a for a in names if arms[a].serving]
             windows = 0
@@ -284,7 +291,7 @@ def build_plan(matrix: Matrix) -> Plan:
                 if not arms[arm].serving:
                     add(arm, _server_jobs(matrix, arms, arm, 0, range(0, 1), True), True)
             for r in range(matrix.rounds):
-                order = round_order(serving, r, matrix.order_seed)
+                order = [a for a in round_order(serving, r, matrix.order_seed) if in_round(matrix, a, r)]
                 for w in range(0, len(order), matrix.side_by_side):
                     for arm in order[w:w + matrix.side_by_side]:
                         add(arm, _server_jobs(matrix, arms, arm, counters[arm], range(r, r + 1), r == 0), True,
@@ -296,7 +303,7 @@ def build_plan(matrix: Matrix) -> Plan:
                 if not arms[arm].serving:
                     add(arm, _server_jobs(matrix, arms, arm, 0, range(0, 1), True), True)
             for r in range(matrix.rounds):  # a fresh random order per round
-                for arm in round_order(serving, r, matrix.order_seed):
+                for arm in (a for a in round_order(serving, r, matrix.order_seed) if in_round(matrix, a, r)):
                     add(arm, _server_jobs(matrix, arms, arm, counters[arm], range(r, r + 1), r == 0), True)
     offline = _asked(matrix, "offline")
     for r in range(matrix.offline_repeats):  # one round: one session per arm, all arms; a random order from 2 on

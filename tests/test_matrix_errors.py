@@ -329,3 +329,14 @@ def test_verdict_points_must_be_the_matrixs_serving_points(tmp_path):
             "isl128-osl32-c1-n3, isl128-osl32-c4-n12") in err
     f = write(tmp_path, ok.replace("points: [isl128-osl32-c1-n3]", "points: []"), "empty.yaml")
     assert "points: give at least one point" in error_of(f)
+
+
+def test_aa_alternate_refuses_pooling_and_takes_true_or_alternate_only(tmp_path):
+    """`aa: alternate` has the A/A arm in half the rounds: pooling it into a candidate's test is refused with the
+    way out; any other word than true / false / alternate is an error at its line."""
+    seq = "order: abba\nrepeats: auto\n"
+    assert load_matrix(write(tmp_path, BASE + seq + "aa: alternate\n")).aa == "alternate"
+    msg = error_of(write(tmp_path, BASE + seq + "aa: alternate\nverdict: {pool_aa: true}\n"))
+    assert "aa: alternate" in msg and "pool_aa" in msg
+    msg = error_of(write(tmp_path, BASE + seq + "aa: sometimes\n"))
+    assert "m.yaml:12" in msg and "aa" in msg

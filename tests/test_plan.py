@@ -72,6 +72,25 @@ def test_aa_arm_and_drift_check():
     assert last.tag == "drift" and last.point == "isl64-osl16-c1-n4"
 
 
+def test_aa_alternate_runs_the_control_in_even_rounds_only():
+    """`aa: alternate`: the A/A arm's sessions in rounds 0, 2, 4 only; every other arm's sessions, their order
+    within each round and every job's hash are those of `aa: true` (the A/A arm simply left out of odd rounds),
+    under ABBA, side by side and blocked."""
+    for extra in ("order: abba\nrepeats: 6\n", "order: abba\nrepeats: 6\nside_by_side: 2\n"):
+        every, alt = plan_of("aa: true\n" + extra), plan_of("aa: alternate\n" + extra)
+        rounds = {r: [s.arm for s in alt.sessions if s.jobs[0].repeat == r] for r in range(6)}
+        assert all(("A.aa" in arms) == (r % 2 == 0) for r, arms in rounds.items()), rounds
+        for r in range(6):
+            full = [s.arm for s in every.sessions if s.jobs[0].repeat == r]
+            assert rounds[r] == [a for a in full if r % 2 == 0 or a != "A.aa"]
+        assert {(j.arm, j.key, j.hash) for j in alt.jobs} < {(j.arm, j.key, j.hash) for j in every.jobs}
+        assert len(alt.sessions) == len(every.sessions) - 3
+    blocked = plan_of("aa: alternate\nrepeats: 4\n")
+    aa = next(s for s in blocked.sessions if s.arm == "A.aa")
+    assert sorted({j.repeat for j in aa.jobs}) == [0, 2]
+    assert sorted({j.repeat for s in blocked.sessions if s.arm == "A" for j in s.jobs}) == [0, 1, 2, 3]
+
+
 def test_job_hash_is_stable_and_follows_the_arm():
     a, b = plan_of(), plan_of()
     assert [j.hash for j in a.jobs] == [j.hash for j in b.jobs]

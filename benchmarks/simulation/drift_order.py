@@ -56,7 +56,7 @@ serve:
   - {{isl: 64, osl: 16, concurrency: 1}}
 order: abba
 repeats: auto
-aa: true
+aa: {aa}
 order_seed: {seed}
 verdict: {{max_rounds: 8, looks: [2, 4, 6, 8]}}
 """
@@ -64,9 +64,10 @@ NAMES = {"baseline": "baseline", "baseline.aa": "baseline.aa", "candidate": "can
 SLOTS = 8 * len(ARMS)
 
 
-def plan_orders(seed: int) -> dict[int, tuple[str, ...]]:
-    """Round -> its serving arms in the order the real plan runs them."""
-    plan = build_plan(parse_matrix(MATRIX.format(seed=seed)))
+def plan_orders(seed: int, aa: str = "true") -> dict[int, tuple[str, ...]]:
+    """Round -> its serving arms in the order the real plan runs them (``aa: alternate``: the A/A arm in even
+    rounds only)."""
+    plan = build_plan(parse_matrix(MATRIX.format(seed=seed, aa=aa)))
     rounds: dict[int, list[str]] = {}
     for s in plan.sessions:
         r = session_round(s)
@@ -110,30 +111,60 @@ class Task:
     effect_pct: float = 0.0
     candidate_factor: float = 1.0  # the candidate's session noise, times the others'
     pool_aa: bool = False  # the default design
+    aa: str = "true"  # the matrix's aa: true (every round) or alternate (even rounds)
 
 
-def run_cell(task: Task) -> tuple[float, float, float]:
+def run_cell(task: Task) -> tuple[float, float, float, float]:
     """(false alarms of a neutral candidate, or REGRESSION calls of a slower one; mean rounds; false alarms of
-    the A/A control, judged by the same test where the candidate's test stopped) over the trials."""
+    the A/A control, judged by the same test where the candidate's test stopped; mean server sessions) over
+    the trials."""
     rng = np.random.default_rng(task.seed)
     spec = VerdictSpec(max_rounds=8, looks=(2, 4, 6, 8), pool_aa=task.pool_aa)
-    hits = rounds = alarms = 0
+    hits = rounds = alarms = sessions = 0
     for t in range(task.trials):
-        orders = plan_orders(t)
+        orders = plan_orders(t, task.aa)
         run = one_run(rng, Noise(0.03, candidate_factor=task.candidate_factor), task.effect_pct, spec,
                       order=orders.__getitem__, drift=drift_of(task.model, rng))
         hits += run.outcome in FALSE_POSITIVE if task.effect_pct == 0 else run.outcome == Outcome.REGRESSION
         rounds += run.rounds
         alarms += run.control in FALSE_POSITIVE
-    return hits / task.trials, rounds / task.trials, alarms / task.trials
+        sessions += sum(len(orders[r]) for r in range(run.rounds))
+    return hits / task.trials, rounds / task.trials, alarms / task.trials, sessions / task.trials
+
+
+CONTROL_MODELS = ("none", "linear", "ar1", "periodic6")
+
+
+def control_table(trials: int, jobs: int) -> None:
+    """`aa: true` against `aa: alternate` through the real plan: false alarms of a neutral candidate and of the
+    A/A control, REGRESSION calls of a 5 % slowdown, and the server sessions a run took."""
+    tasks = [Task(m, trials, 7_400 + 10 * i + j, aa=aa) for i, m in enumerate(CONTROL_MODELS)
+             for j, aa in enumerate(("true", "alternate"))]
+    tasks += [Task(m, trials // 4, 7_500 + 10 * i + j, 5.0, aa=aa) for i, m in enumerate(CONTROL_MODELS)
+              for j, aa in enumerate(("true", "alternate"))]
+    with ProcessPoolExecutor(jobs) as pool:
+        cells = list(pool.map(run_cell, tasks))
+    n = len(tasks) // 2
+    print(f"\n| host drift | aa | false alarms, neutral candidate ({trials} runs) | false alarms, A/A control | "
+          f"REGRESSION calls of −5 % ({trials // 4} runs) | server sessions per run (neutral / −5 %) |")
+    print("|---|---|--:|--:|--:|--:|")
+    for task, (fp, _, control, sessions), (power, _, _, sessions5) in zip(tasks[:n], cells[:n], cells[n:],
+                                                                          strict=True):
+        print(f"| {LABELS[task.model]} | {task.aa} | {pct(fp)} | {pct(control)} | {pct(power)} | "
+              f"{sessions:.1f} / {sessions5:.1f} |")
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--trials", type=int, default=2000)
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--control", action="store_true", help="only the table of aa: true against aa: alternate")
     args = ap.parse_args(argv)
     start = time.monotonic()
+    if args.control:
+        control_table(args.trials, args.jobs)
+        print(f"\n{time.monotonic() - start:.0f} s")
+        return 0
     orders = [" ".join(a[0] if a != "baseline.aa" else "A" for a in plan_orders(0)[r]) for r in range(4)]
     tasks = [Task(m, args.trials, 7_000 + i) for i, m in enumerate(MODELS)]
     tasks += [Task(m, args.trials // 4, 7_100 + i, e) for i, (m, e) in enumerate(POWER)]
@@ -150,11 +181,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n| host drift | false alarms of a neutral candidate ({args.trials} runs) | mean rounds | "
           "false alarms of the A/A control |")
     print("|---|--:|--:|--:|")
-    for m, (rate, rounds, control) in zip(MODELS, cells[:len(MODELS)], strict=True):
+    for m, (rate, rounds, control, _) in zip(MODELS, cells[:len(MODELS)], strict=True):
         print(f"| {LABELS[m]} | {pct(rate)} | {rounds:.1f} | {pct(control)} |")
     print(f"\n| host drift | REGRESSION calls of a 5 % slowdown ({args.trials // 4} runs) | mean rounds |")
     print("|---|--:|--:|")
-    for (m, _), (rate, rounds, _) in zip(POWER, power, strict=True):
+    for (m, _), (rate, rounds, _, _) in zip(POWER, power, strict=True):
         print(f"| {LABELS[m]} | {pct(rate)} | {rounds:.1f} |")
     print(f"\n| candidate's session noise | false alarms, A/A pooled | not pooled ({args.trials} runs) | "
           f"power at −5 %, pooled | not pooled ({args.trials // 4} runs) |")
@@ -162,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     for i, f in enumerate(NOISIER):
         fp_p, fp_n, pw_p, pw_n = noisy[2 * i][0], noisy[2 * i + 1][0], noisy[k + 2 * i][0], noisy[k + 2 * i + 1][0]
         print(f"| {f:g}× the others' (3 %) | {pct(fp_p)} | {pct(fp_n)} | {pct(pw_p)} | {pct(pw_n)} |")
+    control_table(args.trials, args.jobs)
     print(f"\n{time.monotonic() - start:.0f} s")
     return 0
 

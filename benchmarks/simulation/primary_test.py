@@ -77,13 +77,15 @@ def simulate_rounds(rng: np.random.Generator, noise: Noise, effect_pct: float, n
                     order: Callable[[int], Sequence[str]] = mirror_order,
                     drift: np.ndarray | None = None) -> dict:
     """arm -> round index -> point -> metric -> value. ``order(r)``: round r's arms in run order (each one
-    session slot); ``drift``: log-speed added at each slot (default: the linear ``noise.drift`` per slot)."""
+    session slot; an arm left out of a round has no value there); ``drift``: log-speed added at each slot
+    (default: the linear ``noise.drift`` per slot)."""
     data: dict[str, dict] = {arm: {} for arm in ARMS}
     sign = np.array([1.0 if METRICS[m].higher_is_better else -1.0 for m in HEADLINE])
     base = np.array([BASE_VALUE[m] for m in HEADLINE])
+    slot = -1
     for r in range(n_rounds):
-        for pos, arm in enumerate(order(r)):
-            slot = r * len(ARMS) + pos
+        for arm in order(r):  # a round without the A/A arm (aa: alternate) is one slot shorter
+            slot += 1
             sd = noise.session * (noise.candidate_factor if arm == "candidate" else 1.0)
             g = rng.normal(0, sd) + (noise.drift * slot if drift is None else drift[slot])
             if noise.p_slow and rng.random() < noise.p_slow:
