@@ -149,3 +149,34 @@ def test_one_time_seconds_are_the_rounds_correctness_jobs(tmp_path):
     once = [j.kind for _, jobs in round0 for j in jobs if j.kind != "serve"]
     assert sorted(once) == ["accuracy"] * 4 + ["equivalence"] * 4  # baseline, its A/A copy, two candidates
     assert one_time_seconds(SimpleNamespace(store=store), round0) == 7.0 * 8
+
+
+def test_aa_alternate_through_the_cli(tmp_path, capsys):
+    """`aa: alternate` from the matrix to the report, through the CLI: the dry run lists the A/A arm's sessions in
+    rounds 0 and 2 only; a run of that plan (written through the store) reports the control tested on those two
+    rounds (the rounds it has), PASSED for two identical arms, and the candidate's test on all four rounds."""
+    from suite.analysis import load_run
+    from suite.cli import main
+    from tests.test_report import AA_MATRIX, aa_values, make_run
+
+    text = AA_MATRIX.replace("aa: true", "aa: alternate") % {"repeats": 4, "order": "abba"}
+    (tmp_path / "m.yaml").write_text(text)
+    assert main(["run", str(tmp_path / "m.yaml"), "--dry-run"]) == 0
+    printed = capsys.readouterr().out
+    sessions, arm = {}, None
+    for line in printed.splitlines():
+        if line.strip().startswith("session "):
+            arm = line.split()[1].split("#")[0]
+        elif arm and line.startswith("    serve/"):
+            sessions.setdefault(arm, set()).add(int(line.rsplit("rep-", 1)[1]))
+    assert sessions["baseline.aa"] == {0, 2} and sessions["baseline"] == sessions["patched"] == {0, 1, 2, 3}, printed
+    root = make_run(tmp_path / "run", aa_values(1.0), order="abba", repeats=4,
+                    matrix_text=AA_MATRIX.replace("aa: true", "aa: alternate"))
+    run = load_run(root)
+    assert sorted(r for p in run.points.values() for r in p.reps["baseline.aa"]) == [0, 0, 2, 2]
+    assert run.control is not None and run.control.control_word == "CONTROL PASSED"
+    assert run.control.evaluation is not None and run.control.evaluation.composite.rounds == (0, 2)
+    assert run.summaries[0].evaluation is not None and run.summaries[0].evaluation.composite.rounds == (0, 1, 2, 3)
+    assert main(["report", str(root)]) == 0
+    report = (root / "report.md").read_text()
+    assert "- **A/A control: baseline.aa vs baseline: CONTROL PASSED**" in report
