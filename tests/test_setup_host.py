@@ -12,7 +12,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -97,10 +96,9 @@ def test_gpu_host_gets_the_suite_without_torch_or_vllm(checkout, tmp_path):
         name = line.split("==")[0].lower().replace("_", "-")
         if "==" in line and name in lock:
             assert line.split("==")[1] == lock[name].split("==")[1], (line, lock[name])
-    # the stamp: nothing to do the second time
-    started = time.monotonic()
+    # the stamp: nothing to do the second time (no output: nothing installed, nothing resolved)
     again = setup(checkout, venv, env, timeout=60)
-    assert again.returncode == 0 and again.stdout == "" and time.monotonic() - started < 10
+    assert again.returncode == 0 and again.stdout == ""
 
 
 def test_old_python_is_refused_with_the_version_found(checkout, tmp_path):
