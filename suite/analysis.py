@@ -33,7 +33,7 @@ from suite.quality.fast_path import check_fast_path, gate_shapes_from_config
 from suite.quality.finding import Finding, RepeatResult, order_findings
 from suite.quality.run import run_checks
 from suite.stages.accuracy.read import ArmsCorrectness, compare_arms
-from suite.stages.serve.read import PointResults, load_points, server_logs, server_records
+from suite.stages.serve.read import PointResults, ServePoints, load_points, server_logs, server_records
 from suite.stats import (
     DETAIL,
     Comparison,
@@ -64,7 +64,11 @@ class RunData:
     store: RunStore
     manifest: Manifest
     records: list[JobRecord]  # every job record of the run (each holds its job)
-    points: dict[str, PointResults]
+    serve: ServePoints  # the serving results by point, and those that could not be read
+
+    @property
+    def points(self) -> dict[str, PointResults]:
+        return self.serve.points
 
     @property
     def root(self) -> Path:
@@ -145,7 +149,7 @@ def load_run(run_dir: Path) -> RunData:
     store = RunStore.open(Path(run_dir))
     try:
         records = store.records()
-        return RunData(store=store, manifest=store.manifest(), records=records, points=load_points(store, records))
+        return RunData(store=store, manifest=store.manifest(), records=records, serve=load_points(store, records))
     except (OSError, json.JSONDecodeError) as exc:
         raise SuiteError(f"{run_dir}: cannot read the run: {exc}") from None
 
@@ -433,9 +437,12 @@ def drift_checks(point: PointResults) -> list[DriftCheck]:
     out = []
     for arm, ends in sorted(point.drift.items()):
         for r, end in sorted(ends.items()):
-            start = point.reps.get(arm, {}).get(r, {})
-            values = tuple((k, float(start[k]), float(end[k])) for k in DRIFT_METRICS
-                           if all(isinstance(x.get(k), int | float) and x[k] > 0 for x in (start, end)))
+            start = point.reps.get(arm, {}).get(r)
+            if start is None:
+                continue
+            values = tuple((k, a, b) for k in DRIFT_METRICS
+                           if (a := start.number(k)) is not None and (b := end.number(k)) is not None
+                           and a > 0 and b > 0)
             if values:
                 out.append(DriftCheck(arm, point.point, r, values))
     return out
@@ -444,7 +451,7 @@ def drift_checks(point: PointResults) -> list[DriftCheck]:
 def completed_failed(point: PointResults, arm: str) -> tuple[int, int]:
     """Requests completed and failed over an arm's repeats at a point."""
     reps = point.reps.get(arm, {}).values()
-    return (sum(int(r.get("completed") or 0) for r in reps), sum(int(r.get("failed") or 0) for r in reps))
+    return sum(r.completed or 0 for r in reps), sum(r.failed or 0 for r in reps)
 
 
 # ------------------------------------------------------------------------------------ the primary test
@@ -488,13 +495,13 @@ def round_data(run: RunData, arm: str, metrics: tuple[str, ...], points: tuple[s
         for r, raw in p.reps.get(arm, {}).items():
             row = {}
             for key in metrics:
-                value = raw.get(key)
-                if not isinstance(value, int | float) or isinstance(value, bool):
+                value = raw.number(key)
+                if value is None:
                     continue
                 if run.quality.repeat_checks(arm, p.point, r, key) or run.quality.cell_reasons(arm, p.point, key):
                     left_out.append(f"{arm} {p.point} round {r} {key}")
                     continue
-                row[key] = float(value)
+                row[key] = value
             rounds[r][p.point] = row
     return dict(sorted(rounds.items())), left_out
 

@@ -193,12 +193,18 @@ class PlanRecord(Recorded):
 
 class ModelRecord(Recorded):
     id: str | None = None
+    tokenizer: str | None = None
     load_format: str = "auto"
     generate: str | None = None
+
+    @property
+    def tokenizer_name(self) -> str | None:
+        return self.tokenizer or self.id
 
 
 class ArmSpecRecord(Recorded):
     serving: bool = True
+    model: ModelRecord | None = None  # the arm's own model (arms.NAME.model), when it does not serve the matrix's
 
 
 class MatrixRecord(Recorded):

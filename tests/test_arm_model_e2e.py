@@ -71,3 +71,14 @@ def test_the_same_weights_under_another_name_read_identical(run):
     assert "**ckpt vs baseline: OUTPUT IDENTICAL**" in report, report[:3000]
     assert f"(ckpt: its own, `{copy}`)" in report  # the intro names the arm's own model
     assert f'"model": "{copy}"' in report or str(copy) in report.split("## Provenance")[1]
+
+
+def test_the_report_says_what_a_comparison_across_checkpoints_means(run):
+    """The accuracy section of an arm on another checkpoint says so where its comparison is shown: paired per
+    question, and its response-level differences the checkpoint's, not a defect."""
+    run_dir, _, copy = run
+    text = (run_dir / "report.md").read_text()
+    section = text.split("## Accuracy and greedy equivalence")[1].split("\n## ")[0]
+    note = next(line for line in section.splitlines() if "serves another checkpoint" in line)
+    assert f"ckpt serves another checkpoint (`{copy}`) with its own tokenizer (`{copy}`;" in note
+    assert "paired per question (doc_id)" in note and "not a defect of the change" in note

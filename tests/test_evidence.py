@@ -226,3 +226,48 @@ def test_seed_000s_first_table_is_decided_across_six_processes(tmp_path):
     assert f"| {base:.2f} (6) | {cand:.2f} (6) | {100 * (cand / base - 1):.1f}% [" in t1, t1
     # every paired round went the same way: the change, not the drift of the baseline's processes over the run
     assert all(c < b for b, c in zip(medians["baseline"], medians["ll-bf16"], strict=True))
+
+
+def test_a_serve_result_that_cannot_be_read_is_named_not_dropped(tmp_path):
+    """The third H200 run with one serve result cut short and another's ``latencies`` of the wrong type: the
+    serving section says which two files it left out and why before its tables, and the report still shows
+    every other round (slowed-gate's c8 point sums the requests of its three readable rounds; its round 2 is
+    dropped from both sides of the paired cells)."""
+    root = unpack(EVIDENCE / "h200-gemma4-quiet8-20261202", tmp_path / "h200-gemma4-quiet8-20261202")
+    (root / "slowed-gate" / "serve" / "isl128-osl64-c8-n64" / "rep-2.json").write_text('{"completed": ')
+    wrong = root / "ll-bf16" / "serve" / "isl128-osl64-c16-n128" / "rep-1.json"
+    wrong.write_text(json.dumps(json.loads(wrong.read_text()) | {"latencies": "x"}))
+    assert main(["report", str(root)]) == 0
+    text = (root / "report.md").read_text()
+    head = text.index("## Serving (`vllm bench serve`): before → after")
+    warning = next(line for line in text.splitlines() if "could not be read" in line)
+    assert "2 stored results of jobs that ended ok could not be read" in warning
+    assert "`slowed-gate/serve/isl128-osl64-c8-n64/rep-2.json`: not JSON" in warning
+    assert "`ll-bf16/serve/isl128-osl64-c16-n128/rep-1.json`: latencies: Input should be a valid list" in warning
+    assert head < text.index(warning) < text.index("| ISL | OSL | Conc |", head)  # in the section, before its tables
+    assert text.count("could not be read") == 1
+    slowed = text[text.index("### baseline → slowed-gate", head):]
+    assert "| 128 | 64 | 8 | 64 |" in slowed and "| 256/192 | 0/0 |" in slowed.split("\n| 128 | 64 | 8 |")[1].split("\n")[0]
+    ll = text[text.index("### baseline → ll-bf16", head):]
+    assert "| 512/384 | 0/0 |" in ll.split("\n| 128 | 64 | 16 |")[1].split("\n")[0]
+    stats = text[text.index("### isl128-osl64-c8-n64: baseline → slowed-gate"):]
+    stats = stats[:stats.index("\n### ", 1)]
+    assert "| 3/3 |" in stats and "round 2 (no slowed-gate value)" in stats
+
+
+def test_a_latency_result_that_cannot_be_read_is_named_not_dropped(tmp_path):
+    """The stages run with ll-bf16's one latency result holding a negative latency: the latency section names
+    the file and why before its table, and keeps baseline's numbers beside a missing ll-bf16 cell."""
+    root = unpack(EVIDENCE / "h200-stages-20261202", tmp_path / "h200-stages-20261202")
+    bad = root / "ll-bf16" / "latency" / "in128-out64-bs1" / "rep-0.json"
+    result = json.loads(bad.read_text())
+    bad.write_text(json.dumps(result | {"latencies": [-1.0, *result["latencies"][1:]]}))
+    assert main(["report", str(root)]) == 0
+    text = (root / "report.md").read_text()
+    head = text.index("## End-to-end latency (`vllm bench latency`)")
+    warning = next(line for line in text.splitlines() if "could not be read" in line)
+    assert "1 stored result of jobs that ended ok could not be read" in warning
+    assert "`ll-bf16/latency/in128-out64-bs1/rep-0.json`: latencies.0: Input should be greater than 0" in warning
+    assert head < text.index(warning) < text.index("| Batch size |", head)
+    row = next(line for line in text[head:].splitlines() if line.startswith("| 1 | 128 / 64 |"))
+    assert "| 314.80 (307.83–326.49) | missing |" in row

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import itertools
-import json
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +34,8 @@ from suite.stages.serve.checks import (
     check_repeat,
     check_warmup,
 )
+from suite.stages.serve.read import ServeResult, ServerStart
+from suite.store import ClientRecord
 
 DATA = Path(__file__).parent / "data" / "report_run"
 C1, C4, C8 = "isl128-osl32-c1-n4", "isl128-osl32-c4-n16", "isl256-osl16-c8-n16"
@@ -53,7 +54,7 @@ def real_repeats() -> list[RepeatResult]:
     out = []
     for session in plan.sessions:
         for order, job in enumerate(session.jobs):
-            raw = json.loads((DATA / job.arm / job.point / f"rep-{job.repeat}.json").read_text())
+            raw = ServeResult.model_validate_json((DATA / job.arm / job.point / f"rep-{job.repeat}.json").read_text())
             out.append(RepeatResult(job.arm, job.point, job.repeat, raw, job.params, session=session.index,
                                     order=order))
     return out
@@ -67,7 +68,13 @@ def real(arm: str, point: str, rep: int) -> RepeatResult:
 
 
 def raw_copy(arm: str, point: str, rep: int) -> dict:
-    return copy.deepcopy(dict(real(arm, point, rep).raw))
+    """A real repeat as the JSON dict its file holds, to change and read back with `sr`."""
+    return copy.deepcopy(real(arm, point, rep).raw.model_dump(exclude_unset=True))
+
+
+def sr(raw: dict | None = None, **fields) -> ServeResult:
+    """A serve result read from a dict (and fields), as the store reads a result file."""
+    return ServeResult.model_validate({**(raw or {}), **fields})
 
 
 CLEAN = ("patched", C8, 0)  # a real repeat with healthy streaming: median ITL 2.76 ms, no burst request
@@ -87,7 +94,7 @@ def test_failed_requests_named_with_counts():
     raw = raw_copy(*CLEAN)
     raw["failed"], raw["completed"] = 3, 13
     raw["errors"] = ["Server disconnected" if i in (1, 7, 15) else "" for i in range(16)]
-    found = check_failed(raw, planned(num_prompts=16), arm="patched", point=C8, round=2)
+    found = check_failed(sr(raw), planned(num_prompts=16), arm="patched", point=C8, round=2)
     assert len(found) == 1 and found[0].severity == "unreliable" and found[0].check == "failed-requests"
     assert found[0].message.startswith("repeat 2: 3 of 16 requests failed")
     assert "Server disconnected" in found[0].message
@@ -96,7 +103,7 @@ def test_failed_requests_named_with_counts():
 def test_incomplete_run_without_failures_is_named():
     raw = raw_copy(*CLEAN)
     raw["completed"] = 12
-    found = check_failed(raw, planned(num_prompts=16), arm="patched", point=C8, round=0)
+    found = check_failed(sr(raw), planned(num_prompts=16), arm="patched", point=C8, round=0)
     assert [f.message for f in found] == ["repeat 0: only 12 of 16 requests completed"]
 
 
@@ -142,21 +149,21 @@ def _streamed(raw: dict) -> dict:
 def test_chunked_stream_planted_spoils_itl_only():
     """vLLM's `--stream-interval N` sends N tokens per chunk: the client times gaps between chunks."""
     healthy = _streamed(raw_copy(*CLEAN))
-    assert check_chunked(healthy, arm="patched", point=C8, round=0) == []
+    assert check_chunked(sr(healthy), arm="patched", point=C8, round=0) == []
     raw = copy.deepcopy(healthy)
     n = raw["output_lens"][0] - 1
     raw["itls"] = [[sum(gaps)] for gaps in raw["itls"]]  # every answer after its first token in one chunk
-    (found,) = check_chunked(raw, arm="patched", point=C8, round=0)
+    (found,) = check_chunked(sr(raw), arm="patched", point=C8, round=0)
     assert found.check == "chunked-stream" and found.severity == "unreliable" and found.metrics == ("itl",)
     assert f"{len(raw['itls'])} of {len(raw['itls'])} requests got their {n} tokens after the first in 1 chunk(s)" \
         in found.message
     assert found.affects("median_itl_ms") and found.affects("p99_itl_ms")
     assert not any(found.affects(k) for k in ("mean_tpot_ms", "mean_ttft_ms", "mean_e2el_ms", "output_throughput"))
-    assert found in check_repeat(raw, None, arm="patched", point=C8, round=0)
+    assert found in check_repeat(sr(raw), None, arm="patched", point=C8, round=0)
     # one chunked request in sixteen stays below the 10 % share: silent
     raw = copy.deepcopy(healthy)
     raw["itls"][0] = [sum(raw["itls"][0])]
-    assert check_chunked(raw, arm="patched", point=C8, round=0) == []
+    assert check_chunked(sr(raw), arm="patched", point=C8, round=0) == []
 
 
 def test_everything_in_one_burst_is_caught():
@@ -166,7 +173,7 @@ def test_everything_in_one_burst_is_caught():
     for key in ("mean_itl_ms", "median_itl_ms", "mean_tpot_ms", "median_tpot_ms"):
         raw[key] = 0.0
     raw["mean_ttft_ms"] = raw["mean_e2el_ms"]
-    found = check_coalesced(raw, arm="patched", point=C8, round=0)
+    found = check_coalesced(sr(raw), arm="patched", point=C8, round=0)
     assert len(found) == 1 and found[0].severity == "unreliable"
     assert "16 of 16 requests" in found[0].message and "median ITL 0.000 ms" in found[0].message
 
@@ -176,20 +183,20 @@ def test_bursts_with_gaps_caught_by_the_relative_rule():
     % of the 3.4 ms per token the request times imply."""
     raw = raw_copy(*CLEAN)
     raw["median_itl_ms"] = 0.2
-    found = check_coalesced(raw, arm="patched", point=C8, round=0)
+    found = check_coalesced(sr(raw), arm="patched", point=C8, round=0)
     assert len(found) == 1 and "is 6% of the 3.36 ms per token" in found[0].message
     raw["median_itl_ms"] = 0.5  # 15 %: a jittery but real stream
-    assert check_coalesced(raw, arm="patched", point=C8, round=0) == []
+    assert check_coalesced(sr(raw), arm="patched", point=C8, round=0) == []
 
 
 def test_one_burst_request_in_sixteen_is_a_warning():
     raw = raw_copy(*CLEAN)
     raw["ttfts"][5] = raw["latencies"][5]
-    found = check_coalesced(raw, arm="patched", point=C8, round=0)
+    found = check_coalesced(sr(raw), arm="patched", point=C8, round=0)
     assert [(f.severity, f.message) for f in found] == [
         ("warning", "repeat 0: 1 of 16 requests received every token after the first in one burst")]
     raw["ttfts"][6] = raw["latencies"][6]  # 2 of 16 = 12.5 % >= 10 %
-    assert [f.severity for f in check_coalesced(raw, arm="patched", point=C8, round=0)] == ["unreliable"]
+    assert [f.severity for f in check_coalesced(sr(raw), arm="patched", point=C8, round=0)] == ["unreliable"]
 
 
 def test_prefill_heavy_stream_is_not_coalesced():
@@ -199,15 +206,15 @@ def test_prefill_heavy_stream_is_not_coalesced():
     n = 8
     raw = {"latencies": [3.15] * n, "ttfts": [3.0] * n, "output_lens": [16] * n, "errors": [""] * n,
            "median_itl_ms": 10.0, "mean_itl_ms": 10.0, "duration": 3.2, "completed": n, "failed": 0}
-    assert check_coalesced(raw, arm="a", point="p", round=0) == []
+    assert check_coalesced(sr(raw), arm="a", point="p", round=0) == []
 
 
 def test_coalesced_from_summary_fields_alone():
     """Without the detailed lists (no --save-detailed) the median ITL and mean e2el/ttft still decide."""
     summary = {k: v for k, v in raw_copy("baseline", C4, 0).items() if not isinstance(v, list)}
-    assert [f.check for f in check_coalesced(summary, arm="b", point=C4, round=0)] == ["coalesced-stream"]
+    assert [f.check for f in check_coalesced(sr(summary), arm="b", point=C4, round=0)] == ["coalesced-stream"]
     summary = {k: v for k, v in raw_copy(*CLEAN).items() if not isinstance(v, list)}
-    assert check_coalesced(summary, arm="p", point=C8, round=0) == []
+    assert check_coalesced(sr(summary), arm="p", point=C8, round=0) == []
 
 
 # ----------------------------------------------------------------------------- concurrency, client
@@ -216,16 +223,16 @@ def test_coalesced_from_summary_fields_alone():
 def test_low_concurrency_planted():
     raw = raw_copy(*CLEAN)
     raw["latencies"] = [x / 4 for x in raw["latencies"]]  # mean in flight 7.83 -> 1.96 of 8
-    found = check_concurrency(raw, planned(concurrency=8, num_prompts=16), arm="patched", point=C8, round=1)
+    found = check_concurrency(sr(raw), planned(concurrency=8, num_prompts=16), arm="patched", point=C8, round=1)
     assert len(found) == 1 and found[0].check == "low-concurrency" and found[0].severity == "unreliable"
     assert found[0].message == "repeat 1: mean in-flight requests 1.96 of the 8 asked for (24%, threshold 70%)"
     # an open-loop point (finite request rate) sets its own load: not a defect
-    assert check_concurrency(raw, planned(concurrency=8, num_prompts=16, request_rate=2.0),
+    assert check_concurrency(sr(raw), planned(concurrency=8, num_prompts=16, request_rate=2.0),
                              arm="patched", point=C8, round=1) == []
     # the target is min(concurrency, prompts)
     raw["latencies"] = raw["latencies"][:3]
     raw["duration"] = sum(raw["latencies"]) / 2.5
-    assert check_concurrency(raw, planned(concurrency=8, num_prompts=3), arm="p", point="x", round=0) == []
+    assert check_concurrency(sr(raw), planned(concurrency=8, num_prompts=3), arm="p", point="x", round=0) == []
 
 
 def test_concurrency_silent_on_real_results():
@@ -234,24 +241,28 @@ def test_concurrency_silent_on_real_results():
                                                         round=r.round)] == []
 
 
+def _client(**fields) -> ClientRecord:
+    return ClientRecord(wall_s=1.0, **fields)
+
+
 def test_client_bound():
-    found = check_client({"mode": "persistent", "client_cpu_util": 0.95}, arm="a", point="p", round=0)
+    found = check_client(_client(mode="persistent", client_cpu_util=0.95), arm="a", point="p", round=0)
     assert [f.check for f in found] == ["client-bound"] and "95% of a core" in found[0].message
-    assert check_client({"mode": "persistent", "client_cpu_util": 0.5}, arm="a", point="p", round=0) == []
+    assert check_client(_client(mode="persistent", client_cpu_util=0.5), arm="a", point="p", round=0) == []
     assert check_client(None, arm="a", point="p", round=0) == []
     # the CLI's figure is mostly Python start-up: not evidence, unless the benchmark call was timed alone
-    assert check_client({"mode": "cli", "client_cpu_util": 0.97}, arm="a", point="p", round=0) == []
-    busy = {"mode": "persistent", "client_cpu_util": 0.4, "bench_cpu_s": 9.3, "bench_wall_s": 10.0}
+    assert check_client(_client(mode="cli", client_cpu_util=0.97), arm="a", point="p", round=0) == []
+    busy = _client(mode="persistent", client_cpu_util=0.4, bench_cpu_s=9.3, bench_wall_s=10.0)
     assert [f.check for f in check_client(busy, arm="a", point="p", round=0)] == ["client-bound"]
 
 
 def test_check_repeat_combines_the_per_repeat_checks():
     raw = raw_copy(*CLEAN)
     raw["failed"] = 1
-    found = check_repeat(raw, planned(concurrency=8, num_prompts=16), arm="patched", point=C8, round=0,
-                         client={"client_cpu_util": 0.99})
+    found = check_repeat(sr(raw), planned(concurrency=8, num_prompts=16), arm="patched", point=C8, round=0,
+                         client=_client(mode="persistent", client_cpu_util=0.99))
     assert {f.check for f in found} == {"failed-requests", "client-bound"}
-    assert check_repeat(raw_copy(*CLEAN), planned(concurrency=8, num_prompts=16), arm="patched", point=C8,
+    assert check_repeat(sr(raw_copy(*CLEAN)), planned(concurrency=8, num_prompts=16), arm="patched", point=C8,
                         round=0) == []
 
 
@@ -272,7 +283,7 @@ def test_warmup_outliers_in_the_real_results():
 
 
 def _ttft_repeats(ttfts: list[float], orders: list[int | None], sessions: list[int | None]) -> list[RepeatResult]:
-    return [RepeatResult("base", "p", i, {"mean_ttft_ms": t, "output_throughput": 1000.0}, session=s, order=o)
+    return [RepeatResult("base", "p", i, sr({"mean_ttft_ms": t, "output_throughput": 1000.0}), session=s, order=o)
             for i, (t, o, s) in enumerate(zip(ttfts, orders, sessions, strict=True))]
 
 
@@ -304,7 +315,8 @@ def test_server_health():
            "(EngineCore_DP0 pid=123) ERROR 11-29 18:51:00 [core.py:700] EngineCore encountered a fatal error.\n"
            "Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\nRuntimeError: boom\n"
            "INFO 11-29 18:51:05 [launcher.py:1] Shutting down\n")
-    found = check_server_health(records, {("cand", 1): log, ("base", 0): "INFO all good\nWARNING slow\n"})
+    starts = [ServerStart.model_validate(r) for r in records]
+    found = check_server_health(starts, {("cand", 1): log, ("base", 0): "INFO all good\nWARNING slow\n"})
     assert [(f.arm, f.session, f.severity) for f in found] == [("cand", 1, "warning")]
     msg = found[0].message
     assert msg.startswith("session 1: 1 restart")
@@ -315,7 +327,8 @@ def test_server_health():
 def test_server_health_silent_when_healthy():
     records = [{"arm": a, "session": s, "attempt": 0, "healthy_after_s": t}
                for a, s, t in [("base", 0, 44.0), ("cand", 0, 82.0), ("base", 1, 51.0), ("cand", 1, 60.0)]]
-    assert check_server_health(records, {("base", 0): "INFO Application startup complete.\n"}) == []
+    starts = [ServerStart.model_validate(r) for r in records]
+    assert check_server_health(starts, {("base", 0): "INFO Application startup complete.\n"}) == []
 
 
 def test_count_log_errors_ignores_lowercase_error_words():
@@ -340,7 +353,7 @@ def test_mann_kendall_exact_p_matches_scipy():
 
 
 def _series_repeats(arm: str, values: dict[str, list[float]]) -> list[RepeatResult]:
-    return [RepeatResult(arm, point, rnd, {"output_throughput": v}, session=rnd, order=0)
+    return [RepeatResult(arm, point, rnd, sr({"output_throughput": v}), session=rnd, order=0)
             for point, vals in values.items() for rnd, v in enumerate(vals)]
 
 
@@ -349,15 +362,15 @@ def test_session_drift_flags_a_server_that_changed_speed_within_its_session():
     # whose first measurement ran ~7 % slow (a server measured the moment it answered /health)
     starts = [3.93, 3.93, 3.89, 3.93, 4.26, 4.00, 4.11, 3.90, 4.11, 4.02, 4.30, 3.87, 4.04, 4.01, 4.10, 4.15]
     ends = [3.95, 3.96, 3.90, 3.95, 3.99, 3.99, 4.10, 3.88, 4.10, 4.01, 3.99, 3.91, 4.02, 4.00, 4.11, 3.89]
-    repeats = [RepeatResult(f"arm{i % 4}", "c1", i // 4, {"mean_tpot_ms": a}, session=i // 4,
-                            end={"mean_tpot_ms": b}) for i, (a, b) in enumerate(zip(starts, ends, strict=True))]
+    repeats = [RepeatResult(f"arm{i % 4}", "c1", i // 4, sr(mean_tpot_ms=a), session=i // 4,
+                            end=sr(mean_tpot_ms=b)) for i, (a, b) in enumerate(zip(starts, ends, strict=True))]
     found = check_session_drift(repeats)
     assert [(f.arm, f.round) for f in found] == [("arm0", 1), ("arm2", 2), ("arm3", 3)]
     assert all(f.severity == "warning" and f.check == "session-drift" for f in found)
     assert "Mean TPOT 4.26 ms at the point's first measurement, 3.99 ms when it was measured again" in found[0].message
     assert "(-6.3%; this run's threshold 2.5%)" in found[0].message  # 5 x the median |difference|, 0.5 %
     # a noisy run sets its own threshold (5 x its median difference): 3 % swings everywhere are its noise
-    noisy = [RepeatResult("a", "c1", r, {"mean_tpot_ms": 10.0}, end={"mean_tpot_ms": 10.0 * (1.03 if r % 2 else 0.97)})
+    noisy = [RepeatResult("a", "c1", r, sr({"mean_tpot_ms": 10.0}), end=sr(mean_tpot_ms=10.0 * (1.03 if r % 2 else 0.97)))
              for r in range(6)]
     assert check_session_drift(noisy) == []
     assert check_session_drift(_series_repeats("a", {"c1": [1.0, 2.0]})) == []  # no end-of-session repeats
@@ -368,20 +381,20 @@ def test_round_outlier_names_one_round_off_its_arms_level_and_not_a_two_level_ce
     repeat was never measured, so session-drift could not see it). A cell whose rounds sit at two levels is the
     bimodal check's subject, not one round's; a cell of three rounds has too few others to judge."""
     cells = {"c1": [3.88, 3.87, 3.88, 4.22], "c8": [4.76, 4.77, 4.75, 4.77], "c16": [5.60, 5.62, 5.61, 5.60]}
-    repeats = [RepeatResult("ll", p, r, {"mean_tpot_ms": v}, session=r) for p, vs in cells.items()
+    repeats = [RepeatResult("ll", p, r, sr({"mean_tpot_ms": v}), session=r) for p, vs in cells.items()
                for r, v in enumerate(vs)]
     two_levels = [3.93, 4.26, 4.30, 4.04]  # the first H200 run's baseline at c1: slow and fast windows
-    repeats += [RepeatResult("base", "c1", r, {"mean_tpot_ms": v}, session=r) for r, v in enumerate(two_levels)]
+    repeats += [RepeatResult("base", "c1", r, sr({"mean_tpot_ms": v}), session=r) for r, v in enumerate(two_levels)]
     found = check_round_outlier(repeats)
     assert [(f.arm, f.point, f.round, f.severity) for f in found] == [("ll", "c1", 3, "warning")]
     assert "Mean TPOT 4.22 ms, +8.8% from the median 3.88 ms of this arm's other 3 rounds" in found[0].message
     assert "which lie within 0.3% of it (this run's threshold 3.0%)" in found[0].message
     assert check_round_outlier([r for r in repeats if r.round < 3]) == []  # 3 rounds: 2 others per round
     # a noisy run sets its own threshold: 10 % swings everywhere are its noise, not one round's
-    noisy = [RepeatResult("a", p, r, {"mean_tpot_ms": 10.0 * (1.1 if (r + i) % 2 else 0.9)}, session=r)
+    noisy = [RepeatResult("a", p, r, sr({"mean_tpot_ms": 10.0 * (1.1 if (r + i) % 2 else 0.9)}), session=r)
              for i, p in enumerate(("c1", "c2", "c3")) for r in range(4)]
-    noisy.append(RepeatResult("a", "c4", 0, {"mean_tpot_ms": 12.0}, session=0))
-    noisy += [RepeatResult("a", "c4", r, {"mean_tpot_ms": 10.0}, session=r) for r in (1, 2, 3)]
+    noisy.append(RepeatResult("a", "c4", 0, sr({"mean_tpot_ms": 12.0}), session=0))
+    noisy += [RepeatResult("a", "c4", r, sr({"mean_tpot_ms": 10.0}), session=r) for r in (1, 2, 3)]
     assert [f.point for f in check_round_outlier(noisy)] == []
 
 
@@ -425,7 +438,7 @@ def test_drift_silent_on_real_results():
 
 def _session_repeats(arm: str, levels: list[float], points: dict[str, float] | None = None) -> list[RepeatResult]:
     points = points or {"c4": 1.0}
-    return [RepeatResult(arm, point, s, {"output_throughput": lvl * scale}, session=s, order=0)
+    return [RepeatResult(arm, point, s, sr({"output_throughput": lvl * scale}), session=s, order=0)
             for s, lvl in enumerate(levels) for point, scale in points.items()]
 
 

@@ -441,3 +441,46 @@ def test_a_failed_aa_control_is_named_on_every_candidate_card(tmp_path):
     cand_card = verdict.split("- **patched vs baseline:")[1].split("- **A/A control: ")[0]
     assert f"**A/A control failed**: two identical arms differed by {est:+.1f}% [" in cand_card
     assert verdict.count("**A/A control failed**") == 1  # on the candidate's card, not on the control's own
+
+
+def test_a_serve_result_reads_its_metrics_by_name_finite_numbers_only():
+    """`vllm bench serve` writes its metrics as keys of their own (and "inf" for a closed-loop rate):
+    ``metric`` gives a finite number or None, ``number`` any number (the statistics refuse inf and NaN aloud)."""
+    from suite.stages.serve.read import ServeResult
+
+    r = ServeResult.model_validate({"completed": 8, "request_rate": "inf", "mean_tpot_ms": 4, "p99_itl_ms": True,
+                                    "median_ttft_ms": "12", "std_e2el_ms": math.inf, "label": None})
+    assert r.metric("completed") == 8.0 and r.metric("mean_tpot_ms") == 4.0
+    assert r.request_rate == math.inf and r.metric("request_rate") is None and r.number("request_rate") == math.inf
+    for key in ("p99_itl_ms", "median_ttft_ms", "std_e2el_ms", "label", "mean_e2el_ms", "latencies"):
+        assert r.metric(key) is None, key
+    assert r.number("std_e2el_ms") == math.inf and r.number("p99_itl_ms") is None
+    with pytest.raises(ValueError, match="latencies"):
+        ServeResult.model_validate({"latencies": "x"})
+
+
+def test_unreadable_serve_results_are_named_and_only_their_rounds_left_out(tmp_path):
+    """A result that is missing, not JSON, or not the tool's shape (a list; a field of the wrong type) is
+    named with the reason, never skipped without a word; the point keeps its other rounds, by round index."""
+    root = make_run(tmp_path, scaled([100, 101, 99], [120, 121, 119]), order="abba")
+    serve = Path(root) / "patched" / "serve" / "isl64-osl16-c2-n8"
+    (serve / "rep-0.json").unlink()
+    (serve / "rep-1.json").write_text("[1, 2]")
+    (Path(root) / "baseline" / "serve" / "isl64-osl16-c4-n8" / "rep-2.json").write_text('{"failed": "some"}')
+    run = load_run(root)
+    assert [(u.path, u.error) for u in run.serve.unreadable] == [
+        ("baseline/serve/isl64-osl16-c4-n8/rep-2.json", "failed: Input should be a valid integer, unable to parse "
+         "string as an integer"),
+        ("patched/serve/isl64-osl16-c2-n8/rep-0.json", "No such file or directory"),
+        ("patched/serve/isl64-osl16-c2-n8/rep-1.json", "(top level): Input should be a valid dictionary or "
+         "instance of ServeResult")]
+    assert {arm: list(r) for arm, r in run.points["isl64-osl16-c2-n8"].reps.items()} == {
+        "baseline": [0, 1, 2], "patched": [2]}
+    assert {arm: list(r) for arm, r in run.points["isl64-osl16-c4-n8"].reps.items()} == {
+        "baseline": [0, 1], "patched": [0, 1, 2]}
+    text = build_report(root).read_text()
+    section = text[text.index("## Serving (`vllm bench serve`): before → after"):]
+    assert section.index("3 stored results of jobs that ended ok could not be read") < section.index("| ISL |")
+    assert "`patched/serve/isl64-osl16-c2-n8/rep-0.json`: No such file or directory" in section
+    row = next(line for line in text.splitlines() if line.startswith("| 64 | 16 | 4 | 8 |"))
+    assert "| 16/24 | 0/0 |" in row  # completed: baseline's two readable rounds, patched's three

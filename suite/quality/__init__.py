@@ -1,7 +1,8 @@
 """Data-quality checks: name what is wrong with a measurement instead of letting it become a verdict.
 
-Pure functions (no I/O) over the raw `vllm bench serve` result dicts (the JSON written with
-``--save-result --save-detailed``), the per-session server records and server log texts. Every check returns
+Pure functions (no I/O) over the `vllm bench serve` results (the JSON written with ``--save-result
+--save-detailed``, read as `suite.stages.serve.read.ServeResult`), the server start records (`ServerStart`) and
+server log texts. Every check returns
 `Finding`s; ``severity == "unreliable"`` marks the cell (arm, point) unreliable for the metrics the finding
 names (`Finding.metrics`, empty = every metric), ``"warning"`` is shown in the Data quality box only.
 

@@ -8,13 +8,14 @@ is shown in the Data quality box only.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from suite.plan import ServeParams
+from suite.stages.serve.read import ServeResult
 from suite.stats import FAMILIES, METRICS
+from suite.store import ClientRecord
 
 Severity = Literal["unreliable", "warning"]
 
@@ -57,25 +58,18 @@ class RepeatResult:
 
     ``round``: the repeat / round index. ``session``: the server session (one server lifetime) it ran in.
     ``order``: its position in the session's run order (smaller ran earlier); None when unknown, which turns
-    the warm-up check off for it. ``client``: the client record of the point (``client_cpu_util`` etc.).
+    the warm-up check off for it. ``client``: how the point's bench client ran (``client_cpu_util`` etc.).
     """
 
     arm: str
     point: str
     round: int
-    raw: Mapping[str, Any]
+    raw: ServeResult
     params: ServeParams | None = None  # the point as planned (None: known only from the raw result)
     session: int | None = None
     order: int | None = None
-    client: Mapping[str, Any] | None = None
-    end: Mapping[str, Any] | None = None  # the same point measured again at the end of its session (drift_check)
-
-
-def finite_number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    value = float(value)
-    return value if math.isfinite(value) else None
+    client: ClientRecord | None = None
+    end: ServeResult | None = None  # the same point measured again at the end of its session (drift_check)
 
 
 def fmt_value(value: float) -> str:

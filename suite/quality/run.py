@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
 
 from suite.quality.finding import Finding, RepeatResult, order_findings
 from suite.quality.series import check_bimodal_sessions, check_drift, check_round_outlier, check_session_drift
 from suite.quality.server_log import check_server_health
 from suite.stages.serve.checks import check_repeat, check_warmup
+from suite.stages.serve.read import ServerStart
 
 
-def run_checks(repeats: Sequence[RepeatResult], *, servers: Iterable[Mapping[str, Any]] = (),
+def run_checks(repeats: Sequence[RepeatResult], *, servers: Iterable[ServerStart] = (),
                logs: Mapping[tuple[str, int], str] | None = None) -> list[Finding]:
     """Every check over a run's repeats (plus server records and logs), in `order_findings` order."""
     findings: list[Finding] = []

@@ -13,7 +13,7 @@ from functools import lru_cache
 import numpy as np
 from scipy.stats import norm
 
-from suite.quality.finding import Finding, RepeatResult, finite_number, fmt_value
+from suite.quality.finding import Finding, RepeatResult, fmt_value
 from suite.stats import METRICS
 
 SESSION_DRIFT_MIN_PCT = 2.0  # a session's point measured again at its end: differences below this are noise
@@ -95,7 +95,7 @@ def _round_series(repeats: Sequence[RepeatResult], metric: str) -> dict[tuple[st
     """(arm, point) -> [(round, value)] in round order; repeats of one round are merged by geometric mean."""
     acc: dict[tuple[str, str], dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     for r in repeats:
-        value = finite_number(r.raw.get(metric))
+        value = r.raw.metric(metric)
         if value is not None and value > 0:
             acc[(r.arm, r.point)][r.round].append(value)
     return {cell: [(rnd, math.exp(statistics.fmean(map(math.log, vals)))) for rnd, vals in sorted(rounds.items())]
@@ -148,7 +148,7 @@ def check_session_drift(repeats: Sequence[RepeatResult], metric: str = "mean_tpo
     by more than ``SESSION_DRIFT_MIN_PCT`` and ``SESSION_DRIFT_FACTOR`` times the run's median difference."""
     pairs = []
     for r in repeats:
-        start, end = finite_number(r.raw.get(metric)), finite_number((r.end or {}).get(metric))
+        start, end = r.raw.metric(metric), r.end.metric(metric) if r.end is not None else None
         if start and end and start > 0 and end > 0:
             pairs.append((r, start, end, math.log(end / start)))
     if not pairs:
@@ -234,7 +234,7 @@ def session_levels(repeats: Sequence[RepeatResult], metric: str = "output_throug
     of those medians (so a session with every point measured reads as its geometric mean over points)."""
     values: dict[str, dict[str, dict[int, list[float]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
     for r in repeats:
-        value = finite_number(r.raw.get(metric))
+        value = r.raw.metric(metric)
         if r.session is not None and value is not None and value > 0:
             values[r.arm][r.point][r.session].append(math.log(value))
     levels: dict[str, dict[int, float]] = {}

@@ -6,9 +6,9 @@ import re
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from typing import Any
 
-from suite.quality.finding import Finding, finite_number
+from suite.quality.finding import Finding
+from suite.stages.serve.read import ServerStart, finite_number
 from suite.store import SERVER_START_MARK
 
 START_SLOW_FACTOR = 3.0
@@ -36,7 +36,7 @@ def count_log_errors(text: str) -> tuple[int, str | None]:
     return count, first
 
 
-def check_server_health(sessions: Iterable[Mapping[str, Any]],
+def check_server_health(sessions: Iterable[ServerStart],
                         logs: Mapping[tuple[str, int], str] | None = None) -> list[Finding]:
     """Server health per session, from the server records (one per start attempt: ``arm``, ``session``,
     ``attempt``, ``healthy_after_s``, as written next to each server log) and the log texts (keyed by
@@ -49,21 +49,20 @@ def check_server_health(sessions: Iterable[Mapping[str, Any]],
       demo's 2-core box spread 30–74 s (2.5×), so 3× is beyond their normal spread;
     - ERROR or Traceback lines in the log (`count_log_errors`).
     """
-    per: dict[tuple[str, int], list[Mapping[str, Any]]] = defaultdict(list)
+    per: dict[tuple[str, int], list[ServerStart]] = defaultdict(list)
     for rec in sessions:
-        if isinstance(rec.get("arm"), str) and isinstance(rec.get("session"), int):
-            per[(rec["arm"], rec["session"])].append(rec)
+        per[(rec.arm, rec.session)].append(rec)
     start: dict[tuple[str, int], float] = {}
     for key, recs in per.items():
-        first = min(recs, key=lambda r: r.get("attempt") or 0)
-        value = finite_number(first.get("healthy_after_s"))
+        first = min(recs, key=lambda r: r.attempt)
+        value = finite_number(first.healthy_after_s)
         if value is not None:
             start[key] = value
     findings = []
     for arm, session in sorted(set(per) | set(logs or {})):
         recs = per.get((arm, session), [])
         parts = []
-        attempts = max((int(r.get("attempt") or 0) for r in recs), default=0)
+        attempts = max((r.attempt for r in recs), default=0)
         if attempts > 0:
             parts.append(f"{attempts} restart{'s' if attempts > 1 else ''} (the server died during the "
                          "session; later points ran on a fresh server)")

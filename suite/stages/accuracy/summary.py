@@ -13,10 +13,11 @@ import math
 from typing import Any
 
 from suite.analysis import RunData
-from suite.document import BulletList, Cell, Note, Paragraph, Section, Table, fmt_p, literal
+from suite.document import BulletList, Cell, Note, Paragraph, Section, Table, code, fmt_p, literal
 from suite.render import markdown
 from suite.stages.accuracy.read import AccuracyComparison, ArmScore, EquivalenceSummary, FilterComparison
 from suite.stats import fmt_interval
+from suite.store import ModelRecord
 
 MAX_LISTED_FLIPS = 20
 GATE_STYLE = {"PASS": "better", "FAIL": "worse", "INCONCLUSIVE": "unreliable", "UNINFORMATIVE": "unreliable"}
@@ -126,12 +127,38 @@ def render_accuracy_md(s: AccuracyComparison | None, eq: EquivalenceSummary | No
     return markdown.section(sec) + "\n" if sec is not None else ""
 
 
+def served_model(run: RunData, arm: str) -> ModelRecord:
+    """The model an arm served: its own (``arms.NAME.model``) or the matrix's (the A/A arm is the baseline's)."""
+    spec = run.matrix.arms.get(arm)
+    return spec.model if spec is not None and spec.model is not None else run.matrix.model
+
+
+def other_model_note(run: RunData, cand: str) -> Note | None:
+    """What the comparison of two arms on different checkpoints means, said where it is shown: the questions
+    pair across checkpoints (an exact-match score is the same question's, whatever produced it); the texts
+    (responses changed, greedy equivalence) are two models' outputs, and with another tokenizer two
+    tokenizations of the prompts, so a difference there is the checkpoint's, not a defect."""
+    base, new = served_model(run, run.baseline), served_model(run, cand)
+    if (base.id, base.tokenizer_name) == (new.id, new.tokenizer_name):
+        return None
+    tok = ("the same tokenizer" if base.tokenizer_name == new.tokenizer_name else
+           f"its own tokenizer ({code(new.tokenizer_name or '?')}; the baseline's: {code(base.tokenizer_name or '?')}), "
+           "so the prompts are other tokens")
+    return Note(f"{literal(cand)} serves another checkpoint ({code(new.id or '?')}) with {tok}. The accuracy is "
+                "still paired per question (doc_id): a question's exact match does not depend on which model or "
+                "tokenizer answered it. The response-level comparisons (responses changed, greedy equivalence) "
+                "compare two models' texts: a difference there is the checkpoint's, not a defect of the change.",
+                "info")
+
+
 def section(run: RunData) -> Section | None:
     """Per candidate: accuracy, greedy equivalence, and what is missing (a side without a result)."""
     blocks: list[Any] = []
     for s in run.summaries:
         c = s.correctness
         head = f"{literal(run.baseline)} vs {literal(s.candidate)}"
+        if (c.accuracy is not None or c.equivalence is not None) and (note := other_model_note(run, s.candidate)):
+            blocks.append(note)
         if c.accuracy is not None:
             blocks.append(Section(accuracy_title(c.accuracy), 3, accuracy_blocks(c.accuracy)))
         if c.equivalence is not None:

@@ -1,19 +1,20 @@
 """Data-quality checks of the serve stage: one measured repeat (its raw `vllm bench serve` result, its
 planned point, its client record), and a session's first measurements (warm-up outliers).
 
-Pure functions over the raw result dicts (``--save-result --save-detailed``); thresholds beside the checks
-(each docstring says why).
+Pure functions over the results read as `ServeResult` (``--save-result --save-detailed``); thresholds beside
+the checks (each docstring says why).
 """
 
 from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from suite.plan import ServeParams
-from suite.quality.finding import Finding, RepeatResult, finite_number, fmt_value, repeat_prefix
+from suite.quality.finding import Finding, RepeatResult, fmt_value, repeat_prefix
+from suite.stages.serve.read import ServeResult, finite_number
+from suite.store import ClientRecord
 
 TOKEN_TIMING = ("ttft", "tpot", "itl")  # the metric families a stream's token timing spoils (suite.stats.FAMILIES)
 BURST_S_PER_TOKEN = 50e-6  # faster than any decode step: tokens that close together came in one read
@@ -27,61 +28,57 @@ WARMUP_FACTOR = 3.0
 WARMUP_MIN_OTHERS = 2
 
 
-def _expected_prompts(raw: Mapping[str, Any], params: ServeParams | None) -> int | None:
-    n = params.num_prompts if params is not None else raw.get("num_prompts")  # else: what the client sent
+def _expected_prompts(raw: ServeResult, params: ServeParams | None) -> int | None:
+    n = params.num_prompts if params is not None else raw.num_prompts  # else: what the client sent
     return int(n) if isinstance(n, int | float) and not isinstance(n, bool) else None
 
 
-def _per_request(raw: Mapping[str, Any]) -> list[tuple[float, float, int]]:
+def _per_request(raw: ServeResult) -> list[tuple[float, float, int]]:
     """(latency s, ttft s, output tokens) of the successful requests with more than one output token."""
-    lat, ttft, outs = raw.get("latencies"), raw.get("ttfts"), raw.get("output_lens")
-    if not (isinstance(lat, list) and isinstance(ttft, list) and isinstance(outs, list)):
+    lat, ttft, outs = raw.latencies, raw.ttfts, raw.output_lens
+    if lat is None or ttft is None or outs is None or not len(lat) == len(ttft) == len(outs):
         return []
-    if not len(lat) == len(ttft) == len(outs):
-        return []
-    errors = raw.get("errors")
-    errors = errors if isinstance(errors, list) and len(errors) == len(lat) else [""] * len(lat)
+    errors = raw.errors if raw.errors is not None and len(raw.errors) == len(lat) else [""] * len(lat)
     rows = []
     for la, tt, n, err in zip(lat, ttft, outs, errors, strict=True):
-        if err or not isinstance(n, int) or n < 2 or finite_number(la) is None or finite_number(tt) is None:
+        if err or n < 2 or finite_number(la) is None or finite_number(tt) is None:
             continue
-        rows.append((float(la), float(tt), n))
+        rows.append((la, tt, n))
     return rows
 
 
-def _mean_decode_ms(raw: Mapping[str, Any], rows: list[tuple[float, float, int]]) -> float | None:
+def _mean_decode_ms(raw: ServeResult, rows: list[tuple[float, float, int]]) -> float | None:
     """Mean time per token after the first: Σ(latency − TTFT) / Σ(output tokens − 1), in ms."""
     if rows:
         tokens = sum(n - 1 for _, _, n in rows)
         return 1000 * sum(la - tt for la, tt, _ in rows) / tokens
-    e2el, ttft = finite_number(raw.get("mean_e2el_ms")), finite_number(raw.get("mean_ttft_ms"))
-    total, completed = finite_number(raw.get("total_output_tokens")), finite_number(raw.get("completed"))
+    e2el, ttft = raw.metric("mean_e2el_ms"), raw.metric("mean_ttft_ms")
+    total, completed = raw.metric("total_output_tokens"), raw.metric("completed")
     if e2el is None or ttft is None or not total or not completed or total / completed <= 1:
         return None
     return (e2el - ttft) / (total / completed - 1)
 
 
-def _median_itl_ms(raw: Mapping[str, Any]) -> float | None:
-    value = finite_number(raw.get("median_itl_ms"))
+def _median_itl_ms(raw: ServeResult) -> float | None:
+    value = raw.metric("median_itl_ms")
     if value is not None:
         return value
-    itls = raw.get("itls")
-    if isinstance(itls, list):
-        flat = [float(x) for per in itls if isinstance(per, list) for x in per if finite_number(x) is not None]
+    if raw.itls is not None:
+        flat = [x for per in raw.itls for x in per if finite_number(x) is not None]
         return 1000 * statistics.median(flat) if flat else None
     return None
 
 
-def check_failed(raw: Mapping[str, Any], params: ServeParams | None, *, arm: str, point: str | None,
+def check_failed(raw: ServeResult, params: ServeParams | None, *, arm: str, point: str | None,
                  round: int | None) -> list[Finding]:
     """Failed or incomplete requests: ``failed > 0``, a non-empty error string, or ``completed`` below the
     prompts asked for. Any of them: the repeat measured a different workload than its neighbours (fewer
     requests, early exits), so the cell is unreliable for every metric. No tolerance: a healthy server
     answers every request of a benchmark."""
-    failed = int(finite_number(raw.get("failed")) or 0)
-    completed = finite_number(raw.get("completed"))
+    failed = int(raw.metric("failed") or 0)
+    completed = raw.metric("completed")
     expected = _expected_prompts(raw, params)
-    errors = [e for e in raw.get("errors") or [] if e]
+    errors = [e for e in raw.errors or [] if e]
     parts = []
     if failed > 0:
         total = expected or (failed + int(completed or 0))
@@ -100,7 +97,7 @@ def check_failed(raw: Mapping[str, Any], params: ServeParams | None, *, arm: str
                     f"{repeat_prefix(round)}{'; '.join(parts)}")]
 
 
-def check_coalesced(raw: Mapping[str, Any], *, arm: str, point: str | None,
+def check_coalesced(raw: ServeResult, *, arm: str, point: str | None,
                     round: int | None) -> list[Finding]:
     """Coalesced stream: tokens reached the client in bursts, so TTFT, TPOT and ITL describe the delivery,
     not the server's decoding (E2E latency and throughput are still right: they end at the last token).
@@ -148,18 +145,17 @@ def check_coalesced(raw: Mapping[str, Any], *, arm: str, point: str | None,
     return []
 
 
-def check_chunked(raw: Mapping[str, Any], *, arm: str, point: str | None, round: int | None) -> list[Finding]:
+def check_chunked(raw: ServeResult, *, arm: str, point: str | None, round: int | None) -> list[Finding]:
     """Chunked stream: the server sent several tokens per streamed chunk (vLLM's `--stream-interval N`, or an
     API server that merged a request's pending outputs), so `vllm bench serve` timed gaps between chunks,
     not tokens: ITL is the chunk interval, while TTFT (first chunk), TPOT ((latency − TTFT) / (tokens − 1))
     and E2E latency stay right. A request is chunked when its gaps after the first token (the detailed
     ``itls`` list) number fewer than ``CHUNK_SHARE`` of its tokens after the first; ≥ ``BURST_REQUEST_SHARE``
     of the requests chunked makes the ITL numbers unreliable."""
-    itls, outs = raw.get("itls"), raw.get("output_lens")
-    if not (isinstance(itls, list) and isinstance(outs, list) and len(itls) == len(outs)):
+    itls, outs = raw.itls, raw.output_lens
+    if itls is None or outs is None or len(itls) != len(outs):
         return []
-    rows = [(len(gaps), int(n) - 1) for gaps, n in zip(itls, outs, strict=True)
-            if isinstance(gaps, list) and isinstance(n, int | float) and n > 2]
+    rows = [(len(gaps), n - 1) for gaps, n in zip(itls, outs, strict=True) if n > 2]
     chunked = [(g, n) for g, n in rows if g < CHUNK_SHARE * n]
     if not rows or len(chunked) < BURST_REQUEST_SHARE * len(rows):
         return []
@@ -171,7 +167,7 @@ def check_chunked(raw: Mapping[str, Any], *, arm: str, point: str | None, round:
                     "E2E latency are unaffected)", metrics=("itl",))]
 
 
-def check_concurrency(raw: Mapping[str, Any], params: ServeParams | None, *, arm: str, point: str | None,
+def check_concurrency(raw: ServeResult, params: ServeParams | None, *, arm: str, point: str | None,
                       round: int | None) -> list[Finding]:
     """Achieved concurrency below target. The mean number of requests in flight is Σ latencies / duration
     (Little's law over the run); the target is min(concurrency, prompts). Below ``MIN_CONCURRENCY_SHARE`` =
@@ -179,13 +175,13 @@ def check_concurrency(raw: Mapping[str, Any], params: ServeParams | None, *, arm
     long ramp-down), so the cell does not measure that point. The ramp-down alone costs little: with
     prompts ≥ 2 × concurrency the demo's clean repeats reach 92–100 %. Only for closed-loop points
     (request rate inf / unset): an open-loop rate sets its own load."""
-    rate = params.request_rate if params is not None else raw.get("request_rate")
+    rate = params.request_rate if params is not None else raw.request_rate
     if finite_number(rate) is not None:  # a finite request rate ("inf" and inf read as None)
         return []
-    conc = params.concurrency if params is not None else raw.get("max_concurrency")
-    lat, dur = raw.get("latencies"), finite_number(raw.get("duration"))
+    conc = params.concurrency if params is not None else raw.max_concurrency
+    lat, dur = raw.latencies, raw.metric("duration")
     n = _expected_prompts(raw, params)
-    if not isinstance(conc, int) or not isinstance(lat, list) or not lat or not dur or dur <= 0:
+    if not isinstance(conc, int) or not lat or not dur or dur <= 0:
         return []
     target = min(conc, n) if n else conc
     achieved = sum(x for x in lat if finite_number(x) is not None) / dur
@@ -196,24 +192,24 @@ def check_concurrency(raw: Mapping[str, Any], params: ServeParams | None, *, arm
                     f"({achieved / target:.0%}, threshold {MIN_CONCURRENCY_SHARE:.0%})")]
 
 
-def client_cpu_share(client: Mapping[str, Any] | None) -> float | None:
+def client_cpu_share(client: ClientRecord | None) -> float | None:
     """The client's CPU use over the measurement, as a share of one core.
 
     ``bench_cpu_s / bench_wall_s`` (the persistent client's benchmark call alone) when present, else
     ``client_cpu_util`` — except for the CLI (``mode == "cli"``), whose figure includes Python's start-up
     (CPU-bound seconds that say nothing about the measurement): None there.
     """
-    if not client:
+    if client is None:
         return None
-    cpu, wall = finite_number(client.get("bench_cpu_s")), finite_number(client.get("bench_wall_s"))
+    cpu, wall = finite_number(client.bench_cpu_s), finite_number(client.bench_wall_s)
     if cpu is not None and wall:
         return cpu / wall
-    if client.get("mode") == "cli":
+    if client.mode == "cli":
         return None
-    return finite_number(client.get("client_cpu_util"))
+    return finite_number(client.client_cpu_util)
 
 
-def check_client(client: Mapping[str, Any] | None, *, arm: str, point: str | None,
+def check_client(client: ClientRecord | None, *, arm: str, point: str | None,
                  round: int | None) -> list[Finding]:
     """Client-bound run: `vllm bench serve` is one asyncio process, so it can use one core at most. At
     ≥ ``CLIENT_CPU_MAX`` = 90 % of a core it is saturated: requests wait in the client's event loop,
@@ -226,8 +222,8 @@ def check_client(client: Mapping[str, Any] | None, *, arm: str, point: str | Non
                     f"{CLIENT_CPU_MAX:.0%}): the client, not the server, set the pace")]
 
 
-def check_repeat(raw: Mapping[str, Any], params: ServeParams | None, *, arm: str, point: str | None,
-                 round: int | None, client: Mapping[str, Any] | None = None) -> list[Finding]:
+def check_repeat(raw: ServeResult, params: ServeParams | None, *, arm: str, point: str | None,
+                 round: int | None, client: ClientRecord | None = None) -> list[Finding]:
     """Every per-repeat check on one raw result: failed requests, coalesced stream, achieved concurrency,
     client-bound."""
     return [*check_failed(raw, params, arm=arm, point=point, round=round),
@@ -269,14 +265,14 @@ def check_warmup(repeats: Sequence[RepeatResult]) -> list[Finding]:
         where = (f"the first measured point of session {session}" if cand.order == session_first[(arm, session)]
                  else f"the first {point} measurement of session {session}")
         parts = []
-        ttft = finite_number(cand.raw.get("mean_ttft_ms"))
-        other_ttft = [v for r in others if (v := finite_number(r.raw.get("mean_ttft_ms"))) is not None]
+        ttft = cand.raw.metric("mean_ttft_ms")
+        other_ttft = [v for r in others if (v := r.raw.metric("mean_ttft_ms")) is not None]
         if ttft is not None and len(other_ttft) >= WARMUP_MIN_OTHERS:
             mid = statistics.median(other_ttft)
             if mid > 0 and ttft > WARMUP_FACTOR * mid:
                 parts.append(f"mean TTFT {fmt_value(ttft)} ms is {ttft / mid:.1f}× the median {fmt_value(mid)} ms")
-        tput = finite_number(cand.raw.get("output_throughput"))
-        other_tput = [v for r in others if (v := finite_number(r.raw.get("output_throughput"))) is not None]
+        tput = cand.raw.metric("output_throughput")
+        other_tput = [v for r in others if (v := r.raw.metric("output_throughput")) is not None]
         if tput is not None and len(other_tput) >= WARMUP_MIN_OTHERS:
             mid = statistics.median(other_tput)
             if mid > 0 and tput * WARMUP_FACTOR < mid:

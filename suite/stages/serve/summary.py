@@ -3,14 +3,15 @@ concurrency (charts), a Δ% heat map over points × metrics, and the statistics 
 
 Every number comes from `suite.analysis` (`run.summaries`): a cell's before → after are the geometric means
 its Δ% was computed from, and its 95 % interval is printed beside Δ. An unreliable cell names its reason
-instead of an interval; a missing one says so.
+instead of an interval; a missing one says so. Results of ok serve jobs that could not be read are named in a
+warning at the top of the first serving section.
 """
 
 from __future__ import annotations
 
 import statistics
 
-from suite.analysis import CandidateSummary, CellResult, RunData
+from suite.analysis import CandidateSummary, CellResult, RunData, with_left_out
 from suite.analysis import completed_failed as _completed_failed
 from suite.analysis import drift_checks as _drift_checks
 from suite.document import (
@@ -27,11 +28,13 @@ from suite.document import (
     literal,
     verdict_style,
 )
+from suite.stages.serve.read import PointResults
 from suite.stats import DETAIL, DUPLICATES, HEADLINE, METRICS, Verdict, fmt_interval, fmt_pct
 
 MARK = {Verdict.BETTER: "▲", Verdict.WORSE: "▼", Verdict.NOT_SIGNIFICANT: "·", Verdict.UNRELIABLE: "?"}
 HEAT_STEPS = (2.0, 5.0, 10.0, 20.0)  # |Δ| % at which a significant cell's tint steps up (MAX_STRENGTH levels)
 REASON_CHARS = 110  # an unreliable cell's reason in a table; the statistics table holds it in full
+SERVING_TITLE = "Serving (`vllm bench serve`): before → after"
 
 
 def label(key: str) -> str:
@@ -80,10 +83,9 @@ def doc_cell(c: CellResult, text: str | None = None) -> Cell:
     return Cell(cell_text(c) if text is None else text, style=style, tip=cell_tip(c), strength=_strength(c))
 
 
-def measured_span(point, arm: str) -> str:
+def measured_span(point: PointResults, arm: str) -> str:
     """The shortest and longest measured duration (`duration` of the raw result) of the arm's repeats."""
-    d = [float(raw["duration"]) for raw in point.reps.get(arm, {}).values()
-         if isinstance(raw.get("duration"), int | float)]
+    d = [raw.duration for raw in point.reps.get(arm, {}).values() if raw.duration is not None]
     if not d:
         return "–"
     return f"{min(d):.1f}" if len(d) == 1 or f"{min(d):.1f}" == f"{max(d):.1f}" else f"{min(d):.1f}–{max(d):.1f}"
@@ -93,8 +95,10 @@ def measured_span(point, arm: str) -> str:
 
 
 def serving_section(run: RunData) -> Section | None:
+    """Before → after per point and candidate; first, a warning naming the serve results that could not be
+    read (the section is that warning alone when none could)."""
     if not run.points:
-        return None
+        return with_left_out(None, run.serve.unreadable, SERVING_TITLE, "serving")
     blocks: list = [Paragraph(
         "Geometric mean over repeats, baseline → candidate, Δ% (the ratio of those geometric means) with its 95 % "
         "interval; ▲ better, ▼ worse (significant after Holm over every cell of the candidate), · not "
@@ -117,7 +121,8 @@ def serving_section(run: RunData) -> Section | None:
         blocks.append(Section(f"{run.baseline} → {s.candidate}", 3, [Table(
             ["ISL", "OSL", "Conc", "Prompts", *(label(k) for k in HEADLINE), "Measured (s)", "Completed",
              "Failed"], rows, name="before-after")]))
-    return Section("Serving (`vllm bench serve`): before → after", 2, blocks, anchor="serving")
+    return with_left_out(Section(SERVING_TITLE, 2, blocks, anchor="serving"), run.serve.unreadable, SERVING_TITLE,
+                         "serving")
 
 
 def charts_section(run: RunData) -> Section | None:
