@@ -428,7 +428,7 @@ def prepare(matrix_path: Path, out_base: Path, resume: Path | None, console: Con
                               model_args=matrix.model.vllm_args(), note=matrix.model.weights_note()),
         arms={a: ArmRecord(vllm_version=e.vllm_version, image=e.image, patches=e.patches,
                            **({"model": m.id} if (m := plan.arms[a].model) is not None else {}),
-                           env=redact_env({**matrix.env, **plan.arms[a].env}), **runtime.arm_info(a))
+                           env=redact_env({**matrix.env, **plan.arms[a].env}), **runtime.arm_info(a).fields())
               for a, e in arm_envs.items()},
     )
     return RunContext(matrix=matrix, plan=plan, store=store, runtime=runtime, arm_envs=arm_envs,

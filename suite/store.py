@@ -230,6 +230,46 @@ class HostRecord(Recorded):
     cpu_count: int | None = None
 
 
+class CpuSplit(BaseModel):
+    """A CPU host's cores: the server's and the client's (apart, so the client never steals the server's)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    server: list[int]
+    client: list[int]
+
+
+class ImageInfo(BaseModel):
+    """An arm's image as the docker runtime used it: built (tag, id, identity, base, vendor) or given as is."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tag: str | None = None
+    id: str | None = None
+    identity: str | None = None
+    base_image: str | None = None
+    base_digest: str | None = None
+    vendor: str | None = None
+    vllm_source: dict[str, str] | None = None  # kind pypi | wheel | git, the version and where it came from
+    given: bool | None = None
+
+
+class ArmRuntimeInfo(BaseModel):
+    """What the runtime adds to an arm's manifest record (its provenance): the host kind, GPUs, CPU split and
+    preloads of the local runtime; the image of the docker runtime. Only the fields a runtime sets are written."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    host: str | None = None
+    gpus: str | None = None
+    cpu_split: CpuSplit | None = None
+    ld_preload: list[str] | None = None
+    image_info: ImageInfo | None = None
+
+    def fields(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude_unset=True)
+
+
 class ArmRecord(Recorded):
     """What one arm ran: its vLLM, image and patches, its environment (secrets redacted); what the runtime adds
     (GPUs, CPU split, preloads, image provenance) rides along."""

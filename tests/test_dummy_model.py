@@ -18,6 +18,7 @@ from suite.matrix import load_matrix
 from suite.plan import build_plan
 from suite.runner import server_argv_tail
 from suite.stages.latency.run import latency_command
+from suite.store import ArmRuntimeInfo
 from tests.conftest import run_suite
 from tests.test_matrix_errors import error_of, write
 from tests.test_report import make_run
@@ -263,7 +264,7 @@ def test_run_prepares_the_model_and_records_dummy_weights_in_the_manifest(tmp_pa
             return ArmEnv(arm=arm, vllm_version=spec.vllm)
 
         def arm_info(self, arm):
-            return {}
+            return ArmRuntimeInfo()
 
     monkeypatch.setattr(runner, "make_runtime", lambda matrix, cache_root: FakeRuntime())
     ctx = runner.prepare(write(tmp_path, text()), tmp_path / "runs", None, Console(quiet=True))

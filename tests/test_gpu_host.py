@@ -83,7 +83,7 @@ def test_gpu_host_gets_no_cpu_settings_and_its_gpu(tmp_path, monkeypatch):
     assert env["FLASH_ATTENTION_CUTE_DSL_CACHE_DIR"] == other["FLASH_ATTENTION_CUTE_DSL_CACHE_DIR"]
     assert env["FLASH_ATTENTION_CUTE_DSL_CACHE_DIR"].startswith(str((tmp_path / ".cache").resolve()))
     assert runtime.split is None and runtime.preload == [] and runtime.client_cpus() is None
-    assert runtime.arm_info("baseline")["host"] == "cuda"
+    assert runtime.arm_info("baseline").host == "cuda"
     spec = runtime.server_spec(ArmEnv(arm="baseline", vllm_version="0.26.0"), argv_tail=["m"], extra_env={},
                                cache_dir=tmp_path / "c", log_path=tmp_path / "s.log", port=1, redact=[])
     assert spec.cpus is None

@@ -70,7 +70,7 @@ def test_cpu_servers_preload_vllms_libraries_after_the_users(tmp_path, monkeypat
     assert runtime.preload == found
     env = runtime.arm_vars(ArmEnv(arm="baseline", vllm_version="0.32.0+cpu", pythonpath=None), tmp_path / "c")
     assert env["LD_PRELOAD"].split(":") == ["/opt/site/libaudit.so", *found]
-    assert runtime.arm_info("baseline")["ld_preload"] == found
+    assert runtime.arm_info("baseline").ld_preload == found
     monkeypatch.setenv("SUITE_CPU_PRELOAD", "0")
     off = LocalRuntime(parse_matrix(MATRIX, "m.yaml"), tmp_path / ".cache")
     assert off.preload == [] and "LD_PRELOAD" not in off.arm_vars(

@@ -18,6 +18,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from suite.errors import ServerError
 from suite.patches import AppliedPatch
+from suite.store import ArmRuntimeInfo
 
 
 @dataclass(frozen=True)
@@ -169,7 +170,7 @@ class ArmPreparer(Protocol):
     kind: str
 
     def prepare_arm(self, arm: str, spec: Any) -> ArmEnv: ...
-    def arm_info(self, arm: str) -> dict[str, Any]: ...
+    def arm_info(self, arm: str) -> ArmRuntimeInfo: ...
 
 
 @runtime_checkable
@@ -196,8 +197,8 @@ class RuntimeBase:
     kind = "base"
     client_in_server = False  # True: client tools run inside the server (its container), so they end with it
 
-    def arm_info(self, arm: str) -> dict[str, Any]:  # noqa: ARG002
-        return {}
+    def arm_info(self, arm: str) -> ArmRuntimeInfo:  # noqa: ARG002
+        return ArmRuntimeInfo()
 
     def device_state(self) -> list[dict[str, str]] | None:
         """The accelerators' state (clocks, P-state, power) around a job; None where the runtime records none."""

@@ -18,14 +18,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 from suite.errors import ServerError, SuiteError
 from suite.matrix import ArmSpec
 from suite.proc import cpu_list, cpu_split, group_watchdog, read_tail, start, stop_group
 from suite.runtime.base import ArmEnv, RuntimeBase, ServerBase, ServerSpec
 from suite.runtime.gpu import HostKind, gpu_state, host_kind, process_tree, release_gpu
-from suite.store import SERVER_START_MARK
+from suite.store import SERVER_START_MARK, ArmRuntimeInfo, CpuSplit
 
 STOP_GRACE_S = 30.0
 
@@ -276,10 +275,10 @@ class LocalRuntime(RuntimeBase):
                     [*filter(None, os.environ.get("LD_PRELOAD", "").split(":")), *self.preload]))
         return out
 
-    def arm_info(self, arm: str) -> dict[str, Any]:  # noqa: ARG002
-        return {"host": self.host, "gpus": self.matrix.runtime.gpus,
-                "cpu_split": {"server": sorted(self.split[0]), "client": sorted(self.split[1])} if self.split
-                else None, "ld_preload": self.preload}
+    def arm_info(self, arm: str) -> ArmRuntimeInfo:  # noqa: ARG002
+        split = CpuSplit(server=sorted(self.split[0]), client=sorted(self.split[1])) if self.split else None
+        return ArmRuntimeInfo(host=self.host, gpus=self.matrix.runtime.gpus, cpu_split=split,
+                              ld_preload=list(self.preload))
 
     def server_spec(self, env: ArmEnv, *, argv_tail: list[str], extra_env: dict[str, str], cache_dir: Path,
                     log_path: Path, port: int, redact: list[str]) -> ServerSpec:

@@ -52,7 +52,7 @@ from suite.errors import ServerError, SuiteError
 from suite.matrix import ArmSpec, DockerSpec, Matrix
 from suite.proc import on_stop, read_tail, run_tool
 from suite.runtime.base import ArmEnv, RuntimeBase, ServerBase, ServerSpec
-from suite.store import SECRET_NAME
+from suite.store import SECRET_NAME, ArmRuntimeInfo, ImageInfo
 
 STOP_GRACE_S = 30
 PASS_THROUGH = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")  # by name only, from the host environment
@@ -580,7 +580,7 @@ class DockerRuntime(RuntimeBase):
         self.cache_root = Path(cache_root)
         self._client = client
         self.console = console
-        self.images: dict[str, dict[str, Any]] = {}
+        self.images: dict[str, ImageInfo] = {}
 
     @property
     def client(self) -> Any:
@@ -610,10 +610,10 @@ class DockerRuntime(RuntimeBase):
                              on_event=lambda e: say(f"  {e.text}") if e.kind in ("step", "pull", "base") else None)
         say(f"arm {arm}: {'built' if result.built else 'cached'} {result.tag} in {result.seconds:.0f} s")
         labels = result.labels
-        self.images[arm] = {"tag": result.tag, "id": result.image_id, "identity": labels.get("suite.identity"),
-                            "base_image": labels.get("org.opencontainers.image.base.name"),
-                            "base_digest": labels.get("org.opencontainers.image.base.digest"),
-                            "vendor": labels.get("suite.vendor"), "vllm_source": image_vllm_source(labels)}
+        self.images[arm] = ImageInfo(tag=result.tag, id=result.image_id, identity=labels.get("suite.identity"),
+                                     base_image=labels.get("org.opencontainers.image.base.name"),
+                                     base_digest=labels.get("org.opencontainers.image.base.digest"),
+                                     vendor=labels.get("suite.vendor"), vllm_source=image_vllm_source(labels))
         return ArmEnv(arm=arm, vllm_version=labels.get("suite.vllm.version", spec.vllm), image=result.tag,
                       patches=image_patches(labels), pythonpath=self._host_sources(result.tag, result.image_id))
 
@@ -631,8 +631,7 @@ class DockerRuntime(RuntimeBase):
         if spec.patches and labels.get("suite.patch.fingerprint") != patch_fingerprint(spec.patches, spec.vllm):
             raise SuiteError(f"arm {arm}: image {spec.image} is used as it is, but it does not carry the arm's "
                              "patch sets (suite.patch.fingerprint label); drop `image:` to have it built")
-        self.images[arm] = {"tag": spec.image, "id": image.id, "given": True,
-                            "vllm_source": image_vllm_source(labels)}
+        self.images[arm] = ImageInfo(tag=spec.image, id=image.id, given=True, vllm_source=image_vllm_source(labels))
         return ArmEnv(arm=arm, vllm_version=labels.get("suite.vllm.version", spec.vllm), image=spec.image,
                       patches=image_patches(labels), pythonpath=self._host_sources(spec.image, image.id))
 
@@ -666,9 +665,9 @@ class DockerRuntime(RuntimeBase):
             self.console = Console(stderr=True)
         self.console.print(text, markup=False, highlight=False)
 
-    def arm_info(self, arm: str) -> dict[str, Any]:
+    def arm_info(self, arm: str) -> ArmRuntimeInfo:
         """Provenance for the run manifest: the image tag, id, identity and base digest."""
-        return {"image_info": self.images.get(arm, {})}
+        return ArmRuntimeInfo(image_info=self.images.get(arm, ImageInfo()))
 
     def container_config(self, env: ArmEnv, *, argv_tail: list[str], extra_env: dict[str, str], cache_dir: Path,
                          log_path: Path, port: int) -> ContainerConfig:

@@ -4,13 +4,13 @@ suite.runtime.slurm.driver submits them; suite.runtime.slurm.worker serves each 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from suite.errors import SuiteError
 from suite.matrix import ArmSpec, Matrix
 from suite.patches import AppliedPatch
 from suite.runtime.base import ArmEnv
 from suite.runtime.slurm.cluster import preflight, spec_of
+from suite.store import ArmRuntimeInfo
 
 
 class SlurmRuntime:
@@ -51,6 +51,6 @@ class SlurmRuntime:
             patches = [AppliedPatch.resolved(r, "applied in the job") for r in resolve_patches(spec.patches, spec.vllm)]
         return ArmEnv(arm=arm, vllm_version=spec.vllm, image=image, patches=patches)
 
-    def arm_info(self, arm: str) -> dict[str, Any]:  # noqa: ARG002
-        return {}
+    def arm_info(self, arm: str) -> ArmRuntimeInfo:  # noqa: ARG002
+        return ArmRuntimeInfo()
 
