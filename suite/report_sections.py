@@ -175,7 +175,9 @@ def card(run: RunData, s: CandidateSummary) -> Card:
     eq = s.correctness.equivalence
     changed = eq is not None and eq.n_identical < eq.n
     if ev is None or s.overall == NO_DATA:
-        why = s.error or ("a matrix of offline stages only (no serving points)" if not run.points else
+        why = s.error or ("no serving result could be read (the serving section names the files)"
+                          if not run.points and run.serve.unreadable else
+                          "a matrix of offline stages only (no serving points)" if not run.points else
                           "no serving rounds of both arms" if run.serves(s.candidate)
                           else "a correctness-only arm (serving: false)")
         if eq is not None:  # a correctness-only arm (or one without serving rounds): judged on its outputs
@@ -304,7 +306,7 @@ def verdict_section(run: RunData) -> Section:
            "default design, simulated through the real plan: docs/statistics.md)." if run.control is not None
            else ""))
     control = [control_card(run, run.control)] if run.control is not None else []
-    if not run.points:  # the words are the serving test's: a matrix of offline stages only has none to explain
+    if not run.points and not run.serve.unreadable:  # the words are the serving test's: offline stages have none
         legend = Paragraph("The verdict words belong to the serving test, and this matrix measures no serving "
                            "points; each stage's table below carries its own per-row verdicts.")
     return Section("Verdict", 2, [card(run, s) for s in run.summaries] + control + [legend], anchor="verdict")

@@ -484,3 +484,17 @@ def test_unreadable_serve_results_are_named_and_only_their_rounds_left_out(tmp_p
     assert "`patched/serve/isl64-osl16-c2-n8/rep-0.json`: No such file or directory" in section
     row = next(line for line in text.splitlines() if line.startswith("| 64 | 16 | 4 | 8 |"))
     assert "| 16/24 | 0/0 |" in row  # completed: baseline's two readable rounds, patched's three
+
+
+def test_a_run_whose_serve_results_are_all_unreadable_does_not_read_as_offline_only(tmp_path):
+    """Every serve result gone: the verdict card says none could be read (not "offline stages only"), and the
+    serving section is the warning naming them."""
+    root = make_run(tmp_path, scaled([100, 101, 99], [120, 121, 119]), order="abba")
+    for path in Path(root).glob("*/serve/*/rep-*.json"):
+        if not path.name.endswith(".job.json"):
+            path.unlink()
+    text = build_report(root).read_text()
+    verdict = text.split("## Verdict")[1].split("\n## ")[0]
+    assert "no serving result could be read (the serving section names the files)" in verdict
+    assert "offline stages only" not in verdict and "this matrix measures no serving points" not in verdict
+    assert "12 stored results of jobs that ended ok could not be read" in text
