@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -231,7 +231,7 @@ def _asked(matrix: Matrix, placement: Placement) -> list[tuple[str, str, BaseMod
             for pid, params in spec.points(matrix)]
 
 
-def _server_jobs(matrix: Matrix, arms: dict[str, ArmSpec], arm: str, session: int, repeats: range,
+def _server_jobs(matrix: Matrix, arms: dict[str, ArmSpec], arm: str, session: int, repeats: Sequence[int],
                  first_session: bool) -> list[Job]:
     def jobs(placement: Placement, repeat: int = 0, tag: str = "") -> list[Job]:
         if placement == "each-round" and not arms[arm].serving:
@@ -282,8 +282,8 @@ def build_plan(matrix: Matrix) -> Plan:
     if has_server_work:
         if matrix.order == "blocked":
             for arm in names:
-                step = 1 if in_round(matrix, arm, 1) else 2
-                add(arm, _server_jobs(matrix, arms, arm, counters[arm], range(0, matrix.rounds, step), True), True)
+                rounds = [r for r in range(matrix.rounds) if in_round(matrix, arm, r)]
+                add(arm, _server_jobs(matrix, arms, arm, counters[arm], rounds, True), True)
         elif matrix.side_by_side > 1:  # abba in time windows of side_by_side servers, random order per round
             serving = [a for a in names if arms[a].serving]
             windows = 0

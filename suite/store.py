@@ -90,15 +90,19 @@ def utc_now() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
+ClientMode = Literal["persistent", "cli"]
+
+
 class ClientRecord(BaseModel):
-    """How a serving point's bench client ran (a serve job's record): which client, its wall time and its CPU use
-    over the point. ``client_cpu_util`` = client CPU seconds / the client's own wall time (for the CLI that
-    includes its start-up); ``bench_*``: the persistent client's benchmark() call alone (ready check, warm-ups,
-    run). ``command`` is the equivalent `vllm bench serve` command line."""
+    """How a serving point's bench client ran (what the client returns, and a serve job's record keeps): which
+    client, its wall time and its CPU use over the point. ``wall_s`` is what the point cost the caller (request
+    sent -> answer read, or the CLI's lifetime); ``client_cpu_util`` = client CPU seconds / the client's own wall
+    time (for the CLI that includes its start-up); ``bench_*``: the persistent client's benchmark() call alone
+    (ready check, warm-ups, run). ``command`` is the equivalent `vllm bench serve` command line."""
 
     model_config = ConfigDict(extra="allow", frozen=True)
 
-    mode: str  # persistent | cli
+    mode: ClientMode
     wall_s: float
     client_cpu_s: float | None = None
     client_cpu_util: float | None = None

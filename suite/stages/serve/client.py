@@ -8,7 +8,7 @@ vLLM's own parser, and vLLM's code writes the result JSON: same flags, defaults 
 
 The CLI stays available: ``mode="cli"`` runs every point as ``vllm bench serve ...`` (today's path), and a
 persistent client falls back to it by itself when the worker's handshake says this vLLM's benchmark module is
-not what the CLI runs, or the worker dies before its handshake. ``ClientRun.mode`` says which ran.
+not what the CLI runs, or the worker dies before its handshake. The returned ``ClientRecord.mode`` says which ran.
 
 Paths in the arguments (``--result-dir``, a point's log) are used by the worker as they are: a worker in a
 container needs the run directory mounted at the same path.
@@ -26,39 +26,16 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from suite.errors import SuiteError
 from suite.proc import failure, start, stop_group
-from suite.store import ClientRecord
+from suite.store import ClientMode, ClientRecord
 
 WORKER_PATH = Path(__file__).with_name("client_worker.py")
 START_TIMEOUT_S = 180.0  # vLLM's imports: ~10 s on 2 idle cores, much more on a loaded box
 KILL_GRACE_S = 15.0  # past the worker's own timeout (it cancels the point itself), the parent ends it
-Mode = Literal["persistent", "cli"]
-
-
-@dataclass(frozen=True)
-class ClientRun:
-    """How one point ran: which client, its wall time and the client's CPU use over it.
-
-    ``wall_s`` is what the point cost the caller (request sent -> answer read, or the CLI's lifetime);
-    ``client_cpu_util`` = client CPU seconds / the client's own wall time over the point (for the CLI that
-    includes its start-up). ``command`` is the equivalent `vllm bench serve` command line."""
-
-    mode: Mode
-    wall_s: float
-    client_cpu_s: float | None
-    client_cpu_util: float | None
-    command: list[str]
-    bench_wall_s: float | None = None  # persistent only: vLLM's benchmark() call (ready check, warm-ups, run)
-    bench_cpu_s: float | None = None
-    fallback_reason: str | None = None
-
-    def record(self) -> ClientRecord:
-        return ClientRecord.model_validate(asdict(self))
 
 
 # ------------------------------------------------------------------------------------------ argv helpers
@@ -126,7 +103,7 @@ class PersistentClient:
     vLLM's prints); a point may log elsewhere (``run(log_path=...)``)."""
 
     def __init__(self, worker: str | Sequence[str] = sys.executable, *, env: dict[str, str] | None = None,
-                 log_path: Path, cli: Sequence[str] | None = None, mode: Mode = "persistent",
+                 log_path: Path, cli: Sequence[str] | None = None, mode: ClientMode = "persistent",
                  start_timeout_s: float = START_TIMEOUT_S, kill_grace_s: float = KILL_GRACE_S,
                  cwd: Path | None = None, cpus: frozenset[int] | None = None):
         if mode not in ("persistent", "cli"):
@@ -134,7 +111,7 @@ class PersistentClient:
         self.worker_cmd = [worker, str(WORKER_PATH)] if isinstance(worker, str) else list(worker)
         self.cli = list(cli) if cli is not None else _default_vllm(self.worker_cmd[0])
         self.env, self.log_path, self.cwd, self.cpus = env, Path(log_path), cwd, cpus
-        self.mode: Mode = mode
+        self.mode: ClientMode = mode
         self.start_timeout_s, self.kill_grace_s = start_timeout_s, kill_grace_s
         self.fallback_reason: str | None = None
         self.handshake: dict[str, Any] | None = None
@@ -234,7 +211,7 @@ class PersistentClient:
         return [*self.cli, "bench", "serve", *argv]
 
     def run(self, argv: Sequence[str], result_path: Path, timeout_s: float, *,
-            log_path: Path | None = None) -> ClientRun:
+            log_path: Path | None = None) -> ClientRecord:
         """Run one point (argv: the arguments after `vllm bench serve`); vLLM's result JSON lands at
         result_path atomically (written by vLLM under a temporary name, then renamed). Raises SuiteError
         with the command and the log tail when the point fails or times out."""
@@ -257,7 +234,7 @@ class PersistentClient:
         return run
 
     def _run_persistent(self, argv: list[str], cmd: list[str], timeout_s: float,
-                        log_path: Path | None) -> ClientRun:
+                        log_path: Path | None) -> ClientRecord:
         log = log_path or self.log_path
         restarted = False
         while True:
@@ -286,7 +263,7 @@ class PersistentClient:
             fh.write(f"--- suite: the client worker died (exit status {status}); restarting it\n")
         return status
 
-    def _ask(self, argv: list[str], cmd: list[str], timeout_s: float, log_path: Path | None) -> ClientRun:
+    def _ask(self, argv: list[str], cmd: list[str], timeout_s: float, log_path: Path | None) -> ClientRecord:
         assert self._proc is not None and self._proc.stdin is not None
         self._next_id += 1
         rid = self._next_id
@@ -318,7 +295,7 @@ class PersistentClient:
         if not reply.get("ok"):
             error = str(reply.get("error") or "no error given").strip().splitlines() or ["?"]
             raise failure("`vllm bench serve` (persistent client)", f"failed: {error[-1]}", cmd, log)
-        return ClientRun(mode="persistent", wall_s=round(wall, 6), client_cpu_s=reply.get("client_cpu_s"),
+        return ClientRecord(mode="persistent", wall_s=round(wall, 6), client_cpu_s=reply.get("client_cpu_s"),
                          client_cpu_util=reply.get("client_cpu_util"), command=cmd,
                          bench_wall_s=reply.get("bench_wall_s"), bench_cpu_s=reply.get("bench_cpu_s"))
 
@@ -350,7 +327,7 @@ class PersistentClient:
                 raise _WorkerGone()
             self._buf += chunk
 
-    def _run_cli(self, cmd: list[str], timeout_s: float, log: Path) -> ClientRun:
+    def _run_cli(self, cmd: list[str], timeout_s: float, log: Path) -> ClientRecord:
         t0 = time.monotonic()
         proc = start(cmd, env=self.env, log_path=log, cwd=self.cwd, cpus=self.cpus,
                      header=f"--- suite: vllm bench serve (CLI): {shlex.join(cmd)}\n")
@@ -367,7 +344,7 @@ class PersistentClient:
         code, cpu = done
         if code != 0:
             raise failure("`vllm bench serve`", f"failed (exit status {code})", cmd, log)
-        return ClientRun(mode="cli", wall_s=round(wall, 6), client_cpu_s=round(cpu, 6),
+        return ClientRecord(mode="cli", wall_s=round(wall, 6), client_cpu_s=round(cpu, 6),
                          client_cpu_util=round(cpu / wall, 4) if wall > 0 else None, command=cmd,
                          fallback_reason=self.fallback_reason)
 

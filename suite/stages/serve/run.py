@@ -168,5 +168,5 @@ def execute(env: JobEnv) -> ServeNotes:
     if not raw.get("completed"):  # the tool exits 0 even when every request failed (e.g. the server died)
         raise SuiteError(f"`vllm bench serve` completed no request ({raw.get('failed')} failed); raw output "
                          f"kept in {result.name}\n  command: {' '.join(run.command)}")
-    return ServeNotes(command=run.command, prefix_cache_reset=reset, client=run.record(), warmup=warmup,
+    return ServeNotes(command=run.command, prefix_cache_reset=reset, client=run, warmup=warmup,
                       sized_num_prompts=sized or None)
