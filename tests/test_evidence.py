@@ -271,3 +271,32 @@ def test_a_latency_result_that_cannot_be_read_is_named_not_dropped(tmp_path):
     assert head < text.index(warning) < text.index("| Batch size |", head)
     row = next(line for line in text[head:].splitlines() if line.startswith("| 1 | 128 / 64 |"))
     assert "| 314.80 (307.83–326.49) | missing |" in row
+
+
+def test_one_server_at_a_time_decides_seed_000_at_the_first_look_too(tmp_path):
+    """The H200 run of gemma4-h200-abba.yaml (docs/gpu-h200.md): stock vs ll-bf16 one server at a time, the
+    side-by-side run's flags, points and test. ll-bf16 IMPROVEMENT at the look after two rounds, as side by side;
+    the composite is the mean over rounds of the per-round geometric mean of baseline/candidate mean TPOT over
+    the three points, and both rounds moved the same way at every point."""
+    import json
+    import math
+
+    from suite.analysis import load_run
+
+    root = unpack(EVIDENCE / "h200-abba-20261203", tmp_path / "abba")
+    run = load_run(root)
+    (ll,) = run.summaries
+    assert run.manifest.sequential.looks[0].outcomes == {"ll-bf16": "IMPROVEMENT"}
+    assert (ll.overall, ll.decided_after, ll.evaluation.composite.n_rounds) == ("IMPROVEMENT", 2, 2)
+    points = sorted(p.name for p in (root / "baseline" / "serve").iterdir() if p.name.startswith("isl"))
+    assert len(points) == 3
+
+    def tpot(arm: str, point: str, r: int) -> float:
+        return json.loads((root / arm / "serve" / point / f"rep-{r}.json").read_text())["mean_tpot_ms"]
+
+    per_round = [[math.log(tpot("baseline", p, r) / tpot("ll-bf16", p, r)) for p in points] for r in range(2)]
+    assert all(x > 0 for row in per_round for x in row)  # ll-bf16 faster at every point in both rounds
+    scores = [sum(row) / len(row) for row in per_round]
+    expected = (math.exp(sum(scores) / len(scores)) - 1) * 100
+    assert ll.evaluation.composite.estimate_pct == pytest.approx(expected, abs=0.05)
+    assert 1.5 < expected < 2.5
