@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
@@ -114,8 +115,13 @@ class RunData:
 
     @property
     def paired(self) -> bool:
-        """Under ABBA each round's arms ran back to back: compare them per round."""
-        return self.order == "abba"
+        """Under ABBA each round's arms ran back to back (interleaved: in one window): compare them per round."""
+        return self.order in ("abba", "interleaved")
+
+    @property
+    def blocks(self) -> int:
+        """Blocks per round (order interleaved: a restart set's blocks are its jobs' repeats); 1 otherwise."""
+        return self.matrix.blocks if self.order == "interleaved" else 1
 
     @cached_property
     def floors(self) -> dict[str, float]:
@@ -167,7 +173,7 @@ def _plan_positions(run: RunData) -> dict[tuple[str, str], int]:
     order); for a job the plan does not list, and for every job of a side-by-side run, its record's start
     time."""
     positions = {(j.arm, j.key): i for i, j in enumerate(run.plan.jobs)}
-    if run.matrix.side_by_side > 1:  # a window's jobs alternate: their start times say the order
+    if run.matrix.side_by_side > 1 or run.order == "interleaved":  # a window's jobs alternate: by start time
         positions = {}
     unplanned = sorted((rec.started, rec.job.arm, rec.job.key) for rec in run.records
                        if (rec.job.arm, rec.job.key) not in positions and rec.started)
@@ -327,11 +333,28 @@ def _values(run: RunData, point: PointResults, arm: str, key: str,
     return out
 
 
+def by_round(values: Mapping[int, float], blocks: int) -> dict[int, float]:
+    """Block values (job repeats) -> round values: the geometric mean of each round's blocks (order
+    interleaved: a restart set's blocks share its servers, so the set is the unit; with one block per round
+    the values themselves)."""
+    if blocks == 1:
+        return dict(values)
+    logs: dict[int, list[float]] = defaultdict(list)
+    for r, v in values.items():
+        logs[r // blocks].append(math.log(v))
+    return {r: math.exp(math.fsum(xs) / len(xs)) for r, xs in sorted(logs.items())}
+
+
 def _pair(run: RunData, cand: str, base: dict[int, float], new: dict[int, float]
           ) -> tuple[tuple[int, ...], list[float], list[float], list[tuple[int, str]]]:
-    """(rounds used, baseline values, candidate values, unpaired rounds dropped): by round index under ABBA."""
+    """(rounds used, baseline values, candidate values, unpaired rounds dropped): by round index under ABBA;
+    interleaved: blocks paired first, then each restart set the geometric mean of its paired blocks."""
     if run.paired:
         dropped = [(r, cand if r in base else run.baseline) for r in sorted(base.keys() ^ new.keys())]
+        if run.blocks > 1:  # a block without a positive value on both sides is left out of its set
+            both = [r for r in base.keys() & new.keys() if base[r] > 0 and new[r] > 0]
+            base = by_round({r: base[r] for r in both}, run.blocks)
+            new = by_round({r: new[r] for r in both}, run.blocks)
         rounds = tuple(sorted(base.keys() & new.keys()))
         return rounds, [base[r] for r in rounds], [new[r] for r in rounds], dropped
     return tuple(sorted(base.keys() | new.keys())), list(base.values()), list(new.values()), []
@@ -503,7 +526,28 @@ def round_data(run: RunData, arm: str, metrics: tuple[str, ...], points: tuple[s
                     continue
                 row[key] = value
             rounds[r][p.point] = row
+    if run.blocks > 1:
+        return _restart_sets(rounds, run.blocks), left_out
     return dict(sorted(rounds.items())), left_out
+
+
+def _restart_sets(blocks: Mapping[int, Mapping[str, Mapping[str, float]]], n: int
+                  ) -> dict[int, dict[str, dict[str, float]]]:
+    """block -> point -> metric -> value, as restart set -> point -> metric -> the geometric mean of the set's
+    blocks. A value is kept only where the set has all its n blocks (a set cut short, or a block a data-quality
+    check spoiled, is not scored on fewer blocks than its pair: the pairing across arms is by set)."""
+    grouped: dict[tuple[int, str, str], list[float]] = defaultdict(list)
+    for r, points in blocks.items():
+        for point, row in points.items():
+            for key, value in row.items():
+                if value > 0:
+                    grouped[(r // n, point, key)].append(math.log(value))
+    sets: dict[int, dict[str, dict[str, float]]] = defaultdict(dict)
+    for r in sorted({r // n for r in blocks}):
+        for point in sorted({pt for b, pts in blocks.items() if b // n == r for pt in pts}):
+            sets[r][point] = {key: math.exp(math.fsum(xs) / n) for (s_, pt, key), xs in grouped.items()
+                              if s_ == r and pt == point and len(xs) == n}
+    return dict(sets)
 
 
 @dataclass(frozen=True)

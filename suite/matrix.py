@@ -648,7 +648,14 @@ class Matrix(Strict):
                                            "primary test decides (group-sequential), at most verdict.max_rounds")
     budget_min: float | None = Field(None, gt=0, description="with repeats: auto, stop at the last look that fits")
     verdict: VerdictSpec | None = Field(None, description="the primary test, declared before the run")
-    order: Literal["blocked", "abba"] = "blocked"
+    order: Literal["blocked", "abba", "interleaved"] = Field("blocked", description=(
+        "blocked: one server per arm; abba: a fresh server per arm and round, the arms of a round in a fresh "
+        "random order; interleaved: every serving arm's server alive at once (one time window per round: a "
+        "restart set), measured in `blocks` short alternating blocks of every point, the restart set the unit "
+        "of the verdict"))
+    blocks: int = Field(1, ge=1, le=32, description=(
+        "order: interleaved only: blocks per restart set (each block: every point once per arm, the arms "
+        "taking turns); the verdict scores a restart set by the geometric mean of its blocks"))
     aa: bool | Literal["alternate"] = Field(False, description=(
         "also run the baseline arm twice to measure the A/A noise floor (the A/A control); alternate: its "
         "sessions in every other round only (rounds 0, 2, 4, ...): half the A/A arm's server starts (a sixth of "
@@ -724,8 +731,9 @@ class Matrix(Strict):
         if not (self.serve or self.latency or self.accuracy or self.kernel or self.layer or self.profile):
             raise ValueError("nothing to measure: give serve, latency, accuracy, kernel, layer or profile")
         if self.repeats == "auto":
-            if self.order != "abba":
-                raise ValueError("repeats: auto needs order: abba (rounds are the unit of the sequential test)")
+            if self.order == "blocked":
+                raise ValueError("repeats: auto needs order: abba or interleaved (rounds are the unit of the "
+                                 "sequential test)")
             if self.verdict is None:
                 object.__setattr__(self, "verdict", VerdictSpec())
         elif self.budget_min is not None:
@@ -733,6 +741,19 @@ class Matrix(Strict):
         if self.aa == "alternate" and self.verdict is not None and self.verdict.pool_aa:
             raise ValueError("aa: alternate measures the A/A arm in every other round only, so its rounds cannot "
                              "be pooled into a candidate's test (verdict.pool_aa): use aa: true, or pool_aa: false")
+        if self.blocks > 1 and self.order != "interleaved":
+            raise ValueError(f"blocks: {self.blocks} goes with order: interleaved (blocks inside one restart set "
+                             "of servers alive at once)")
+        if self.order == "interleaved":
+            if self.side_by_side > 1:
+                raise ValueError("order: interleaved already runs every serving arm's server at once: leave "
+                                 "side_by_side out")
+            if self.runtime.kind == "slurm":
+                raise ValueError("order: interleaved: the slurm runtime runs one session per batch job; use the "
+                                 "local or docker runtime")
+            if self.runtime.port != 0 and sum(a.serving for a in self.arms.values()) + bool(self.aa) > 1:
+                raise ValueError(f"order: interleaved: the servers alive at once cannot share runtime.port "
+                                 f"{self.runtime.port}: set runtime.port: 0 (a free port each)")
         if self.side_by_side > 1:
             if self.order != "abba":
                 raise ValueError("side_by_side needs order: abba (a window holds sessions of one round)")

@@ -12,6 +12,11 @@ Orders:
   (started together, their jobs alternating, ``suite.runner.run_window``), so whatever drifts on the host
   within a window drifts for all its arms alike. Rounds stay the unit of the verdict (one session per arm per
   round), and which arms share a window changes at random from round to round.
+- ``interleaved``: every serving arm's server alive at once, one time window per round (a restart set); in it
+  ``blocks`` blocks, each every point once per arm (job repeat = the block's index over the run), the arms taking
+  turns job by job. Sessions carry their round (``Session.round``): the restart set is the unit of the sequential
+  looks and of the verdict (``suite.analysis`` scores a set by the geometric mean of its blocks), so blocks
+  sharing one server start never count as independent rounds.
 Offline jobs (latency, kernel, layer) run after the server sessions, one session per arm; with ``offline_repeats: n``
 (n > 1) in n rounds, each round's arms in a fresh random order of their own, so their tables compare arms
 across processes (engine starts), the unit that varies from start to start.
@@ -183,6 +188,7 @@ class Session(BaseModel):
     needs_server: bool
     jobs: list[Job]
     window: int | None = None  # sessions of one window run side by side (their servers alive at once)
+    round: int | None = None  # interleaved: the restart set (its jobs' repeats are its blocks); else derived
 
 
 class Plan(BaseModel):
@@ -190,6 +196,7 @@ class Plan(BaseModel):
 
     matrix: str
     order: str
+    blocks: int = 1  # order interleaved: blocks per restart set
     arms: dict[str, ArmSpec]
     baseline: str
     sessions: list[Session]
@@ -273,10 +280,11 @@ def build_plan(matrix: Matrix) -> Plan:
     sessions: list[Session] = []
     counters = dict.fromkeys(names, 0)
 
-    def add(arm: str, jobs: list[Job], needs_server: bool, window: int | None = None) -> None:
+    def add(arm: str, jobs: list[Job], needs_server: bool, window: int | None = None,
+            rnd: int | None = None) -> None:
         if jobs:
             sessions.append(Session(arm=arm, index=counters[arm], needs_server=needs_server, jobs=jobs,
-                                    window=window))
+                                    window=window, round=rnd))
             counters[arm] += 1
 
     if has_server_work:
@@ -284,6 +292,16 @@ def build_plan(matrix: Matrix) -> Plan:
             for arm in names:
                 rounds = [r for r in range(matrix.rounds) if in_round(matrix, arm, r)]
                 add(arm, _server_jobs(matrix, arms, arm, counters[arm], rounds, True), True)
+        elif matrix.order == "interleaved":  # one window of every serving arm per round, blocks inside it
+            serving = [a for a in names if arms[a].serving]
+            for arm in names:  # a correctness-only arm: its first session only, on its own
+                if not arms[arm].serving:
+                    add(arm, _server_jobs(matrix, arms, arm, 0, range(0, 1), True), True)
+            b = matrix.blocks
+            for r in range(matrix.rounds):
+                for arm in (a for a in round_order(serving, r, matrix.order_seed) if in_round(matrix, a, r)):
+                    add(arm, _server_jobs(matrix, arms, arm, counters[arm], range(r * b, (r + 1) * b), r == 0), True,
+                        window=r, rnd=r)
         elif matrix.side_by_side > 1:  # abba in time windows of side_by_side servers, random order per round
             serving = [a for a in names if arms[a].serving]
             windows = 0
@@ -313,8 +331,8 @@ def build_plan(matrix: Matrix) -> Plan:
     for kind, pid, params in _asked(matrix, "own-session"):
         for arm in names:
             add(arm, [_job(matrix, arms, kind, arm, counters[arm], pid, params)], True)
-    return Plan(matrix=matrix.name, order=matrix.order, arms=arms, baseline=matrix.baseline_arm,
-                sessions=sessions)
+    return Plan(matrix=matrix.name, order=matrix.order, blocks=matrix.blocks, arms=arms,
+                baseline=matrix.baseline_arm, sessions=sessions)
 
 
 def format_plan(plan: Plan) -> str:
@@ -325,6 +343,8 @@ def format_plan(plan: Plan) -> str:
     for s in plan.sessions:
         what = "server" if s.needs_server else "offline"
         window = f", window {s.window}" if s.window is not None else ""
+        if s.round is not None and plan.blocks > 1:
+            window += f", restart set {s.round}: blocks {s.round * plan.blocks}-{(s.round + 1) * plan.blocks - 1}"
         lines.append(f"  session {s.arm}#{s.index} ({what}, {len(s.jobs)} jobs{window})")
         for j in s.jobs:
             lines.append(f"    {j.key}")

@@ -85,6 +85,9 @@ def intro(run: RunData) -> list[Paragraph | BulletList | Note]:
         f"order: {literal(run.order)}"
         + (f", side by side: {literal(matrix.side_by_side)} servers per time window (arms in random order per "
            f"round, seed {literal(matrix.order_seed)})" if matrix.side_by_side > 1 else "")
+        + (f": every serving arm's server alive at once, a fresh start per round (restart set), "
+           f"{literal(matrix.blocks)} block{'s' if matrix.blocks != 1 else ''} of every point per set, the arms "
+           f"taking turns (seed {literal(matrix.order_seed)})" if run.order == "interleaved" else "")
         + (f", quiet: no request until {literal(f'{matrix.quiet_s:g}')} s after the servers answered"
            if matrix.quiet_s else "")
         + (f", settle: a session's first point measured {literal(f'{matrix.settle_s:g}')} s or more after its "
@@ -196,12 +199,16 @@ def card(run: RunData, s: CandidateSummary) -> Card:
                 if (nxt := _between_looks(s, c)) is not None else ""))
     metrics = ", ".join(METRICS[m].label for m in s.spec.metrics)
     headline = f"composite {fmt_pct(c.estimate_pct)} {_interval(c.rci_low_pct, c.rci_high_pct)}"
-    rounds = f"{c.n_rounds} round{'s' if c.n_rounds != 1 else ''} paired by round index" + (
-        "" if run.paired else f" ({literal(run.order or 'unordered')} order: the pairing cancels no drift)")
+    if run.order == "interleaved":  # the restart set is the unit: its blocks share one start of the servers
+        rounds = (f"{c.n_rounds} restart set{'s' if c.n_rounds != 1 else ''} of servers alive at once, each the "
+                  f"geometric mean of its {run.blocks} block{'s' if run.blocks != 1 else ''}, paired by set")
+    else:
+        rounds = f"{c.n_rounds} round{'s' if c.n_rounds != 1 else ''} paired by round index" + (
+            "" if run.paired else f" ({literal(run.order or 'unordered')} order: the pairing cancels no drift)")
     if ev.dropped:
         rounds += "; dropped: " + "; ".join(literal(d.split(" (", 1)[0]) for d in ev.dropped)
-    later = sorted({r for p in run.points.values() for r in p.reps.get(s.candidate, {})
-                    if s.decided_after is not None and r >= s.decided_after})
+    later = sorted({r // run.blocks for p in run.points.values() for r in p.reps.get(s.candidate, {})
+                    if s.decided_after is not None and r // run.blocks >= s.decided_after})
     if later:  # decided at a look, measured on for other candidates: the test stopped at its look
         rounds += (f"; decided at the look after {s.decided_after} rounds: round{'s' if len(later) > 1 else ''} "
                    f"{', '.join(map(str, later))} measured for the other candidates, shown in the cells, not tested")

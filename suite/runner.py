@@ -23,7 +23,7 @@ from suite import REPO_ROOT
 from suite.errors import ServerError, SuiteError
 from suite.fixtures.gemma4 import ensure_model
 from suite.matrix import Matrix, load_matrix, missing_model_paths
-from suite.plan import KINDS, Job, Plan, Session, build_plan, format_plan
+from suite.plan import KINDS, Job, Plan, Session, build_plan, format_plan, round_order
 from suite.proc import signals_as_interrupt
 from suite.runtime.base import ArmEnv, ArmPreparer, Runtime, Server, free_port, port_in_use, wait_healthy
 from suite.runtime.docker.runtime import DockerRuntime
@@ -361,6 +361,17 @@ def run_session(ctx: RunContext, session: Session, pending: list[Job], advance: 
         live.close()
 
 
+def _turn_order(ctx: RunContext, lives: list[LiveSession], turn: int) -> list[LiveSession]:
+    """The order a window's sessions take their turn-th job in: mirrored (A B, B A, ...) side by side; under
+    order interleaved a fresh seeded random order per turn (recorded by the jobs' start times), so no fixed
+    pattern lines up with a periodic drift of the host within the window."""
+    if ctx.matrix.order != "interleaved":
+        return lives if turn % 2 == 0 else lives[::-1]
+    by_arm = {live.session.arm: live for live in lives}
+    window = lives[0].session.window
+    return [by_arm[a] for a in round_order(list(by_arm), turn, ctx.matrix.order_seed, f"turns:{window}")]
+
+
 def run_window(ctx: RunContext, items: list[tuple[Session, list[Job]]], advance: Callable[..., None]) -> None:
     """Sessions of one time window side by side: every server is started at once and awaited together, then
     the sessions take turns, one job each, the turn order mirrored from one job to the next (A B, B A, ...),
@@ -388,7 +399,7 @@ def run_window(ctx: RunContext, items: list[tuple[Session, list[Job]]], advance:
                 live.became_ready(ready)
         turn = 0
         while any(not live.ended for live in lives):
-            for live in lives if turn % 2 == 0 else lives[::-1]:
+            for live in _turn_order(ctx, lives, turn):
                 live.step(advance)
             turn += 1
     finally:

@@ -19,7 +19,10 @@ from suite.verdict import VerdictSpec
 
 
 def session_round(session: Session) -> int | None:
-    """The ABBA round a server session belongs to (its serve jobs' repeat); None for offline sessions."""
+    """The round a server session belongs to: its own (interleaved: the restart set), else its serve jobs'
+    repeat (ABBA); None for offline sessions."""
+    if session.round is not None:
+        return session.round
     rounds = {j.repeat for j in session.jobs if j.kind == "serve"}
     return min(rounds) if rounds else None
 

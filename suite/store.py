@@ -222,6 +222,7 @@ class MatrixRecord(Recorded):
     repeats: int | str = 1
     verdict: dict[str, Any] | None = None  # the declared block; suite.analysis.verdict_spec makes it a VerdictSpec
     side_by_side: int = 1
+    blocks: int = 1  # order interleaved: blocks per restart set (a job's repeat // blocks is its round)
     order_seed: int = 0
     quiet_s: float = 0
     settle_s: float = 0

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from suite.matrix import parse_matrix
-from suite.plan import build_plan, format_plan
+from suite.plan import build_plan, format_plan, round_order
 
 BASE = """\
 name: t
@@ -38,7 +38,6 @@ def test_abba_runs_every_round_with_fresh_servers_in_a_seeded_random_order():
 def test_abba_orders_are_fresh_permutations_per_round_from_the_order_seed():
     """A fixed order or rotation lines up with periodic drift (docs/statistics.md): every round draws its own
     order; another order_seed draws other orders; the job hashes do not depend on the order (a run resumes)."""
-    from suite.plan import round_order
 
     arms = ["A", "A.aa", "C", "B"]
     orders = [tuple(round_order(arms, r, seed=0)) for r in range(40)]
@@ -189,3 +188,26 @@ def test_offline_repeats_run_every_offline_job_once_per_arm_per_round_in_a_rando
             hashes[(j.arm, j.point)].add(j.hash)
     assert all(len(h) == 1 for h in hashes.values())
     assert [j.key for s in once.sessions for j in s.jobs if j.kind == "latency"][0] == "latency/in8-out4-bs1/rep-0"
+
+
+def test_interleaved_one_window_of_every_arm_per_restart_set_holding_its_blocks():
+    """`order: interleaved`: a window per round (restart set) holding a session of every serving arm, in the
+    round's seeded random order; each session measures the set's blocks (job repeat = the block over the run),
+    block by block; the session's round is the set, so looks count sets, not blocks. aa: alternate keeps the
+    A/A arm out of odd sets; the job hashes are those of ABBA's jobs."""
+    from suite.sequential import planned_rounds, session_round
+
+    plan = plan_of("repeats: 3\norder: interleaved\nblocks: 2\naa: alternate\n")
+    assert plan.order == "interleaved" and plan.blocks == 2
+    for r in range(3):
+        window = [s for s in plan.sessions if s.window == r]
+        want = ["A", "A.aa", "B"] if r % 2 == 0 else ["A", "B"]
+        assert sorted(s.arm for s in window) == want
+        assert [s.arm for s in window] == [a for a in round_order(["A", "A.aa", "B"], r) if a in want]
+        for s in window:
+            assert session_round(s) == r
+            assert [(j.repeat, j.point) for j in s.jobs] == [
+                (b, p) for b in (2 * r, 2 * r + 1) for p in ("isl64-osl16-c1-n4", "isl64-osl16-c2-n4")]
+    assert planned_rounds(plan) == [0, 1, 2]
+    abba = {(j.arm, j.point): j.hash for j in plan_of("repeats: 3\norder: abba\naa: alternate\n").jobs}
+    assert all(abba[(j.arm, j.point)] == j.hash for j in plan.jobs)

@@ -1,0 +1,116 @@
+"""End to end through the CLI: `order: interleaved` on the tiny MoE (CPU), real `vllm serve` processes.
+
+One module-scoped run: the installed vLLM against a 3 ms-per-gate-call slowdown (synthetic-gate-delay), two
+restart sets of two blocks each, rounds until decided with one look after both sets. Checks what the order
+promises: each set a fresh start of every arm holding all the set's blocks, the arms taking turns in a fresh
+seeded order per turn, the verdict's unit the restart set (its score the geometric mean of its
+paired blocks, recomputed here from the raw JSON), the report saying so, and no process left behind.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from tests.conftest import processes_mentioning, run_matrix_once, tiny_cpu_matrix
+
+pytestmark = pytest.mark.e2e
+
+BODY = """\
+arms:
+  baseline: {vllm: "0.32.0"}
+  slowed: {vllm: "0.32.0", patches: [synthetic-gate-delay], env: {SUITE_GATE_DELAY_US: "3000"}}
+serve:
+  - {isl: 64, osl: 16, concurrency: [1, 2], num_prompts: 2x, num_warmups: 1}
+repeats: auto
+order: interleaved
+blocks: 2
+order_seed: 1
+verdict: {metrics: [mean_tpot_ms], max_rounds: 2, looks: [2]}
+"""
+POINTS = ("isl64-osl16-c1-n2", "isl64-osl16-c2-n4")
+
+
+@pytest.fixture(scope="module")
+def il_run(tmp_path_factory, tiny_model):
+    base = tmp_path_factory.mktemp("interleaved")
+    return run_matrix_once(base, tiny_cpu_matrix("il", tiny_model, BODY, max_num_seqs=2))
+
+
+def test_the_dry_run_shows_restart_sets_of_blocks(il_run):
+    from tests.conftest import run_suite
+
+    matrix, _, _ = il_run
+    out = run_suite("run", str(matrix), "--dry-run").stdout
+    assert "order interleaved" in out
+    assert "window 0, restart set 0: blocks 0-1" in out and "window 1, restart set 1: blocks 2-3" in out
+
+
+def test_run_completes_with_every_job(il_run):
+    _, run_dir, proc = il_run
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "jobs: 16 ok, 0 failed, 0 missing" in proc.stdout  # 2 sets x 2 blocks x 2 points x 2 arms
+    assert "look after 2 rounds: slowed " in proc.stdout  # the look comes after two restart sets, not two blocks
+
+
+def test_each_restart_set_is_a_fresh_start_of_every_arm_holding_all_its_blocks(il_run):
+    _, run_dir, _ = il_run
+    jobs = [json.loads(f.read_text())["job"] for arm in ("baseline", "slowed")
+            for f in (run_dir / arm / "serve").glob("*/rep-*.job.json")]
+    assert len(jobs) == 16
+    for s in (0, 1):
+        for arm in ("baseline", "slowed"):
+            assert json.loads((run_dir / arm / f"server-{s}.json").read_text())["healthy_after_s"] > 0
+            mine = [j for j in jobs if j["arm"] == arm and j["repeat"] // 2 == s]
+            assert {j["session"] for j in mine} == {s}  # the set's blocks ran in the set's own server
+            assert sorted((j["repeat"], j["point"]) for j in mine) == sorted(
+                (b, p) for b in (2 * s, 2 * s + 1) for p in POINTS)
+
+
+def test_the_arms_of_an_interleaved_window_take_turns_in_a_fresh_random_order():
+    """Each turn holds one job of every arm of the window; under interleaved the order is drawn per turn from
+    the seed (so both arms go first in some turns), under side by side it is mirrored."""
+    from types import SimpleNamespace
+
+    from suite.runner import _turn_order
+
+    lives = [SimpleNamespace(session=SimpleNamespace(arm=a, window=3)) for a in ("baseline", "slowed", "x")]
+    ctx = SimpleNamespace(matrix=SimpleNamespace(order="interleaved", order_seed=1))
+    turns = [[live.session.arm for live in _turn_order(ctx, lives, t)] for t in range(12)]
+    assert all(sorted(t) == ["baseline", "slowed", "x"] for t in turns)
+    assert {t[0] for t in turns} == {"baseline", "slowed", "x"}
+    assert turns == [[live.session.arm for live in _turn_order(ctx, lives, t)] for t in range(12)]  # seeded
+    ctx.matrix.order = "abba"
+    assert [live.session.arm for live in _turn_order(ctx, lives, 1)] == ["x", "slowed", "baseline"]
+
+
+def test_the_verdict_scores_each_restart_set_from_its_blocks(il_run):
+    from suite.analysis import load_run
+
+    _, run_dir, _ = il_run
+    run = load_run(run_dir)
+    (s,) = run.summaries
+    assert s.evaluation.composite.n_rounds == 2  # two restart sets, not four blocks
+
+    def tpot(arm: str, point: str, block: int) -> float:
+        return json.loads((run_dir / arm / "serve" / point / f"rep-{block}.json").read_text())["mean_tpot_ms"]
+
+    sets = [sum(math.log(tpot("baseline", p, b) / tpot("slowed", p, b)) for p in POINTS for b in (2 * r, 2 * r + 1))
+            / (2 * len(POINTS)) for r in (0, 1)]
+    expected = (math.exp(sum(sets) / 2) - 1) * 100
+    assert s.evaluation.composite.estimate_pct == pytest.approx(expected, abs=0.05)
+
+
+def test_report_states_the_interleaved_order(il_run):
+    _, run_dir, _ = il_run
+    md = (run_dir / "report.md").read_text()
+    assert ("order: interleaved: every serving arm's server alive at once, a fresh start per round (restart "
+            "set), 2 blocks of every point per set") in md
+    assert "2 restart sets of servers alive at once, each the geometric mean of its 2 blocks, paired by set" in md
+
+
+def test_no_process_is_left(il_run):
+    _, run_dir, _ = il_run
+    assert processes_mentioning(str(run_dir)) == []
