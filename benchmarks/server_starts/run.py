@@ -4,6 +4,7 @@
     .venv/bin/python benchmarks/server_starts/run.py                        # every set-up below
     .venv/bin/python benchmarks/server_starts/run.py --setups default,no-split --repeats 4
     .venv/bin/python benchmarks/server_starts/run.py --setups default,side-by-side --repeats 6   # issue 23
+    .venv/bin/python benchmarks/server_starts/run.py --setups interleaved --repeats 6             # issue 23 item 2
     .venv/bin/python benchmarks/server_starts/run.py --analyze runs/server-starts-<time>   # re-analyse
 
 Per set-up it prints, from the stored raw results: the between-start CV of output throughput per point (the
@@ -58,6 +59,10 @@ def setups() -> dict[str, dict]:
         "side-by-side": {"env": {}, "prefix": [], "matrix": "side_by_side: 2\n",
                          "what": "defaults + side_by_side: 2: both arms' servers of a round alive at once (started "
                                  "together, their jobs alternating A B, B A, ...), the same cores"},
+        "interleaved": {"env": {}, "prefix": [], "replace": ("order: abba", "order: interleaved\nblocks: 3"),
+                        "what": "defaults + order: interleaved, blocks: 3: both arms' servers of a round (a restart "
+                                "set) alive at once, three blocks of every point in them, the arms taking turns "
+                                "in a fresh random order; the set is the unit of the round score"},
     }
 
 
@@ -70,8 +75,12 @@ def run_setup(name: str, setup: dict, out: Path, matrix: Path) -> dict:
     env = dict(os.environ, **setup["env"])
     base = out / name
     base.mkdir(parents=True, exist_ok=True)
-    if setup.get("matrix"):  # the set-up changes the matrix itself: a derived copy beside its run
-        text = matrix.read_text().replace("../../models/", f"{REPO}/models/") + setup["matrix"]
+    if setup.get("matrix") or setup.get("replace"):  # the set-up changes the matrix: a derived copy beside its run
+        text = matrix.read_text().replace("../../models/", f"{REPO}/models/") + setup.get("matrix", "")
+        if setup.get("replace"):
+            old, new = setup["replace"]
+            assert old in text, f"{matrix}: no {old!r} to replace"
+            text = text.replace(old, new)
         matrix = base / "matrix.yaml"
         matrix.write_text(text)
     cmd = [*setup["prefix"], str(Path(sys.executable).with_name("suite")), "run", str(matrix), "--out", str(base)]
@@ -127,7 +136,7 @@ def analyze(base: Path) -> dict:
     for name, p in run.points.items():
         groups = []
         for arm in arms:
-            vals = [float(raw[METRIC]) for raw in p.reps.get(arm, {}).values() if raw.get(METRIC)]
+            vals = [v for raw in p.reps.get(arm, {}).values() if (v := raw.number(METRIC))]
             sd = _sd_log(vals)
             if sd is not None:
                 groups.append((sd, len(vals)))
@@ -137,6 +146,23 @@ def analyze(base: Path) -> dict:
     c_rounds = round_data(run, arms[1], spec.metrics)[0]
     scores = list(round_scores(b_rounds, c_rounds, spec.metrics).scores.values())
     sd_score = statistics.stdev(scores) if len(scores) >= 2 else None
+    blocks = {}
+    if run.blocks > 1:  # the A/A score per block too: its spread inside a restart set against across sets
+        by_block = {arm: {r: {p.point: {m: v for m in spec.metrics if (v := raw.number(m)) is not None}
+                              for p in run.points.values() if (raw := p.reps.get(arm, {}).get(r)) is not None}
+                          for r in sorted({r for p in run.points.values() for r in p.reps.get(arm, {})})}
+                    for arm in arms[:2]}
+        bs = round_scores(by_block[arms[0]], by_block[arms[1]], spec.metrics).scores
+        sets: dict[int, list[float]] = {}
+        for r, v in bs.items():
+            sets.setdefault(r // run.blocks, []).append(v)
+        within = _pooled([(statistics.stdev(v), len(v)) for v in sets.values() if len(v) >= 2])
+        var_sets = sd_score ** 2 if sd_score else None
+        blocks = {"block_scores_pct": {k: [round(100 * math.expm1(x), 2) for x in v] for k, v in sets.items()},
+                  "within_set_block_sd": within,
+                  # the restart set's own part: var(set score) = var_u + var_block / blocks
+                  "between_start_sd": (math.sqrt(max(var_sets - within ** 2 / run.blocks, 0.0))
+                                       if var_sets is not None and within is not None else None)}
     healthy = []
     for f in sorted(run.root.glob("*/server-*.json")):
         rec = json.loads(f.read_text())
@@ -147,7 +173,7 @@ def analyze(base: Path) -> dict:
             "aa_round_scores_pct": [round(100 * math.expm1(s), 2) for s in scores], "aa_score_sd": sd_score,
             "rounds_for_5pct": rounds_needed(sd_score, 5, spec) if sd_score else None,
             "rounds_for_10pct": rounds_needed(sd_score, 10, spec) if sd_score else None,
-            "healthy_after_s_median": statistics.median(healthy) if healthy else None}
+            "healthy_after_s_median": statistics.median(healthy) if healthy else None, **blocks}
 
 
 def table(rows: list[tuple[dict, dict]]) -> str:
@@ -173,7 +199,10 @@ def table(rows: list[tuple[dict, dict]]) -> str:
             f"{meta['load_before']} → {meta['load_after']}"]) + " |")
     out.append("")
     out += [f"- {meta['setup']}: {meta['what']}; A/A round scores {a['aa_round_scores_pct']} %; "
-            f"per-start geomean tok/s {a['session_geomeans']}" for meta, a in rows]
+            f"per-start geomean tok/s {a['session_geomeans']}"
+            + (f"; A/A score per block, by restart set {a['block_scores_pct']} %: SD inside a set "
+               f"{_pct(a['within_set_block_sd'])}, the set's own (start) part {_pct(a['between_start_sd'])}"
+               if "block_scores_pct" in a else "") for meta, a in rows]
     return "\n".join(out) + "\n"
 
 
