@@ -486,10 +486,11 @@ def verdict_spec(run: RunData) -> VerdictSpec:
     over the run's rounds (a fixed-repeats run was never looked at early)."""
     declared = run.matrix.verdict
     repeats = run.matrix.repeats
-    if declared and repeats == "auto":
-        return VerdictSpec.model_validate(declared)
+    if declared is not None and repeats == "auto":
+        return declared
     n = max(2, repeats if isinstance(repeats, int) and not isinstance(repeats, bool) else 1)
-    return VerdictSpec.model_validate({**(declared or {}), "max_rounds": n, "looks": [n]})
+    kept = declared.model_dump(exclude={"max_rounds", "looks"}) if declared is not None else {}
+    return VerdictSpec.model_validate({**kept, "max_rounds": n, "looks": [n]})
 
 
 def stopped_after(run: RunData) -> int | None:

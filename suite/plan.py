@@ -31,14 +31,13 @@ import json
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
 from suite.matrix import AccuracySpec, ArmSpec, KernelSpec, LayerSpec, Matrix, ProfileSpec, serve_point_id
 
 AA_SUFFIX = ".aa"
-JobKind = Literal["serve", "equivalence", "accuracy", "probe", "profile", "latency", "kernel", "layer"]
 
 
 class ServeParams(BaseModel):
@@ -82,8 +81,6 @@ class ProbeParams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-JobParams = ServeParams | LatencyParams | AccuracySpec | KernelSpec | LayerSpec | ProfileSpec | ProbeParams
-
 # Where a kind's jobs go:
 # - session-start: the arm's first server session, before anything is measured (the gate-path probe);
 # - each-round: every server session, once per round it holds (serving points; the drift repeat follows);
@@ -99,7 +96,7 @@ SERVER_PLACEMENTS: tuple[Placement, ...] = ("session-start", "each-round", "sess
 class KindSpec:
     """What the plan knows of one job kind. A new stage adds one entry here (and one in
     ``suite.stages.registry``, how its job runs and reads): the plan, the store's layout and the dry-run loop
-    over this table."""
+    over this table, and ``Job.kind``'s literal and ``Job.params``' union are derived from it."""
 
     params: type[BaseModel]
     placement: Placement
@@ -144,6 +141,10 @@ KINDS: dict[str, KindSpec] = {  # the order inside a placement is the order of t
         m.profile is not None) else []),
 }
 PARAMS: dict[str, type[BaseModel]] = {kind: spec.params for kind, spec in KINDS.items()}
+# Derived from KINDS, so a new kind is written down once: the kinds a Job takes, and the params types (each
+# once, in KINDS order; a kind's own type is enforced by Job._params_match_kind).
+JobKind = Literal[tuple(KINDS)]  # type: ignore[valid-type]
+JobParams = Union[tuple(dict.fromkeys(PARAMS.values()))]  # type: ignore[valid-type]  # noqa: UP007 (built, not written)
 
 
 class Job(BaseModel):

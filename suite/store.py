@@ -35,6 +35,7 @@ from suite import __version__
 from suite.errors import SuiteError
 from suite.patches import AppliedPatch
 from suite.plan import KINDS, Job, Plan
+from suite.verdict import VerdictSpec
 
 SCHEMA_VERSION = 1
 SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|APIKEY|CREDENTIAL|PRIVATE)", re.I)
@@ -220,7 +221,7 @@ class MatrixRecord(Recorded):
     model: ModelRecord = ModelRecord()
     arms: dict[str, ArmSpecRecord] = {}
     repeats: int | str = 1
-    verdict: dict[str, Any] | None = None  # the declared block; suite.analysis.verdict_spec makes it a VerdictSpec
+    verdict: VerdictSpec | None = None  # the declared block, as the matrix's VerdictSpec dumped it
     side_by_side: int = 1
     blocks: int = 1  # order interleaved: blocks per restart set (a job's repeat // blocks is its round)
     order_seed: int = 0

@@ -85,7 +85,7 @@ def test_the_third_h200_run_decides_both_candidates_from_the_raw_json(tmp_path):
     report = (EVIDENCE / "h200-gemma4-quiet8-20261202" / "report.md").read_text()
     assert "look 1 of 2 (O'Brien–Fleming): 3 rounds at that look's boundary (the run ended before the look after 4)" in report
     assert control is not None and control.overall == "EQUIVALENT"
-    points = run.matrix.verdict["points"]
+    points = run.matrix.verdict.points
 
     def tpot(arm: str, point: str, r: int) -> float:
         return json.loads((root / arm / "serve" / point / f"rep-{r}.json").read_text())["mean_tpot_ms"]

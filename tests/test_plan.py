@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import pytest
+
 from suite.matrix import parse_matrix
 from suite.plan import build_plan, format_plan, round_order
 
@@ -153,14 +155,30 @@ def test_dry_run_lines_are_shell_quoted(tmp_path):
 
 
 def test_every_job_kind_has_its_place_in_the_kinds_table():
-    """The plan's kinds table is the one list of job kinds: the Job model's kinds, the stage registry's and
-    the table's are the same, so a stage added in one and not the other fails here, not in a run."""
+    """The plan's kinds table is the one list of job kinds: the Job model's kind literal and params union are
+    derived from it, and the stage registry names the same kinds, so a stage added in one table and not the
+    other fails here, not in a run."""
     from typing import get_args
 
-    from suite.plan import KINDS, JobKind
+    import pydantic
+
+    from suite.plan import KINDS, PARAMS, Job, JobKind, JobParams, LatencyParams, ProbeParams
     from suite.stages.registry import STAGES
 
-    assert set(get_args(JobKind)) == set(KINDS) == set(STAGES)
+    assert get_args(JobKind) == tuple(KINDS)
+    assert set(KINDS) == set(STAGES)
+    assert set(get_args(JobParams)) == {spec.params for spec in KINDS.values()}
+    assert PARAMS == {kind: spec.params for kind, spec in KINDS.items()}
+
+    fields = dict(arm="A", session=0, point="p", hash="0" * 16)
+    assert Job(kind="probe", params={}, **fields).params == ProbeParams()
+    with pytest.raises(pydantic.ValidationError, match="kind"):  # a kind not in KINDS
+        Job(kind="nope", params={}, **fields)
+    latency = LatencyParams(input_len=8, output_len=4, batch_size=1, num_iters_warmup=1, num_iters=2)
+    with pytest.raises(pydantic.ValidationError, match="a probe job takes ProbeParams, not LatencyParams"):
+        Job(kind="probe", params=latency, **fields)  # another kind's params
+    with pytest.raises(pydantic.ValidationError):  # another kind's params, as a mapping (a record read back)
+        Job(kind="probe", params=latency.model_dump(), **fields)
 
 
 def test_offline_repeats_run_every_offline_job_once_per_arm_per_round_in_a_random_order():

@@ -72,3 +72,31 @@ def test_a_stages_notes_are_declared_and_land_in_its_record(tmp_path):
     assert back.device is not None and back.device.before == [{"clocks.sm": "1980 MHz"}]
     with pytest.raises(ValidationError, match="extra_forbidden"):
         LatencyNotes(command=["vllm"], dropped=["--port"])  # a misspelt field is an error, not a silent extra
+
+
+def test_the_recorded_verdict_block_reads_as_the_verdict_spec_it_was_dumped_from(tmp_path):
+    """The manifest's matrix keeps the declared primary test as the VerdictSpec the matrix held: dumped with the
+    matrix, read back typed, and written back as the same JSON (a key the record left out stays out)."""
+    from suite.matrix import parse_matrix
+    from suite.store import PlanRecord, new_manifest
+    from suite.verdict import VerdictSpec
+
+    matrix = parse_matrix(
+        "name: m\nmodel: {id: x}\nrepeats: auto\norder: abba\n"
+        "verdict: {target_pct: 2.0, max_rounds: 6, points: [isl8-osl4-c1-n4]}\n"
+        "arms: {A: {vllm: '0.11.0'}, B: {vllm: '0.11.0'}}\n"
+        "serve:\n  - {isl: 8, osl: 4, concurrency: [1], num_prompts: 4}\n")
+    dump = matrix.model_dump(mode="json")
+    store = RunStore(tmp_path)
+    store.write_manifest(new_manifest("m.yaml", dump, PlanRecord()))
+    stored = json.loads(store.manifest_path.read_text())["matrix"]["verdict"]
+    assert stored == dump["verdict"]
+    verdict = store.manifest().matrix.verdict
+    assert isinstance(verdict, VerdictSpec) and verdict == matrix.verdict
+    assert verdict.points == ("isl8-osl4-c1-n4",) and verdict.looks == (2, 4, 6)
+
+    older = {"max_rounds": 4}  # a record without the keys a later suite declares
+    store.update_manifest(matrix=store.manifest().matrix.model_dump(mode="json", exclude_unset=True)
+                          | {"verdict": older})
+    assert store.manifest().matrix.verdict.looks == (2, 4)
+    assert json.loads(store.manifest_path.read_text())["matrix"]["verdict"] == older
