@@ -112,7 +112,7 @@ class SequentialRun:
         return look
 
     def record(self) -> SequentialRecord:
-        return SequentialRecord(design=self.spec.model_dump(mode="json"), looks=self.looks,
+        return SequentialRecord(design=self.spec, looks=self.looks,
                                 stop_after=self.stop_after, why=self.why,
                                 budget_min=None if self.budget_s is None else self.budget_s / 60)
 

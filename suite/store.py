@@ -319,7 +319,7 @@ class LookRecord(Recorded):
 
 
 class SequentialRecord(Recorded):
-    design: dict[str, Any] = {}  # the VerdictSpec the looks used
+    design: VerdictSpec | None = None  # the sequential design the looks used
     looks: list[LookRecord] = []
     stop_after: int | None = None
     why: str = ""
