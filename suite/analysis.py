@@ -200,7 +200,10 @@ def quality_findings(run: RunData) -> list[Finding]:
     found = fast_path_findings(run, logs)
     if not repeats:
         return found
-    return order_findings(run_checks(repeats, servers=server_records(run.store, sessions), logs=logs) + found)
+    # interleaved: the checks across rounds see restart sets (a set's blocks are one round of the verdict)
+    rounds = [replace(r, round=r.round // run.blocks) for r in repeats] if run.blocks > 1 else None
+    return order_findings(run_checks(repeats, servers=server_records(run.store, sessions), logs=logs,
+                                     rounds=rounds) + found)
 
 
 def fast_path_findings(run: RunData, logs: dict[tuple[str, int], str]) -> list[Finding]:

@@ -12,15 +12,19 @@ from suite.stages.serve.read import ServerStart
 
 
 def run_checks(repeats: Sequence[RepeatResult], *, servers: Iterable[ServerStart] = (),
-               logs: Mapping[tuple[str, int], str] | None = None) -> list[Finding]:
-    """Every check over a run's repeats (plus server records and logs), in `order_findings` order."""
+               logs: Mapping[tuple[str, int], str] | None = None,
+               rounds: Sequence[RepeatResult] | None = None) -> list[Finding]:
+    """Every check over a run's repeats (plus server records and logs), in `order_findings` order. ``rounds``:
+    the same repeats keyed by the verdict's round where that is not the repeat (order interleaved: a restart
+    set's blocks), for the checks across rounds (drift, round-outlier, bimodal sessions)."""
+    across = repeats if rounds is None else rounds
     findings: list[Finding] = []
     for r in repeats:
         findings += check_repeat(r.raw, r.params, arm=r.arm, point=r.point, round=r.round, client=r.client)
     findings += check_warmup(repeats)
     findings += check_server_health(servers, logs)
     findings += check_session_drift(repeats)
-    findings += check_round_outlier(repeats)
-    findings += check_drift(repeats)
-    findings += check_bimodal_sessions(repeats)
+    findings += check_round_outlier(across)
+    findings += check_drift(across)
+    findings += check_bimodal_sessions(across)
     return order_findings(findings)
