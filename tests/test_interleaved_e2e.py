@@ -109,6 +109,7 @@ def test_report_states_the_interleaved_order(il_run):
     assert ("order: interleaved: every serving arm's server alive at once, a fresh start per round (restart "
             "set), 2 blocks of every point per set") in md
     assert "2 restart sets of servers alive at once, each the geometric mean of its 2 blocks, paired by set" in md
+    assert "paired per restart set (interleaved: each set the geometric mean of its blocks both arms have)" in md
 
 
 def test_no_process_is_left(il_run):

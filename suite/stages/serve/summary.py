@@ -220,7 +220,8 @@ def _point_notes(run: RunData, s: CandidateSummary, point: str) -> list[Note]:
 def statistics_section(run: RunData) -> Section | None:
     if not run.points or not run.serving_summaries:
         return None
-    pairing = ("paired per round (ABBA): Δ from the rounds both arms have" if run.paired
+    pairing = ("paired per restart set (interleaved: each set the geometric mean of its blocks both arms have)"
+               if run.blocks > 1 else "paired per round (ABBA): Δ from the rounds both arms have" if run.paired
                else "Welch (independent repeats)")
     blocks: list = [Paragraph(
         f"Before / after: geometric means of the repeats used. Interval: 95 % t interval on the log ratio, {pairing}. "
