@@ -374,8 +374,8 @@ def _turn_order(ctx: RunContext, lives: list[LiveSession], turn: int) -> list[Li
 
 def run_window(ctx: RunContext, items: list[tuple[Session, list[Job]]], advance: Callable[..., None]) -> None:
     """Sessions of one time window side by side: every server is started at once and awaited together, then
-    the sessions take turns, one job each, the turn order mirrored from one job to the next (A B, B A, ...),
-    so that a drift within the window falls on every arm alike. A server that dies is restarted alone."""
+    the sessions take turns, one job each (``_turn_order``: mirrored, A B, B A, ...; interleaved: a fresh random
+    order per turn), so that a drift within the window falls on every arm alike. A server that dies is restarted alone."""
     lives = [LiveSession(ctx, s, p) for s, p in items if p]
     if len(lives) <= 1:
         for live in lives:
