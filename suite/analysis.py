@@ -505,8 +505,11 @@ def stopped_after(run: RunData) -> int | None:
 def decided_after(run: RunData, cand: str) -> int | None:
     """Rounds after which the sequential runner's look decided ``cand`` (the first look that did), when the
     run went on for other candidates: a decided test is final at its look; the rounds after it are measured,
-    shown in the cells, and not tested again."""
+    shown in the cells, and not tested again. For the A/A arm: where the control's own test decided (its later
+    rounds were not run)."""
     seq = run.manifest.sequential
+    if seq is not None and cand == run.aa_arm:  # the control's own stop (a run recorded before it had one: None)
+        return seq.control_after
     return next((look.rounds for look in (seq.looks if seq is not None else []) if look.decided.get(cand)), None)
 
 

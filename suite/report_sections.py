@@ -287,6 +287,14 @@ def control_card(run: RunData, s: CandidateSummary) -> Card:
         why = ("no false alarm: the same test found no change between two identical arms (the baseline started "
                "again in every round)")
     lines = [why, *base.lines]
+    seq = run.manifest.sequential
+    if s.decided_after is not None and s.evaluation is not None and seq is not None:
+        c = s.evaluation.composite
+        at = (f"its own sequential test decided at look {c.look} of {c.n_looks}, after {s.decided_after} rounds "
+              f"(the A/A arm's rounds {', '.join(map(str, c.rounds))})")
+        lines.insert(1, at + (": the A/A arm's sessions of later rounds were not run"
+                              if seq.stop_after is None or s.decided_after < seq.stop_after
+                              else ", where the run stopped"))
     if eq is not None and eq.n_identical < eq.n:
         lines.insert(1, f"greedy outputs of two identical arms differ in {eq.n - eq.n_identical} of {eq.n} prompts: "
                         "the server is not deterministic here, so greedy equivalence is no evidence in this run")

@@ -308,7 +308,8 @@ class JobCounts(Recorded):
 
 
 class LookRecord(Recorded):
-    """One sequential look: each candidate's outcome, whether its test decided, why; the A/A control's outcome."""
+    """One sequential look: each candidate's outcome, whether its test decided, why; the A/A control's outcome
+    and whether its own test is decided (at this look, or carried from the earlier look that decided it)."""
 
     rounds: int
     outcomes: dict[str, str] = {}
@@ -316,6 +317,7 @@ class LookRecord(Recorded):
     reasons: dict[str, str] = {}
     final: bool = False
     control: str | None = None
+    control_decided: bool | None = None  # None: no A/A arm, or a run recorded before the control stopped itself
 
 
 class SequentialRecord(Recorded):
@@ -324,6 +326,7 @@ class SequentialRecord(Recorded):
     stop_after: int | None = None
     why: str = ""
     budget_min: float | None = None
+    control_after: int | None = None  # rounds after which the A/A control's own test decided (its later rounds not run)
 
 
 class CompareSide(Recorded):
