@@ -290,8 +290,8 @@ def control_card(run: RunData, s: CandidateSummary) -> Card:
     seq = run.manifest.sequential
     if s.decided_after is not None and s.evaluation is not None and seq is not None:
         c = s.evaluation.composite
-        at = (f"its own sequential test decided at look {c.look} of {c.n_looks}, after {s.decided_after} rounds "
-              f"(the A/A arm's rounds {', '.join(map(str, c.rounds))})")
+        at = (f"its own sequential test decided at its look {c.look} of {c.n_looks}, after {s.decided_after} rounds "
+              f"of the run (the A/A arm's rounds {', '.join(map(str, c.rounds))})")
         lines.insert(1, at + (": the A/A arm's sessions of later rounds were not run"
                               if seq.stop_after is None or s.decided_after < seq.stop_after
                               else ", where the run stopped"))

@@ -223,6 +223,7 @@ class MatrixRecord(Recorded):
     repeats: int | str = 1
     verdict: VerdictSpec | None = None  # the declared block, as the matrix's VerdictSpec dumped it
     side_by_side: int = 1
+    aa: bool | str = False  # the A/A arm: true (every round), "alternate" (even rounds only), false
     blocks: int = 1  # order interleaved: blocks per restart set (a job's repeat // blocks is its round)
     order_seed: int = 0
     quiet_s: float = 0

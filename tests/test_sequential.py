@@ -332,12 +332,14 @@ def test_the_runner_skips_the_sessions_of_a_decided_control(tmp_path, monkeypatc
     assert seq.stop_after == 6 and seq.looks[-1].final
     if windows is not None:
         assert [len(w) for w in seen] == windows, seen
-    k, after, its = (2, 4, "0, 2") if "alternate" in design else (1, 2, "0, 1")
+    # the run's look k; under aa: alternate the control's own design has looks at 2 and 3 of its rounds (0, 2, 4)
+    k, after, its, own = (2, 4, "0, 2", "1 of 2") if "alternate" in design else (1, 2, "0, 1", "1 of 3")
     assert seq.control_after == after and seq.looks[k - 1].control == "EQUIVALENT" and seq.looks[k - 1].control_decided
     assert [lk.control for lk in seq.looks] == ["INCONCLUSIVE"] * (k - 1) + ["EQUIVALENT"] * (4 - k)
     assert not any(lk.control_decided for lk in seq.looks[:k - 1])
     assert run.control is not None and run.control.control_word == "CONTROL PASSED"
-    assert run.control.evaluation.composite.look == k and run.control.decided_after == after
+    c = run.control.evaluation.composite
+    assert f"{c.look} of {c.n_looks}" == own and run.control.decided_after == after
     report = (root / "report.md").read_text()
-    assert (f"its own sequential test decided at look {k} of 3, after {after} rounds (the A/A arm's rounds {its}): "
-            "the A/A arm's sessions of later rounds were not run") in report
+    assert (f"its own sequential test decided at its look {own}, after {after} rounds of the run (the A/A arm's "
+            f"rounds {its}): the A/A arm's sessions of later rounds were not run") in report
