@@ -302,6 +302,13 @@ def control_card(run: RunData, s: CandidateSummary) -> Card:
                    style=outcome_style(word), lines=lines)
 
 
+def control_stops_itself(run: RunData) -> bool:
+    """Whether the runner tested this run's A/A control as a sequential test of its own (its looks record
+    whether it was decided); a run recorded before that, or of fixed repeats, tested it once at the end."""
+    seq = run.manifest.sequential
+    return seq is not None and any(look.control_decided is not None for look in seq.looks)
+
+
 def verdict_section(run: RunData) -> Section:
     if not run.summaries:
         return Section("Verdict", 2, [Paragraph("No candidate arm: nothing to compare.")], anchor="verdict")
@@ -317,8 +324,10 @@ def verdict_section(run: RunData) -> Section:
         "only show where it changed."
         + (" **A/A control**: the baseline started again as a second arm and judged by the same test; "
            "**CONTROL FAILED** means two identical arms came out different, so this run's speed verdicts are "
-           "suspect; it does not say why, and in a sound run it happens by chance too (3.0–4.4 % of runs of the "
-           "default design, simulated through the real plan: docs/statistics.md)." if run.control is not None
+           "suspect; it does not say why, and in a sound run it happens by chance too ("
+           + ("2.7–5.8 % of runs of the default design with the control's own sequential stop"
+              if control_stops_itself(run) else "3.0–4.4 % of runs of the default design")
+           + ", simulated through the real plan: docs/statistics.md)." if run.control is not None
            else ""))
     control = [control_card(run, run.control)] if run.control is not None else []
     if not run.points and not run.serve.unreadable:  # the words are the serving test's: offline stages have none

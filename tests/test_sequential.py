@@ -343,3 +343,4 @@ def test_the_runner_skips_the_sessions_of_a_decided_control(tmp_path, monkeypatc
     report = (root / "report.md").read_text()
     assert (f"its own sequential test decided at its look {own}, after {after} rounds of the run (the A/A arm's "
             f"rounds {its}): the A/A arm's sessions of later rounds were not run") in report
+    assert "(2.7–5.8 % of runs of the default design with the control's own sequential stop, simulated" in report
