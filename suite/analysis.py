@@ -46,7 +46,7 @@ from suite.stats import (
 )
 from suite.stats import holm as stats_holm
 from suite.store import JobRecord, Manifest, MatrixRecord, PlanRecord, RunStore, Unreadable
-from suite.verdict import Evaluation, Outcome, VerdictSpec, evaluate
+from suite.verdict import Evaluation, Outcome, VerdictSpec, evaluate, every_other_look, every_other_round
 
 FAMILY_ALPHA = 0.05  # Holm: family-wise error rate over a candidate's cells
 NO_DATA = "NO DATA"
@@ -505,8 +505,11 @@ def stopped_after(run: RunData) -> int | None:
 def decided_after(run: RunData, cand: str) -> int | None:
     """Rounds after which the sequential runner's look decided ``cand`` (the first look that did), when the
     run went on for other candidates: a decided test is final at its look; the rounds after it are measured,
-    shown in the cells, and not tested again."""
+    shown in the cells, and not tested again. For the A/A arm: where the control's own test decided (its later
+    rounds were not run)."""
     seq = run.manifest.sequential
+    if seq is not None and cand == run.aa_arm:  # the control's own stop (a run recorded before it had one: None)
+        return seq.control_after
     return next((look.rounds for look in (seq.looks if seq is not None else []) if look.decided.get(cand)), None)
 
 
@@ -569,15 +572,19 @@ def primary(run: RunData, cand: str, spec: VerdictSpec, *, look: int | None = No
     and never into the A/A arm's own test (the control)."""
     base, left_b = round_data(run, run.baseline, spec.metrics, spec.points)
     new, left_c = round_data(run, cand, spec.metrics, spec.points)
+    halved = None
     if cand == run.aa_arm:  # the control: its own paired test, without the "not pooled" remark of a candidate
         spec = spec.model_copy(update={"pool_aa": False})
+        if run.matrix.aa == "alternate" and (halved := every_other_round(spec)) is not None:
+            spec, run_spec = halved, spec  # its own design: the rounds it has at each of the run's looks
     aa = (round_data(run, run.aa_arm, spec.metrics, spec.points)[0] if run.aa_arm and run.paired and spec.pool_aa
           else None)
     k = None
     if look is not None:
         base, new = {r: v for r, v in base.items() if r < look}, {r: v for r, v in new.items() if r < look}
         aa = {r: v for r, v in aa.items() if r < look} if aa else aa
-        k = max(1, sum(1 for x in spec.looks if x <= look))
+        k = (every_other_look(run_spec, spec, look) if halved is not None
+             else max(1, sum(1 for x in spec.looks if x <= look)))
     left_out = tuple(left_b + left_c)
     if not base or not new:
         return Primary(None, left_out)

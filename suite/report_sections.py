@@ -287,11 +287,26 @@ def control_card(run: RunData, s: CandidateSummary) -> Card:
         why = ("no false alarm: the same test found no change between two identical arms (the baseline started "
                "again in every round)")
     lines = [why, *base.lines]
+    seq = run.manifest.sequential
+    if s.decided_after is not None and s.evaluation is not None and seq is not None:
+        c = s.evaluation.composite
+        at = (f"its own sequential test decided at its look {c.look} of {c.n_looks}, after {s.decided_after} rounds "
+              f"of the run (the A/A arm's rounds {', '.join(map(str, c.rounds))})")
+        lines.insert(1, at + (": the A/A arm's sessions of later rounds were not run"
+                              if seq.stop_after is None or s.decided_after < seq.stop_after
+                              else ", where the run stopped"))
     if eq is not None and eq.n_identical < eq.n:
         lines.insert(1, f"greedy outputs of two identical arms differ in {eq.n - eq.n_identical} of {eq.n} prompts: "
                         "the server is not deterministic here, so greedy equivalence is no evidence in this run")
     return replace(base, title=f"A/A control: {literal(s.candidate)} vs {literal(s.baseline)}", word=word,
                    style=outcome_style(word), lines=lines)
+
+
+def control_stops_itself(run: RunData) -> bool:
+    """Whether the runner tested this run's A/A control as a sequential test of its own (its looks record
+    whether it was decided); a run recorded before that, or of fixed repeats, tested it once at the end."""
+    seq = run.manifest.sequential
+    return seq is not None and any(look.control_decided is not None for look in seq.looks)
 
 
 def verdict_section(run: RunData) -> Section:
@@ -309,8 +324,10 @@ def verdict_section(run: RunData) -> Section:
         "only show where it changed."
         + (" **A/A control**: the baseline started again as a second arm and judged by the same test; "
            "**CONTROL FAILED** means two identical arms came out different, so this run's speed verdicts are "
-           "suspect; it does not say why, and in a sound run it happens by chance too (3.0–4.4 % of runs of the "
-           "default design, simulated through the real plan: docs/statistics.md)." if run.control is not None
+           "suspect; it does not say why, and in a sound run it happens by chance too ("
+           + ("2.7–5.8 % of runs of the default design with the control's own sequential stop"
+              if control_stops_itself(run) else "3.0–4.4 % of runs of the default design")
+           + ", simulated through the real plan: docs/statistics.md)." if run.control is not None
            else ""))
     control = [control_card(run, run.control)] if run.control is not None else []
     if not run.points and not run.serve.unreadable:  # the words are the serving test's: offline stages have none

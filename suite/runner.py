@@ -31,7 +31,7 @@ from suite.runtime.local import LocalRuntime
 from suite.runtime.scheduler import Batch, RunProgress, Scheduler
 from suite.runtime.slurm.driver import SlurmScheduler
 from suite.runtime.slurm.runtime import SlurmRuntime
-from suite.sequential import SequentialRun, session_round
+from suite.sequential import SequentialRun, aa_arm, session_round
 from suite.stages.base import JobEnv, SessionEnv, SessionScope, trusts_remote_code
 from suite.stages.registry import STAGES
 from suite.stages.serve.run import serve_command
@@ -526,8 +526,13 @@ def look_line(look: LookRecord, seq: SequentialRun) -> str:
     """What the runner prints at a look: each candidate's word so far, the A/A control's (a false alarm is two
     identical arms called different; anything else is none), and why the run stops there, if it does."""
     alarm = look.control in ("REGRESSION", "IMPROVEMENT", "MIXED")
+    stopped = ("" if seq.control_after is None or seq.control_after >= look.rounds
+               else f", decided after {seq.control_after} rounds")
+    own = ("; its own test decided: its sessions of later rounds are not run"
+           if seq.control_after == look.rounds and (seq.stop_after is None or seq.stop_after > look.rounds) else "")
     words = ", ".join(f"{c} {o}" for c, o in look.outcomes.items()) + (
-        f"; A/A control: {'FALSE ALARM' if alarm else 'no false alarm'} ({look.control})" if look.control else "")
+        f"; A/A control: {'FALSE ALARM' if alarm else 'no false alarm'} ({look.control}{stopped}){own}"
+        if look.control else "")
     return f"look after {look.rounds} rounds: {words}" + (f"; stopping: {seq.why}" if seq.stop_after is not None else "")
 
 
@@ -558,8 +563,9 @@ def execute(ctx: RunContext, scheduler: Scheduler | None = None) -> JobCounts:
     if ctx.matrix.sequential:
         assert ctx.matrix.verdict is not None
         budget = ctx.matrix.budget_min * 60 if ctx.matrix.budget_min else None
-        seq = SequentialRun.resume(ctx.matrix.verdict, budget, ctx.store.manifest().sequential)
-        todo = [(s, p) for s, p in todo if seq.needed(session_round(s))]
+        seq = SequentialRun.resume(ctx.matrix.verdict, budget, ctx.store.manifest().sequential,
+                                   control_arm=aa_arm(ctx.plan))
+        todo = [(s, p) for s, p in todo if seq.needed_session(s)]
     total = sum(len(p) for _, p in todo)
     skipped = len(ctx.plan.jobs) - total
     if skipped:
@@ -577,6 +583,10 @@ def execute(ctx: RunContext, scheduler: Scheduler | None = None) -> JobCounts:
                 if seq is not None and not seq.needed(rnd):
                     progress.skip(sum(len(p) for _, p in batch))
                     continue
+                if seq is not None:  # the A/A control decided at an earlier look: its sessions here are not run
+                    kept = [(s, p) for s, p in batch if seq.needed_session(s)]
+                    progress.skip(sum(len(p) for s, p in batch if not seq.needed_session(s)))
+                    batch = kept
                 began = time.monotonic()
                 scheduler.run(ctx, batch, progress)
                 if seq is not None and rnd is None:  # sessions of no round (a correctness-only arm's): run once
@@ -603,9 +613,9 @@ def execute(ctx: RunContext, scheduler: Scheduler | None = None) -> JobCounts:
 
 def counts_of(ctx: RunContext, seq: SequentialRun | None) -> JobCounts:
     """Job counts over the jobs the run needs: a sequential run that stopped early does not miss the rest."""
-    if seq is None or seq.stop_after is None:
+    if seq is None or (seq.stop_after is None and seq.control_after is None):
         return job_counts(ctx)
-    needed = [s for s in ctx.plan.sessions if seq.needed(session_round(s))]
+    needed = [s for s in ctx.plan.sessions if seq.needed_session(s)]
     return ctx.store.job_counts(ctx.plan.model_copy(update={"sessions": needed}))
 
 

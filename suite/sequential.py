@@ -4,6 +4,12 @@ After each round whose count is one of the design's looks, every candidate's pri
 rounds stored so far (the same analysis the report uses). The run stops when every candidate is decided, or
 at the last look the time budget allows; the rounds not run are never planned-and-missing: the manifest says
 where the run stopped and why.
+
+The A/A control (the baseline's second arm) is a sequential test of its own, on the same design: at each look
+its primary test is evaluated too, and the first look that decides it (a confirmed difference: CONTROL
+FAILED; equivalence inside the margin: CONTROL PASSED) is where it stops: its later rounds' server sessions
+are not run, and the report judges it there (``SequentialRecord.control_after``). It never holds the run: a
+control still undecided when every candidate is decided is judged at that stopping look, final.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from suite.analysis import load_run, primary
-from suite.plan import Plan, Session
+from suite.plan import AA_SUFFIX, Plan, Session
 from suite.store import LookRecord, SequentialRecord
 from suite.verdict import VerdictSpec
 
@@ -27,9 +33,10 @@ def session_round(session: Session) -> int | None:
     return min(rounds) if rounds else None
 
 
-def evaluate_look(run_dir: Path, spec: VerdictSpec, rounds: int, final: bool) -> LookRecord:
+def evaluate_look(run_dir: Path, spec: VerdictSpec, rounds: int, final: bool, control: bool = True) -> LookRecord:
     """Every serving candidate's primary test on the first ``rounds`` rounds stored in the run directory (a
-    correctness-only arm has no speed test to wait for: it would keep every run to its last look)."""
+    correctness-only arm has no speed test to wait for: it would keep every run to its last look), and the A/A
+    control's (``control`` False: not evaluated, its test was decided at an earlier look)."""
     run = load_run(run_dir)
     outcomes, decided, reasons = {}, {}, {}
     for cand in (c for c in run.candidates if run.serves(c)):
@@ -41,12 +48,13 @@ def evaluate_look(run_dir: Path, spec: VerdictSpec, rounds: int, final: bool) ->
         outcomes[cand] = str(ev.outcome)
         decided[cand] = bool(ev.composite.decided)
         reasons[cand] = ev.reason
-    control = None
-    if run.aa_arm is not None:
+    ctrl_word = ctrl_decided = None
+    if run.aa_arm is not None and control:
         ctrl = primary(run, run.aa_arm, spec, look=rounds, final=final).evaluation
-        control = str(ctrl.outcome) if ctrl is not None else "INCONCLUSIVE"
+        ctrl_word = str(ctrl.outcome) if ctrl is not None else "INCONCLUSIVE"
+        ctrl_decided = bool(ctrl.composite.decided) if ctrl is not None else final
     return LookRecord(rounds=rounds, outcomes=outcomes, decided=decided, reasons=reasons, final=final,
-                      control=control)
+                      control=ctrl_word, control_decided=ctrl_decided)
 
 
 @dataclass
@@ -60,18 +68,31 @@ class SequentialRun:
     stop_after: int | None = None  # rounds run; later rounds are not needed
     why: str = ""
     round_ends: list[float] = field(default_factory=list)  # when each round of this process finished
+    control_arm: str | None = None  # the A/A arm: its sessions of rounds after its own test decided are not run
+    control_after: int | None = None  # rounds after which the A/A control's own test decided
 
     @classmethod
-    def resume(cls, spec: VerdictSpec, budget_s: float | None, stored: SequentialRecord | None) -> SequentialRun:
-        """The state a stored run left: its looks, and where it stopped and why (if it did)."""
-        state = cls(spec=spec, budget_s=budget_s)
+    def resume(cls, spec: VerdictSpec, budget_s: float | None, stored: SequentialRecord | None,
+               control_arm: str | None = None) -> SequentialRun:
+        """The state a stored run left: its looks, and where it (and its A/A control) stopped and why."""
+        state = cls(spec=spec, budget_s=budget_s, control_arm=control_arm)
         if stored is not None:
             state.looks = list(stored.looks)
             state.stop_after, state.why = stored.stop_after, stored.why
+            state.control_after = stored.control_after
         return state
 
     def needed(self, rnd: int | None) -> bool:
         return rnd is None or self.stop_after is None or rnd < self.stop_after
+
+    def needed_session(self, session: Session) -> bool:
+        """Whether the runner still runs this server session: its round is needed, and it is not an A/A
+        session of a round after the control's own test decided (an offline session, of no round, is)."""
+        rnd = session_round(session)
+        if not self.needed(rnd):
+            return False
+        return not (rnd is not None and self.control_after is not None and session.arm == self.control_arm
+                    and rnd >= self.control_after)
 
     def after_round(self, run_dir: Path, rounds_done: int, rounds_started: int,
                     one_time_s: float = 0.0) -> LookRecord | None:
@@ -99,7 +120,24 @@ class SequentialRun:
                 self.why = (f"time budget ({self.budget_s / 60:g} min) would be spent before the next look "
                             f"(after {nxt} rounds); {rounds_done} round(s) measured, no look taken")
             return None
-        look = evaluate_look(run_dir, self.spec, rounds_done, final=last or over_budget)
+        look = evaluate_look(run_dir, self.spec, rounds_done, final=last or over_budget,
+                             control=self.control_after is None)
+        return self.take_look(look, over_budget=over_budget)
+
+    def take_look(self, look: LookRecord, over_budget: bool = False) -> LookRecord:
+        """The stopping rule on one look's outcomes (``evaluate_look``'s, or a simulation's): records the look,
+        stops the A/A control at the first look that decides its own test (a decided control's outcome is
+        carried to the later looks, which do not test it again), and the run when every candidate is
+        decided, at the design's last look, or where the budget runs out."""
+        looks = self.spec.looks or (self.spec.max_rounds,)
+        rounds_done = look.rounds
+        last = rounds_done == looks[-1]
+        if self.control_after is not None:  # decided at an earlier look: its outcome stands
+            first = next((lk for lk in self.looks if lk.rounds == self.control_after), None)
+            look = look.model_copy(update={"control": first.control if first is not None else look.control,
+                                           "control_decided": True})
+        elif look.control_decided:
+            self.control_after = rounds_done
         self.looks.append(look)
         if over_budget:  # a final look: every test decides (INCONCLUSIVE at the latest)
             self.stop_after = rounds_done
@@ -114,7 +152,14 @@ class SequentialRun:
     def record(self) -> SequentialRecord:
         return SequentialRecord(design=self.spec, looks=self.looks,
                                 stop_after=self.stop_after, why=self.why,
-                                budget_min=None if self.budget_s is None else self.budget_s / 60)
+                                budget_min=None if self.budget_s is None else self.budget_s / 60,
+                                control_after=self.control_after)
+
+
+def aa_arm(plan: Plan) -> str | None:
+    """The plan's A/A arm (``aa: true | alternate``), whose own test may stop it before the run stops."""
+    name = plan.baseline + AA_SUFFIX
+    return name if name in plan.arms else None
 
 
 def planned_rounds(plan: Plan) -> list[int]:

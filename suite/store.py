@@ -223,6 +223,7 @@ class MatrixRecord(Recorded):
     repeats: int | str = 1
     verdict: VerdictSpec | None = None  # the declared block, as the matrix's VerdictSpec dumped it
     side_by_side: int = 1
+    aa: bool | str = False  # the A/A arm: true (every round), "alternate" (even rounds only), false
     blocks: int = 1  # order interleaved: blocks per restart set (a job's repeat // blocks is its round)
     order_seed: int = 0
     quiet_s: float = 0
@@ -308,7 +309,8 @@ class JobCounts(Recorded):
 
 
 class LookRecord(Recorded):
-    """One sequential look: each candidate's outcome, whether its test decided, why; the A/A control's outcome."""
+    """One sequential look: each candidate's outcome, whether its test decided, why; the A/A control's outcome
+    and whether its own test is decided (at this look, or carried from the earlier look that decided it)."""
 
     rounds: int
     outcomes: dict[str, str] = {}
@@ -316,6 +318,7 @@ class LookRecord(Recorded):
     reasons: dict[str, str] = {}
     final: bool = False
     control: str | None = None
+    control_decided: bool | None = None  # None: no A/A arm, or a run recorded before the control stopped itself
 
 
 class SequentialRecord(Recorded):
@@ -324,6 +327,7 @@ class SequentialRecord(Recorded):
     stop_after: int | None = None
     why: str = ""
     budget_min: float | None = None
+    control_after: int | None = None  # rounds after which the A/A control's own test decided (its later rounds not run)
 
 
 class CompareSide(Recorded):

@@ -137,6 +137,25 @@ class VerdictSpec(BaseModel):
         return tuple(k / self.max_rounds for k in self.looks)
 
 
+def every_other_round(spec: VerdictSpec) -> VerdictSpec | None:
+    """The design of a test whose arm is measured in every other round only (rounds 0, 2, 4, ...: the A/A arm
+    of ``aa: alternate``): at a look after n rounds it has ceil(n / 2) of them, so its looks are those counts
+    (each at least 2, each once) out of ceil(max_rounds / 2), with the same alpha, spending and margin. Its
+    boundaries are then calibrated on the t statistics of the rounds it has (``look_alphas``): the run's own
+    design, calibrated at twice the rounds, let an A/A control that stops at its own first decisive look
+    through in 5.8 % of sound runs (docs/statistics.md). None: fewer than 2 rounds even at the last look."""
+    half = sorted({-(-n // 2) for n in spec.looks} - {0, 1})
+    if not half:
+        return None
+    return spec.model_copy(update={"looks": tuple(half), "max_rounds": half[-1]})
+
+
+def every_other_look(spec: VerdictSpec, own: VerdictSpec, rounds: int) -> int:
+    """The look of ``own`` (``every_other_round(spec)``) that a look of the run after ``rounds`` rounds is: the
+    number of its looks reached by the ceil(rounds / 2) rounds its arm has by then (at least 1)."""
+    return max(1, sum(1 for x in own.looks if x <= -(-rounds // 2)))
+
+
 # --------------------------------------------------------------------------- alpha spending
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import suite.sequential as sequential
 from suite.sequential import SequentialRun, evaluate_look
 from suite.verdict import VerdictSpec
@@ -180,3 +182,165 @@ def test_aa_alternate_through_the_cli(tmp_path, capsys):
     assert main(["report", str(root)]) == 0
     report = (root / "report.md").read_text()
     assert "- **A/A control: baseline.aa vs baseline: CONTROL PASSED**" in report
+
+
+# ------------------------------------------------------------------------------- the A/A control's own stop
+
+
+def _look(rounds: int, cand: str, cand_decided: bool, control: str | None, control_decided: bool | None,
+          final: bool = False):
+    from suite.store import LookRecord
+    return LookRecord(rounds=rounds, outcomes={"patched": cand}, decided={"patched": cand_decided}, final=final,
+                      control=control, control_decided=control_decided)
+
+
+def _session(arm: str, rnd: int | None):
+    from suite.plan import Session
+    return Session(arm=arm, index=0, needs_server=rnd is not None, jobs=[], round=rnd)
+
+
+def test_the_control_stops_at_the_first_look_that_decides_its_own_test():
+    """Constructed looks of a 2/4/6/8 design: the control equivalent at look 1 is decided there (its sessions of
+    rounds 2 on are not needed, the other arms' are), keeps that outcome at the later looks without being tested
+    again, and never stops the run: the candidate does, at look 3."""
+    seq = SequentialRun(spec=VerdictSpec(max_rounds=8, looks=(2, 4, 6, 8)), budget_s=None, control_arm="baseline.aa")
+    assert seq.needed_session(_session("baseline.aa", 5))
+    seq.take_look(_look(2, "INCONCLUSIVE", False, "EQUIVALENT", True))
+    assert seq.control_after == 2 and seq.stop_after is None
+    assert seq.needed_session(_session("baseline.aa", 1)) and not seq.needed_session(_session("baseline.aa", 2))
+    assert seq.needed_session(_session("baseline", 2)) and seq.needed_session(_session("patched", 7))
+    assert seq.needed_session(_session("baseline.aa", None))  # an offline session has no round to skip
+    later = seq.take_look(_look(4, "INCONCLUSIVE", False, None, None))  # the runner does not test it again
+    assert later.control == "EQUIVALENT" and later.control_decided and seq.control_after == 2
+    seq.take_look(_look(6, "REGRESSION", True, None, None))
+    assert seq.stop_after == 6 and seq.why == "every candidate decided at look 3 of 4" and seq.control_after == 2
+    assert not seq.needed_session(_session("patched", 6)) and seq.needed_session(_session("patched", 5))
+    stored = seq.record()
+    assert stored.control_after == 2 and [lk.control for lk in stored.looks] == ["EQUIVALENT"] * 3
+    resumed = SequentialRun.resume(seq.spec, None, stored, control_arm="baseline.aa")
+    assert resumed.control_after == 2 and not resumed.needed_session(_session("baseline.aa", 3))
+
+
+def test_a_failed_control_stops_too_and_an_undecided_one_waits_for_the_runs_stop():
+    spec = VerdictSpec(max_rounds=8, looks=(2, 4, 6, 8))
+    failed = SequentialRun(spec=spec, budget_s=None, control_arm="baseline.aa")
+    failed.take_look(_look(2, "INCONCLUSIVE", False, "REGRESSION", False))  # not decided: no stop
+    assert failed.control_after is None and failed.needed_session(_session("baseline.aa", 2))
+    failed.take_look(_look(4, "INCONCLUSIVE", False, "REGRESSION", True))
+    assert failed.control_after == 4 and not failed.needed_session(_session("baseline.aa", 4))
+    # every candidate decided while the control is not: the run stops; the report tests the control there, final
+    waits = SequentialRun(spec=spec, budget_s=None, control_arm="baseline.aa")
+    waits.take_look(_look(2, "IMPROVEMENT", True, "INCONCLUSIVE", False))
+    assert waits.stop_after == 2 and waits.control_after is None and waits.record().control_after is None
+    # no A/A arm: nothing to stop
+    plain = SequentialRun(spec=spec, budget_s=None)
+    plain.take_look(_look(2, "INCONCLUSIVE", False, None, None))
+    assert plain.control_after is None and plain.needed_session(_session("baseline", 3))
+
+
+def test_a_look_on_stored_rounds_says_whether_the_control_is_decided(tmp_path):
+    """Through the report's own analysis: an A/A arm within 1 % of the baseline over 4 rounds is equivalent at
+    the design's last look (decided); two rounds at an interim look of 2/4/6/8 are not."""
+    from tests.test_report import AA_MATRIX, aa_values, make_run
+    root = make_run(tmp_path, aa_values(1.0), order="abba", repeats=4, matrix_text=AA_MATRIX)
+    early = evaluate_look(root, VerdictSpec(max_rounds=8, looks=(2, 4, 6, 8)), rounds=2, final=False)
+    assert early.control == "INCONCLUSIVE" and early.control_decided is False
+    last = evaluate_look(root, VerdictSpec(max_rounds=4, looks=(2, 4)), rounds=4, final=True)
+    assert last.control == "EQUIVALENT" and last.control_decided is True
+    assert evaluate_look(root, SPEC, rounds=4, final=True, control=False).control is None
+
+
+CONTROL_MATRIX = """\
+name: ctrl
+model: {id: some/model}
+arms:
+  baseline: {vllm: "0.32.0"}
+  patched: {vllm: "0.32.0"}
+serve:
+  - {isl: 64, osl: 16, concurrency: 2, num_prompts: 8}
+repeats: auto
+verdict: {max_rounds: 6, looks: [2, 4, 6]}
+"""
+
+
+def _served(tmp_path, monkeypatch, extra: str):
+    """`suite run` through the CLI on the real runner (prepare, execute, its looks and batches, the here
+    scheduler's windows), with the servers left out: each session's jobs write their results through the store
+    (the A/A arm the baseline's value to 0.001 %, so its own test is equivalent at the first look; the candidate
+    ±10 % from round to round, undecided until the last look). Returns the run directory and the (arm, round)
+    of every session the runner ran, and which sessions it ran side by side."""
+    import suite.runner as runner
+    from suite.cli import main
+    from suite.runtime.base import ArmEnv
+    from suite.store import ArmRuntimeInfo, RunStore, atomic_write_json
+    from tests.test_report import raw
+
+    class FakeRuntime:
+        kind = "local"
+
+        def prepare_arm(self, arm, spec):
+            return ArmEnv(arm=arm, vllm_version=spec.vllm)
+
+        def arm_info(self, arm):
+            return ArmRuntimeInfo()
+
+    ran, windows = [], []
+    level = {"baseline": [100, 112, 95, 104, 99, 108, 101, 97, 103, 110, 96, 105],
+             "patched": [88, 115, 93, 111, 90, 109, 94, 113, 91, 112, 89, 110]}
+
+    def fake_session(ctx, session, pending, advance):
+        ran.append((session.arm, sequential.session_round(session)))
+        rnd = sequential.session_round(session)
+        for job in pending:
+            t = level["baseline" if session.arm == "baseline.aa" else session.arm][job.repeat]
+            t *= 1.00001 if session.arm == "baseline.aa" and rnd % 4 in (1, 2) else 1.0
+            atomic_write_json(ctx.store.result_path(job), raw(t, 100.0 / t))
+            ctx.store.write_record(job, "ok", seconds=1.0)
+            advance(job)
+
+    def fake_window(ctx, items, advance):
+        windows.append(sorted(s.arm for s, p in items if p))
+        for s, p in items:
+            fake_session(ctx, s, p, advance)
+
+    monkeypatch.setattr(runner, "make_runtime", lambda matrix, cache_root: FakeRuntime())
+    monkeypatch.setattr(runner, "run_session", fake_session)
+    monkeypatch.setattr(runner, "run_window", fake_window)
+    (tmp_path / "m.yaml").write_text(CONTROL_MATRIX + extra)
+    assert main(["run", str(tmp_path / "m.yaml"), "--out", str(tmp_path / "runs")]) == 0
+    (root,) = (tmp_path / "runs").glob("*-ctrl")
+    assert RunStore.open(root).manifest().job_counts.all_ok  # the control's skipped sessions are not missing
+    return root, ran, windows
+
+
+@pytest.mark.parametrize("design, aa_rounds, windows", [
+    ("order: abba\naa: true\n", [0, 1], None),
+    ("order: abba\naa: alternate\n", [0, 2], None),  # one A/A round at look 1 (untested), two at look 2
+    ("order: abba\naa: true\nside_by_side: 3\n", [0, 1], [3, 3, 2, 2, 2, 2]),  # later windows run without it
+    ("order: abba\naa: true\nside_by_side: 2\n", [0, 1], None),
+    ("order: interleaved\nblocks: 2\naa: true\n", [0, 1], [3, 3, 2, 2, 2, 2]),
+])
+def test_the_runner_skips_the_sessions_of_a_decided_control(tmp_path, monkeypatch, design, aa_rounds, windows):
+    from suite.analysis import load_run
+
+    root, ran, seen = _served(tmp_path, monkeypatch, design)
+    run = load_run(root)
+    seq = run.manifest.sequential
+    assert sorted(r for a, r in ran if a == "baseline.aa") == aa_rounds, ran
+    for arm in ("baseline", "patched"):  # the other arms run every round to the run's stop (the last look)
+        assert sorted(r for a, r in ran if a == arm) == list(range(6)), ran
+    assert seq.stop_after == 6 and seq.looks[-1].final
+    if windows is not None:
+        assert [len(w) for w in seen] == windows, seen
+    # the run's look k; under aa: alternate the control's own design has looks at 2 and 3 of its rounds (0, 2, 4)
+    k, after, its, own = (2, 4, "0, 2", "1 of 2") if "alternate" in design else (1, 2, "0, 1", "1 of 3")
+    assert seq.control_after == after and seq.looks[k - 1].control == "EQUIVALENT" and seq.looks[k - 1].control_decided
+    assert [lk.control for lk in seq.looks] == ["INCONCLUSIVE"] * (k - 1) + ["EQUIVALENT"] * (4 - k)
+    assert not any(lk.control_decided for lk in seq.looks[:k - 1])
+    assert run.control is not None and run.control.control_word == "CONTROL PASSED"
+    c = run.control.evaluation.composite
+    assert f"{c.look} of {c.n_looks}" == own and run.control.decided_after == after
+    report = (root / "report.md").read_text()
+    assert (f"its own sequential test decided at its look {own}, after {after} rounds of the run (the A/A arm's "
+            f"rounds {its}): the A/A arm's sessions of later rounds were not run") in report
+    assert "(2.7–5.8 % of runs of the default design with the control's own sequential stop, simulated" in report

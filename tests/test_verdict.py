@@ -409,3 +409,18 @@ def test_fmt_pct_is_one_format_for_tables_cards_and_reasons():
     assert fmt_pct(-24.84) == "-24.8%" and fmt_pct(3.0) == "+3.0%" and fmt_pct(-0.01) == "-0.0%"
     assert fmt_pct(math.inf) == "+∞%" and fmt_pct(-math.inf) == "-∞%" and fmt_pct(None) == "n/a"
     assert fmt_interval(-0.04, 0.7) == "[-0.0, +0.7]" and fmt_interval(None, 1.0) == "—"
+
+
+def test_an_arm_of_every_other_round_has_its_own_looks():
+    """The A/A arm of `aa: alternate` (rounds 0, 2, 4, ...): at the run's looks after 2/4/6/8 rounds it has
+    1/2/3/4 rounds; a look of one round tests nothing, so its design looks at 2, 3 and 4 of its rounds."""
+    from suite.verdict import every_other_look, every_other_round
+
+    spec = VerdictSpec(max_rounds=8, looks=(2, 4, 6, 8))
+    own = every_other_round(spec)
+    assert own is not None and own.looks == (2, 3, 4) and own.max_rounds == 4
+    assert (own.alpha, own.spending, own.target_pct) == (spec.alpha, spec.spending, spec.target_pct)
+    assert [every_other_look(spec, own, n) for n in (2, 4, 6, 8)] == [1, 1, 2, 3]
+    assert every_other_round(VerdictSpec(max_rounds=16, looks=(4, 8, 12, 16))).looks == (2, 4, 6, 8)
+    assert every_other_round(VerdictSpec(max_rounds=4, looks=(3, 4))).looks == (2,)  # ceil: 2 and 2 rounds
+    assert every_other_round(VerdictSpec(max_rounds=2, looks=(2,))) is None  # one round at most: no test

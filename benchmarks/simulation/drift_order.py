@@ -19,7 +19,12 @@ host drift models below added to every session by its slot (log speed):
   of three arms (what a mirrored pair of rounds lines up with), 8 a period no round length divides.
 
 A false alarm is the candidate called REGRESSION, IMPROVEMENT or MIXED. Seeds are fixed: the printed
-numbers repeat. Run it against an older checkout (``PYTHONPATH=<that checkout>``) to compare its order.
+numbers repeat.
+
+``--control``: ``aa: true`` against ``aa: alternate``. ``--own-control``: the A/A control tested where the
+candidates stopped the run (before) against its own sequential stop (``SequentialRun.take_look``: the first look
+that decides its own test stops it, and the runner's ``needed_session`` leaves its later sessions out), run
+round by round through the real plan's sessions, so the sessions after a left-out one move up a slot. Run it against an older checkout (``PYTHONPATH=<that checkout>``) to compare its order.
 """
 
 from __future__ import annotations
@@ -31,17 +36,19 @@ import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from primary_test import ARMS, FALSE_POSITIVE, Noise, one_run, pct  # noqa: E402
+from primary_test import ARMS, FALSE_POSITIVE, Noise, one_run, pct, simulate_round  # noqa: E402
 
 from suite.matrix import parse_matrix  # noqa: E402
-from suite.plan import build_plan  # noqa: E402
-from suite.sequential import session_round  # noqa: E402
-from suite.verdict import Outcome, VerdictSpec  # noqa: E402
+from suite.plan import Session, build_plan  # noqa: E402
+from suite.sequential import SequentialRun, session_round  # noqa: E402
+from suite.store import LookRecord  # noqa: E402
+from suite.verdict import Evaluation, Outcome, VerdictSpec, evaluate, every_other_look, every_other_round  # noqa: E402
 
 POWER = (("none", 5.0), ("linear", 5.0))  # a 5 % slowdown: what randomising costs where mirrored pairs cancel
 NOISIER = (1.0, 2.0, 3.0)  # a candidate whose servers vary this many times more: pooling with the A/A arm
@@ -112,6 +119,8 @@ class Task:
     candidate_factor: float = 1.0  # the candidate's session noise, times the others'
     pool_aa: bool = False  # the default design
     aa: str = "true"  # the matrix's aa: true (every round) or alternate (even rounds)
+    session: float = 0.03  # σ_session (own_cell only)
+    own: bool = False  # own_cell: the control's own sequential stop (else tested where the run stopped)
 
 
 def run_cell(task: Task) -> tuple[float, float, float, float]:
@@ -154,13 +163,142 @@ def control_table(trials: int, jobs: int) -> None:
               f"{sessions:.1f} / {sessions5:.1f} |")
 
 
+@lru_cache(maxsize=8192)
+def plan_sessions(seed: int, aa: str) -> tuple[Session, ...]:
+    """The real plan's server sessions of one run (``order_seed`` = ``seed``), in run order."""
+    return tuple(s for s in build_plan(parse_matrix(MATRIX.format(seed=seed, aa=aa))).sessions
+                 if session_round(s) is not None)
+
+
+@dataclass(frozen=True)
+class OwnRun:
+    candidate: Outcome  # the candidate's word where the run stopped
+    control: str  # the A/A control's word: at its own decisive look, else where the run stopped
+    sessions: int  # server sessions run
+    control_after: int | None  # rounds after which the control's own test decided (None: at the run's stop)
+    rounds: int  # rounds after which the run stopped
+
+
+def sequential_run(rng: np.random.Generator, noise: Noise, effect_pct: float, spec: VerdictSpec, seed: int,
+                   aa: str, drift: np.ndarray, own: bool) -> OwnRun:
+    """One run round by round through the runner's own pieces: the real plan's sessions of each round, those
+    ``SequentialRun.needed_session`` keeps (``own``: the control stops at the first look that decides its own
+    test and its later sessions are left out, so the later sessions' slots move up under drift; else the
+    control runs to the run's stop, as before), the primary test at each look as ``evaluate_look`` computes it
+    (``suite.verdict.evaluate`` on the stored rounds: candidate and A/A arm against the baseline, paired by
+    round), and ``SequentialRun.take_look`` to decide the control's stop and the run's."""
+    seq = SequentialRun(spec=spec, budget_s=None, control_arm="baseline.aa" if own else None)
+    sessions = plan_sessions(seed, aa)
+    data: dict[str, dict] = {arm: {} for arm in ARMS}
+    slot, ran = -1, 0
+    ctrl_spec = spec.model_copy(update={"pool_aa": False})
+    halved = every_other_round(ctrl_spec) if own and aa == "alternate" else None  # as analysis.primary (own)
+
+    def judge(arm: str, n: int, k: int, final: bool, test: VerdictSpec) -> Evaluation | None:
+        base = {r: v for r, v in data["baseline"].items() if r < n}
+        new = {r: v for r, v in data[arm].items() if r < n}
+        if arm == "baseline.aa" and halved is not None:
+            test, k = halved, every_other_look(ctrl_spec, halved, n)
+        return evaluate(base, new, test, look=k, final=final) if base and new else None
+
+    for r in range(spec.max_rounds):
+        arms = [NAMES[s.arm] for s in sessions if session_round(s) == r and seq.needed_session(s)]
+        ran += len(arms)
+        slot = simulate_round(rng, noise, effect_pct, r, arms, data, slot, drift)
+        n = r + 1
+        if n not in spec.looks:
+            continue
+        k, last = spec.looks.index(n) + 1, n == spec.looks[-1]
+        cand = judge("candidate", n, k, last, spec)
+        assert cand is not None
+        word = decided = None
+        if own and seq.control_after is None:
+            ctrl = judge("baseline.aa", n, k, last, ctrl_spec)
+            word = str(ctrl.outcome) if ctrl is not None else "INCONCLUSIVE"
+            decided = bool(ctrl.composite.decided) if ctrl is not None else last
+        look = seq.take_look(LookRecord(rounds=n, outcomes={"candidate": str(cand.outcome)},
+                                        decided={"candidate": cand.composite.decided}, final=last,
+                                        control=word, control_decided=decided))
+        if seq.stop_after is not None:
+            if look.control is None:  # judged where the run stopped (the report's test, final)
+                ctrl = judge("baseline.aa", n, k, True, ctrl_spec)
+                look = look.model_copy(update={"control": str(ctrl.outcome) if ctrl is not None else "INCONCLUSIVE"})
+            return OwnRun(cand.outcome, look.control or "INCONCLUSIVE", ran, seq.control_after if own else None, n)
+    raise AssertionError("the last look always stops the run")
+
+
+def own_cell(task: Task) -> tuple[float, float, float, float]:
+    """``run_cell`` for ``sequential_run``, today's control and its own stop on the same draws (one rng per
+    mode, one seed): (false alarms of a neutral candidate or REGRESSION calls of a slower one, false alarms of
+    the control, server sessions per run, share of runs whose control decided before the run stopped)."""
+    own = task.own
+    rng = np.random.default_rng(task.seed)
+    spec = VerdictSpec(max_rounds=8, looks=(2, 4, 6, 8))
+    hits = alarms = sessions = early = 0
+    alarm_words = {str(o) for o in FALSE_POSITIVE}
+    for t in range(task.trials):
+        run = sequential_run(rng, Noise(task.session), task.effect_pct, spec, t, task.aa, drift_of(task.model, rng),
+                             own)
+        hits += run.candidate in FALSE_POSITIVE if task.effect_pct == 0 else run.candidate == Outcome.REGRESSION
+        alarms += run.control in alarm_words
+        sessions += run.sessions
+        early += run.control_after is not None and run.control_after < run.rounds
+    n = task.trials
+    return hits / n, alarms / n, sessions / n, early / n
+
+
+def own_control_table(trials: int, jobs: int) -> None:
+    """Today's control (tested where the candidates stopped the run) against its own sequential stop, through
+    the runner's stopping rule and the real plan's sessions, aa: true and alternate; σ_session 3 % under the
+    drift models, and a quiet host (σ_session 1 %, no drift) where an equivalent control can stop early."""
+    rows = [(m, 0.03) for m in CONTROL_MODELS] + [("none", 0.01)]
+    cells = [(m, sd, aa, own) for m, sd in rows for aa in ("true", "alternate") for own in (False, True)]
+    tasks = [Task(m, trials, 7_600 + 10 * i + j, aa=aa, own=own, session=sd)
+             for i, (m, sd) in enumerate(rows) for j, aa in enumerate(("true", "alternate")) for own in (False, True)]
+    tasks += [Task(m, trials // 4, 7_700 + 10 * i + j, 5.0, aa=aa, own=own, session=sd)
+              for i, (m, sd) in enumerate(rows) for j, aa in enumerate(("true", "alternate")) for own in (False, True)]
+    with ProcessPoolExecutor(jobs) as pool:
+        out = list(pool.map(own_cell, tasks))
+    n = len(cells)
+    print(f"\n| host drift | aa | control | false alarms, neutral candidate ({trials} runs) | false alarms, A/A "
+          f"control | control decided before the run's stop | REGRESSION calls of −5 % ({trials // 4} runs) | "
+          "server sessions per run (neutral / −5 %) |")
+    print("|---|---|---|--:|--:|--:|--:|--:|")
+    for (m, sd, aa, own), neutral, slower in zip(cells, out[:n], out[n:], strict=True):
+        label = LABELS[m] + ("" if sd == 0.03 else f", σ_session {100 * sd:g} %")
+        print(f"| {label} | {aa} | {'own stop' if own else 'at the run stop'} | {pct(neutral[0])} | "
+              f"{pct(neutral[1])} | {pct(neutral[3]) if own else '—'} | {pct(slower[0])} | "
+              f"{neutral[2]:.1f} / {slower[2]:.1f} |")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--trials", type=int, default=2000)
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--control", action="store_true", help="only the table of aa: true against aa: alternate")
+    ap.add_argument("--own-control", action="store_true",
+                    help="only the table of the control tested at the run's stop against its own sequential stop")
+    ap.add_argument("--own-control-check", type=int, metavar="TRIALS",
+                    help="only the control's own stop without drift, aa: true and alternate, over TRIALS runs")
     args = ap.parse_args(argv)
     start = time.monotonic()
+    if args.own_control_check:
+        print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        for i, aa in enumerate(("true", "alternate")):
+            fp, ctrl, sessions, early = own_cell(Task("none", args.own_control_check, 9_100 + i, aa=aa,
+                                                         own=True))
+            print(f"aa: {aa}, own stop, no drift, {args.own_control_check} runs: false alarms of a neutral "
+                  f"candidate {pct(fp)}, of the A/A control {100 * ctrl:.2f} %, server sessions per run "
+                  f"{sessions:.2f}, control decided before the run's stop {pct(early)}")
+        print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        print(f"\n{time.monotonic() - start:.0f} s")
+        return 0
+    if args.own_control:
+        print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        own_control_table(args.trials, args.jobs)
+        print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        print(f"\n{time.monotonic() - start:.0f} s")
+        return 0
     if args.control:
         control_table(args.trials, args.jobs)
         print(f"\n{time.monotonic() - start:.0f} s")

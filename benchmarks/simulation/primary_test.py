@@ -80,24 +80,34 @@ def simulate_rounds(rng: np.random.Generator, noise: Noise, effect_pct: float, n
     session slot; an arm left out of a round has no value there); ``drift``: log-speed added at each slot
     (default: the linear ``noise.drift`` per slot)."""
     data: dict[str, dict] = {arm: {} for arm in ARMS}
-    sign = np.array([1.0 if METRICS[m].higher_is_better else -1.0 for m in HEADLINE])
-    base = np.array([BASE_VALUE[m] for m in HEADLINE])
     slot = -1
     for r in range(n_rounds):
-        for arm in order(r):  # a round without the A/A arm (aa: alternate) is one slot shorter
-            slot += 1
-            sd = noise.session * (noise.candidate_factor if arm == "candidate" else 1.0)
-            g = rng.normal(0, sd) + (noise.drift * slot if drift is None else drift[slot])
-            if noise.p_slow and rng.random() < noise.p_slow:
-                g += math.log(noise.slow)
-            if arm == "candidate":
-                g -= math.log1p(effect_pct / 100)
-            e_p = rng.normal(0, noise.within, len(POINTS))
-            e_pm = rng.normal(0, noise.within / 2, (len(POINTS), len(HEADLINE)))
-            values = base * np.exp(sign * (g + e_p[:, None]) + e_pm)
-            data[arm][r] = {p: dict(zip(HEADLINE, map(float, values[i]), strict=True))
-                            for i, p in enumerate(POINTS)}
+        slot = simulate_round(rng, noise, effect_pct, r, order(r), data, slot, drift)
     return data
+
+
+SIGN = np.array([1.0 if METRICS[m].higher_is_better else -1.0 for m in HEADLINE])
+BASE = np.array([BASE_VALUE[m] for m in HEADLINE])
+
+
+def simulate_round(rng: np.random.Generator, noise: Noise, effect_pct: float, r: int, arms: Sequence[str],
+                   data: dict, slot: int, drift: np.ndarray | None = None) -> int:
+    """Round r of ``simulate_rounds``: its ``arms`` in run order, each the next session slot after ``slot``,
+    written into ``data``; returns the last slot taken (a round run round by round, as a run that leaves
+    sessions out as it goes: the slots after a left-out session move up)."""
+    for arm in arms:  # a round without the A/A arm (aa: alternate) is one slot shorter
+        slot += 1
+        sd = noise.session * (noise.candidate_factor if arm == "candidate" else 1.0)
+        g = rng.normal(0, sd) + (noise.drift * slot if drift is None else drift[slot])
+        if noise.p_slow and rng.random() < noise.p_slow:
+            g += math.log(noise.slow)
+        if arm == "candidate":
+            g -= math.log1p(effect_pct / 100)
+        e_p = rng.normal(0, noise.within, len(POINTS))
+        e_pm = rng.normal(0, noise.within / 2, (len(POINTS), len(HEADLINE)))
+        values = BASE * np.exp(SIGN * (g + e_p[:, None]) + e_pm)
+        data[arm][r] = {p: dict(zip(HEADLINE, map(float, values[i]), strict=True)) for i, p in enumerate(POINTS)}
+    return slot
 
 
 @dataclass(frozen=True)
