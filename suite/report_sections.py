@@ -284,8 +284,10 @@ def control_card(run: RunData, s: CandidateSummary) -> Card:
         why = ("not tested: the test needs at least two rounds with a spread between them, so it can neither "
                "pass nor fail this run; the between-start difference below is one draw, not a noise estimate")
     else:
+        rounds = ("every round" if run.matrix.aa != "alternate" or s.evaluation is None
+                  else "rounds " + ", ".join(map(str, s.evaluation.composite.rounds)) + " (aa: alternate)")
         why = ("no false alarm: the same test found no change between two identical arms (the baseline started "
-               "again in every round)")
+               f"again in {rounds})")
     lines = [why, *base.lines]
     seq = run.manifest.sequential
     if s.decided_after is not None and s.evaluation is not None and seq is not None:

@@ -182,6 +182,7 @@ def test_aa_alternate_through_the_cli(tmp_path, capsys):
     assert main(["report", str(root)]) == 0
     report = (root / "report.md").read_text()
     assert "- **A/A control: baseline.aa vs baseline: CONTROL PASSED**" in report
+    assert "(the baseline started again in rounds 0, 2 (aa: alternate))" in report
 
 
 # ------------------------------------------------------------------------------- the A/A control's own stop
@@ -344,3 +345,5 @@ def test_the_runner_skips_the_sessions_of_a_decided_control(tmp_path, monkeypatc
     assert (f"its own sequential test decided at its look {own}, after {after} rounds of the run (the A/A arm's "
             f"rounds {its}): the A/A arm's sessions of later rounds were not run") in report
     assert "(2.7–5.8 % of runs of the default design with the control's own sequential stop, simulated" in report
+    assert ("started again in rounds 0, 2 (aa: alternate)" if "alternate" in design
+            else "started again in every round") in report
