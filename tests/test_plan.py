@@ -162,7 +162,9 @@ def test_every_job_kind_has_its_place_in_the_kinds_table():
 
     import pydantic
 
-    from suite.plan import KINDS, PARAMS, Job, JobKind, JobParams, LatencyParams, ProbeParams
+    from suite.plan import KINDS, PARAMS, Job, JobKind, JobParams
+    from suite.stages.latency.spec import LatencyParams
+    from suite.stages.probe.spec import ProbeParams
     from suite.stages.registry import STAGES
 
     assert get_args(JobKind) == tuple(KINDS)
