@@ -29,117 +29,20 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from suite.matrix import AccuracySpec, ArmSpec, KernelSpec, LayerSpec, Matrix, ProfileSpec, serve_point_id
+from suite.matrix import ArmSpec, Matrix
+from suite.stages.kinds import KINDS
+from suite.stages.spec import SERVER_PLACEMENTS, Placement
 
 AA_SUFFIX = ".aa"
 
 
-class ServeParams(BaseModel):
-    """One serving point, as `vllm bench serve` runs it (suite.stages.serve.run.serve_command)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    isl: int
-    osl: int
-    concurrency: int
-    num_prompts: int
-    random_range_ratio: float
-    request_rate: float | None  # None: every request at once (inf)
-    num_warmups: int
-    seed: int
-    duration_s: float | None = None  # size the point by time (the prompts counted at the session's warm-up)
-    warmup: bool = True  # warm the server at this shape before the session's first point
-    client: Literal["persistent", "cli"] = "persistent"
-
-    def hashed(self) -> dict[str, Any]:
-        """What the job's hash covers: the knobs added later only when set away from their default, so the
-        hashes of runs made before them stay what they were."""
-        return self.model_dump(mode="json", exclude_defaults=True)
-
-
-class LatencyParams(BaseModel):
-    """One `vllm bench latency` batch size of a latency block."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    input_len: int
-    output_len: int
-    batch_size: int
-    num_iters_warmup: int
-    num_iters: int
-
-
-class ProbeParams(BaseModel):
-    """The gate-path probe takes nothing but its session's server."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-# Where a kind's jobs go:
-# - session-start: the arm's first server session, before anything is measured (the gate-path probe);
-# - each-round: every server session, once per round it holds (serving points; the drift repeat follows);
-# - session-end: the arm's first server session, after its serving (correctness: greedy equivalence, GSM8K);
-# - offline: one session per arm without a server (each job its own process: `vllm bench latency`, kernel,
-#   layer);
-# - own-session: a server session of its own per arm, after everything else (the profiler's server).
-Placement = Literal["session-start", "each-round", "session-end", "offline", "own-session"]
-SERVER_PLACEMENTS: tuple[Placement, ...] = ("session-start", "each-round", "session-end")
-
-
-@dataclass(frozen=True)
-class KindSpec:
-    """What the plan knows of one job kind. A new stage adds one entry here (and one in
-    ``suite.stages.registry``, how its job runs and reads): the plan, the store's layout and the dry-run loop
-    over this table, and ``Job.kind``'s literal and ``Job.params``' union are derived from it."""
-
-    params: type[BaseModel]
-    placement: Placement
-    points: Callable[[Matrix], list[tuple[str, BaseModel]]]  # the (point id, params) a matrix asks for, in order
-    result_dir: bool = False  # the raw output is a directory (lm-eval's), not one JSON file
-
-
-def serve_points(matrix: Matrix) -> list[tuple[str, ServeParams]]:
-    points: dict[str, ServeParams] = {}
-    for block in matrix.serve:
-        for conc in block.concurrency:
-            n = block.prompts_for(conc)
-            pid = serve_point_id(block.isl, block.osl, conc, n, block.duration_s)
-            points.setdefault(pid, ServeParams(
-                isl=block.isl, osl=block.osl, concurrency=conc, num_prompts=n,
-                random_range_ratio=block.random_range_ratio, request_rate=block.request_rate,
-                num_warmups=block.num_warmups, seed=block.seed, duration_s=block.duration_s, warmup=block.warmup,
-                client=block.client))
-    return list(points.items())
-
-
-def latency_points(matrix: Matrix) -> list[tuple[str, LatencyParams]]:
-    return [(f"in{b.input_len}-out{b.output_len}-bs{bs}",
-             LatencyParams(input_len=b.input_len, output_len=b.output_len, batch_size=bs,
-                           num_iters_warmup=b.num_iters_warmup, num_iters=b.num_iters))
-            for b in matrix.latency for bs in b.batch_size]
-
-
-KINDS: dict[str, KindSpec] = {  # the order inside a placement is the order of the jobs in a session
-    "probe": KindSpec(ProbeParams, "session-start", lambda m: [("gate-paths", ProbeParams())] if m.probe else []),
-    "serve": KindSpec(ServeParams, "each-round", serve_points),
-    "equivalence": KindSpec(AccuracySpec, "session-end", lambda m: [("greedy", m.accuracy)] if (
-        m.accuracy is not None and m.accuracy.equivalence_prompts) else []),
-    "accuracy": KindSpec(AccuracySpec, "session-end", lambda m: [(m.accuracy.task, m.accuracy)] if (
-        m.accuracy is not None) else [], result_dir=True),
-    "latency": KindSpec(LatencyParams, "offline", latency_points),
-    "kernel": KindSpec(KernelSpec, "offline", lambda m: [(f"h{m.kernel.hidden}-e{m.kernel.experts}", m.kernel)] if (
-        m.kernel is not None) else []),
-    "layer": KindSpec(LayerSpec, "offline", lambda m: [(f"layer{m.layer.layer_index}", m.layer)] if (
-        m.layer is not None) else []),
-    "profile": KindSpec(ProfileSpec, "own-session", lambda m: [("decode-window", m.profile)] if (
-        m.profile is not None) else []),
-}
+# What the plan knows of each job kind (its params type, placement, points and result layout) is declared by its
+# stage, in the stage's own ``spec.py``, and gathered in job order by ``suite.stages.kinds``.
 PARAMS: dict[str, type[BaseModel]] = {kind: spec.params for kind, spec in KINDS.items()}
 # Derived from KINDS, so a new kind is written down once: the kinds a Job takes, and the params types (each
 # once, in KINDS order; a kind's own type is enforced by Job._params_match_kind).
@@ -222,7 +125,7 @@ def _hash(matrix: Matrix, arm: ArmSpec, kind: str, params: JobParams) -> str:
         "env": matrix.env,
         "arm": arm.model_dump(mode="json"),
         "kind": kind,
-        "params": params.hashed() if isinstance(params, ServeParams) else params.model_dump(mode="json"),
+        "params": params.hashed() if hasattr(params, "hashed") else params.model_dump(mode="json"),
     }
     return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:16]
 

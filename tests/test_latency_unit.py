@@ -13,7 +13,6 @@ import pytest
 
 from suite.analysis import load_run
 from suite.errors import SuiteError
-from suite.plan import LatencyParams
 from suite.render.markdown import section as markdown_section
 from suite.stages.latency.read import quantile
 from suite.stages.latency.run import (
@@ -23,6 +22,7 @@ from suite.stages.latency.run import (
     latency_command,
     split_engine_args,
 )
+from suite.stages.latency.spec import LatencyParams
 from suite.stages.latency.summary import section
 from suite.store import atomic_write_json
 

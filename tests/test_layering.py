@@ -14,19 +14,22 @@ import pytest
 
 SUITE = Path(__file__).resolve().parent.parent / "suite"
 
-STAGE_KINDS = ("serve", "latency", "accuracy", "kernel", "layer", "profile", "probe")
+# every package under suite/stages/ is a stage; its modules' floors are placed by name, read from the tree
+STAGE_PACKAGES = sorted(p.parent.name for p in (SUITE / "stages").glob("*/__init__.py"))
 # the floors, in order; a module belongs to the first prefix that matches (longest prefixes first)
 LAYERS: list[tuple[str, ...]] = [
     ("suite", "suite.errors", "suite.proc"),
     ("suite.stats", "suite.verdict"),
     ("suite.matrix", "suite.patches", "suite.fixtures"),
+    # what the plan knows of each kind, declared by its stage (spec.py) and gathered in job order (kinds)
+    ("suite.stages.spec", "suite.stages.kinds", *(f"suite.stages.{k}.spec" for k in STAGE_PACKAGES)),
     ("suite.plan",),
     ("suite.store",),
     ("suite.runtime",),
     ("suite.stages",),  # a stage's run.py (and its helpers): one job against a JobEnv
     ("suite.quality", "suite.document", "suite.stages.serve.checks"),  # a stage's own data-quality checks
     ("suite.analysis", "suite.report_sections", "suite.render", "suite.report", "suite.history",
-     "suite.stages.registry", *(f"suite.stages.{k}.summary" for k in STAGE_KINDS)),
+     "suite.stages.registry", *(f"suite.stages.{k}.{m}" for k in STAGE_PACKAGES for m in ("summary", "stage"))),
     ("suite.sequential",),
     ("suite.runner",),
     ("suite.doctor", "suite.commands", "suite.cli", "suite.__main__"),
@@ -113,10 +116,20 @@ def test_imports_only_flow_one_way(mod):
     assert up == [], f"{mod} (floor {layer(mod)}) imports later floors: {up}"
 
 
-def test_every_stage_summary_sits_on_the_report_floor():
-    """A new stage's summary.py is placed by STAGE_KINDS: the list must name every stage package that has one."""
-    have = {p.parent.name for p in (SUITE / "stages").glob("*/summary.py")}
-    assert have <= set(STAGE_KINDS), sorted(have - set(STAGE_KINDS))
+def test_every_stage_package_declares_its_kinds_and_its_stage():
+    """A stage package holds both halves of itself: spec.py (on the plan's floor) and stage.py (on the report's);
+    tests/test_plan.py checks the two lists of suite.stages.kinds and suite.stages.registry name them all."""
+    assert STAGE_PACKAGES, "no stage package found under suite/stages"
+    missing = sorted(f"{k}/{m}.py" for k in STAGE_PACKAGES for m in ("spec", "stage")
+                     if not (SUITE / "stages" / k / f"{m}.py").is_file())
+    assert missing == []
+
+
+def test_stage_halves_sit_on_their_floors():
+    """The plan-level half of a stage sits below the plan, the run-level half above its run and summary."""
+    for k in STAGE_PACKAGES:
+        assert layer(f"suite.stages.{k}.spec") < layer("suite.plan") < layer(f"suite.stages.{k}.run")
+        assert layer(f"suite.stages.{k}.stage") == layer("suite.stages.registry") == layer(f"suite.stages.{k}.summary")
 
 
 def test_no_import_by_string():

@@ -155,16 +155,31 @@ def test_dry_run_lines_are_shell_quoted(tmp_path):
 
 
 def test_every_job_kind_has_its_place_in_the_kinds_table():
-    """The plan's kinds table is the one list of job kinds: the Job model's kind literal and params union are
-    derived from it, and the stage registry names the same kinds, so a stage added in one table and not the
-    other fails here, not in a run."""
+    """Each stage package declares its kinds twice, in its own package: spec.py (what the plan knows) and
+    stage.py (how a job runs and reads). suite.stages.kinds (job order) and suite.stages.registry (report order)
+    each list every stage package, and a package's two halves name the same kinds, so a stage left out of
+    one list, or a kind declared in one half only, fails here, not in a run. The Job model's kind literal and
+    params union are derived from the kinds."""
+    from pathlib import Path
     from typing import get_args
 
     import pydantic
 
-    from suite.plan import KINDS, PARAMS, Job, JobKind, JobParams, LatencyParams, ProbeParams
+    from suite.plan import KINDS, PARAMS, Job, JobKind, JobParams
+    from suite.stages import kinds, registry
+    from suite.stages.latency.spec import LatencyParams
+    from suite.stages.probe.spec import ProbeParams
     from suite.stages.registry import STAGES
 
+    def package(module) -> str:
+        return module.__name__.split(".")[-2]
+
+    on_disk = {p.parent.name for p in (Path(registry.__file__).parent).glob("*/__init__.py")}
+    assert sorted(map(package, kinds.SPECS)) == sorted(map(package, registry.STAGES_BY_PACKAGE)) == sorted(on_disk)
+    halves = {package(m): [s.kind for s in m.STAGES] for m in registry.STAGES_BY_PACKAGE}
+    assert {package(m): [k.kind for k in m.KINDS] for m in kinds.SPECS} == halves
+    assert len(KINDS) == sum(len(m.KINDS) for m in kinds.SPECS)  # no kind declared by two packages
+    assert len(STAGES) == len(KINDS) and all(STAGES[k].kind == k for k in KINDS)
     assert get_args(JobKind) == tuple(KINDS)
     assert set(KINDS) == set(STAGES)
     assert set(get_args(JobParams)) == {spec.params for spec in KINDS.values()}

@@ -13,7 +13,7 @@ from scipy.stats import kendalltau
 
 from suite.matrix import parse_matrix
 from suite.patches import AppliedPatch
-from suite.plan import ServeParams, build_plan
+from suite.plan import build_plan
 from suite.quality.finding import Finding, RepeatResult, finding_line, order_findings, summarize_findings
 from suite.quality.run import run_checks
 from suite.quality.series import (
@@ -35,6 +35,7 @@ from suite.stages.serve.checks import (
     check_warmup,
 )
 from suite.stages.serve.read import ServeResult, ServerStart
+from suite.stages.serve.spec import ServeParams
 from suite.store import ClientRecord
 
 DATA = Path(__file__).parent / "data" / "report_run"

@@ -27,11 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from suite.matrix import load_matrix
-from suite.plan import ServeParams, build_plan, serve_points
+from suite.plan import build_plan
 from suite.runner import server_argv_tail
 from suite.runtime.base import free_port, http_ok
 from suite.runtime.local import LocalRuntime, vllm_command
 from suite.stages.serve.run import serve_command
+from suite.stages.serve.spec import ServeParams, serve_points
 
 REPO = Path(__file__).resolve().parents[2]
 SWEEP_MANAGED = {"--percentile-metrics": 1, "--save-result": 0, "--result-dir": 1, "--result-filename": 1,

@@ -22,12 +22,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from suite.matrix import load_matrix
-from suite.plan import ServeParams, build_plan
+from suite.plan import build_plan
 from suite.proc import load_average, run_tool
 from suite.runner import server_argv_tail
 from suite.runtime.base import free_port
 from suite.runtime.local import LocalRuntime, vllm_command
 from suite.stages.serve.run import serve_command
+from suite.stages.serve.spec import ServeParams
 
 REPO = Path(__file__).resolve().parents[2]
 MATRIX = Path(__file__).with_name("matrix.yaml")

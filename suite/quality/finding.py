@@ -12,8 +12,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from suite.plan import ServeParams
 from suite.stages.serve.read import ServeResult
+from suite.stages.serve.spec import ServeParams
 from suite.stats import FAMILIES, METRICS
 from suite.store import ClientRecord
 

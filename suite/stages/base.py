@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from suite.matrix import ModelSpec
 from suite.plan import Job
+from suite.store import JobNotes
 
 
 class ServerHandle(Protocol):
@@ -107,3 +108,16 @@ class SessionEnv:
     session_dir: Path
     base_env: dict[str, str]  # the server's environment so far (arm vars and the matrix's env)
     pending: list[Job]  # jobs of the session still to run
+
+
+@dataclass(frozen=True)
+class Stage:
+    """What the runner and the report know of one job kind, declared by its stage in its own ``stage.py`` (as
+    ``STAGES``, a tuple of these) and gathered by ``suite.stages.registry``: how a job of the kind runs, how
+    the stage shapes the server of a session holding its jobs, and its section of the report."""
+
+    kind: str
+    execute: Callable[[JobEnv], JobNotes]
+    section: Callable[[Any], Any] | None = None  # the report's section of this stage (None: part of the core)
+    server_args: Callable[[SessionEnv], list[str]] | None = None
+    server_env: Callable[[SessionEnv], dict[str, str]] | None = None

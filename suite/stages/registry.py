@@ -1,50 +1,44 @@
-"""The one static registry of stages, read by the runner (how to run a job of a kind, how a stage shapes its
-session's server) and by the report (each stage's section, in report order)."""
+"""The stages, read by the runner (how to run a job of a kind, how a stage shapes its session's server) and by
+the report (each stage's section, in report order): the run-level half of the stage list, in report order.
+
+A stage owns all of itself in its package ``suite/stages/<package>/``. Adding one touches:
+
+1. its package: ``spec.py`` (``KINDS``: each kind's name, params type, placement, points and result layout,
+   as ``suite.stages.spec.KindSpec``; on the plan's floor, so it imports only ``suite.matrix`` and
+   ``suite.stages.spec``), ``stage.py`` (``STAGES``: each kind's ``execute``, server hooks and report section,
+   as ``suite.stages.base.Stage``), and the modules these name (``run.py``, ``read.py``, ``summary.py``);
+2. its matrix block: a field of ``suite.matrix.Matrix`` (and its spec model) that its ``spec.py`` reads;
+3. one line in ``suite.stages.kinds.SPECS`` (its ``spec``, at its place in the order of jobs in a session);
+4. one line in ``STAGES_BY_PACKAGE`` below (its ``stage``, at its place in the report's section order).
+
+Nothing else names stage kinds: ``suite.plan`` (``KINDS``, ``Job.kind``'s literal, the params union), the
+store's layout, the runner, the report and ``tests/test_layering.py`` (the floors of ``spec.py``, ``stage.py``
+and ``summary.py``) derive them from these two lists, and ``tests/test_plan.py`` fails when the lists name
+different packages or kinds, or a package under ``suite/stages/`` is on neither. Two lines rather than one
+because the house rules allow no import by string and the plan sits below the stages: the plan-level facts
+must be imported on the plan's floor and the run-level ones above the stages' run modules. A stage whose
+bench runs inside an arm image also names its files in the docker runtime (``IMAGE_MODULES``,
+``IMAGE_TOOL_FILES``).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-from suite.stages.accuracy import equivalence as equivalence_run
-from suite.stages.accuracy import run as accuracy_run
-from suite.stages.accuracy import summary as accuracy_summary
-from suite.stages.base import JobEnv, SessionEnv
-from suite.stages.kernel import run as kernel_run
-from suite.stages.kernel import summary as kernel_summary
-from suite.stages.latency import run as latency_run
-from suite.stages.latency import summary as latency_summary
-from suite.stages.layer import run as layer_run
-from suite.stages.layer import summary as layer_summary
-from suite.stages.probe import run as probe_run
-from suite.stages.probe import summary as probe_summary
-from suite.stages.profile import run as profile_run
-from suite.stages.profile import summary as profile_summary
-from suite.stages.serve import run as serve_run
-from suite.store import JobNotes
+from suite.stages.accuracy import stage as accuracy
+from suite.stages.base import Stage
+from suite.stages.kernel import stage as kernel
+from suite.stages.latency import stage as latency
+from suite.stages.layer import stage as layer
+from suite.stages.probe import stage as probe
+from suite.stages.profile import stage as profile
+from suite.stages.serve import stage as serve
 
+# report order: the sections of the stages that have one come in this order (a package's own in its order)
+STAGES_BY_PACKAGE = (serve, probe, accuracy, kernel, latency, layer, profile)
 
-@dataclass(frozen=True)
-class Stage:
-    kind: str
-    execute: Callable[[JobEnv], JobNotes]
-    section: Callable[[Any], Any] | None = None  # the report's section of this stage (None: part of the core)
-    server_args: Callable[[SessionEnv], list[str]] | None = None
-    server_env: Callable[[SessionEnv], dict[str, str]] | None = None
-
-
-STAGES: dict[str, Stage] = {
-    "serve": Stage("serve", serve_run.execute),
-    "equivalence": Stage("equivalence", equivalence_run.execute),
-    "probe": Stage("probe", probe_run.execute, probe_summary.section, server_env=probe_run.server_env),
-    "accuracy": Stage("accuracy", accuracy_run.execute, accuracy_summary.section),
-    "kernel": Stage("kernel", kernel_run.execute, kernel_summary.section),
-    "latency": Stage("latency", latency_run.execute, latency_summary.section),
-    "layer": Stage("layer", layer_run.execute, layer_summary.section),
-    "profile": Stage("profile", profile_run.execute, profile_summary.section,
-                     server_args=profile_run.server_args),
-}
+STAGES: dict[str, Stage] = {s.kind: s for package in STAGES_BY_PACKAGE for s in package.STAGES}
 
 
 def stage(kind: str) -> Stage:

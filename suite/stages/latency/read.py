@@ -9,7 +9,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from suite.plan import LatencyParams
+from suite.stages.latency.spec import LatencyParams
 from suite.store import JobRecord, RunStore, Unreadable, load_results
 
 

@@ -17,9 +17,9 @@ import re
 from pathlib import Path
 
 from suite.errors import SuiteError
-from suite.plan import LatencyParams
 from suite.proc import failure, run_tool
 from suite.stages.base import JobEnv
+from suite.stages.latency.spec import LatencyParams
 from suite.store import CommandNotes, read_json
 
 # flags this module sets itself: a copy in serve_args is dropped so the tool sees one value

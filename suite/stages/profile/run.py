@@ -33,10 +33,10 @@ from pathlib import Path
 
 from suite.errors import SuiteError
 from suite.matrix import ProfileSpec
-from suite.plan import ServeParams
 from suite.stages.base import JobEnv, SessionEnv
 from suite.stages.profile.read import summarize, worker_traces
 from suite.stages.serve.run import run_serve, serve_command
+from suite.stages.serve.spec import ServeParams
 from suite.store import JobNotes, atomic_write_json, read_json
 
 

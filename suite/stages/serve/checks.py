@@ -11,9 +11,9 @@ import statistics
 from collections import defaultdict
 from collections.abc import Sequence
 
-from suite.plan import ServeParams
 from suite.quality.finding import Finding, RepeatResult, fmt_value, repeat_prefix
 from suite.stages.serve.read import ServeResult, finite_number
+from suite.stages.serve.spec import ServeParams
 from suite.store import ClientRecord
 
 TOKEN_TIMING = ("ttft", "tpot", "itl")  # the metric families a stream's token timing spoils (suite.stats.FAMILIES)

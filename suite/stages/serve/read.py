@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from suite.plan import ServeParams
+from suite.stages.serve.spec import ServeParams
 from suite.store import JobRecord, RunStore, Unreadable, load_results, read_json
 
 DRIFT_TAG = "drift"

@@ -8,10 +8,11 @@ import os
 from pathlib import Path
 
 from suite.errors import SuiteError
-from suite.plan import Job, ServeParams
+from suite.plan import Job
 from suite.proc import run_tool
 from suite.stages.base import JobEnv
 from suite.stages.serve.client import WORKER_PATH, PersistentClient, with_flag
+from suite.stages.serve.spec import ServeParams
 from suite.stages.serve.warmup import WarmPoint, WarmupRecord, size_for_duration, warm_session
 from suite.stats import LATENCIES, PERCENTILES
 from suite.store import ClientRecord, JobNotes
