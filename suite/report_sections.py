@@ -36,10 +36,11 @@ from suite.document import (
     literal,
     outcome_style,
 )
+from suite.errors import SuiteError
 from suite.quality.finding import CHECK_ORDER, order_findings
 from suite.stages.accuracy.read import GATE_FILTER, ArmsCorrectness
 from suite.stats import METRICS, Verdict, fmt_interval, fmt_pct
-from suite.store import MatrixRecord, read_json
+from suite.store import MatrixRecord
 from suite.verdict import SPENDING_LABEL, Outcome, PrimaryResult
 
 MAX_SHOWN_PCT = 1000.0  # an MDE beyond +1,000 % (×11) is said in words
@@ -384,32 +385,36 @@ def failures_section(run: RunData) -> Section | None:
                                             name="failures")], anchor="failures")
 
 
+SLURM_TITLE = "Slurm jobs"
+
+
 def slurm_section(run: RunData) -> Section | None:
     """Every Slurm submission of the run (killed and resubmitted ones included), from the driver's ledger."""
     try:
-        subs = read_json(run.store.slurm_ledger_path()).get("submissions", [])
-    except (OSError, json.JSONDecodeError, AttributeError):
-        return None
+        ledger = run.store.slurm_ledger()
+    except SuiteError as exc:
+        return Section(SLURM_TITLE, 2, [Note(f"The Slurm job ledger could not be read: {literal(str(exc))}",
+                                             "warning")], anchor="slurm")
+    subs = ledger.submissions if ledger is not None else []
     if not subs:
         return None
     rows = []
     for s in subs:
-        missing = s.get("missing_after")
-        state = s.get("state", "UNKNOWN") + (f" ({s['exit_code']})" if s.get("exit_code") else "")
-        rows.append([Cell(literal(s.get("session"))), Cell(str(s.get("attempt"))), Cell(literal(s.get("job_id"))),
-                     Cell(literal(s.get("node") or "—")), Cell(literal(state)), Cell(literal(s.get("start") or "—")),
-                     Cell(literal(s.get("end") or "—")), Cell("—" if missing is None else str(missing))])
+        state = s.state + (f" ({s.exit_code})" if s.exit_code else "")
+        rows.append([Cell(literal(s.session)), Cell(str(s.attempt)), Cell(literal(s.job_id)),
+                     Cell(literal(s.node or "—")), Cell(literal(state)), Cell(literal(s.start or "—")),
+                     Cell(literal(s.end or "—")), Cell("—" if s.missing_after is None else str(s.missing_after))])
     blocks: list[Any] = [Table(["Session", "Attempt", "Job id", "Node", "State", "Start", "End",
                                 "Jobs missing after"], rows, align=["left"] * 8, name="slurm")]
-    resubmitted = sorted({str(s["session"]) for s in subs if s.get("attempt", 0) > 0})
+    resubmitted = sorted({s.session for s in subs if s.attempt > 0})
     if resubmitted:
         blocks.append(Paragraph(f"Resubmitted sessions: {literal(', '.join(resubmitted))} (a resubmission runs only "
                                 "the jobs still missing; the results of the earlier attempt were kept)."))
-    nodes = sorted({s.get("node") for s in subs if s.get("node")})
+    nodes = sorted({s.node for s in subs if s.node})
     if len(nodes) > 1:
         blocks.append(Note(f"Sessions ran on {len(nodes)} nodes ({literal(', '.join(nodes))}): arms compared across "
                            "nodes carry the nodes' difference too.", "warning"))
-    return Section("Slurm jobs", 2, blocks, anchor="slurm")
+    return Section(SLURM_TITLE, 2, blocks, anchor="slurm")
 
 
 def provenance_section(run: RunData) -> Section:

@@ -344,6 +344,41 @@ class CompareRecord(Recorded):
     b: CompareSide
 
 
+class SlurmSubmission(BaseModel):
+    """One Slurm job submitted for a session (a resubmission is an entry of its own), as the Slurm driver keeps
+    it: written at submission, updated as squeue / sacct report the job, and read back by a resumed run and by
+    the report. Only the fields set so far are written; keys a later suite adds ride along."""
+
+    model_config = ConfigDict(extra="allow")
+
+    session: str  # the session's id, e.g. "baseline#0"
+    attempt: int = 0  # 0: the first submission; n: the n-th resubmission
+    job_id: str
+    submitted: str | None = None
+    state: str = "UNKNOWN"  # PENDING, RUNNING, then the job's final state (COMPLETED, TIMEOUT, CANCELLED, ...)
+    output: str | None = None  # the job's log file
+    node: str | None = None
+    start: str | None = None
+    end: str | None = None
+    exit_code: str | None = None
+    missing_after: int | None = None  # jobs of the session without a result once the Slurm job ended
+    cancelled_by: str | None = None
+
+
+class SlurmLedger(BaseModel):
+    """``slurm/jobs.json``: every Slurm submission of the run, in submission order."""
+
+    model_config = ConfigDict(extra="allow")
+
+    schema_version: int = 1
+    submissions: list[SlurmSubmission] = []
+
+    def dump(self) -> dict[str, Any]:
+        """The JSON document: each submission with the fields it was given."""
+        return self.model_dump(mode="json", exclude={"submissions"}) | {
+            "submissions": [s.model_dump(mode="json", exclude_unset=True) for s in self.submissions]}
+
+
 class Manifest(Recorded):
     """``manifest.json``: what the run is (schema, suite, host, the resolved matrix, the plan, each arm's
     provenance) and how far it got (status, times, job counts, the sequential looks). The one shape that is
@@ -470,6 +505,24 @@ class RunStore:
     def slurm_ledger_path(self) -> Path:
         """Every Slurm submission of the run (suite.runtime.slurm.driver keeps it)."""
         return self.root / "slurm" / "jobs.json"
+
+    def slurm_ledger(self) -> SlurmLedger | None:
+        """The run's Slurm submissions; None when the run has none (no ledger file). A ledger that is not JSON
+        or not of the ledger's shape is an error naming the file and what is wrong."""
+        path = self.slurm_ledger_path()
+        try:
+            raw = read_json(path)
+        except FileNotFoundError:
+            return None
+        except (OSError, json.JSONDecodeError) as exc:
+            raise SuiteError(f"{path}: unreadable Slurm job ledger: {exc}") from None
+        try:
+            return SlurmLedger.model_validate(raw)
+        except ValidationError as exc:
+            raise SuiteError(f"{path}: not a Slurm job ledger this suite reads: {_why(exc)}") from None
+
+    def write_slurm_ledger(self, ledger: SlurmLedger) -> None:
+        atomic_write_json(self.slurm_ledger_path(), ledger.dump())
 
     def cache_dir(self, arm: str) -> Path:
         return self.arm_dir(arm) / "cache"

@@ -206,3 +206,31 @@ def test_report_section_lists_every_submission(tmp_path: Path) -> None:
     assert "| baseline#0 | 1 | 9 | n1 | COMPLETED (0:0) | s2 | e2 | 0 |" in text
     assert "Resubmitted sessions: baseline#0" in text
     assert "Sessions ran on 2 nodes (n1, n2)" in text
+
+
+def test_a_malformed_ledger_is_named(tmp_path: Path) -> None:
+    """A ledger entry without its job id: a resume (the driver reads the ledger back) stops with the file and
+    the entry's field named; the report shows the Slurm section as that warning instead of a table."""
+    import json
+
+    from suite.analysis import load_run
+    from suite.errors import SuiteError
+    from suite.render.markdown import section
+    from suite.report_sections import slurm_section
+    from suite.store import SCHEMA_VERSION, Manifest, RunStore
+
+    store = RunStore(tmp_path)
+    assert store.slurm_ledger() is None  # no Slurm run: no ledger, no section
+    store.write_manifest(Manifest.model_validate({"schema_version": SCHEMA_VERSION,
+                                                  "plan": {"arms": ["baseline"], "baseline": "baseline"}}))
+    (tmp_path / "slurm").mkdir()
+    store.slurm_ledger_path().write_text(json.dumps({"schema_version": 1, "submissions": [
+        {"session": "baseline#0", "attempt": 0, "state": "PENDING"}]}))
+    with pytest.raises(SuiteError, match=r"jobs\.json: not a Slurm job ledger this suite reads: "
+                                         r"submissions\.0\.job_id: Field required"):
+        store.slurm_ledger()
+    found = slurm_section(load_run(tmp_path))
+    assert found is not None and "Slurm job ledger could not be read" in section(found)
+    store.slurm_ledger_path().write_text("{not json")
+    with pytest.raises(SuiteError, match="unreadable Slurm job ledger"):
+        store.slurm_ledger()

@@ -13,7 +13,7 @@ submission is kept in ``<run>/slurm/jobs.json``.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,7 @@ from suite.runtime.slurm.cluster import (
     spec_of,
     submit,
 )
-from suite.store import atomic_write_json, atomic_write_text, read_json, utc_now
+from suite.store import SlurmLedger, SlurmSubmission, atomic_write_text, utc_now
 
 CANCEL_WAIT_S = 180.0
 UNKNOWN_POLLS = 5  # polls a job may be missing from squeue and accounting before it counts as lost
@@ -49,11 +49,18 @@ class Tracked:
     job_id: str = ""
     state: str = ""
     unknown_polls: int = 0
-    entry: dict[str, Any] = field(default_factory=dict)
+    entry: SlurmSubmission | None = None  # its latest submission, once submitted
 
     @property
     def sid(self) -> str:
         return self.script.session
+
+    @property
+    def submission(self) -> SlurmSubmission:
+        """The ledger entry of its latest submission (a session is followed only once it is submitted)."""
+        if self.entry is None:
+            raise AssertionError(f"{self.sid}: followed before it was submitted")
+        return self.entry
 
 
 class SlurmDriver:
@@ -66,7 +73,7 @@ class SlurmDriver:
         self.spec = spec_of(ctx.matrix)
         self.console = ctx.console
         self.run_dir = ctx.store.root.resolve()
-        self.ledger: list[dict[str, Any]] = []
+        self.ledger = SlurmLedger()
         self.active: dict[str, Tracked] = {}
         self.waiting: list[Tracked] = []
         # each job's record as the batch began (a failed one may be there from before a resume): a job has
@@ -95,15 +102,15 @@ class SlurmDriver:
         return out
 
     def save_ledger(self) -> None:
-        atomic_write_json(self.ctx.store.slurm_ledger_path(), {"schema_version": 1, "submissions": self.ledger})
+        self.ctx.store.write_slurm_ledger(self.ledger)
 
     # ------------------------------------------------------------------ submission
     def submit(self, t: Tracked) -> None:
         t.job_id = submit(t.script.path)
         t.state, t.unknown_polls = "SUBMITTED", 0
-        t.entry = {"session": t.sid, "attempt": t.attempt, "job_id": t.job_id, "submitted": utc_now(),
-                   "state": "PENDING", "output": t.script.output.replace("%j", t.job_id)}
-        self.ledger.append(t.entry)
+        t.entry = SlurmSubmission(session=t.sid, attempt=t.attempt, job_id=t.job_id, submitted=utc_now(),
+                                  state="PENDING", output=t.script.output.replace("%j", t.job_id))
+        self.ledger.submissions.append(t.entry)
         self.save_ledger()
         self.active[t.job_id] = t
         again = f" (resubmission {t.attempt} of at most {self.spec.max_resubmits})" if t.attempt else ""
@@ -119,8 +126,10 @@ class SlurmDriver:
             st = JobState(t.job_id, acct.state, st.reason, acct.node or st.node, acct.exit_code,
                           acct.start or st.start, acct.end or st.end)
         missing = self.missing(t)
-        t.entry.update(state=st.state, exit_code=st.exit_code, node=st.node, start=st.start, end=st.end,
-                       missing_after=len(missing))
+        entry = t.submission
+        entry.state, entry.exit_code, entry.node, entry.start, entry.end = (st.state, st.exit_code, st.node,
+                                                                            st.start, st.end)
+        entry.missing_after = len(missing)
         self.save_ledger()
         total = len(t.session.jobs)
         if st.state == "COMPLETED":
@@ -131,7 +140,7 @@ class SlurmDriver:
         self.console.print(f"[red]{t.sid}: Slurm job {t.job_id} ended {st.state}"
                            f"{' (exit ' + st.exit_code + ')' if st.exit_code else ''}"
                            f"{' on ' + st.node if st.node else ''}; {len(missing)} of {total} jobs not done; "
-                           f"log {t.entry['output']}[/red]", highlight=False)
+                           f"log {entry.output}[/red]", highlight=False)
         if missing and t.attempt < self.spec.max_resubmits:
             t.attempt += 1
             try:
@@ -172,9 +181,10 @@ class SlurmDriver:
                     why = f" ({st.reason})" if st.state == "PENDING" and st.reason not in ("", "None") else ""
                     self.console.print(f"{t.sid}: Slurm job {job_id} {st.state}{where}{why}", highlight=False)
                     t.state = st.state
-                    t.entry.update(state=st.state, node=st.node)
+                    entry = t.submission
+                    entry.state, entry.node = st.state, st.node
                     if st.state == "RUNNING":
-                        t.entry["start"] = st.start
+                        entry.start = st.start
                     self.save_ledger()
                 continue
             self.finish(t, st)
@@ -207,7 +217,8 @@ class SlurmDriver:
             time.sleep(1.0)
         for job_id in ids:
             t = self.active.pop(job_id)
-            t.entry.update(state="CANCELLED", cancelled_by="suite", end=utc_now())
+            entry = t.submission
+            entry.state, entry.cancelled_by, entry.end = "CANCELLED", "suite", utc_now()
         self.save_ledger()
         if left:
             self.console.print(f"[red]jobs {', '.join(left)} still shown by squeue after "
@@ -224,9 +235,9 @@ class SlurmDriver:
         tracked = self.scripts(sessions)
         if not tracked:
             return
-        old = self.ctx.store.slurm_ledger_path()
-        if old.is_file():  # resume: keep the earlier submissions
-            self.ledger = read_json(old).get("submissions", [])
+        earlier = self.ctx.store.slurm_ledger()
+        if earlier is not None:  # resume: keep the earlier submissions
+            self.ledger = earlier
         try:
             with signals_as_interrupt():
                 if self.spec.parallel:
