@@ -18,6 +18,7 @@ from typing import Any
 
 from suite.analysis import load_run
 from suite.errors import SuiteError
+from suite.patches import AppliedPatch
 from suite.stats import Verdict
 from suite.store import utc_now
 
@@ -109,9 +110,9 @@ class RunRow:
     status: str | None
     baseline: str | None
     arms: list[str]
-    vllm_versions: dict[str, Any]
-    images: dict[str, Any]
-    patches: dict[str, list[dict[str, Any]]]
+    vllm_versions: dict[str, str | None]  # per arm
+    images: dict[str, str]  # per arm that ran from an image
+    patches: dict[str, list[AppliedPatch]]  # per arm: the references it got (name, sha256, reverse)
     jobs_ok: int | None
     jobs_failed: int | None
     jobs_missing: int | None
@@ -137,7 +138,7 @@ def index_run(run_dir: Path, db: Path | None = None) -> RunRow:
         arms=run.arms,
         vllm_versions={a: i.vllm_version for a, i in m.arms.items()},
         images={a: i.image for a, i in m.arms.items() if i.image},
-        patches={a: [{"name": p.name, "sha256": p.sha256, "reverse": p.reverse} for p in i.patches]
+        patches={a: [AppliedPatch(name=p.name, sha256=p.sha256, reverse=p.reverse) for p in i.patches]
                  for a, i in m.arms.items()},
         jobs_ok=counts.ok if counts else None,
         jobs_failed=counts.failed if counts else None,
@@ -155,7 +156,7 @@ def index_run(run_dir: Path, db: Path | None = None) -> RunRow:
             "images, patches, jobs_ok, jobs_failed, jobs_missing, points, host, suite_version, indexed) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (row.run_id, row.path, row.matrix, row.created, row.finished, row.status, row.baseline,
-             json.dumps(row.arms), json.dumps(row.vllm_versions), json.dumps(row.images), json.dumps(row.patches),
+             json.dumps(row.arms), json.dumps(row.vllm_versions), json.dumps(row.images), json.dumps(_patches_json(row.patches)),
              row.jobs_ok, row.jobs_failed, row.jobs_missing, row.points, m.host.hostname,
              m.suite_version, utc_now()))
         conn.executemany(
@@ -164,6 +165,12 @@ def index_run(run_dir: Path, db: Path | None = None) -> RunRow:
             [(row.run_id, v.candidate, v.baseline, v.overall, v.better, v.worse, v.not_significant, v.unreliable,
               v.geomean_tput_pct) for v in row.verdicts])
     return row
+
+
+def _patches_json(patches: dict[str, list[AppliedPatch]]) -> dict[str, list[dict[str, object]]]:
+    """The index's column: per arm, each reference's name, sha256 and direction."""
+    return {a: [p.model_dump(mode="json", include={"name", "sha256", "reverse"}) for p in ps]
+            for a, ps in patches.items()}
 
 
 def scan(runs_dir: Path, db: Path | None = None) -> list[RunRow]:
@@ -180,7 +187,8 @@ def _row(conn: sqlite3.Connection, r: sqlite3.Row) -> RunRow:
                 for v in conn.execute("SELECT * FROM verdicts WHERE run_id = ? ORDER BY candidate", (r["run_id"],))]
     return RunRow(r["run_id"], r["path"], r["matrix"], r["created"], r["finished"], r["status"], r["baseline"],
                   json.loads(r["arms"]), json.loads(r["vllm_versions"]), json.loads(r["images"]),
-                  json.loads(r["patches"]), r["jobs_ok"], r["jobs_failed"], r["jobs_missing"], r["points"],
+                  {a: [AppliedPatch.model_validate(p) for p in ps] for a, ps in json.loads(r["patches"]).items()},
+                  r["jobs_ok"], r["jobs_failed"], r["jobs_missing"], r["points"],
                   verdicts)
 
 

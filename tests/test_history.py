@@ -35,7 +35,7 @@ def test_index_and_list(runs: Path) -> None:
     assert db.is_file()
     assert a.matrix == "smoke-cpu" and a.arms == ["baseline", "patched"] and a.status == "complete"
     assert a.vllm_versions == {"baseline": "0.32.0", "patched": "0.32.0"}
-    assert a.patches["patched"][0]["name"] == "synthetic-gate-delay" and len(a.patches["patched"][0]["sha256"]) == 64
+    assert a.patches["patched"][0].name == "synthetic-gate-delay" and len(a.patches["patched"][0].sha256 or "") == 64
     b = index_run(runs / "20261129T010000Z-smoke-cpu", db)
     (vb,) = b.verdicts
     assert vb.overall == "REGRESSION" and vb.worse > 0 and vb.geomean_tput_pct < -20
@@ -43,6 +43,7 @@ def test_index_and_list(runs: Path) -> None:
     rows = list_runs(db)
     assert [r.run_id for r in rows] == ["20261129T010000Z-smoke-cpu", "20261128T010000Z-smoke-cpu"]
     assert rows[0].verdicts == b.verdicts
+    assert rows[1].patches == a.patches and rows[1].vllm_versions == a.vllm_versions  # read back as written
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT COUNT(*) FROM verdicts").fetchone()[0] == 2
         assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
@@ -59,6 +60,7 @@ def test_history_command(runs: Path, capsys: pytest.CaptureFixture[str], monkeyp
     assert "indexed 2 run(s)" in out
     assert "20261129T010000Z-smoke-cpu" in out and "20261128T010000Z-smoke-cpu" in out
     assert "patched vs baseline: REGRESSION" in out
+    assert "patched: synthetic-gate-delay" in out  # the patches column, read back from the index
     assert main(["history", "--runs", str(runs), "--matrix", "nope"]) == 0
     assert "no runs indexed" in capsys.readouterr().out
 

@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
         table.add_column(col, overflow="fold")
     for r in rows:
         versions = sorted({str(v) for v in r.vllm_versions.values()})
-        patches = "; ".join(f"{arm}: " + ", ".join(("-" if p["reverse"] else "") + p["name"] for p in ps)
+        patches = "; ".join(f"{arm}: " + ", ".join(("-" if p.reverse else "") + str(p.name) for p in ps)
                             for arm, ps in r.patches.items() if ps) or "none"
         verdicts = Text("—" if not r.verdicts else "")
         for i, v in enumerate(r.verdicts):
