@@ -46,7 +46,8 @@ def _load() -> str:
 
 
 def derive_matrix(source: Path, delay_us: int, budget_min: float | None) -> dict:
-    """The source matrix with two arms (baseline, gate-<d>us), no eval, the model path made absolute."""
+    """The source matrix with two arms (baseline, gate-<d>us), serving only (no other stage, no A/A control), the
+    model path made absolute."""
     raw = yaml.safe_load(source.read_text())
     model_id = raw["model"]["id"]
     if (source.parent / model_id).exists():
@@ -57,7 +58,7 @@ def derive_matrix(source: Path, delay_us: int, budget_min: float | None) -> dict
     raw["arms"] = {"baseline": {"vllm": version},
                    f"gate-{delay_us}us": {"vllm": version, "patches": ["synthetic-gate-delay"],
                                           "env": {"SUITE_GATE_DELAY_US": str(delay_us)}}}
-    for key in ("accuracy", "latency", "kernel", "profile", "probe", "aa"):
+    for key in ("accuracy", "latency", "kernel", "layer", "profile", "probe", "aa"):
         raw.pop(key, None)
     if budget_min is not None:
         raw["budget_min"] = budget_min
