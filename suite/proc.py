@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from suite.errors import SuiteError
@@ -140,6 +141,16 @@ def failure(what: str, why: str, cmd: list[str], log_path: Path, tail: int = 20)
     """The error every failed tool raises: what failed and why, the command, the log tail."""
     return SuiteError(f"{what} {why}\n  command: {shlex.join(cmd)}\n  log: {log_path}\n--- log tail ---\n"
                       f"{read_tail(log_path, tail)}")
+
+
+@dataclass(frozen=True)
+class ToolCommand:
+    """A whole command that runs a tool in an arm's environment, as a runtime gives it: the command line and the
+    environment of the process this host starts (for a container, the docker CLI's own; what the tool sees
+    inside is on the command line)."""
+
+    argv: list[str]
+    env: dict[str, str]
 
 
 def run_tool(cmd: list[str], *, env: dict[str, str] | None, log_path: Path, timeout_s: float | None, what: str,

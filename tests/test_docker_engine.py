@@ -156,17 +156,17 @@ def test_tool_container_runs_as_the_given_user(engine, cpu_images, tmp_path, mon
                           "arms: {baseline: {vllm: '0.32.0'}}\nserve: [{isl: 8, osl: 8, concurrency: [1]}]\n")
     rt = DockerRuntime(matrix, tmp_path / "cache", client=engine)
     env = ArmEnv(arm="baseline", vllm_version="0.32.0", image=tags["baseline"])
-    tool_env = rt.tool_env(env, run / "baseline" / "cache")
     out = run / "baseline" / "out.json"
     script = ("import getpass, json, os, pathlib; home = pathlib.Path(os.environ['HOME']); "
               "(home / '.cache').mkdir(parents=True, exist_ok=True); "
               f"pathlib.Path('{out}').write_text(json.dumps({{'user': getpass.getuser(), 'uid': os.getuid(), "
               "'home': str(home)}))")
-    argv = rt.tool_argv(env, ["python", "-c", script], run / "baseline" / "cache")  # makes HOME and the caches (as the invoking user)
+    tool = rt.tool(env, ["python", "-c", script], run / "baseline" / "cache")  # makes HOME and the caches (as the invoking user)
+    argv = tool.argv
     assert argv[argv.index("--user") + 1] == "4321:4321"
     for path in [run, *run.rglob("*")]:  # the invoking user would own them: here that user is 4321
         os.chown(path, 4321, 4321)
-    proc = subprocess.run(argv, env=tool_env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(argv, env=tool.env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data = json.loads(out.read_text())
     assert data["uid"] == 4321 and data["user"] and data["home"] == str((run / "baseline" / "cache" / "home").resolve())

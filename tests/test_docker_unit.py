@@ -264,11 +264,11 @@ def test_offline_tools_run_in_a_fresh_container_of_the_arm_image(tmp_path, monke
     rt = DockerRuntime(matrix, tmp_path / "cache")
     env = ArmEnv(arm="patched", vllm_version="0.32.0", image="suite-vllm:cpu-0.32.0-abc")
     cache = run / "patched" / "cache"
-    tool_env = rt.tool_env(env, cache)
-    assert tool_env.get("HOME") == os.environ.get("HOME")  # the docker CLI keeps its own HOME (config, contexts)
     monkeypatch.setattr(docker_runtime.secrets, "token_hex", lambda n: "f00baa")
     latency = ["vllm", "bench", "latency", "--model", str(model), "--output-json", str(run / "patched" / "l.json")]
-    argv = rt.tool_argv(env, latency, cache)
+    tool = rt.tool(env, latency, cache)
+    assert tool.env.get("HOME") == os.environ.get("HOME")  # the docker CLI keeps its own HOME (config, contexts)
+    argv = tool.argv
     hf = str((tmp_path / "hf").resolve())
     assert argv == [
         "docker", "run", "--rm", "--name", "suite-20260101T000000Z-tiny-patched-tool-f00baa", "--init",
@@ -285,7 +285,7 @@ def test_offline_tools_run_in_a_fresh_container_of_the_arm_image(tmp_path, monke
         "--output-json", str(run / "patched" / "l.json")]
     assert (cache / "home").is_dir() and (cache / "triton").is_dir()  # made here, as the invoking user
     # the kernel benchmark: the image's copy, run as a script by the image's python3
-    kernel = rt.tool_argv(env, ["python", "-m", "suite.stages.kernel.bench", "--json", "out.json", "--m", "1,2"], cache)
+    kernel = rt.tool(env, ["python", "-m", "suite.stages.kernel.bench", "--json", "out.json", "--m", "1,2"], cache).argv
     assert kernel[kernel.index("--entrypoint"):] == [
         "--entrypoint", "python3", "suite-vllm:cpu-0.32.0-abc", "/opt/suite/tools/kernel_bench.py", "--json",
         "out.json", "--m", "1,2"]
@@ -1083,9 +1083,9 @@ def test_a_matrix_variable_with_a_secret_looking_name_reaches_the_tool_container
     matrix = matrix.model_copy(update={"env": {**matrix.env, name: "256"}})
     rt = DockerRuntime(matrix, tmp_path / "cache")
     env = ArmEnv(arm="patched", vllm_version="0.32.0", image="suite-vllm:cpu-0.32.0-abc")
-    tool_env = rt.tool_env(env, run / "patched" / "cache")
-    argv = rt.tool_argv(env, ["vllm", "bench", "latency"], run / "patched" / "cache")
-    assert tool_env[name] == "256"  # the CLI's environment: the value the container is given
+    tool = rt.tool(env, ["vllm", "bench", "latency"], run / "patched" / "cache")
+    argv = tool.argv
+    assert tool.env[name] == "256"  # the CLI's environment: the value the container is given
     assert argv[argv.index(name) - 1] == "-e"  # by name on the command line, its value nowhere there (a random
     assert not any(a == "256" or a.endswith("=256") for a in argv)  # container-name suffix may hold "256")
 
@@ -1098,7 +1098,7 @@ def test_the_hosts_hub_cache_is_the_containers_hub_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_CACHE", str(hub))
     rt = DockerRuntime(matrix, tmp_path / "cache")
     env = ArmEnv(arm="patched", vllm_version="0.32.0", image="suite-vllm:cpu-0.32.0-abc")
-    argv = rt.tool_argv(env, ["vllm", "bench", "latency"], run / "patched" / "cache")
+    argv = rt.tool(env, ["vllm", "bench", "latency"], run / "patched" / "cache").argv
     assert f"HF_HUB_CACHE={hub}" in argv and f"{hub}:{hub}" in argv
 
 

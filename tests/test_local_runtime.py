@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 from suite.matrix import parse_matrix
@@ -149,3 +150,35 @@ def test_a_patched_arms_overlay_records_what_was_applied_when_built_and_when_reu
         assert (patch.name, patch.reverse, patch.action) == ("synthetic-gate-delay", False, "applied")
         assert patch.files and all((env.pythonpath / f).is_file() for f in patch.files)
     assert built.patches == reused.patches
+
+
+def test_an_offline_tool_is_one_whole_command_in_the_arms_environment(tmp_path, monkeypatch):
+    """`tool` gives the command line and its environment together: the suite's interpreter, the arm's overlay
+    first on PYTHONPATH, the matrix's then the arm's `env:`, and HF_HUB_OFFLINE=1 only when the arm serves a
+    local directory and the user has not set it."""
+    model = tmp_path / "tiny"
+    model.mkdir()
+    matrix = parse_matrix(f"""
+name: t
+model: {{id: some/model, max_model_len: 256}}
+env: {{SHARED: matrix, OVERRIDDEN: matrix}}
+arms:
+  baseline: {{vllm: "0.32.0"}}
+  local: {{vllm: "0.32.0", model: {{id: {model}, max_model_len: 256}}, env: {{OVERRIDDEN: arm}}}}
+serve:
+  - {{isl: 8, osl: 4, concurrency: 1, num_prompts: 1}}
+""", "m.yaml")
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    runtime = LocalRuntime(matrix, tmp_path / ".cache")
+    overlay = tmp_path / "ov"
+    hub = runtime.tool(ArmEnv(arm="baseline", vllm_version="0.32.0+cpu"), ["python", "-c", "pass"], tmp_path / "b")
+    local = runtime.tool(ArmEnv(arm="local", vllm_version="0.32.0+cpu", pythonpath=overlay),
+                         ["python", "-c", "pass"], tmp_path / "l")
+    assert hub.argv[0] == local.argv[0] == sys.executable
+    assert (hub.env["SHARED"], hub.env["OVERRIDDEN"]) == ("matrix", "matrix")
+    assert (local.env["SHARED"], local.env["OVERRIDDEN"]) == ("matrix", "arm")
+    assert local.env["PYTHONPATH"].split(os.pathsep)[0] == str(overlay)
+    assert "HF_HUB_OFFLINE" not in hub.env and local.env["HF_HUB_OFFLINE"] == "1"
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    assert runtime.tool(ArmEnv(arm="local", vllm_version="0.32.0+cpu"), ["vllm"], tmp_path / "l").env[
+        "HF_HUB_OFFLINE"] == "0"

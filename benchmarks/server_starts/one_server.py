@@ -51,7 +51,7 @@ def main() -> int:
     spec = runtime.server_spec(arm_env, argv_tail=server_argv_tail(matrix, "a", plan, port),
                                extra_env=dict(matrix.env), cache_dir=out / "cache", log_path=out / "server.log",
                                port=port, redact=[])
-    client_env = {k: v for k, v in runtime.tool_env(arm_env, out / "cache").items() if k != "PYTHONPATH"}
+    client_env = {k: v for k, v in runtime.tool(arm_env, ["vllm"], out / "cache").env.items() if k != "PYTHONPATH"}
     rows = []
     print(f"load {load_average()}; server log {out / 'server.log'}", flush=True)
     with runtime.server(spec) as server:

@@ -17,7 +17,10 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from suite.errors import ServerError
+from suite.matrix import Matrix, ModelSpec
 from suite.patches import AppliedPatch
+from suite.plan import effective_arms
+from suite.proc import ToolCommand
 from suite.store import ArmRuntimeInfo
 
 
@@ -184,17 +187,23 @@ class Runtime(ArmPreparer, Protocol):
     def server_spec(self, env: ArmEnv, *, argv_tail: list[str], extra_env: dict[str, str], cache_dir: Path,
                     log_path: Path, port: int, redact: list[str]) -> ServerSpec: ...
     def server(self, spec: ServerSpec) -> Server: ...
-    def tool_env(self, env: ArmEnv, cache_dir: Path) -> dict[str, str]: ...
-    def tool_argv(self, env: ArmEnv, argv: list[str], cache_dir: Path) -> list[str]: ...
+    def tool(self, env: ArmEnv, argv: list[str], cache_dir: Path) -> ToolCommand: ...
     def client_argv(self, env: ArmEnv, argv: list[str], cache_dir: Path, server: Any = None) -> list[str]: ...
     def client_cpus(self) -> frozenset[int] | None: ...
     def device_state(self) -> list[dict[str, str]] | None: ...
+
+
+def arm_model(matrix: Matrix, arm: str) -> ModelSpec:
+    """The checkpoint an arm serves (its own `model:`, else the matrix's)."""
+    spec = effective_arms(matrix).get(arm)
+    return matrix.model_of(spec) if spec is not None else matrix.model
 
 
 class RuntimeBase:
     """Defaults shared by the runtimes: no extra provenance, no device state, no client CPUs."""
 
     kind = "base"
+    matrix: Matrix
     client_in_server = False  # True: client tools run inside the server (its container), so they end with it
 
     def arm_info(self, arm: str) -> ArmRuntimeInfo:  # noqa: ARG002
@@ -206,3 +215,12 @@ class RuntimeBase:
 
     def client_cpus(self) -> frozenset[int] | None:
         return None
+
+    def arm_env_vars(self, arm: str) -> dict[str, str]:
+        """The matrix's and the arm's `env:` (what the arm's processes get besides the runtime's own)."""
+        spec = effective_arms(self.matrix).get(arm)
+        return {**self.matrix.env, **(spec.env if spec else {})}
+
+    def arm_model(self, arm: str) -> ModelSpec:
+        """The checkpoint the arm serves (its own `model:`, else the matrix's)."""
+        return arm_model(self.matrix, arm)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from suite.errors import ServerError, SuiteError
 from suite.matrix import ArmSpec
-from suite.proc import cpu_list, cpu_split, group_watchdog, read_tail, start, stop_group
+from suite.proc import ToolCommand, cpu_list, cpu_split, group_watchdog, read_tail, start, stop_group
 from suite.runtime.base import ArmEnv, RuntimeBase, ServerBase, ServerSpec
 from suite.runtime.gpu import HostKind, gpu_state, host_kind, process_tree, release_gpu
 from suite.store import SERVER_START_MARK, ArmRuntimeInfo, CpuSplit
@@ -290,17 +290,14 @@ class LocalRuntime(RuntimeBase):
                           port=port, startup_timeout_s=self.matrix.runtime.startup_timeout_s, cwd=cache_dir.resolve(),
                           redact=redact, cpus=self.split[0] if self.split else None)
 
-    def tool_env(self, env: ArmEnv, cache_dir: Path) -> dict[str, str]:
-        """Full environment for an offline tool (vllm bench latency, kernel timing) in the arm's vLLM."""
-        full_env = dict(os.environ)
-        full_env.update(self.arm_vars(env, cache_dir))
-        full_env.update(self.matrix.env)
-        return full_env
-
-    def tool_argv(self, env: ArmEnv, argv: list[str], cache_dir: Path) -> list[str]:  # noqa: ARG002
-        """The command line that runs argv (`vllm ...` or `python ...`) in the arm's environment: the suite's
-        interpreter and vLLM, with the arm's overlay first on PYTHONPATH (set by tool_env)."""
-        return host_vllm(argv)
+    def tool(self, env: ArmEnv, argv: list[str], cache_dir: Path) -> ToolCommand:
+        """An offline tool (`vllm bench latency`, the kernel and layer benches) in the arm's vLLM: the suite's
+        interpreter and vLLM with the arm's overlay first on PYTHONPATH, the matrix's and the arm's `env:`, and
+        HF_HUB_OFFLINE=1 (unless set) when the arm's model is a local directory."""
+        full_env = {**os.environ, **self.arm_vars(env, cache_dir), **self.arm_env_vars(env.arm)}
+        if Path(self.arm_model(env.arm).id).is_dir():
+            full_env.setdefault("HF_HUB_OFFLINE", "1")
+        return ToolCommand(host_vllm(argv), full_env)
 
     def client_argv(self, env: ArmEnv, argv: list[str], cache_dir: Path,  # noqa: ARG002
                     server: object = None) -> list[str]:

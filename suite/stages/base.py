@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from suite.matrix import ModelSpec
 from suite.plan import Job
+from suite.proc import ToolCommand
 from suite.store import JobNotes
 
 
@@ -73,8 +74,7 @@ class JobEnv:
     result: Path  # where the raw tool output goes (a file, or a directory for lm-eval)
     log: Path  # the job's own log
     run_root: Path  # the run directory (shared inputs such as generated datasets live under it)
-    arm_env: dict[str, str]  # full environment of a tool that runs in the arm's vLLM (offline stages)
-    wrap: Callable[[list[str]], list[str]]  # the command line that runs argv in the arm's environment
+    tool: Callable[[list[str]], ToolCommand]  # the whole command that runs argv in the arm's vLLM (offline stages)
     vllm_root: Path | None  # a directory holding the arm's vllm/ package (local overlay), if any
     client_env: dict[str, str]  # full environment of client tools (bench, lm-eval)
     vllm: str  # the `vllm` executable of client tools

@@ -50,8 +50,8 @@ from typing import Any
 from suite import REPO_ROOT
 from suite.errors import ServerError, SuiteError
 from suite.matrix import ArmSpec, DockerSpec, Matrix
-from suite.proc import on_stop, read_tail, run_tool
-from suite.runtime.base import ArmEnv, RuntimeBase, ServerBase, ServerSpec
+from suite.proc import ToolCommand, on_stop, read_tail, run_tool
+from suite.runtime.base import ArmEnv, RuntimeBase, ServerBase, ServerSpec, arm_model
 from suite.store import SECRET_NAME, ArmRuntimeInfo, ImageInfo
 
 STOP_GRACE_S = 30
@@ -357,15 +357,12 @@ def _arm_settings(matrix: Matrix, env: ArmEnv, *, cache_dir: Path, root: Path, e
         mounts.append((str(hub), str(hub), "rw"))
     if not cache_dir.is_relative_to(root):
         mounts.append((str(cache_dir), str(cache_dir), "rw"))
-    from suite.plan import effective_arms
-
-    spec = effective_arms(matrix).get(env.arm)
-    arm_model = matrix.model_of(spec) if spec is not None else matrix.model
-    model = Path(arm_model.id)
+    model_spec = arm_model(matrix, env.arm)
+    model = Path(model_spec.id)
     if model.is_absolute() and model.is_dir():
         mounts.append((str(model), str(model), "ro"))
         environment["HF_HUB_OFFLINE"] = "1"
-    tok = arm_model.tokenizer
+    tok = model_spec.tokenizer
     if tok and Path(tok).is_absolute() and Path(tok).is_dir() and Path(tok) != model:
         mounts.append((tok, tok, "ro"))
     data = Path(matrix.accuracy.dataset) if matrix.accuracy is not None else None
@@ -690,13 +687,6 @@ class DockerRuntime(RuntimeBase):
     def arm_vars(self, env: ArmEnv, cache_dir: Path) -> dict[str, str]:  # noqa: ARG002
         return {}  # the container's environment is built by container_config; nothing from this host's
 
-    def arm_env_vars(self, arm: str) -> dict[str, str]:
-        """The matrix's and the arm's `env:` (what the server container gets besides the runtime's own)."""
-        from suite.plan import effective_arms
-
-        spec = effective_arms(self.matrix).get(arm)
-        return {**self.matrix.env, **(spec.env if spec else {})}
-
     def client_argv(self, env: ArmEnv, argv: list[str], cache_dir: Path, server: Any = None) -> list[str]:
         """A client tool (`vllm bench serve`, the persistent bench client, lm-eval) in the arm's image, against
         the arm's own vLLM: `docker exec -i` into the running server container (same network namespace, so
@@ -711,22 +701,17 @@ class DockerRuntime(RuntimeBase):
                           name_suffix=f"-client-{secrets.token_hex(3)}", client=True)
         return self._launch(cfg)
 
-    def tool_env(self, env: ArmEnv, cache_dir: Path) -> dict[str, str]:
-        """The environment of the `docker` command that runs an offline tool: this host's (the docker CLI's own
-        settings: DOCKER_HOST, its config under HOME). What the tool sees inside is on its command line
-        (tool_argv) and, for secrets and the stage's additions, forwarded by name from here: so the matrix's
-        own variables whose names look secret (HF_TOKEN, but also vLLM's VLLM_SHARED_EXPERTS_STREAM_TOKEN_THRESHOLD)
-        are here with their values, never on the printed command line."""
-        del cache_dir  # the container's caches are on its command line (tool_argv)
-        return {**os.environ, **{k: v for k, v in self.arm_env_vars(env.arm).items() if SECRET_NAME.search(k)}}
-
-    def tool_argv(self, env: ArmEnv, argv: list[str], cache_dir: Path) -> list[str]:
+    def tool(self, env: ArmEnv, argv: list[str], cache_dir: Path) -> ToolCommand:
         """An offline tool (`vllm bench latency`, `python -m suite.stages.kernel.bench`, ...) in a fresh
         container of the arm's image: `docker run --rm --init`, the server's mounts, environment, device flags
-        and user (tool_config)."""
+        and user (tool_config). The command's environment is the docker CLI's (this host's: DOCKER_HOST, its
+        config under HOME) plus the matrix's variables whose names look secret (HF_TOKEN, but also vLLM's
+        VLLM_SHARED_EXPERTS_STREAM_TOKEN_THRESHOLD): the container is given those by name, so their values are
+        never on the printed command line."""
         cfg = tool_config(self.matrix, env, argv, extra_env=self.arm_env_vars(env.arm), cache_dir=cache_dir,
                           name_suffix=f"-tool-{secrets.token_hex(3)}")
-        return self._launch(cfg)
+        secrets_by_name = {k: v for k, v in self.arm_env_vars(env.arm).items() if SECRET_NAME.search(k)}
+        return ToolCommand(self._launch(cfg), {**os.environ, **secrets_by_name})
 
     def _launch(self, cfg: ContainerConfig) -> list[str]:
         for d in cfg.host_dirs():

@@ -27,8 +27,8 @@ def execute(env: JobEnv) -> CommandNotes:
     out = env.result
     out.parent.mkdir(parents=True, exist_ok=True)
     assert isinstance(env.job.params, KernelSpec), env.job.kind
-    cmd = env.wrap(kernel_command(env.job.params, str(out), env.job.arm))
-    run_tool(cmd, env=env.arm_env, log_path=env.log, timeout_s=3600, what="kernel benchmark")
+    cmd = env.tool(kernel_command(env.job.params, str(out), env.job.arm))
+    run_tool(cmd.argv, env=cmd.env, log_path=env.log, timeout_s=3600, what="kernel benchmark")
     if not out.is_file():
-        raise SuiteError(f"kernel benchmark wrote no result\n  command: {' '.join(cmd)}")
-    return CommandNotes(command=cmd)
+        raise SuiteError(f"kernel benchmark wrote no result\n  command: {' '.join(cmd.argv)}")
+    return CommandNotes(command=cmd.argv)

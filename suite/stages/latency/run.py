@@ -151,20 +151,18 @@ def execute(env: JobEnv) -> LatencyNotes:
     p = job.params
     assert isinstance(p, LatencyParams), job.kind
     check_vocab(env.model.id)
-    tool_env = dict(env.arm_env)
-    if Path(env.model.id).is_dir():
-        tool_env.setdefault("HF_HUB_OFFLINE", "1")
     engine_args, dropped = split_engine_args(env.serve_args, engine_flags(env.vllm_root))
 
     result = env.result
     partial = result.with_name(f".{result.stem}.partial.json")
     result.parent.mkdir(parents=True, exist_ok=True)
     partial.unlink(missing_ok=True)
-    cmd = env.wrap(latency_command(vllm="vllm", model=env.model.id, tokenizer=env.tokenizer,
-                                   max_model_len=env.model.max_model_len, params=p,
-                                   engine_args=engine_args, output_json=partial, model_args=env.model.vllm_args()))
+    tool = env.tool(latency_command(vllm="vllm", model=env.model.id, tokenizer=env.tokenizer,
+                                    max_model_len=env.model.max_model_len, params=p,
+                                    engine_args=engine_args, output_json=partial, model_args=env.model.vllm_args()))
+    cmd = tool.argv
     try:
-        run_tool(cmd, env=tool_env, log_path=env.log, timeout_s=timeout_for(p), what="`vllm bench latency`")
+        run_tool(cmd, env=tool.env, log_path=env.log, timeout_s=timeout_for(p), what="`vllm bench latency`")
         try:
             raw = read_json(partial)
         except (OSError, json.JSONDecodeError) as exc:

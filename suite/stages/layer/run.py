@@ -8,8 +8,6 @@ to `vllm serve`.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from suite.errors import SuiteError
 from suite.matrix import LayerSpec, ModelSpec
 from suite.proc import run_tool
@@ -32,11 +30,8 @@ def execute(env: JobEnv) -> CommandNotes:
     out = env.result
     out.parent.mkdir(parents=True, exist_ok=True)
     assert isinstance(env.job.params, LayerSpec), env.job.kind
-    cmd = env.wrap(layer_command(env.job.params, env.model, str(out), env.job.arm))
-    tool_env = dict(env.arm_env)
-    if Path(env.model.id).is_dir():
-        tool_env.setdefault("HF_HUB_OFFLINE", "1")
-    run_tool(cmd, env=tool_env, log_path=env.log, timeout_s=3600, what="layer benchmark")
+    cmd = env.tool(layer_command(env.job.params, env.model, str(out), env.job.arm))
+    run_tool(cmd.argv, env=cmd.env, log_path=env.log, timeout_s=3600, what="layer benchmark")
     if not out.is_file():
-        raise SuiteError(f"layer benchmark wrote no result\n  command: {' '.join(cmd)}")
-    return CommandNotes(command=cmd)
+        raise SuiteError(f"layer benchmark wrote no result\n  command: {' '.join(cmd.argv)}")
+    return CommandNotes(command=cmd.argv)
