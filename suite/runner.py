@@ -136,7 +136,7 @@ def job_env(ctx: RunContext, job: Job, server: Server | None, scope: SessionScop
     return JobEnv(
         job=job, model=ctx.matrix.model_of(arm_spec), serve_args=[*ctx.matrix.serve_args, *arm_spec.serve_args],
         result=ctx.store.result_path(job), log=ctx.store.log_path(job), run_root=ctx.store.root,
-        tool=lambda argv: ctx.here.tool(arm_env, argv, cache_dir), vllm_root=arm_env.pythonpath,
+        tool=lambda argv: ctx.here.tool(arm_env, argv, cache_dir), vllm_root=arm_env.vllm_root,
         client_env=ctx.client_env(), vllm="vllm",
         client_argv=lambda argv: ctx.here.client_argv(arm_env, argv, cache_dir, server=server),
         client_cpus=ctx.here.client_cpus(),

@@ -71,7 +71,7 @@ def test_gpu_host_gets_no_cpu_settings_and_its_gpu(tmp_path, monkeypatch):
     monkeypatch.setenv("LD_PRELOAD", "")
     monkeypatch.setattr("suite.runtime.local.vllm_command", lambda: ["python3", "-m", VLLM_MODULE])
     runtime = LocalRuntime(parse_matrix(MATRIX, "m.yaml"), tmp_path / ".cache", host="cuda")
-    env = runtime.arm_vars(ArmEnv(arm="baseline", vllm_version="0.26.0", pythonpath=tmp_path / "ov"),
+    env = runtime.arm_vars(ArmEnv(arm="baseline", vllm_version="0.26.0", vllm_root=tmp_path / "ov"),
                            tmp_path / "runs" / "r" / "baseline" / "cache")
     assert env["CUDA_VISIBLE_DEVICES"] == "1"
     for cpu_only in ("VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND", "LD_PRELOAD", "PYTHONHASHSEED"):

@@ -24,7 +24,7 @@ serve:
 def test_cache_paths_are_absolute_when_the_run_dir_is_relative(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     runtime = LocalRuntime(parse_matrix(MATRIX, "m.yaml"), tmp_path / ".cache")
-    env = runtime.arm_vars(ArmEnv(arm="baseline", vllm_version="0.32.0+cpu", pythonpath=tmp_path / "ov"),
+    env = runtime.arm_vars(ArmEnv(arm="baseline", vllm_version="0.32.0+cpu", vllm_root=tmp_path / "ov"),
                            Path("runs/r1/baseline/cache"))
     for key in ("VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR"):
         assert Path(env[key]).is_absolute(), env[key]
@@ -46,7 +46,7 @@ def test_cpu_split_keeps_client_and_server_apart():
 
 def test_model_class_answers_are_shared_by_arms_and_runs_but_compile_caches_are_not(tmp_path):
     runtime = LocalRuntime(parse_matrix(MATRIX, "m.yaml"), tmp_path / ".cache")
-    envs = [runtime.arm_vars(ArmEnv(arm=arm, vllm_version="0.32.0+cpu", pythonpath=tmp_path / arm),
+    envs = [runtime.arm_vars(ArmEnv(arm=arm, vllm_version="0.32.0+cpu", vllm_root=tmp_path / arm),
                              tmp_path / run / arm / "cache")
             for run, arm in (("r1", "baseline"), ("r1", "patched"), ("r2", "baseline"))]
     first = Path(envs[0]["VLLM_CACHE_ROOT"]) / "modelinfos"
@@ -56,7 +56,7 @@ def test_model_class_answers_are_shared_by_arms_and_runs_but_compile_caches_are_
                 "MixtralForCausalLM.json").read_text() == "{}"
     assert len({env["VLLM_CACHE_ROOT"] for env in envs}) == 3
     assert len({env["TORCHINDUCTOR_CACHE_DIR"] for env in envs}) == 3
-    runtime.arm_vars(ArmEnv(arm="baseline", vllm_version="0.32.0+cpu", pythonpath=None), tmp_path / "r1" /
+    runtime.arm_vars(ArmEnv(arm="baseline", vllm_version="0.32.0+cpu", vllm_root=None), tmp_path / "r1" /
                      "baseline" / "cache")  # a second call (resume) keeps the link
     assert first.is_symlink()
 
@@ -69,13 +69,13 @@ def test_cpu_servers_preload_vllms_libraries_after_the_users(tmp_path, monkeypat
     monkeypatch.setenv("LD_PRELOAD", "/opt/site/libaudit.so")
     runtime = LocalRuntime(parse_matrix(MATRIX, "m.yaml"), tmp_path / ".cache")
     assert runtime.preload == found
-    env = runtime.arm_vars(ArmEnv(arm="baseline", vllm_version="0.32.0+cpu", pythonpath=None), tmp_path / "c")
+    env = runtime.arm_vars(ArmEnv(arm="baseline", vllm_version="0.32.0+cpu", vllm_root=None), tmp_path / "c")
     assert env["LD_PRELOAD"].split(":") == ["/opt/site/libaudit.so", *found]
     assert runtime.arm_info("baseline").ld_preload == found
     monkeypatch.setenv("SUITE_CPU_PRELOAD", "0")
     off = LocalRuntime(parse_matrix(MATRIX, "m.yaml"), tmp_path / ".cache")
     assert off.preload == [] and "LD_PRELOAD" not in off.arm_vars(
-        ArmEnv(arm="baseline", vllm_version="0.32.0+cpu", pythonpath=None), tmp_path / "c")
+        ArmEnv(arm="baseline", vllm_version="0.32.0+cpu", vllm_root=None), tmp_path / "c")
 
 
 def _group(cmd: str):
@@ -143,12 +143,12 @@ def test_a_patched_arms_overlay_records_what_was_applied_when_built_and_when_reu
     spec = matrix.arms["baseline"]
     built = prepare_local_arm("baseline", spec, tmp_path / "overlays")
     reused = prepare_local_arm("baseline", spec, tmp_path / "overlays")
-    assert built.pythonpath == reused.pythonpath and (built.pythonpath / "applied.json").is_file()
+    assert built.vllm_root == reused.vllm_root and (built.vllm_root / "applied.json").is_file()
     for env in (built, reused):
         [patch] = env.patches
         assert isinstance(patch, AppliedPatch)
         assert (patch.name, patch.reverse, patch.action) == ("synthetic-gate-delay", False, "applied")
-        assert patch.files and all((env.pythonpath / f).is_file() for f in patch.files)
+        assert patch.files and all((env.vllm_root / f).is_file() for f in patch.files)
     assert built.patches == reused.patches
 
 
@@ -172,7 +172,7 @@ serve:
     runtime = LocalRuntime(matrix, tmp_path / ".cache")
     overlay = tmp_path / "ov"
     hub = runtime.tool(ArmEnv(arm="baseline", vllm_version="0.32.0+cpu"), ["python", "-c", "pass"], tmp_path / "b")
-    local = runtime.tool(ArmEnv(arm="local", vllm_version="0.32.0+cpu", pythonpath=overlay),
+    local = runtime.tool(ArmEnv(arm="local", vllm_version="0.32.0+cpu", vllm_root=overlay),
                          ["python", "-c", "pass"], tmp_path / "l")
     assert hub.argv[0] == local.argv[0] == sys.executable
     assert (hub.env["SHARED"], hub.env["OVERRIDDEN"]) == ("matrix", "matrix")

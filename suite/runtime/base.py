@@ -50,7 +50,9 @@ class ArmEnv:
 
     arm: str
     vllm_version: str
-    pythonpath: Path | None = None  # local runtime: an overlay holding the patched vllm/
+    # a directory on this host holding the arm's vllm/ package: the local overlay (first on the arm's PYTHONPATH),
+    # or under docker a copy of the image's sources (read for the engine's flags, never imported)
+    vllm_root: Path | None = None
     image: str | None = None  # docker runtime: the image to run
     patches: list[AppliedPatch] = field(default_factory=list)
 

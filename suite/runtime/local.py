@@ -104,7 +104,7 @@ def prepare_local_arm(arm: str, spec: ArmSpec, overlays_dir: Path) -> ArmEnv:
         shutil.rmtree(overlay, ignore_errors=True)
         tmp.rename(overlay)
     applied = [AppliedPatch.model_validate(a) for a in json.loads(record.read_text())]
-    return ArmEnv(arm=arm, vllm_version=installed, pythonpath=overlay, patches=applied)
+    return ArmEnv(arm=arm, vllm_version=installed, vllm_root=overlay, patches=applied)
 
 
 class LocalServer(ServerBase):
@@ -251,8 +251,8 @@ class LocalRuntime(RuntimeBase):
             "TORCHINDUCTOR_CACHE_DIR": str(cache_dir / "inductor"),
             "VLLM_SERVER_DEV_MODE": "1",  # mounts /reset_prefix_cache
         }
-        if env.pythonpath is not None:
-            out["PYTHONPATH"] = os.pathsep.join([str(env.pythonpath), os.environ.get("PYTHONPATH", "")]).rstrip(
+        if env.vllm_root is not None:
+            out["PYTHONPATH"] = os.pathsep.join([str(env.vllm_root), os.environ.get("PYTHONPATH", "")]).rstrip(
                 os.pathsep)
         gpus = self.matrix.runtime.gpus
         if self.host != "cpu" and gpus is not None:  # the GPU(s) this arm's processes see

@@ -612,7 +612,7 @@ class DockerRuntime(RuntimeBase):
                                      base_digest=labels.get("org.opencontainers.image.base.digest"),
                                      vendor=labels.get("suite.vendor"), vllm_source=image_vllm_source(labels))
         return ArmEnv(arm=arm, vllm_version=labels.get("suite.vllm.version", spec.vllm), image=result.tag,
-                      patches=image_patches(labels), pythonpath=self._host_sources(result.tag, result.image_id))
+                      patches=image_patches(labels), vllm_root=self._host_sources(result.tag, result.image_id))
 
     def _given_image(self, arm: str, spec: ArmSpec) -> ArmEnv:
         from docker.errors import DockerException
@@ -630,7 +630,7 @@ class DockerRuntime(RuntimeBase):
                              "patch sets (suite.patch.fingerprint label); drop `image:` to have it built")
         self.images[arm] = ImageInfo(tag=spec.image, id=image.id, given=True, vllm_source=image_vllm_source(labels))
         return ArmEnv(arm=arm, vllm_version=labels.get("suite.vllm.version", spec.vllm), image=spec.image,
-                      patches=image_patches(labels), pythonpath=self._host_sources(spec.image, image.id))
+                      patches=image_patches(labels), vllm_root=self._host_sources(spec.image, image.id))
 
     def _host_sources(self, image: str, image_id: str) -> Path | None:
         """Host-side stages read a few vLLM source files without importing vLLM (the latency stage: the engine

@@ -78,7 +78,7 @@ def serve_session(run_dir: Path, matrix_path: Path, session_text: str, cache: st
     ctx = RunContext(matrix=matrix, plan=plan, store=store, runtime=runtime, arm_envs={arm: arm_env},
                      console=console, secrets=secret_values())
     console.print(f"session {session_text}: {len(pending)} of {len(session.jobs)} jobs to run "
-                  f"(vLLM {arm_env.vllm_version}{', overlay ' + str(arm_env.pythonpath) if arm_env.pythonpath else ''})")
+                  f"(vLLM {arm_env.vllm_version}{', overlay ' + str(arm_env.vllm_root) if arm_env.vllm_root else ''})")
     done = 0
 
     def advance(job=None) -> None:  # noqa: ARG001
