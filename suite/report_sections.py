@@ -79,7 +79,9 @@ def intro(run: RunData) -> list[Paragraph | BulletList | Note]:
         out.append(Paragraph(literal(matrix.description)))
     jobs = f" (jobs ok {counts.ok}, failed {counts.failed}, missing {counts.missing})" if counts else ""
     out.append(BulletList([
-        f"run: {code(run.root.name)}, status **{literal(m.status)}**{jobs}",
+        f"run: {code(run.root.name)}, status **{literal(m.status)}**{jobs}"
+        + (" — the run has not finished, or stopped without closing its manifest (a lost machine, a kill): "
+           "what follows is from the jobs it has" if m.status == "running" and counts and counts.missing else ""),
         f"model: {code(matrix.model.id)}"
         + "".join(f" ({literal(a)}: its own, {code(info.model)})" for a, info in m.arms.items() if info.model)
         + f"; runtime: {literal(m.runtime or 'local')}; "
@@ -154,6 +156,9 @@ def _between_looks(s: CandidateSummary, c: PrimaryResult) -> int | None:
 
 def _look(s: CandidateSummary, c: PrimaryResult) -> str:
     where = f"look {c.look} of {c.n_looks}"
+    planned = s.spec.looks[c.look - 1] if 0 < c.look <= len(s.spec.looks) else None
+    if planned is not None and c.n_rounds < planned:  # a run stopped before its first look: say so
+        return f"{c.n_rounds} rounds, short of {where}, planned after {planned}; tested at that look's boundary"
     return where + (f", on {c.n_rounds} rounds" if _between_looks(s, c) is not None else "")
 
 
@@ -168,7 +173,7 @@ def _reason(s: CandidateSummary, c: PrimaryResult) -> str:
     if c.p_value is None:
         return literal(c.reason)
     plan = (f"; about {c.rounds_for_target} rounds would detect ±{s.spec.target_pct:g} %"
-            if c.rounds_for_target is not None else "")
+            if c.rounds_for_target is not None and c.rounds_for_target > c.n_rounds else "")
     return f"neither a change nor equivalence within ±{s.spec.target_pct:g} %: {p}{plan} ({where})"
 
 
