@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from suite import __version__
 from suite.errors import SuiteError
@@ -131,13 +131,30 @@ class CommandNotes(JobNotes):
     command: list[str]
 
 
+class GpuState(BaseModel):
+    """One NVIDIA GPU's state as nvidia-smi prints it (``suite.runtime.gpu.gpu_state``; values as printed, units
+    dropped): stored under nvidia-smi's own query names (``clocks.sm``), read back by those or by these fields."""
+
+    model_config = ConfigDict(extra="allow", frozen=True, populate_by_name=True)
+
+    index: str | None = None
+    pstate: str | None = None
+    clocks_sm: str | None = Field(None, alias="clocks.sm")  # MHz
+    clocks_mem: str | None = Field(None, alias="clocks.mem")  # MHz
+    power_draw: str | None = Field(None, alias="power.draw")  # W
+    temperature_gpu: str | None = Field(None, alias="temperature.gpu")  # C
+    utilization_gpu: str | None = Field(None, alias="utilization.gpu")  # %
+    memory_used: str | None = Field(None, alias="memory.used")  # MiB
+    clock_event_reasons: str | None = None  # a bitmask; None where the driver names no such field
+
+
 class DeviceStates(BaseModel):
-    """The accelerators' state (clocks, P-state, power; one mapping per device) at a job's start and end."""
+    """The accelerators' state (clocks, P-state, power; one record per device) at a job's start and end."""
 
     model_config = ConfigDict(extra="allow", frozen=True)
 
-    before: list[dict[str, str]] | None = None
-    after: list[dict[str, str]] | None = None
+    before: list[GpuState] | None = None
+    after: list[GpuState] | None = None
 
 
 class JobRecord(BaseModel):
@@ -546,7 +563,8 @@ class RunStore:
 
     def put_record(self, rec: JobRecord) -> None:
         """Write a record as it is (its job names the path): the fields it was given, its job whole."""
-        dump = rec.model_dump(mode="json", exclude_unset=True) | {"job": rec.job.model_dump(mode="json")}
+        dump = (rec.model_dump(mode="json", exclude_unset=True, by_alias=True)  # by_alias: GpuState's names
+                | {"job": rec.job.model_dump(mode="json")})
         atomic_write_json(self.record_path(rec.job), dump)
 
     def job_counts(self, plan: Plan) -> JobCounts:

@@ -9,6 +9,7 @@ later ones only what changed.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -389,7 +390,10 @@ def test_a_timed_out_client_ends_inside_the_container_too(engine, cpu_images, tm
     try:
         rt = DockerRuntime(parse_matrix(Path(matrix_path).read_text()), tmp_path / "cache", client=engine)
         env = ArmEnv(arm="baseline", vllm_version="0.32.0", image=tags["baseline"])
-        server = SimpleNamespace(spec=SimpleNamespace(container=SimpleNamespace(name=box.name)))
+        spec = rt.server_spec(env, argv_tail=["m"], extra_env={}, cache_dir=tmp_path / "cache",
+                              log_path=tmp_path / "server.log", port=8000, redact=[])
+        server = SimpleNamespace(spec=dataclasses.replace(spec, container=dataclasses.replace(spec.container,
+                                                                                              name=box.name)))
         argv = rt.client_argv(env, ["python", "-c", "import time; time.sleep(240)"], tmp_path / "cache", server)
         with pytest.raises(SuiteError, match="timed out"):
             run_tool(argv, env=None, log_path=tmp_path / "client.log", timeout_s=5, what="the client")

@@ -231,9 +231,10 @@ def test_client_tools_exec_into_the_server_container(tmp_path, monkeypatch):
     rt = DockerRuntime(matrix, tmp_path / "cache")
     env = ArmEnv(arm="patched", vllm_version="0.32.0", image="suite-vllm:cpu-0.32.0-abc")
     cfg_cache = run / "patched" / "cache"
-    cfg = rt.container_config(env, argv_tail=["m", "--port", "8000"], extra_env={}, cache_dir=cfg_cache,
-                              log_path=run / "patched" / "server-0.log", port=8000)
-    server = SimpleNamespace(spec=SimpleNamespace(container=cfg))
+    spec = rt.server_spec(env, argv_tail=["m", "--port", "8000"], extra_env={}, cache_dir=cfg_cache,
+                          log_path=run / "patched" / "server-0.log", port=8000, redact=[])
+    cfg = spec.container
+    server = SimpleNamespace(spec=spec)  # the running server the session passes: only its spec is read
     exec_ = ["docker", "exec", "-i", "-e", "HF_HUB_OFFLINE", "-e", "HF_DATASETS_OFFLINE", "-e", "HF_DATASETS_CACHE",
              "-e", "TOKENIZERS_PARALLELISM"]
     markers = []

@@ -190,9 +190,14 @@ def test_a_cuda_host_records_each_gpus_clocks_and_pstate(tmp_path, monkeypatch):
     """Two starts of one server ran ~7 % apart on the H200: the state a job ran in is kept for each job."""
     fake_smi(tmp_path, monkeypatch)
     state = gpu.gpu_state()
-    assert state == [{"index": "0", "pstate": "P0", "clocks.sm": "1980", "clocks.mem": "3201",
-                      "power.draw": "512.25", "temperature.gpu": "41", "utilization.gpu": "97",
-                      "memory.used": "101375", "clock_event_reasons": "0x0000000000000001"}]
+    (one,) = state
+    assert (one.index, one.pstate, one.clocks_sm, one.clocks_mem, one.clock_event_reasons) == (
+        "0", "P0", "1980", "3201", "0x0000000000000001")
+    # stored under nvidia-smi's own query names, as every earlier run's records were
+    assert one.model_dump(by_alias=True) == {
+        "index": "0", "pstate": "P0", "clocks.sm": "1980", "clocks.mem": "3201", "power.draw": "512.25",
+        "temperature.gpu": "41", "utilization.gpu": "97", "memory.used": "101375",
+        "clock_event_reasons": "0x0000000000000001"}
     runtime = LocalRuntime(parse_matrix(MATRIX, "m.yaml"), tmp_path / ".cache", host="cuda")
     assert runtime.device_state() == state
     assert LocalRuntime(parse_matrix(MATRIX, "m.yaml"), tmp_path / ".cache", host="cpu").device_state() is None

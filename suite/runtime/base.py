@@ -21,7 +21,7 @@ from suite.matrix import Matrix, ModelSpec
 from suite.patches import AppliedPatch
 from suite.plan import effective_arms
 from suite.proc import ToolCommand
-from suite.store import ArmRuntimeInfo
+from suite.store import ArmRuntimeInfo, GpuState
 
 
 @dataclass(frozen=True)
@@ -190,9 +190,10 @@ class Runtime(ArmPreparer, Protocol):
                     log_path: Path, port: int, redact: list[str]) -> ServerSpec: ...
     def server(self, spec: ServerSpec) -> Server: ...
     def tool(self, env: ArmEnv, argv: list[str], cache_dir: Path) -> ToolCommand: ...
-    def client_argv(self, env: ArmEnv, argv: list[str], cache_dir: Path, server: Any = None) -> list[str]: ...
+    def client_argv(self, env: ArmEnv, argv: list[str], cache_dir: Path, server: Server | None = None
+                    ) -> list[str]: ...
     def client_cpus(self) -> frozenset[int] | None: ...
-    def device_state(self) -> list[dict[str, str]] | None: ...
+    def device_state(self) -> list[GpuState] | None: ...
 
 
 def arm_model(matrix: Matrix, arm: str) -> ModelSpec:
@@ -211,7 +212,7 @@ class RuntimeBase:
     def arm_info(self, arm: str) -> ArmRuntimeInfo:  # noqa: ARG002
         return ArmRuntimeInfo()
 
-    def device_state(self) -> list[dict[str, str]] | None:
+    def device_state(self) -> list[GpuState] | None:
         """The accelerators' state (clocks, P-state, power) around a job; None where the runtime records none."""
         return None
 

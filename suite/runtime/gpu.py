@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 from typing import Literal
 
+from suite.store import GpuState
+
 HostKind = Literal["cpu", "cuda", "rocm"]
 HOST_KINDS: tuple[HostKind, ...] = ("cpu", "cuda", "rocm")
 SMI_TIMEOUT_S = 20.0
@@ -78,7 +80,7 @@ GPU_STATE_FIELDS = ("index", "pstate", "clocks.sm", "clocks.mem", "power.draw", 
 GPU_EVENT_FIELDS = (("clocks_event_reasons.active",), ("clocks_throttle_reasons.active",))
 
 
-def gpu_state() -> list[dict[str, str]] | None:
+def gpu_state() -> list[GpuState] | None:
     """Per NVIDIA GPU: its P-state, SM and memory clocks (MHz), power (W), temperature (C), utilization (%),
     memory used (MiB) and the active clock-event reasons (a bitmask), as nvidia-smi prints them; None when
     nvidia-smi cannot answer. Recorded before and after every job on a CUDA host."""
@@ -92,7 +94,7 @@ def gpu_state() -> list[dict[str, str]] | None:
             for state, value in zip(states, reasons, strict=True):
                 state["clock_event_reasons"] = value.strip()
             break
-    return states
+    return [GpuState.model_validate(state) for state in states]
 
 
 def gpu_apps() -> dict[int, int] | None:

@@ -22,9 +22,9 @@ from pathlib import Path
 from suite.errors import ServerError, SuiteError
 from suite.matrix import ArmSpec
 from suite.proc import ToolCommand, cpu_list, cpu_split, group_watchdog, read_tail, start, stop_group
-from suite.runtime.base import ArmEnv, RuntimeBase, ServerBase, ServerSpec
+from suite.runtime.base import ArmEnv, RuntimeBase, Server, ServerBase, ServerSpec
 from suite.runtime.gpu import HostKind, gpu_state, host_kind, process_tree, release_gpu
-from suite.store import SERVER_START_MARK, ArmRuntimeInfo, CpuSplit
+from suite.store import SERVER_START_MARK, ArmRuntimeInfo, CpuSplit, GpuState
 
 STOP_GRACE_S = 30.0
 
@@ -231,7 +231,7 @@ class LocalRuntime(RuntimeBase):
     def client_cpus(self) -> frozenset[int] | None:
         return self.split[1] if self.split else None
 
-    def device_state(self) -> list[dict[str, str]] | None:
+    def device_state(self) -> list[GpuState] | None:
         """On a CUDA host, every GPU's clocks, P-state and power (nvidia-smi): two starts of one server can run at
         two speeds ~7 % apart (docs/gpu-h200.md), and the job record is where the reason can show."""
         return gpu_state() if self.host == "cuda" else None
@@ -300,7 +300,7 @@ class LocalRuntime(RuntimeBase):
         return ToolCommand(host_vllm(argv), full_env)
 
     def client_argv(self, env: ArmEnv, argv: list[str], cache_dir: Path,  # noqa: ARG002
-                    server: object = None) -> list[str]:
+                    server: Server | None = None) -> list[str]:
         """Client tools run with the installed vLLM, never an arm's overlay (client_env drops PYTHONPATH);
         ``server`` (the session's running server, None for offline jobs) makes no difference here."""
         return host_vllm(argv)

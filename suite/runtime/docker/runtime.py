@@ -51,7 +51,7 @@ from suite import REPO_ROOT
 from suite.errors import ServerError, SuiteError
 from suite.matrix import ArmSpec, DockerSpec, Matrix
 from suite.proc import ToolCommand, on_stop, read_tail, run_tool
-from suite.runtime.base import ArmEnv, RuntimeBase, ServerBase, ServerSpec, arm_model
+from suite.runtime.base import ArmEnv, RuntimeBase, Server, ServerBase, ServerSpec, arm_model
 from suite.store import SECRET_NAME, ArmRuntimeInfo, ImageInfo
 
 STOP_GRACE_S = 30
@@ -687,12 +687,13 @@ class DockerRuntime(RuntimeBase):
     def arm_vars(self, env: ArmEnv, cache_dir: Path) -> dict[str, str]:  # noqa: ARG002
         return {}  # the container's environment is built by container_config; nothing from this host's
 
-    def client_argv(self, env: ArmEnv, argv: list[str], cache_dir: Path, server: Any = None) -> list[str]:
+    def client_argv(self, env: ArmEnv, argv: list[str], cache_dir: Path, server: Server | None = None
+                    ) -> list[str]:
         """A client tool (`vllm bench serve`, the persistent bench client, lm-eval) in the arm's image, against
         the arm's own vLLM: `docker exec -i` into the running server container (same network namespace, so
         the server's URL works unchanged; same mounts and user). Without a server: a sibling container of the
         image on the host network."""
-        container = getattr(getattr(server, "spec", None), "container", None)
+        container = server.spec.container if server is not None and isinstance(server.spec, DockerServerSpec) else None
         if container is not None:
             marker = f"SUITE_EXEC={secrets.token_hex(6)}"
             on_stop(marker, lambda: end_exec(self.client, container.name, marker))
