@@ -372,3 +372,5 @@ def test_an_interleaved_aa_on_the_h200_reads_no_change_while_both_servers_move_t
     report = (EVIDENCE / "h200-interleaved-aa-20261204" / "report.md").read_text()
     assert "2 rounds, short of look 1 of 2, planned after 3" in report
     assert "the run has not finished, or stopped without closing its manifest" in report
+    # a drift repeat is named by its restart set and block, not as "round 5" of a two-set run
+    assert "Drift check stock-again restart set 1, block 5, the point again at the session's end" in report
