@@ -336,13 +336,13 @@ def test_interleaved_on_the_h200_decides_seed_000_on_three_restart_sets(tmp_path
     assert ll.evaluation.composite.estimate_pct == pytest.approx(expected, abs=0.05)
 
 
-def test_an_interleaved_aa_on_the_h200_reads_no_change_while_both_servers_move_together(tmp_path):
+def test_an_interleaved_aa_on_the_h200_reads_equivalent_while_both_servers_move_together(tmp_path):
     """The H200 run of gemma4-h200-interleaved-aa.yaml (docs/gpu-h200.md): two identical stock servers alive at
-    once, three blocks a restart set. The machine was lost after two of four sets (40 of 80 jobs), short of the
-    first look (3 sets). Recomputed from the raw JSON: between the two restart sets both servers' TPOT moved by
-    1.4-2.2 % together, while inside each set the pair agreed to 0.2 %: what a sequential design would read as
-    noise, the pairing by set removes. The test reads neither a change nor equivalence, and the report says the
-    run stopped short of its first look rather than claiming that look."""
+    once, three blocks a restart set, looks after 3 and 4 sets; sets 0-1 on one machine, sets 2-3 on another
+    (`--resume`). Recomputed from the raw JSON: between restart sets both servers' TPOT moved by 1.4-2.3 %
+    together, while inside each set the pair agreed to 0.5 %: what a sequential design would read as noise, the
+    pairing by set removes. No position bias: the test reads EQUIVALENT within +-1 % at its last look, and one
+    block slow just after a cold start (stock-again, set 2, c1: +6 %) is averaged inside its set, not a verdict."""
     import json
     import math
 
@@ -351,8 +351,8 @@ def test_an_interleaved_aa_on_the_h200_reads_no_change_while_both_servers_move_t
     root = unpack(EVIDENCE / "h200-interleaved-aa-20261204", tmp_path / "h200-interleaved-aa-20261204")
     run = load_run(root)
     (aa,) = run.summaries
-    assert run.manifest.status == "running" and run.manifest.job_counts.missing == 40
-    assert (aa.overall, aa.evaluation.composite.n_rounds) == ("INCONCLUSIVE", 2)
+    assert run.manifest.status == "complete" and run.manifest.job_counts.ok == 80
+    assert (aa.overall, aa.evaluation.composite.n_rounds) == ("EQUIVALENT", 4)
     points = sorted(p.name for p in (root / "baseline" / "serve").iterdir() if p.name.startswith("isl"))
     assert len(points) == 3
 
@@ -363,14 +363,38 @@ def test_an_interleaved_aa_on_the_h200_reads_no_change_while_both_servers_move_t
         return sum(math.log(tpot(arm, point, b)) for b in range(3 * s, 3 * s + 3)) / 3
 
     scores = [sum(set_mean("baseline", p, s) - set_mean("stock-again", p, s) for p in points) / len(points)
-              for s in range(2)]
-    assert all(abs(x) < 0.002 for x in scores)  # the pair agrees inside each set
-    for arm in ("baseline", "stock-again"):  # both moved 1.4-2.2 % from one restart set to the next
+              for s in range(4)]
+    assert all(abs(x) < 0.006 for x in scores)  # the pair agrees inside each set
+    for arm in ("baseline", "stock-again"):  # both moved 1.4-2.3 % from one restart set to the next
         assert all(0.01 < set_mean(arm, p, 1) - set_mean(arm, p, 0) < 0.03 for p in points)
-    expected = (math.exp(sum(scores) / 2) - 1) * 100
+    # the one slow block: stock-again's first c1 request train after set 2's cold start
+    c1 = "isl128-osl64-c1-n16"
+    assert tpot("stock-again", c1, 6) / tpot("baseline", c1, 6) > 1.05
+    assert all(abs(tpot("stock-again", c1, b) / tpot("baseline", c1, b) - 1) < 0.01 for b in range(12) if b != 6)
+    expected = (math.exp(sum(scores) / 4) - 1) * 100
     assert aa.evaluation.composite.estimate_pct == pytest.approx(expected, abs=0.01)
     report = (EVIDENCE / "h200-interleaved-aa-20261204" / "report.md").read_text()
+    assert "**stock-again vs baseline: EQUIVALENT** — composite -0.2% [-0.6, +0.2]" in report
+    # a drift repeat is named by its restart set and block, not as "round 11" of a four-set run
+    assert "Drift check stock-again restart set 3, block 11, the point again at the session's end" in report
+
+
+def test_a_run_cut_after_two_of_four_sets_says_so_in_its_report(tmp_path):
+    """The same A/A as the first machine left it (sets 0-1 measured, the manifest still `running`, no look
+    taken): the report says the run did not finish and that its test is short of the first look (3 sets),
+    rather than claiming that look; it offers no "rounds would detect" already run."""
+    root = unpack(EVIDENCE / "h200-interleaved-aa-20261204", tmp_path / "cut")
+    for f in root.glob("*/serve/*/rep-*"):
+        if int(f.name.split(".")[0].split("-")[1]) >= 6:  # blocks 6-11: restart sets 2 and 3
+            f.unlink()
+    manifest = json.loads((root / "manifest.json").read_text())
+    manifest.update(status="running", finished=None, sequential=None,
+                    job_counts={"ok": 40, "failed": 0, "missing": 40})
+    (root / "manifest.json").write_text(json.dumps(manifest))
+    assert main(["report", str(root)]) == 0
+    report = (root / "report.md").read_text()
+    assert "status **running** (jobs ok 40, failed 0, missing 40) — the run has not finished" in report
+    assert "**stock-again vs baseline: INCONCLUSIVE**" in report
     assert "2 rounds, short of look 1 of 2, planned after 3" in report
-    assert "the run has not finished, or stopped without closing its manifest" in report
-    # a drift repeat is named by its restart set and block, not as "round 5" of a two-set run
     assert "Drift check stock-again restart set 1, block 5, the point again at the session's end" in report
+    assert "Drift check stock-again restart set 2" not in report
