@@ -123,6 +123,9 @@ class RunData:
         """Blocks per round (order interleaved: a restart set's blocks are its jobs' repeats); 1 otherwise."""
         return self.matrix.blocks if self.order == "interleaved" else 1
 
+    def repeat_name(self, r: int) -> str:
+        return repeat_name(r, self.blocks)
+
     @cached_property
     def floors(self) -> dict[str, float]:
         return noise_floors(self)
@@ -280,13 +283,15 @@ class CellResult:
     rounds: tuple[int, ...]  # rounds used (paired), or the rounds of both sides (independent)
     verdict: Verdict | None  # after data quality and Holm; None: missing
     reason: str
-    left_out: tuple[tuple[str, int, str], ...] = ()  # (arm, round, checks) a data-quality check left out
-    dropped: tuple[tuple[int, str], ...] = ()  # (round, arm without a value): unpaired round dropped (ABBA)
+    left_out: tuple[tuple[str, int, str], ...] = ()  # (arm, job repeat, checks) a data-quality check left out
+    dropped: tuple[tuple[int, str], ...] = ()  # (job repeat, arm without a value): unpaired, dropped (paired)
+    blocks: int = 1  # job repeats per round (RunData.blocks): how a repeat is named
 
     @property
     def notes(self) -> list[str]:
-        return ([f"round {r} of {arm} left out ({checks})" for arm, r, checks in self.left_out]
-                + [f"round {r}: no {arm} value, dropped from both sides" for r, arm in self.dropped])
+        return ([f"{arm} {repeat_name(r, self.blocks)} left out ({checks})" for arm, r, checks in self.left_out]
+                + [f"{repeat_name(r, self.blocks)}: no {arm} value, dropped from both sides"
+                   for r, arm in self.dropped])
 
     @property
     def tested(self) -> bool:
@@ -336,6 +341,12 @@ def _values(run: RunData, point: PointResults, arm: str, key: str,
     return out
 
 
+def repeat_name(r: int, blocks: int) -> str:
+    """Where job repeat ``r`` ran: its round, or with ``blocks`` > 1 (order interleaved) its restart set and
+    block, so that block 5 of a two-set run is never read as "round 5"."""
+    return f"round {r}" if blocks == 1 else f"restart set {r // blocks}, block {r}"
+
+
 def by_round(values: Mapping[int, float], blocks: int) -> dict[int, float]:
     """Block values (job repeats) -> round values: the geometric mean of each round's blocks (order
     interleaved: a restart set's blocks share its servers, so the set is the unit; with one block per round
@@ -383,14 +394,14 @@ def compare_cell(run: RunData, point: PointResults, cand: str, key: str, floors:
     if not bv or not cv:
         side = run.baseline if not bv else cand
         return CellResult(point.point, key, None, None, None, rounds, None, f"missing: no {side} value",
-                          tuple(left_out), tuple(dropped))
+                          tuple(left_out), tuple(dropped), run.blocks)
     c = compare_metric(key, bv, cv, noise_floor_pct=floors.get(key), paired=run.paired)
     verdict, reason = c.verdict, c.reason
     whole = [f"{arm}: {why}" for arm in (run.baseline, cand) for why in run.quality.cell_reasons(arm, point.point, key)]
     if spoiled or whole:
         verdict, reason = Verdict.UNRELIABLE, "; ".join(([spoiled] if spoiled else []) + whole)
     return CellResult(point.point, key, c, geometric_mean(bv), geometric_mean(cv), rounds, verdict, reason,
-                      tuple(left_out), tuple(dropped))
+                      tuple(left_out), tuple(dropped), run.blocks)
 
 
 def holm(cells: list[CellResult], alpha: float = FAMILY_ALPHA) -> list[CellResult]:

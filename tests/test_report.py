@@ -233,8 +233,28 @@ def test_pairing_by_round_index_drops_a_lost_round_from_both_sides(tmp_path):
     # the composite pairs rounds by index too: every round scores +10 % (log ratio), so no spread -> said so
     assert s.evaluation is not None and s.evaluation.composite.estimate_pct == pytest.approx(10.0)
     text = render_markdown(run)
-    assert "Unpaired rounds dropped from both sides: round 1 (no patched value)" in text
+    assert "Unpaired repeats dropped from both sides: round 1 (no patched value)" in text
     assert_arrows_agree(text)
+
+
+def test_interleaved_names_a_lost_block_by_its_restart_set_not_as_a_round(tmp_path):
+    """Interleaved, 2 restart sets of 2 blocks: the candidate's block 3 is lost at one point. The block is
+    dropped from both sides of set 1 (set 1 is block 2 alone), and the report and the cell's own notes name it
+    "restart set 1, block 3": "round 3" of a two-set run would send a reader to a round that does not exist."""
+    matrix = MATRIX.replace("order: %(order)s", "order: %(order)s\nblocks: 2")
+    base = [100, 200, 100, 300]
+    cand = [110, 220, 110, 330]
+    root = make_run(tmp_path, scaled(base, cand), order="interleaved", repeats=2, matrix_text=matrix,
+                    skip=frozenset({("patched", "serve/isl64-osl16-c2-n8/rep-3")}))
+    run = load_run(root)
+    (s,) = run.summaries
+    cell = s.cells[("isl64-osl16-c2-n8", "output_throughput")]
+    assert cell.rounds == (0, 1) and cell.dropped == ((3, "patched"),)
+    assert cell.before == pytest.approx(gm([gm([100, 200]), 100])) and cell.delta_pct == pytest.approx(10.0)
+    assert cell.notes == ["restart set 1, block 3: no patched value, dropped from both sides"]
+    text = render_markdown(run)
+    assert "Unpaired repeats dropped from both sides: restart set 1, block 3 (no patched value)" in text
+    assert "round 3" not in text
 
 
 def test_failed_job_is_listed_never_hidden(tmp_path):

@@ -194,11 +194,6 @@ def _stats_row(key: str, c: CellResult) -> list[Cell]:
             doc_cell(c, f"{c.verdict.value}: {literal(c.reason)}")]
 
 
-def _job_round(run: RunData, r: int) -> str:
-    """Where a job repeat ran: its round, or under order interleaved its restart set and block."""
-    return f"round {r}" if run.blocks == 1 else f"restart set {r // run.blocks}, block {r}"
-
-
 def _point_notes(run: RunData, s: CandidateSummary, point: str) -> list[Note]:
     notes = []
     left: dict[tuple[str, int], set[str]] = {}
@@ -210,14 +205,14 @@ def _point_notes(run: RunData, s: CandidateSummary, point: str) -> list[Note]:
         dropped.update(dict.fromkeys(c.dropped))
     if left:
         notes.append(Note("Left out by data-quality checks (for the metrics they spoil): " + "; ".join(
-            f"{literal(arm)} {_job_round(run, r)} ({', '.join(sorted(checks))})"
+            f"{literal(arm)} {run.repeat_name(r)} ({', '.join(sorted(checks))})"
             for (arm, r), checks in sorted(left.items())),
             "unreliable"))
     if dropped:
-        notes.append(Note("Unpaired rounds dropped from both sides: " + "; ".join(
-            f"round {r} (no {literal(arm)} value)" for r, arm in sorted(dropped)), "warning"))
+        notes.append(Note("Unpaired repeats dropped from both sides: " + "; ".join(
+            f"{run.repeat_name(r)} (no {literal(arm)} value)" for r, arm in sorted(dropped)), "warning"))
     for d in _drift_checks(run.points[point]):
-        notes.append(Note(f"Drift check {literal(d.arm)} {_job_round(run, d.round)}, the point again at the session's "
+        notes.append(Note(f"Drift check {literal(d.arm)} {run.repeat_name(d.round)}, the point again at the session's "
                           "end: " + ", ".join(
             f"{METRICS[k].label} {fmt(a)} → {fmt(b)} ({fmt_pct((b / a - 1) * 100)})" for k, a, b in d.values),
             "warning"))
