@@ -429,6 +429,10 @@ def provenance_section(run: RunData) -> Section:
              f"{literal(m.finished or '—')}; matrix file {code(m.matrix_path)}",
              f"host {literal(host.hostname)}: {literal(host.platform)}, {host.cpu_count} CPUs, "
              f"Python {literal(host.python)}"]
+    if len(m.stretches) > 1:  # resumed: each stretch's own time and machine
+        items.append(f"ran in {len(m.stretches)} stretches (resumed): " + "; ".join(
+            f"{literal(s.started)} to {literal(s.finished or '—')} on {literal(s.hostname)}, {s.jobs} jobs to run"
+            for s in m.stretches))
     gpus = (m.model_extra or {}).get("gpus") or (host.model_extra or {}).get("gpus")
     if gpus:
         items.append(f"GPUs: {literal(json.dumps(gpus))}")

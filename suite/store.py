@@ -396,6 +396,25 @@ class SlurmLedger(BaseModel):
             "submissions": [s.model_dump(mode="json", exclude_unset=True) for s in self.submissions]}
 
 
+class Stretch(Recorded):
+    """One `suite run` (or `--resume`) that executed jobs of the run: when, where, how many it had to run. A run
+    resumed on another machine has one per machine; the wall time of the run is the sum of its stretches."""
+
+    started: str
+    finished: str | None = None
+    hostname: str | None = None
+    jobs: int = 0  # jobs this stretch set out to run
+
+    @classmethod
+    def begin(cls, jobs: int) -> Stretch:
+        return cls(started=utc_now(), hostname=socket.gethostname(), jobs=jobs)
+
+    def seconds(self) -> float | None:
+        if self.finished is None:
+            return None
+        return (dt.datetime.fromisoformat(self.finished) - dt.datetime.fromisoformat(self.started)).total_seconds()
+
+
 class Manifest(Recorded):
     """``manifest.json``: what the run is (schema, suite, host, the resolved matrix, the plan, each arm's
     provenance) and how far it got (status, times, job counts, the sequential looks). The one shape that is
@@ -404,8 +423,9 @@ class Manifest(Recorded):
     schema_version: int
     suite_version: str | None = None
     created: str | None = None
-    started: str | None = None
-    finished: str | None = None
+    started: str | None = None  # the first stretch's start
+    finished: str | None = None  # the last stretch's end
+    stretches: list[Stretch] = []
     matrix_path: str | None = None
     matrix: MatrixRecord = MatrixRecord()
     plan: PlanRecord = PlanRecord()
@@ -423,6 +443,28 @@ class Manifest(Recorded):
     def arm_names(self) -> list[str]:
         """The arms in plan order (a manifest older than its plan record: the arms recorded)."""
         return list(self.plan.arms or self.arms)
+
+    def with_stretch(self, stretch: Stretch) -> dict[str, Any]:
+        """The fields a run (or a resume) sets as it starts executing: the first start stays the run's."""
+        return {"started": self.started or stretch.started, "stretches": [*self.stretches, stretch]}
+
+    def stretch_ended(self, finished: str) -> dict[str, Any]:
+        """The fields set as a stretch ends (interrupted, failed or complete): its end is the run's last end."""
+        last = self.stretches[-1:]
+        ended = [s.model_copy(update={"finished": finished}) for s in last]
+        return {"finished": finished, "stretches": [*self.stretches[:-1], *ended]}
+
+    def running_seconds(self) -> float | None:
+        """Seconds the run executed: its stretches' sum (a resumed run's gap between machines not counted);
+        a manifest without stretches (older, or never started): started to finished."""
+        if self.stretches:
+            parts = [s.seconds() for s in self.stretches]
+            return None if any(x is None for x in parts) else sum(x for x in parts if x is not None)
+        try:
+            return (dt.datetime.fromisoformat(self.finished or "")
+                    - dt.datetime.fromisoformat(self.started or "")).total_seconds()
+        except ValueError:
+            return None
 
     def dump(self) -> dict[str, Any]:
         """The JSON document, as read (unset defaults are not written)."""

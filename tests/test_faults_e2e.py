@@ -36,6 +36,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from suite.store import Manifest
 from tests.conftest import REPO, processes_mentioning, run_suite
 
 pytestmark = pytest.mark.e2e
@@ -545,6 +546,14 @@ def test_resume_runs_only_the_missing_jobs(run4_final, run1, run1_state):
     assert r.rc == 0 and "jobs: 3 ok, 0 failed, 0 missing" in r.output, r.output[-3000:]
     assert r.manifest["status"] == "complete"
     assert r.manifest["job_counts"] == {"ok": 3, "failed": 0, "missing": 0}
+    # every stretch is kept: the run's start is run 1's, its end this resume's; a stretch killed with -9 has
+    # no end, so the run's running time is unknown rather than counted across the gaps between stretches
+    first, *_, last = stretches = r.manifest["stretches"]
+    assert r.manifest["started"] == run1.manifest["started"] == first["started"]
+    assert len(run1.manifest["stretches"]) == 1 and len(stretches) >= 4
+    assert last["jobs"] == 2 and last["finished"] == r.manifest["finished"]
+    assert any("finished" not in s for s in stretches[2:-1])  # the kill -9 stretches
+    assert Manifest.model_validate(r.manifest).running_seconds() is None
     assert r.leftovers == []
     # the arm left out of the resumed matrix keeps its failed records, and the report still shows them
     assert r.records[f"broken/{POINTS[0]}"]["status"] == "failed"

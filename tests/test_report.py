@@ -18,7 +18,7 @@ from suite.matrix import parse_matrix
 from suite.plan import build_plan
 from suite.report import build_report, render_html, render_markdown
 from suite.stats import DETAIL, HEADLINE
-from suite.store import PlanRecord, RunStore, atomic_write_json, new_manifest
+from suite.store import PlanRecord, RunStore, Stretch, atomic_write_json, new_manifest
 from tests.test_report_html import build_run_dir
 
 MATRIX = """\
@@ -255,6 +255,52 @@ def test_interleaved_names_a_lost_block_by_its_restart_set_not_as_a_round(tmp_pa
     text = render_markdown(run)
     assert "Unpaired repeats dropped from both sides: restart set 1, block 3 (no patched value)" in text
     assert "round 3" not in text
+
+
+def test_a_run_resumed_on_another_machine_keeps_each_stretch(tmp_path):
+    """Two stretches on two machines (a GPU run resumed after its machine went): the run's start stays the first
+    stretch's, its end is the last's, its running time is the two stretches' sum without the gap between
+    them, and the report's provenance names each stretch's time, machine and jobs."""
+    store = RunStore.open(make_run(tmp_path, scaled([100] * 3, [110] * 3)))
+    store.update_manifest(stretches=[])  # make_run's own manifest has none
+    first = Stretch(started="2026-12-04T03:21:28+00:00", hostname="gpu-a", jobs=80)
+    store.update_manifest(**store.manifest().with_stretch(first))
+    store.update_manifest(**store.manifest().stretch_ended("2026-12-04T03:30:30+00:00"))
+    second = Stretch(started="2026-12-04T05:59:45+00:00", hostname="gpu-b", jobs=40)
+    store.update_manifest(**store.manifest().with_stretch(second))
+    m = store.update_manifest(**store.manifest().stretch_ended("2026-12-04T06:09:05+00:00"))
+    assert (m.started, m.finished) == ("2026-12-04T03:21:28+00:00", "2026-12-04T06:09:05+00:00")
+    assert m.running_seconds() == 542 + 560
+    assert [s.hostname for s in m.stretches] == ["gpu-a", "gpu-b"]
+    text = render_markdown(load_run(store.root))
+    assert ("ran in 2 stretches (resumed): 2026-12-04T03:21:28+00:00 to 2026-12-04T03:30:30+00:00 on gpu-a, 80 "
+            "jobs to run; 2026-12-04T05:59:45+00:00 to 2026-12-04T06:09:05+00:00 on gpu-b, 40 jobs to run") in text
+    # a stretch that never ended (kill -9) leaves the running time unknown, not counted across the gap
+    m = store.update_manifest(**store.manifest().with_stretch(Stretch.begin(0)))
+    assert m.running_seconds() is None and m.started == "2026-12-04T03:21:28+00:00"
+
+
+def test_plan_command_prices_rounds_at_the_run_s_own_running_time(tmp_path, capsys):
+    """`suite plan MATRIX --from RUN --target-mde 2%`: rounds needed from the earlier run's round scores, and
+    the wall time at that run's seconds per round, counted over its stretches (a gap between two machines is
+    not running time)."""
+    from suite.cli import main
+
+    root = make_run(tmp_path, scaled([100, 200, 100], [110, 205, 104]))
+    store = RunStore.open(root)
+    for start, end in (("2026-12-04T03:00:00+00:00", "2026-12-04T03:05:00+00:00"),
+                       ("2026-12-04T06:00:00+00:00", "2026-12-04T06:10:00+00:00")):
+        store.update_manifest(**store.manifest().with_stretch(Stretch(started=start, hostname="h", jobs=6)))
+        store.update_manifest(**store.manifest().stretch_ended(end))
+    matrix = tmp_path / "rep.yaml"
+    matrix.write_text(MATRIX % {"repeats": 3, "order": "blocked"})
+    assert main(["plan", str(matrix), "--from", str(root), "--target-mde", "2%"]) == 0
+    out = capsys.readouterr().out
+    (row,) = [line for line in out.splitlines() if "patched" in line]
+    cols = [c.strip() for c in row.strip("│ ").split("│")]
+    assert cols[:2] == ["patched", "3"] and cols[2].endswith("%")
+    needed = int(cols[3])
+    assert cols[4] == f"{needed * 900 / 3 / 60:.0f} min"  # 15 min over 3 rounds, not 3 h 10 min
 
 
 def test_failed_job_is_listed_never_hidden(tmp_path):

@@ -5,7 +5,6 @@ same matrix (an A/A run, or any run: each candidate's per-round scores against t
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import math
 import statistics
 from pathlib import Path
@@ -42,12 +41,8 @@ def _pct(text: str) -> float:
 
 
 def _seconds_per_round(manifest: Manifest, rounds: int) -> float | None:
-    try:
-        start = dt.datetime.fromisoformat(manifest.started or "")
-        end = dt.datetime.fromisoformat(manifest.finished or "")
-    except ValueError:
-        return None
-    return (end - start).total_seconds() / rounds if rounds else None
+    seconds = manifest.running_seconds()
+    return seconds / rounds if seconds is not None and rounds else None
 
 
 def run(args: argparse.Namespace) -> int:
