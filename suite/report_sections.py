@@ -40,7 +40,7 @@ from suite.errors import SuiteError
 from suite.quality.finding import CHECK_ORDER, order_findings
 from suite.stages.accuracy.read import GATE_FILTER, ArmsCorrectness
 from suite.stats import METRICS, Verdict, fmt_interval, fmt_pct
-from suite.store import MatrixRecord
+from suite.store import Manifest, MatrixRecord
 from suite.verdict import SPENDING_LABEL, Outcome, PrimaryResult
 
 MAX_SHOWN_PCT = 1000.0  # an MDE beyond +1,000 % (×11) is said in words
@@ -70,6 +70,20 @@ def weights_line(matrix: MatrixRecord) -> str | None:
             "model's")
 
 
+def _unfinished(m: Manifest) -> str:
+    """Why a run's manifest still says running with jobs missing: its process runs, is gone, or cannot be seen
+    from here (another machine, a manifest older than the stretches' pids)."""
+    last = m.stretches[-1] if m.stretches else None
+    alive = last.alive() if last is not None else None
+    if alive:
+        return f" — still running (process {last.pid} on this host): what follows is from the jobs it has so far"
+    if alive is False:
+        return (f" — stopped without closing its manifest (its process {last.pid} on this host is gone: a kill "
+                "or a crash): what follows is from the jobs it has; `suite run --resume` runs the rest")
+    return (" — the run has not finished, or stopped without closing its manifest (a lost machine, a kill): "
+            "what follows is from the jobs it has")
+
+
 def intro(run: RunData) -> list[Paragraph | BulletList | Note]:
     m = run.manifest
     counts = m.job_counts
@@ -80,8 +94,7 @@ def intro(run: RunData) -> list[Paragraph | BulletList | Note]:
     jobs = f" (jobs ok {counts.ok}, failed {counts.failed}, missing {counts.missing})" if counts else ""
     out.append(BulletList([
         f"run: {code(run.root.name)}, status **{literal(m.status)}**{jobs}"
-        + (" — the run has not finished, or stopped without closing its manifest (a lost machine, a kill): "
-           "what follows is from the jobs it has" if m.status == "running" and counts and counts.missing else ""),
+        + (_unfinished(m) if m.status == "running" and counts and counts.missing else ""),
         f"model: {code(matrix.model.id)}"
         + "".join(f" ({literal(a)}: its own, {code(info.model)})" for a, info in m.arms.items() if info.model)
         + f"; runtime: {literal(m.runtime or 'local')}; "

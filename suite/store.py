@@ -403,11 +403,28 @@ class Stretch(Recorded):
     started: str
     finished: str | None = None
     hostname: str | None = None
+    pid: int | None = None  # the `suite run` process: whether a stretch with no end is still alive
     jobs: int = 0  # jobs this stretch set out to run
 
     @classmethod
     def begin(cls, jobs: int) -> Stretch:
-        return cls(started=utc_now(), hostname=socket.gethostname(), jobs=jobs)
+        return cls(started=utc_now(), hostname=socket.gethostname(), pid=os.getpid(), jobs=jobs)
+
+    def alive(self) -> bool | None:
+        """Whether this stretch's process still runs: None when that cannot be told from here (it ended, ran on
+        another host, or predates the pid being recorded)."""
+        if self.finished is not None or self.pid is None or self.hostname != socket.gethostname():
+            return None
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass
+        try:  # a pid reused by another program since
+            return "suite" in Path(f"/proc/{self.pid}/cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            return True
 
     def seconds(self) -> float | None:
         if self.finished is None:

@@ -303,6 +303,36 @@ def test_plan_command_prices_rounds_at_the_run_s_own_running_time(tmp_path, caps
     assert cols[4] == f"{needed * 900 / 3 / 60:.0f} min"  # 15 min over 3 rounds, not 3 h 10 min
 
 
+def test_an_unfinished_run_says_whether_its_process_still_runs(tmp_path):
+    """A manifest that says `running` with jobs missing: the report tells a live run (its `suite` process on this
+    host) from one killed without closing its manifest, and says it cannot tell for a run from another host."""
+    import socket
+    import subprocess
+    import sys
+
+    store = RunStore.open(make_run(tmp_path, scaled([100] * 3, [110] * 3), skip=frozenset(
+        {("patched", "serve/isl64-osl16-c2-n8/rep-2")})))
+
+    def intro_with(stretch: Stretch) -> str:
+        store.update_manifest(status="running", stretches=[stretch],
+                              job_counts={"ok": 11, "failed": 0, "missing": 1})
+        return render_markdown(load_run(store.root)).split("## Verdict")[0]
+
+    here = socket.gethostname()
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "suite", "run"])
+    try:
+        text = intro_with(Stretch(started="2026-12-04T06:00:00+00:00", hostname=here, pid=live.pid, jobs=12))
+        assert f"still running (process {live.pid} on this host)" in text
+    finally:
+        live.kill()
+        live.wait()
+    text = intro_with(Stretch(started="2026-12-04T06:00:00+00:00", hostname=here, pid=live.pid, jobs=12))
+    assert f"stopped without closing its manifest (its process {live.pid} on this host is gone" in text
+    assert "`suite run --resume` runs the rest" in text
+    text = intro_with(Stretch(started="2026-12-04T06:00:00+00:00", hostname="a-gpu-host", pid=live.pid, jobs=12))
+    assert "the run has not finished, or stopped without closing its manifest (a lost machine, a kill)" in text
+
+
 def test_failed_job_is_listed_never_hidden(tmp_path):
     root = make_run(tmp_path, scaled([100, 101, 99], [120, 121, 119]), fail_job="serve/isl64-osl16-c4-n8/rep-1")
     text = build_report(root).read_text()
