@@ -375,6 +375,13 @@ def test_an_interleaved_aa_on_the_h200_reads_equivalent_while_both_servers_move_
     assert aa.evaluation.composite.estimate_pct == pytest.approx(expected, abs=0.01)
     report = (EVIDENCE / "h200-interleaved-aa-20261204" / "report.md").read_text()
     assert "**stock-again vs baseline: EQUIVALENT** — composite -0.2% [-0.6, +0.2]" in report
+    # TTFT's wide intervals at c8/c16 come from three repeats whose whole first wave waited 5-7x the median,
+    # in both arms: named, each of them and no other repeat
+    slow = sorted((f.arm, f.point, f.round) for f in run.findings if f.check == "slow-request")
+    assert slow == [("baseline", "isl128-osl64-c8-n64", 2), ("stock-again", "isl128-osl64-c16-n128", 0),
+                    ("stock-again", "isl128-osl64-c16-n128", 5)]
+    assert ("repeat 0: the first 16 of 128 requests (the first wave at concurrency 16) waited ≥ 4× the median for "
+            "their first token (slowest 971 ms, median 141 ms)") in report
     # a drift repeat is named by its restart set and block, not as "round 11" of a four-set run
     assert "Drift check stock-again restart set 3, block 11, the point again at the session's end" in report
 

@@ -32,6 +32,7 @@ from suite.stages.serve.checks import (
     check_concurrency,
     check_failed,
     check_repeat,
+    check_slow_requests,
     check_warmup,
 )
 from suite.stages.serve.read import ServeResult, ServerStart
@@ -286,6 +287,29 @@ def test_warmup_outliers_in_the_real_results():
 def _ttft_repeats(ttfts: list[float], orders: list[int | None], sessions: list[int | None]) -> list[RepeatResult]:
     return [RepeatResult("base", "p", i, sr({"mean_ttft_ms": t, "output_throughput": 1000.0}), session=s, order=o)
             for i, (t, o, s) in enumerate(zip(ttfts, orders, sessions, strict=True))]
+
+
+def test_slow_request_names_the_repeat_whose_ttft_a_few_requests_carry():
+    """Requests that wait ≥ 4× the median for their first token: a warning naming them, their wait, the median
+    and what they add to the mean, and whether they are the first wave (the H200's pattern: the first 16
+    requests at concurrency 16); at 3.9× (the demo box's own spread reaches 3.3×), or with fewer than 8
+    requests (no median to speak of), nothing."""
+    steady = [0.140] * 15
+    (f,) = check_slow_requests(sr(ttfts=[*steady[:7], 0.560, *steady[7:]]), planned(8, 16), arm="stock-again",
+                               point=C8, round=5)
+    assert (f.check, f.severity, f.round) == ("slow-request", "warning", 5)
+    assert f.message.startswith("repeat 5: 1 of 16 requests waited ≥ 4× the median for their first token "
+                                "(slowest 560 ms, median 140 ms): mean TTFT +18.8 % from them")
+    (f,) = check_slow_requests(sr(ttfts=[0.9] * 8 + [0.14] * 56), planned(8, 64), arm="a", point=C8, round=2)
+    assert f.message.startswith("repeat 2: the first 8 of 64 requests (the first wave at concurrency 8) waited")
+    (f,) = check_slow_requests(sr(ttfts=[0.9] * 4 + [0.14] * 60), planned(8, 64), arm="a", point=C8, round=2)
+    assert f.message.startswith("repeat 2: the first 4 of 64 requests waited")
+    assert check_slow_requests(sr(ttfts=[*steady, 0.546]), None, arm="a", point=C8, round=0) == []
+    assert check_slow_requests(sr(ttfts=[0.14] * 6 + [0.9]), None, arm="a", point=C8, round=0) == []
+    assert check_slow_requests(sr(), None, arm="a", point=C8, round=0) == []
+    # the demo's real repeats (2-core box, c1 to c8) have none
+    assert [f for r in REAL for f in check_slow_requests(r.raw, r.params, arm=r.arm, point=r.point,
+                                                         round=r.round)] == []
 
 
 def test_warmup_planted_cold_first_point():

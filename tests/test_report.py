@@ -233,7 +233,7 @@ def test_pairing_by_round_index_drops_a_lost_round_from_both_sides(tmp_path):
     # the composite pairs rounds by index too: every round scores +10 % (log ratio), so no spread -> said so
     assert s.evaluation is not None and s.evaluation.composite.estimate_pct == pytest.approx(10.0)
     text = render_markdown(run)
-    assert "Unpaired repeats dropped from both sides: round 1 (no patched value)" in text
+    assert "Unpaired rounds dropped from both sides: round 1 (no patched value)" in text
     assert_arrows_agree(text)
 
 
@@ -253,7 +253,7 @@ def test_interleaved_names_a_lost_block_by_its_restart_set_not_as_a_round(tmp_pa
     assert cell.before == pytest.approx(gm([gm([100, 200]), 100])) and cell.delta_pct == pytest.approx(10.0)
     assert cell.notes == ["restart set 1, block 3: no patched value, dropped from both sides"]
     text = render_markdown(run)
-    assert "Unpaired repeats dropped from both sides: restart set 1, block 3 (no patched value)" in text
+    assert "Unpaired blocks dropped from both sides: restart set 1, block 3 (no patched value)" in text
     assert "round 3" not in text
 
 

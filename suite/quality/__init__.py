@@ -22,6 +22,8 @@ low-concurrency     mean in-flight requests (Σ latencies / duration) < 70 % of 
 client-bound        the benchmark client used ≥ 90 % of a core over the measurement         unreliable
 warmup-outlier      the first measurement of a shape in a session has mean TTFT > 3× or     unreliable
                     output throughput < 1/3 of the median of the other repeats (≥ 2)
+slow-request        a request's TTFT ≥ 4× its repeat's median TTFT (≥ 8 requests): the      warning
+                    repeat's mean / P99 TTFT, E2E latency and throughput carry it
 server-health       restarts; time to healthy > 3× the median of the other sessions (≥ 2);  warning
                     ERROR / Traceback lines in the server log
 drift               exact Mann–Kendall trend of output throughput against round, p < 0.05:  warning

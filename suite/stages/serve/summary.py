@@ -209,7 +209,7 @@ def _point_notes(run: RunData, s: CandidateSummary, point: str) -> list[Note]:
             for (arm, r), checks in sorted(left.items())),
             "unreliable"))
     if dropped:
-        notes.append(Note("Unpaired repeats dropped from both sides: " + "; ".join(
+        notes.append(Note(f"Unpaired {'rounds' if run.blocks == 1 else 'blocks'} dropped from both sides: " + "; ".join(
             f"{run.repeat_name(r)} (no {literal(arm)} value)" for r, arm in sorted(dropped)), "warning"))
     for d in _drift_checks(run.points[point]):
         notes.append(Note(f"Drift check {literal(d.arm)} {run.repeat_name(d.round)}, the point again at the session's "
