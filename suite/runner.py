@@ -571,8 +571,8 @@ def execute(ctx: RunContext, scheduler: Scheduler | None = None) -> JobCounts:
     if skipped:
         ctx.console.print(f"resume: {skipped} jobs already done, {total} to run")
     # the manifest tells what is incomplete at any moment, even after a kill -9: counts kept per job
-    ctx.store.update_manifest(status="running", job_counts=counts_of(ctx, seq), scheduler=scheduler.kind,
-                              **ctx.store.manifest().with_stretch(Stretch.begin(total)))
+    ctx.store.begin_stretch(Stretch.begin(total), status="running", job_counts=counts_of(ctx, seq),
+                            scheduler=scheduler.kind)
     status = "complete"
     try:
         progress = _Progress(ctx, seq, total)
@@ -607,8 +607,7 @@ def execute(ctx: RunContext, scheduler: Scheduler | None = None) -> JobCounts:
         if status == "complete" and not counts.all_ok:
             status = "incomplete"
         extra = {"sequential": seq.record()} if seq is not None else {}
-        ctx.store.update_manifest(status=status, job_counts=counts, **extra,
-                                  **ctx.store.manifest().stretch_ended(utc_now()))
+        ctx.store.end_stretch(status=status, job_counts=counts, **extra)
     return counts
 
 

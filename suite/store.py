@@ -461,16 +461,6 @@ class Manifest(Recorded):
         """The arms in plan order (a manifest older than its plan record: the arms recorded)."""
         return list(self.plan.arms or self.arms)
 
-    def with_stretch(self, stretch: Stretch) -> dict[str, Any]:
-        """The fields a run (or a resume) sets as it starts executing: the first start stays the run's."""
-        return {"started": self.started or stretch.started, "stretches": [*self.stretches, stretch]}
-
-    def stretch_ended(self, finished: str) -> dict[str, Any]:
-        """The fields set as a stretch ends (interrupted, failed or complete): its end is the run's last end."""
-        last = self.stretches[-1:]
-        ended = [s.model_copy(update={"finished": finished}) for s in last]
-        return {"finished": finished, "stretches": [*self.stretches[:-1], *ended]}
-
     def running_seconds(self) -> float | None:
         """Seconds the run executed: its stretches' sum (a resumed run's gap between machines not counted);
         a manifest without stretches (older, or never started): started to finished."""
@@ -543,6 +533,20 @@ class RunStore:
         manifest = Manifest.model_validate(self.manifest().dump() | fields)
         self.write_manifest(manifest)
         return manifest
+
+    def begin_stretch(self, stretch: Stretch, **fields: Any) -> Manifest:
+        """A run (or a resume) starts executing: its stretch is added; the first stretch's start stays the
+        run's."""
+        m = self.manifest()
+        return self.update_manifest(started=m.started or stretch.started, stretches=[*m.stretches, stretch],
+                                    **fields)
+
+    def end_stretch(self, finished: str | None = None, **fields: Any) -> Manifest:
+        """The stretch ends (complete, interrupted or failed): its end is the run's last end."""
+        m = self.manifest()
+        finished = finished or utc_now()
+        ended = [s.model_copy(update={"finished": finished}) for s in m.stretches[-1:]]
+        return self.update_manifest(finished=finished, stretches=[*m.stretches[:-1], *ended], **fields)
 
     # ------------------------------------------------------------------ paths
     def arm_dir(self, arm: str) -> Path:

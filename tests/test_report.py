@@ -264,11 +264,11 @@ def test_a_run_resumed_on_another_machine_keeps_each_stretch(tmp_path):
     store = RunStore.open(make_run(tmp_path, scaled([100] * 3, [110] * 3)))
     store.update_manifest(stretches=[])  # make_run's own manifest has none
     first = Stretch(started="2026-12-04T03:21:28+00:00", hostname="gpu-a", jobs=80)
-    store.update_manifest(**store.manifest().with_stretch(first))
-    store.update_manifest(**store.manifest().stretch_ended("2026-12-04T03:30:30+00:00"))
+    store.begin_stretch(first)
+    store.end_stretch("2026-12-04T03:30:30+00:00")
     second = Stretch(started="2026-12-04T05:59:45+00:00", hostname="gpu-b", jobs=40)
-    store.update_manifest(**store.manifest().with_stretch(second))
-    m = store.update_manifest(**store.manifest().stretch_ended("2026-12-04T06:09:05+00:00"))
+    store.begin_stretch(second)
+    m = store.end_stretch("2026-12-04T06:09:05+00:00")
     assert (m.started, m.finished) == ("2026-12-04T03:21:28+00:00", "2026-12-04T06:09:05+00:00")
     assert m.running_seconds() == 542 + 560
     assert [s.hostname for s in m.stretches] == ["gpu-a", "gpu-b"]
@@ -276,7 +276,7 @@ def test_a_run_resumed_on_another_machine_keeps_each_stretch(tmp_path):
     assert ("ran in 2 stretches (resumed): 2026-12-04T03:21:28+00:00 to 2026-12-04T03:30:30+00:00 on gpu-a, 80 "
             "jobs to run; 2026-12-04T05:59:45+00:00 to 2026-12-04T06:09:05+00:00 on gpu-b, 40 jobs to run") in text
     # a stretch that never ended (kill -9) leaves the running time unknown, not counted across the gap
-    m = store.update_manifest(**store.manifest().with_stretch(Stretch.begin(0)))
+    m = store.begin_stretch(Stretch.begin(0))
     assert m.running_seconds() is None and m.started == "2026-12-04T03:21:28+00:00"
 
 
@@ -290,8 +290,8 @@ def test_plan_command_prices_rounds_at_the_run_s_own_running_time(tmp_path, caps
     store = RunStore.open(root)
     for start, end in (("2026-12-04T03:00:00+00:00", "2026-12-04T03:05:00+00:00"),
                        ("2026-12-04T06:00:00+00:00", "2026-12-04T06:10:00+00:00")):
-        store.update_manifest(**store.manifest().with_stretch(Stretch(started=start, hostname="h", jobs=6)))
-        store.update_manifest(**store.manifest().stretch_ended(end))
+        store.begin_stretch(Stretch(started=start, hostname="h", jobs=6))
+        store.end_stretch(end)
     matrix = tmp_path / "rep.yaml"
     matrix.write_text(MATRIX % {"repeats": 3, "order": "blocked"})
     assert main(["plan", str(matrix), "--from", str(root), "--target-mde", "2%"]) == 0
