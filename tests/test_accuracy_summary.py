@@ -241,6 +241,10 @@ def test_equivalence_summary(tmp_path: Path) -> None:
     assert e.median_first_divergence == 2.0
     same = summarize_equivalence(base, base)
     assert (same.share_identical, same.median_first_divergence) == (1.0, None)
+    # two differing completions, at tokens 0 and 1: the lower median, a position that exists, never "token 0.5"
+    two = summarize_equivalence(base, write_eq(tmp_path / "c.json", [[9, 2, 3, 4], [1, 0, 3, 4], [7, 7],
+                                                                     [1, 2, 3, 4], [9]]))
+    assert (two.first_divergence, two.median_first_divergence) == ((0, 1, None, None, None), 0.0)
 
 
 def test_equivalence_text_fallback_and_mismatch(tmp_path: Path) -> None:

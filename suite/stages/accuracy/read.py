@@ -438,7 +438,8 @@ def summarize_equivalence(base_json: Path, cand_json: Path) -> EquivalenceSummar
         n=n,
         n_identical=n - len(diverging),
         share_identical=(n - len(diverging)) / n,
-        median_first_divergence=float(statistics.median(diverging)) if diverging else None,
+        # the lower median: a position that exists (16 completions half at token 0, half at 1: token 0, not 0.5)
+        median_first_divergence=float(statistics.median_low(diverging)) if diverging else None,
         unit="tokens" if use_tokens else "chars",
         first_divergence=tuple(positions),
         max_tokens=base.get("max_tokens"),
