@@ -37,7 +37,8 @@ from suite.document import (
     outcome_style,
 )
 from suite.errors import SuiteError
-from suite.quality.finding import CHECK_ORDER, order_findings
+from suite.quality.finding import CHECK_ORDER, Finding, order_findings
+from suite.quality.run import ACROSS_ROUNDS
 from suite.stages.accuracy.read import GATE_FILTER, ArmsCorrectness
 from suite.stats import METRICS, Verdict, fmt_interval, fmt_pct
 from suite.store import Manifest, MatrixRecord
@@ -357,6 +358,15 @@ def verdict_section(run: RunData) -> Section:
     return Section("Verdict", 2, [card(run, s) for s in run.summaries] + control + [legend], anchor="verdict")
 
 
+def _finding_where(run: RunData, f: Finding) -> str:
+    """The round (or, order interleaved, the restart set and block) a finding is about; blank for none."""
+    if f.round is None:
+        return ""
+    if run.blocks > 1 and f.check in ACROSS_ROUNDS:  # those checks see restart sets
+        return f"restart set {f.round}"
+    return run.repeat_name(f.round).removeprefix("round ")
+
+
 def data_quality_section(run: RunData) -> Section | None:
     if not run.points:
         return None
@@ -374,7 +384,7 @@ def data_quality_section(run: RunData) -> Section | None:
                for (sev, check, arm), fs in groups.items()]
     rows = [[Cell(f.severity, style="unreliable" if f.severity == "unreliable" else None), Cell(literal(f.check)),
              Cell(literal(f.arm)), Cell(literal(f.point or "(all points)")),
-             Cell("" if f.round is None else str(f.round)), Cell(literal(f.message))] for f in findings]
+             Cell(_finding_where(run, f)), Cell(literal(f.message))] for f in findings]
     n_bad = sum(f.severity == "unreliable" for f in findings)
     return Section("Data quality", 2, [
         Paragraph(f"{n_bad} unreliable finding(s) and {len(findings) - n_bad} warning(s). An unreliable repeat is "
@@ -382,7 +392,8 @@ def data_quality_section(run: RunData) -> Section | None:
                   "here only."),
         Table(["Severity", "Check", "Arm", "Findings", "Points", "First finding"], summary,
               align=["left", "left", "left", "right", "left", "left"], name="quality"),
-        Section("Every finding", 3, [Table(["Severity", "Check", "Arm", "Point", "Round", "Finding"], rows,
+        Section("Every finding", 3, [Table(["Severity", "Check", "Arm", "Point",
+                                            "Round" if run.blocks == 1 else "Where", "Finding"], rows,
                                            align=["left", "left", "left", "left", "right", "left"],
                                            name="quality")], collapsed=True)], anchor="quality")
 

@@ -333,6 +333,22 @@ def test_an_unfinished_run_says_whether_its_process_still_runs(tmp_path):
     assert "the run has not finished, or stopped without closing its manifest (a lost machine, a kill)" in text
 
 
+def test_interleaved_findings_say_which_set_and_block(tmp_path):
+    """Under order interleaved a per-repeat finding is about one block and a check across rounds about one
+    restart set: the Every finding table's Where column says which ("restart set 1, block 3"), never a bare 3
+    that a reader would take for a round."""
+    matrix = MATRIX.replace("order: %(order)s", "order: %(order)s\nblocks: 2")
+    root = make_run(tmp_path, scaled([100, 200, 100, 300], [110, 220, 110, 330]), order="interleaved", repeats=2,
+                    matrix_text=matrix)
+    result = root / "patched" / "serve" / "isl64-osl16-c2-n8" / "rep-3.json"
+    raw_ = json.loads(result.read_text())
+    result.write_text(json.dumps(raw_ | {"ttfts": [0.9, 0.9] + [0.1] * 6}))  # the first wave stalled
+    text = render_markdown(load_run(root))
+    assert ("| warning | slow-request | patched | isl64-osl16-c2-n8 | restart set 1, block 3 | repeat 3: the first 2 "
+            "of 8 requests (the first wave at concurrency 2) waited") in text
+    assert "| Severity | Check | Arm | Point | Where | Finding |" in text
+
+
 def test_failed_job_is_listed_never_hidden(tmp_path):
     root = make_run(tmp_path, scaled([100, 101, 99], [120, 121, 119]), fail_job="serve/isl64-osl16-c4-n8/rep-1")
     text = build_report(root).read_text()

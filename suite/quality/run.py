@@ -10,6 +10,10 @@ from suite.quality.server_log import check_server_health
 from suite.stages.serve.checks import check_repeat, check_warmup
 from suite.stages.serve.read import ServerStart
 
+# the checks that see rounds (``rounds`` below): under order interleaved their findings' round is a restart set,
+# every other check's a job repeat (a block)
+ACROSS_ROUNDS = ("round-outlier", "drift", "bimodal-sessions")
+
 
 def run_checks(repeats: Sequence[RepeatResult], *, servers: Iterable[ServerStart] = (),
                logs: Mapping[tuple[str, int], str] | None = None,
