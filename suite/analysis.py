@@ -206,7 +206,7 @@ def quality_findings(run: RunData) -> list[Finding]:
     # interleaved: the checks across rounds see restart sets (a set's blocks are one round of the verdict)
     rounds = [replace(r, round=r.round // run.blocks) for r in repeats] if run.blocks > 1 else None
     return order_findings(run_checks(repeats, servers=server_records(run.store, sessions), logs=logs,
-                                     rounds=rounds) + found)
+                                     rounds=rounds, blocks=run.blocks) + found)
 
 
 def fast_path_findings(run: RunData, logs: dict[tuple[str, int], str]) -> list[Finding]:

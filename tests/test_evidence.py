@@ -382,6 +382,9 @@ def test_an_interleaved_aa_on_the_h200_reads_equivalent_while_both_servers_move_
                     ("stock-again", "isl128-osl64-c16-n128", 5)]
     assert ("repeat 0: the first 16 of 128 requests (the first wave at concurrency 16) waited ≥ 4× the median for "
             "their first token (slowest 971 ms, median 141 ms)") in report
+    # the slow c1 block after set 2's cold start is named, and it is the run's only block off its set
+    blocks = [(f.arm, f.point, f.round) for f in run.findings if f.check == "block-outlier"]
+    assert blocks == [("stock-again", c1, 6)]
     # a drift repeat is named by its restart set and block, not as "round 11" of a four-set run
     assert "Drift check stock-again restart set 3, block 11, the point again at the session's end" in report
 

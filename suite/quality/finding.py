@@ -20,7 +20,7 @@ from suite.store import ClientRecord
 Severity = Literal["unreliable", "warning"]
 
 CHECK_ORDER = ("failed-requests", "fast-path-not-taken", "server-health", "client-bound", "low-concurrency",
-               "coalesced-stream", "chunked-stream", "warmup-outlier", "slow-request", "session-drift", "round-outlier", "bimodal-sessions",
+               "coalesced-stream", "chunked-stream", "warmup-outlier", "slow-request", "session-drift", "round-outlier", "block-outlier", "bimodal-sessions",
                "drift")
 
 

@@ -5,7 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from suite.quality.finding import Finding, RepeatResult, order_findings
-from suite.quality.series import check_bimodal_sessions, check_drift, check_round_outlier, check_session_drift
+from suite.quality.series import (
+    check_bimodal_sessions,
+    check_block_outlier,
+    check_drift,
+    check_round_outlier,
+    check_session_drift,
+)
 from suite.quality.server_log import check_server_health
 from suite.stages.serve.checks import check_repeat, check_warmup
 from suite.stages.serve.read import ServerStart
@@ -17,10 +23,11 @@ ACROSS_ROUNDS = ("round-outlier", "drift", "bimodal-sessions")
 
 def run_checks(repeats: Sequence[RepeatResult], *, servers: Iterable[ServerStart] = (),
                logs: Mapping[tuple[str, int], str] | None = None,
-               rounds: Sequence[RepeatResult] | None = None) -> list[Finding]:
+               rounds: Sequence[RepeatResult] | None = None, blocks: int = 1) -> list[Finding]:
     """Every check over a run's repeats (plus server records and logs), in `order_findings` order. ``rounds``:
     the same repeats keyed by the verdict's round where that is not the repeat (order interleaved: a restart
-    set's blocks), for the checks across rounds (drift, round-outlier, bimodal sessions)."""
+    set's blocks), for the checks across rounds (drift, round-outlier, bimodal sessions); ``blocks``: blocks per
+    restart set (order interleaved), for the check of one block against its set's others."""
     across = repeats if rounds is None else rounds
     findings: list[Finding] = []
     for r in repeats:
@@ -29,6 +36,7 @@ def run_checks(repeats: Sequence[RepeatResult], *, servers: Iterable[ServerStart
     findings += check_server_health(servers, logs)
     findings += check_session_drift(repeats)
     findings += check_round_outlier(across)
+    findings += check_block_outlier(repeats, blocks)
     findings += check_drift(across)
     findings += check_bimodal_sessions(across)
     return order_findings(findings)
