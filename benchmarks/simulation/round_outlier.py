@@ -20,6 +20,7 @@ import numpy as np
 
 from suite.quality.finding import RepeatResult
 from suite.quality.series import check_round_outlier
+from suite.stages.serve.read import ServeResult
 
 
 def trial(rng: np.random.Generator, arms: int, points: int, rounds: int, sigma: float, off: bool,
@@ -31,7 +32,7 @@ def trial(rng: np.random.Generator, arms: int, points: int, rounds: int, sigma: 
             for r in range(rounds):
                 d = rng.normal(0.0, sigma) + (math.log1p(shift) if off and a == 0 and p == 0 and r == rounds - 1
                                               else 0.0)
-                reps.append(RepeatResult(f"arm{a}", f"c{p}", r, {"mean_tpot_ms": 4.0 * (1 + p) * math.exp(d)},
+                reps.append(RepeatResult(f"arm{a}", f"c{p}", r, ServeResult(mean_tpot_ms=4.0 * (1 + p) * math.exp(d)),
                                          session=r))
     found = {(f.arm, f.point, f.round) for f in check_round_outlier(reps)}
     hit = ("arm0", "c0", rounds - 1) in found and off

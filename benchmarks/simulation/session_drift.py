@@ -19,6 +19,7 @@ import numpy as np
 
 from suite.quality.finding import RepeatResult
 from suite.quality.series import check_session_drift
+from suite.stages.serve.read import ServeResult
 
 
 def trial(rng: np.random.Generator, sessions: int, sigma: float, slow: int, shift: float) -> tuple[int, int]:
@@ -27,8 +28,8 @@ def trial(rng: np.random.Generator, sessions: int, sigma: float, slow: int, shif
     for i in range(sessions):
         d = rng.normal(0.0, sigma) - (math.log1p(shift) if i < slow else 0.0)
         start = 4.0
-        reps.append(RepeatResult(f"arm{i % 4}", "c1", i, {"mean_tpot_ms": start},
-                                 session=i, end={"mean_tpot_ms": start * math.exp(d)}))
+        reps.append(RepeatResult(f"arm{i % 4}", "c1", i, ServeResult(mean_tpot_ms=start),
+                                 session=i, end=ServeResult(mean_tpot_ms=start * math.exp(d))))
     warned = {f.round for f in check_session_drift(reps)}
     return sum(1 for i in warned if i >= slow), sum(1 for i in warned if i < slow)
 
