@@ -1,0 +1,42 @@
+"""The warning checks' simulations (benchmarks/simulation/) still run through the real checks: one trial of
+each at low noise, where each must name its planted fault and nothing else. They back the rates printed in
+docs/statistics.md; a change of the checks' input types once left them passing dicts unnoticed."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+
+SIMULATION = Path(__file__).resolve().parent.parent / "benchmarks" / "simulation"
+
+
+def simulation(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"simulation_{name}", SIMULATION / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_block_outlier_simulation_names_its_planted_block():
+    sim = simulation("block_outlier")
+    rng = np.random.default_rng(0)
+    assert sim.trial(rng, 2, 3, 4, 3, 0.001, "normal", 0.064) == (0, 1)
+    assert sim.trial(rng, 2, 3, 4, 3, 0.001, "t4", None) == (0, 0)
+
+
+def test_round_outlier_simulation_names_its_planted_round():
+    sim = simulation("round_outlier")
+    rng = np.random.default_rng(0)
+    assert sim.trial(rng, 4, 3, 4, 0.002, True, 0.086) == (0, 1)
+    assert sim.trial(rng, 4, 3, 4, 0.002, False, 0.0) == (0, 0)
+
+
+def test_session_drift_simulation_names_its_slow_sessions():
+    sim = simulation("session_drift")
+    rng = np.random.default_rng(0)
+    assert sim.trial(rng, 16, 0.002, 3, 0.07) == (0, 3)
+    assert sim.trial(rng, 16, 0.002, 0, 0.0) == (0, 0)
