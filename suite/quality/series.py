@@ -182,7 +182,7 @@ class _Isolated:
 def _isolated(groups: Mapping[tuple[str, str, int], list[tuple[int, float]]], min_others: int,
               factor: float = ROUND_OUTLIER_FACTOR) -> list[_Isolated]:
     """The values of ``groups`` ((arm, point, group) -> [(index, value)]) that stand alone: more than
-    ``ROUND_OUTLIER_MIN_PCT`` and ``ROUND_OUTLIER_FACTOR`` times the run's median deviation (over every value
+    ``ROUND_OUTLIER_MIN_PCT`` and ``factor`` times the run's median deviation (over every value
     with ≥ ``min_others`` others, at least ``ROUND_OUTLIER_MIN_DEVIATIONS`` of them) from the median of their
     group's others, and ``ROUND_OUTLIER_ISOLATION`` times farther than any of those others."""
     devs = []
