@@ -31,7 +31,7 @@ from suite.document import Note, Section, code, literal
 from suite.errors import SuiteError
 from suite.plan import AA_SUFFIX
 from suite.quality.fast_path import check_fast_path, gate_shapes_from_config
-from suite.quality.finding import Finding, RepeatResult, order_findings
+from suite.quality.finding import Finding, RepeatResult, order_findings, repeat_name
 from suite.quality.run import run_checks
 from suite.stages.accuracy.read import ArmsCorrectness, compare_arms
 from suite.stages.serve.read import PointResults, ServePoints, load_points, server_logs, server_records
@@ -203,10 +203,8 @@ def quality_findings(run: RunData) -> list[Finding]:
     found = fast_path_findings(run, logs)
     if not repeats:
         return found
-    # interleaved: the checks across rounds see restart sets (a set's blocks are one round of the verdict)
-    rounds = [replace(r, round=r.round // run.blocks) for r in repeats] if run.blocks > 1 else None
     return order_findings(run_checks(repeats, servers=server_records(run.store, sessions), logs=logs,
-                                     rounds=rounds, blocks=run.blocks) + found)
+                                     blocks=run.blocks) + found)
 
 
 def fast_path_findings(run: RunData, logs: dict[tuple[str, int], str]) -> list[Finding]:
@@ -339,12 +337,6 @@ def _values(run: RunData, point: PointResults, arm: str, key: str,
         else:
             out[r] = v
     return out
-
-
-def repeat_name(r: int, blocks: int) -> str:
-    """Where job repeat ``r`` ran: its round, or with ``blocks`` > 1 (order interleaved) its restart set and
-    block, so that block 5 of a two-set run is never read as "round 5"."""
-    return f"round {r}" if blocks == 1 else f"restart set {r // blocks}, block {r}"
 
 
 def by_round(values: Mapping[int, float], blocks: int) -> dict[int, float]:

@@ -362,9 +362,9 @@ def _finding_where(run: RunData, f: Finding) -> str:
     """The round (or, order interleaved, the restart set and block) a finding is about; blank for none."""
     if f.round is None:
         return ""
-    if run.blocks > 1 and f.check in ACROSS_ROUNDS:  # those checks see restart sets
-        return f"restart set {f.round}"
-    return run.repeat_name(f.round).removeprefix("round ")
+    if run.blocks == 1:
+        return str(f.round)
+    return f"restart set {f.round}" if f.check in ACROSS_ROUNDS else run.repeat_name(f.round)
 
 
 def data_quality_section(run: RunData) -> Section | None:

@@ -396,6 +396,14 @@ class SlurmLedger(BaseModel):
             "submissions": [s.model_dump(mode="json", exclude_unset=True) for s in self.submissions]}
 
 
+def elapsed_s(start: str | None, end: str | None) -> float | None:
+    """Seconds between two of the manifest's ISO times; None when either is missing or unreadable."""
+    try:
+        return (dt.datetime.fromisoformat(end or "") - dt.datetime.fromisoformat(start or "")).total_seconds()
+    except ValueError:
+        return None
+
+
 class Stretch(Recorded):
     """One `suite run` (or `--resume`) that executed jobs of the run: when, where, how many it had to run. A run
     resumed on another machine has one per machine; the wall time of the run is the sum of its stretches."""
@@ -427,9 +435,7 @@ class Stretch(Recorded):
             return True
 
     def seconds(self) -> float | None:
-        if self.finished is None:
-            return None
-        return (dt.datetime.fromisoformat(self.finished) - dt.datetime.fromisoformat(self.started)).total_seconds()
+        return elapsed_s(self.started, self.finished)
 
 
 class Manifest(Recorded):
@@ -464,14 +470,10 @@ class Manifest(Recorded):
     def running_seconds(self) -> float | None:
         """Seconds the run executed: its stretches' sum (a resumed run's gap between machines not counted);
         a manifest without stretches (older, or never started): started to finished."""
-        if self.stretches:
-            parts = [s.seconds() for s in self.stretches]
-            return None if any(x is None for x in parts) else sum(x for x in parts if x is not None)
-        try:
-            return (dt.datetime.fromisoformat(self.finished or "")
-                    - dt.datetime.fromisoformat(self.started or "")).total_seconds()
-        except ValueError:
-            return None
+        if not self.stretches:
+            return elapsed_s(self.started, self.finished)
+        known = [x for s in self.stretches if (x := s.seconds()) is not None]
+        return sum(known) if len(known) == len(self.stretches) else None
 
     def dump(self) -> dict[str, Any]:
         """The JSON document, as read (unset defaults are not written)."""

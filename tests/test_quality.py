@@ -656,12 +656,9 @@ def test_a_finding_spoils_its_families_by_the_registry_not_by_substring():
 def test_under_interleaved_the_checks_across_rounds_see_restart_sets():
     """A run interleaved with 3 blocks a restart set: the drift check counts sets, not blocks (the verdict's
     unit), while a single block is still what a per-repeat finding names."""
-    from dataclasses import replace
-
     # three points, two sets of three blocks; throughput steps up between the sets only
     blocks = _series_repeats("a", {p: [100.0, 101.0, 99.0, 120.0, 121.0, 119.0] for p in ("c1", "c4", "c8")})
     as_blocks = [f for f in run_checks(blocks) if f.check == "drift"]
     assert as_blocks and "6 rounds" in as_blocks[0].message  # blocks read as rounds: a trend over six
-    sets = [replace(r, round=r.round // 3) for r in blocks]
-    by_set = [f for f in run_checks(blocks, rounds=sets) if f.check == "drift"]
+    by_set = [f for f in run_checks(blocks, blocks=3) if f.check == "drift"]
     assert all("6 rounds" not in f.message for f in by_set)  # two sets are too few for a trend test

@@ -86,6 +86,12 @@ def repeat_prefix(round: int | None) -> str:
     return "" if round is None else f"repeat {round}: "
 
 
+def repeat_name(r: int, blocks: int) -> str:
+    """Where job repeat ``r`` ran: its round, or with ``blocks`` > 1 (order interleaved) its restart set and
+    block, so that block 5 of a two-set run is never read as "round 5"."""
+    return f"round {r}" if blocks == 1 else f"restart set {r // blocks}, block {r}"
+
+
 def summarize_findings(findings: Iterable[Finding],
                        metric: str | None = None) -> dict[tuple[str, str | None], list[str]]:
     """(arm, point) -> the messages of the unreliable findings of that cell, in `order_findings` order and

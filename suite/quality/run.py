@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 
 from suite.quality.finding import Finding, RepeatResult, order_findings
 from suite.quality.series import (
@@ -16,19 +17,19 @@ from suite.quality.server_log import check_server_health
 from suite.stages.serve.checks import check_repeat, check_warmup
 from suite.stages.serve.read import ServerStart
 
-# the checks that see rounds (``rounds`` below): under order interleaved their findings' round is a restart set,
-# every other check's a job repeat (a block)
+# the checks that see rounds: under order interleaved their findings' round is a restart set, every other
+# check's a job repeat (a block)
 ACROSS_ROUNDS = ("round-outlier", "drift", "bimodal-sessions")
 
 
 def run_checks(repeats: Sequence[RepeatResult], *, servers: Iterable[ServerStart] = (),
                logs: Mapping[tuple[str, int], str] | None = None,
-               rounds: Sequence[RepeatResult] | None = None, blocks: int = 1) -> list[Finding]:
-    """Every check over a run's repeats (plus server records and logs), in `order_findings` order. ``rounds``:
-    the same repeats keyed by the verdict's round where that is not the repeat (order interleaved: a restart
-    set's blocks), for the checks across rounds (drift, round-outlier, bimodal sessions); ``blocks``: blocks per
-    restart set (order interleaved), for the check of one block against its set's others."""
-    across = repeats if rounds is None else rounds
+               blocks: int = 1) -> list[Finding]:
+    """Every check over a run's repeats (plus server records and logs), in `order_findings` order. ``blocks``:
+    job repeats per round (order interleaved: a restart set's blocks): the checks across rounds (drift,
+    round-outlier, bimodal sessions) see restart sets, the verdict's unit, and block-outlier compares one
+    block with its set's others."""
+    across = [replace(r, round=r.round // blocks) for r in repeats] if blocks > 1 else repeats
     findings: list[Finding] = []
     for r in repeats:
         findings += check_repeat(r.raw, r.params, arm=r.arm, point=r.point, round=r.round, client=r.client)

@@ -14,7 +14,7 @@ from functools import lru_cache
 import numpy as np
 from scipy.stats import norm
 
-from suite.quality.finding import Finding, RepeatResult, fmt_value
+from suite.quality.finding import Finding, RepeatResult, fmt_value, repeat_name
 from suite.stats import METRICS
 
 SESSION_DRIFT_MIN_PCT = 2.0  # a session's point measured again at its end: differences below this are noise
@@ -245,7 +245,7 @@ def check_block_outlier(repeats: Sequence[RepeatResult], blocks: int, metric: st
             groups[(r.arm, r.point, r.round // blocks)].append((r.round, v))
     m = METRICS[metric]
     return [Finding("block-outlier", o.key[0], o.key[1], o.index, "warning",
-                    f"restart set {o.index // blocks}, block {o.index}: {m.label} {fmt_value(o.value)} {m.unit}, "
+                    f"{repeat_name(o.index, blocks)}: {m.label} {fmt_value(o.value)} {m.unit}, "
                     f"{math.expm1(math.log(o.value / o.mid)) * 100:+.1f}% from the {fmt_value(o.mid)} {m.unit} of the "
                     f"set's other {o.others} blocks, which lie within {math.expm1(o.widest) * 100:.1f}% of it (this "
                     f"run's threshold {math.expm1(o.floor) * 100:.1f}%): the server was off its level for that block")
