@@ -408,3 +408,27 @@ def test_a_run_cut_after_two_of_four_sets_says_so_in_its_report(tmp_path):
     assert "2 rounds, short of look 1 of 2, planned after 3" in report
     assert "Drift check stock-again restart set 1, block 5, the point again at the session's end" in report
     assert "Drift check stock-again restart set 2" not in report
+
+
+def test_seed_000s_latency_row_is_read_across_engine_starts(tmp_path):
+    """The H200 run of gemma4-h200-latency.yaml (2026-12-04): `vllm bench latency` at batch 1, 128 in / 64 out,
+    three engine starts per arm. The row's Δ% and its interval are recomputed here from the raw per-iteration
+    latencies (each start's geometric mean, paired by round, t on 2 df): -2.0 % [-6.7, +3.0], no verdict, because
+    the three starts' ratios spread from -0.2 to -4.0 %."""
+    run = EVIDENCE / "h200-latency-20261204"
+    root = unpack(run, tmp_path / run.name)
+
+    def start_mean(arm: str, rep: int) -> float:
+        lat = json.loads((root / arm / "latency" / "in128-out64-bs1" / f"rep-{rep}.json").read_text())["latencies"]
+        assert len(lat) == 10
+        return math.exp(sum(math.log(x) for x in lat) / len(lat))
+
+    logs = [math.log(start_mean("ll-bf16", r) / start_mean("baseline", r)) for r in range(3)]
+    assert all(x < 0 for x in logs)  # ll-bf16 faster in every round, by very different amounts
+    mean = sum(logs) / 3
+    sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / 2)
+    half = 4.302652729911275 * sd / math.sqrt(3)  # t(0.975, 2 df)
+    lo, est, hi = (100 * (math.exp(v) - 1) for v in (mean - half, mean, mean + half))
+    row = next(line for line in (run / "report.md").read_text().splitlines() if line.startswith("| 1 | 128 / 64 |"))
+    assert f"| {est:.1f}% [{lo:.1f}, +{hi:.1f}] | 3 | 30/30 | not significant: 95% interval includes 0" in row, row
+    assert "**ll-bf16 vs baseline: NO DATA**" in (run / "report.md").read_text()
