@@ -155,6 +155,27 @@ def test_a_verdict_on_a_percentile_through_the_cli(tmp_path):
     assert shown is not None and float(shown.group(1)) == pytest.approx(math.expm1(sum(scores) / 4) * 100, abs=0.05)
 
 
+def test_a_verdict_on_the_peak_output_throughput_through_the_cli(tmp_path):
+    """A metric added to the registry (suite.stats: vLLM's max_output_tokens_per_s, its busiest second of output
+    tokens; the one place a metric is declared) is at once a primary metric a matrix may name: the card names it
+    and its composite is the mean per-round log ratio of the raw values over the four points, higher better."""
+    import json
+    import math
+    import re
+
+    run, report = report_with_verdict(tmp_path, metrics=["max_output_tokens_per_s"])
+    assert "composite of Peak output throughput" in report
+    points = sorted(p.name for p in (run / "baseline" / "serve").glob("isl*") if p.is_dir())
+
+    def peak(arm: str, point: str, r: int) -> float:
+        return json.loads((run / arm / "serve" / point / f"rep-{r}.json").read_text())["max_output_tokens_per_s"]
+
+    scores = [sum(math.log(peak("ll-bf16", p, r) / peak("baseline", p, r)) for p in points) / len(points)
+              for r in range(4)]
+    shown = re.search(r"\*\*ll-bf16 vs baseline: [A-Z]+\*\* — composite ([+-][0-9.]+)%", report)
+    assert shown is not None and float(shown.group(1)) == pytest.approx(math.expm1(sum(scores) / 4) * 100, abs=0.05)
+
+
 def test_a_slow_round_is_named_and_only_on_the_cards_whose_test_read_it(tmp_path):
     """The third H200 run's ll-bf16 round 3 decoded 8.6 % slower at c1 than its other rounds; its end-of-session
     repeat was never measured, so only the round-outlier check can see it. The Data quality box names it; the
