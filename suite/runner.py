@@ -419,6 +419,7 @@ def prepare(matrix_path: Path, out_base: Path, resume: Path | None, console: Con
     if missing := missing_model_paths(matrix):  # before any arm's image is built or server started
         raise SuiteError(f"{matrix_path}: " + "; ".join(missing))
     runtime = make_runtime(matrix, REPO_ROOT / ".cache")
+    runtime.preflight()  # before any arm is prepared or any run directory is made
     # every arm is prepared (patches applied strictly) before any server starts
     arm_envs = {arm: runtime.prepare_arm(arm, spec) for arm, spec in plan.arms.items()}
     if resume is not None:
@@ -625,21 +626,17 @@ def dry_run(matrix_path: Path) -> str:
     plan = build_plan(matrix)
     lines = [*(f"warning: {m}" for m in missing_model_paths(matrix)), format_plan(plan), "",
              f"commands (runtime {matrix.runtime.kind}; PORT is picked at start):"]
+    runtime = make_runtime(matrix, REPO_ROOT / ".cache")  # no preflight and no arm prepared: nothing starts
     for arm, spec in plan.arms.items():
-        # shell-quoted (a user copies these lines): only the overlay placeholder below is not a shell word
+        # shell-quoted (a user copies these lines): only the runtime's placeholders are not shell words
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in redact_env({**matrix.env, **spec.env}).items())
-        where = ("(in the arm's image: see `suite build --dry-run`)" if matrix.runtime.kind == "docker"
-                 else "PYTHONPATH=<arm overlay: the installed vLLM" + (" + patches>" if spec.patches else ">"))
+        offline = any(j.arm == arm and KINDS[j.kind].placement == "offline" for j in plan.jobs)
+        place = runtime.placement(arm, spec, offline)
         tail = server_argv_tail(matrix, arm, plan, 0)
         tail[tail.index("--port") + 1] = "PORT"
-        words = [w for w in (env, where, "vllm serve", shlex.join(tail)) if w]
+        words = [w for w in (env, place.server, "vllm serve", shlex.join(tail)) if w]
         lines.append(f"  [{arm}] server: {' '.join(words)}")
-    if matrix.runtime.kind == "docker":  # every vLLM-side tool of an arm runs in the arm's image
-        docker = DockerRuntime(matrix, REPO_ROOT / ".cache")
-        for arm in plan.arms:
-            lines.append(f"  [{arm}] clients: {docker.describe_client(arm)}")
-            if any(j.arm == arm and KINDS[j.kind].placement == "offline" for j in plan.jobs):
-                lines.append(f"  [{arm}] offline tools: {docker.describe_tool(arm, 'ARM-IMAGE')}")
+        lines.extend(f"  [{arm}] {label}: {text}" for label, text in place.lines)
     seen = set()
     for job in plan.jobs:
         spec = plan.arms[job.arm]

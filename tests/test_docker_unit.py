@@ -25,6 +25,7 @@ from suite.runtime.base import ArmEnv
 from suite.runtime.docker import runtime as docker_runtime
 from suite.runtime.docker.images import DOCKER_DIR, compute_identity, context_files, plan_image, with_digest
 from suite.runtime.docker.runtime import (
+    IMAGE_TOOLS,
     ContainerConfig,
     DockerRuntime,
     container_config,
@@ -1139,3 +1140,22 @@ def test_a_rocm_server_of_a_non_root_user_has_aiter_copy_its_jit_tree_once_first
     cuda = DockerRuntime(gpu_matrix("cuda"), tmp_path / "cache")
     assert cuda.server_spec(env, argv_tail=["m"], extra_env={}, cache_dir=cache, log_path=run / "b.log",
                             port=8000, redact=[]).prestart is None
+
+
+def test_the_dry_run_shows_where_each_arms_processes_run(tmp_path):
+    """`suite run --dry-run` of a docker matrix with an offline stage: every arm's server in its image, its
+    clients by `docker exec` in the server's container, its offline tools by `docker run` of the arm's image;
+    said by the docker backend itself (the runner's dry run names no backend), with no engine reachable."""
+    text = GPU_MATRIX.format(vendor="cuda", gpus="all", patch="ll-bf16-router-gemm-dispatch")
+    path = tmp_path / "m.yaml"
+    path.write_text(text + "latency:\n  - {input_len: 128, output_len: 64, batch_size: [1]}\n")
+    proc = run_suite("run", str(path), "--dry-run", "--out", str(tmp_path / "runs"), env=NO_ENGINE, check=True)
+    out = proc.stdout.splitlines()
+    for arm in ("baseline", "patched"):
+        server = next(line for line in out if line.startswith(f"  [{arm}] server: "))
+        assert "(in the arm's image: see `suite build --dry-run`) vllm serve google/gemma-4-26B-A4B-it" in server
+        client = next(line for line in out if line.startswith(f"  [{arm}] clients: "))
+        assert client.startswith(f"  [{arm}] clients: docker exec ") and f"python3 {IMAGE_TOOLS}/client_worker.py" in client
+        tool = next(line for line in out if line.startswith(f"  [{arm}] offline tools: "))
+        assert "docker run --rm" in tool and "ARM-IMAGE" in tool and "bench latency" in tool
+    assert not (tmp_path / "runs").exists()

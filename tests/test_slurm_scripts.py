@@ -234,3 +234,25 @@ def test_a_malformed_ledger_is_named(tmp_path: Path) -> None:
     store.slurm_ledger_path().write_text("{not json")
     with pytest.raises(SuiteError, match="unreadable Slurm job ledger"):
         store.slurm_ledger()
+
+
+def test_the_dry_run_shows_each_arm_on_the_node_without_asking_the_cluster(tmp_path: Path) -> None:
+    """`suite run --dry-run` of a Slurm matrix: the arm's server in its container image on the node (the
+    patched arm's patches applied in the job), and where the batch scripts are printed. No preflight: this
+    machine's Slurm is not running in this test, and nothing is prepared or written."""
+    from tests.conftest import run_suite
+
+    path = tmp_path / "m.yaml"
+    path.write_text(BASE % "{container: apptainer, image: /img/base.sif}")
+    proc = run_suite("run", str(path), "--dry-run", "--out", str(tmp_path / "runs"), check=True)
+    servers = {line.split("]")[0].strip(" ["): line for line in proc.stdout.splitlines() if "] server: " in line}
+    assert "(on the node, in apptainer image /img/base.sif) vllm serve /models/m" in servers["baseline"]
+    assert ("(on the node, in apptainer image registry#vllm/vllm-openai:v0.33.0, its patches applied in the job) "
+            "vllm serve /models/m") in servers["patched"]
+    sessions = [line for line in proc.stdout.splitlines() if "] sessions: " in line]
+    assert len(sessions) == 2 and all("container mode apptainer" in s and "`suite slurm-scripts MATRIX`" in s
+                                      for s in sessions)
+    path.write_text(BASE % "{container: none}")
+    proc = run_suite("run", str(path), "--dry-run", "--out", str(tmp_path / "runs"), check=True)
+    assert "PYTHONPATH=<arm overlay: the installed vLLM + patches> vllm serve /models/m" in proc.stdout
+    assert not (tmp_path / "runs").exists()

@@ -25,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
     matrix = load_matrix(args.matrix)
     if matrix.runtime.kind != "slurm":
         raise SuiteError(f"{args.matrix}: runtime.kind is {matrix.runtime.kind!r}, not 'slurm'")
-    runtime = SlurmRuntime(matrix, REPO_ROOT / ".cache", check=False)
+    runtime = SlurmRuntime(matrix, REPO_ROOT / ".cache")  # no preflight: nothing is submitted
     run_dir = (args.out / f"<utc>-{matrix.name}").resolve()
     plan = build_plan(matrix)
     for s in plan.sessions:

@@ -1,4 +1,5 @@
-"""What every runtime shares: the `Runtime` protocol, the server spec, health polling, the arm environment.
+"""What every runtime shares: the `ArmPreparer` and `Runtime` protocols, the server spec, health polling, the arm
+environment, an arm's placement as a dry run shows it.
 
 A runtime provides one arm's vLLM: it prepares the arm (overlay, image), starts its server, and says how a
 tool runs in the arm's environment (offline stages) and how a client tool runs against the server. The
@@ -168,14 +169,26 @@ def wait_healthy(servers: Sequence[ServerBase], on_healthy: Callable[[int], None
     return failures
 
 
+@dataclass(frozen=True)
+class ArmPlacement:
+    """Where a runtime starts an arm's processes, as `suite run --dry-run` prints it: the words in front of the
+    server's `vllm serve`, then lines of the runtime's own, each (label, text): its clients, its offline tools,
+    where its sessions run."""
+
+    server: str
+    lines: tuple[tuple[str, str], ...] = ()
+
+
 class ArmPreparer(Protocol):
     """Makes each arm ready where its sessions will run and says what it made (every runtime: local, docker,
     and slurm, whose sessions start their processes on the nodes with the local runtime)."""
 
     kind: str
 
+    def preflight(self) -> None: ...
     def prepare_arm(self, arm: str, spec: Any) -> ArmEnv: ...
     def arm_info(self, arm: str) -> ArmRuntimeInfo: ...
+    def placement(self, arm: str, spec: Any, offline: bool) -> ArmPlacement: ...
 
 
 @runtime_checkable
@@ -208,6 +221,9 @@ class RuntimeBase:
     kind = "base"
     matrix: Matrix
     client_in_server = False  # True: client tools run inside the server (its container), so they end with it
+
+    def preflight(self) -> None:
+        """Checks of the matrix against where it will run, before any arm is prepared: none here."""
 
     def arm_info(self, arm: str) -> ArmRuntimeInfo:  # noqa: ARG002
         return ArmRuntimeInfo()

@@ -22,7 +22,7 @@ from pathlib import Path
 from suite.errors import ServerError, SuiteError
 from suite.matrix import ArmSpec
 from suite.proc import ToolCommand, cpu_list, cpu_split, group_watchdog, read_tail, start, stop_group
-from suite.runtime.base import ArmEnv, RuntimeBase, Server, ServerBase, ServerSpec
+from suite.runtime.base import ArmEnv, ArmPlacement, RuntimeBase, Server, ServerBase, ServerSpec
 from suite.runtime.gpu import HostKind, gpu_state, host_kind, process_tree, release_gpu
 from suite.store import SERVER_START_MARK, ArmRuntimeInfo, CpuSplit, GpuState
 
@@ -212,6 +212,11 @@ def share_modelinfos(vllm_cache: Path, shared: Path) -> None:
         pass
 
 
+def overlay_words(spec: ArmSpec) -> str:
+    """How a dry run shows the local runtime's arm: the installed vLLM through the arm's overlay."""
+    return "PYTHONPATH=<arm overlay: the installed vLLM" + (" + patches>" if spec.patches else ">")
+
+
 class LocalRuntime(RuntimeBase):
     """Arms as overlays of the installed vLLM; servers as local process groups."""
 
@@ -238,6 +243,9 @@ class LocalRuntime(RuntimeBase):
 
     def prepare_arm(self, arm: str, spec: ArmSpec) -> ArmEnv:
         return prepare_local_arm(arm, spec, self.cache_root / "overlays")
+
+    def placement(self, arm: str, spec: ArmSpec, offline: bool) -> ArmPlacement:  # noqa: ARG002
+        return ArmPlacement(overlay_words(spec))
 
     def arm_vars(self, env: ArmEnv, cache_dir: Path) -> dict[str, str]:
         """Environment of the arm's processes: per-arm caches and temp dir, overlay first on PYTHONPATH."""

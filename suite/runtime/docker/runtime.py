@@ -51,7 +51,7 @@ from suite import REPO_ROOT
 from suite.errors import ServerError, SuiteError
 from suite.matrix import ArmSpec, DockerSpec, Matrix
 from suite.proc import ToolCommand, on_stop, read_tail, run_tool
-from suite.runtime.base import ArmEnv, RuntimeBase, Server, ServerBase, ServerSpec, arm_model
+from suite.runtime.base import ArmEnv, ArmPlacement, RuntimeBase, Server, ServerBase, ServerSpec, arm_model
 from suite.store import SECRET_NAME, ArmRuntimeInfo, ImageInfo
 
 STOP_GRACE_S = 30
@@ -724,6 +724,14 @@ class DockerRuntime(RuntimeBase):
         return DockerServer(spec, self.client)
 
     # -- for dry-run printers: the exact commands, with placeholders for what exists only at run time
+
+    def placement(self, arm: str, spec: ArmSpec, offline: bool) -> ArmPlacement:  # noqa: ARG002
+        """Every process of the arm in a container of its image: the server, its clients (`docker exec` in the
+        server's container) and, when it has offline jobs, their `docker run`."""
+        lines = [("clients", self.describe_client(arm))]
+        if offline:
+            lines.append(("offline tools", self.describe_tool(arm, "ARM-IMAGE")))
+        return ArmPlacement("(in the arm's image: see `suite build --dry-run`)", tuple(lines))
 
     def describe_client(self, arm: str, image: str | None = None, run_dir: Path | None = None) -> str:
         """Where this arm's client tools run, as one line: the persistent bench client started by

@@ -8,7 +8,8 @@ from pathlib import Path
 from suite.errors import SuiteError
 from suite.matrix import ArmSpec, Matrix
 from suite.patches import AppliedPatch
-from suite.runtime.base import ArmEnv
+from suite.runtime.base import ArmEnv, ArmPlacement
+from suite.runtime.local import overlay_words, prepare_local_arm
 from suite.runtime.slurm.cluster import preflight, spec_of
 from suite.store import ArmRuntimeInfo
 
@@ -22,20 +23,21 @@ class SlurmRuntime:
 
     kind = "slurm"
 
-    def __init__(self, matrix: Matrix, cache_root: Path, check: bool = True):
+    def __init__(self, matrix: Matrix, cache_root: Path):
         self.matrix = matrix
         self.cache_root = cache_root
         self.spec = spec_of(matrix)
-        if check:  # before any arm is prepared or any run directory is made
-            preflight(matrix)
+
+    def preflight(self) -> None:
+        """The matrix's requests against the cluster (partition, GPUs, `sbatch --test-only`), before any arm is
+        prepared or any run directory is made."""
+        preflight(self.matrix)
 
     def image_for(self, spec: ArmSpec) -> str | None:
         return spec.image or self.spec.image
 
     def prepare_arm(self, arm: str, spec: ArmSpec) -> ArmEnv:
         if self.spec.container == "none":
-            from suite.runtime.local import prepare_local_arm
-
             return prepare_local_arm(arm, spec, self.cache_root / "overlays")
         image = self.image_for(spec)
         if not image:
@@ -53,4 +55,15 @@ class SlurmRuntime:
 
     def arm_info(self, arm: str) -> ArmRuntimeInfo:  # noqa: ARG002
         return ArmRuntimeInfo()
+
+    def placement(self, arm: str, spec: ArmSpec, offline: bool) -> ArmPlacement:  # noqa: ARG002
+        """Each session a batch job on a node; there the local runtime starts the arm's processes, from its
+        overlay (container mode none) or from the image's own vLLM with the patches applied in the job."""
+        where = ("every session of the arm is a Slurm batch job (container mode "
+                 f"{self.spec.container}): `suite slurm-scripts MATRIX` prints them")
+        if self.spec.container == "none":
+            return ArmPlacement(overlay_words(spec), (("sessions", where),))
+        patched = ", its patches applied in the job" if spec.patches else ""
+        image = self.image_for(spec) or "<no image: set runtime.slurm.image>"
+        return ArmPlacement(f"(on the node, in {self.spec.container} image {image}{patched})", (("sessions", where),))
 
