@@ -133,13 +133,13 @@ def job_env(ctx: RunContext, job: Job, server: Server | None, scope: SessionScop
             pending: tuple[Job, ...] = (), settle_until: float | None = None) -> JobEnv:
     arm_env, arm_spec = ctx.arm_envs[job.arm], ctx.plan.arms[job.arm]
     offline = server is None
-    cache_dir = ctx.store.cache_dir(job.arm)
+    dirs = ctx.store.arm_dirs(job.arm)
     return JobEnv(
         job=job, model=ctx.matrix.model_of(arm_spec), serve_args=[*ctx.matrix.serve_args, *arm_spec.serve_args],
         result=ctx.store.result_path(job), log=ctx.store.log_path(job), run_root=ctx.store.root,
-        tool=lambda argv: ctx.here.tool(arm_env, argv, cache_dir), vllm_root=arm_env.vllm_root,
+        tool=lambda argv: ctx.here.tool(arm_env, argv, dirs), vllm_root=arm_env.vllm_root,
         client_env=ctx.client_env(), vllm="vllm",
-        client_argv=lambda argv: ctx.here.client_argv(arm_env, argv, cache_dir, server=server),
+        client_argv=lambda argv: ctx.here.client_argv(arm_env, argv, dirs, server=server),
         client_cpus=ctx.here.client_cpus(),
         server=None if offline else ServerView(server), scope=scope,
         session_dir=ctx.store.session_dir(job.arm, job.kind, job.session), pending=pending,
@@ -213,7 +213,7 @@ def _launch_server(ctx: RunContext, session: Session, attempt: int, taken: froze
     port = _pick_port(ctx, taken)
     arm_spec = ctx.plan.arms[session.arm]
     extra_env = {**ctx.matrix.env, **arm_spec.env}
-    cache_dir = ctx.store.cache_dir(session.arm)
+    dirs = ctx.store.arm_dirs(session.arm)
     pending = [j for j in session.jobs if not ctx.store.is_done(j)]
     extra_args: list[str] = []
     for kind in dict.fromkeys(j.kind for j in pending):  # stages shape the server of their session
@@ -223,7 +223,7 @@ def _launch_server(ctx: RunContext, session: Session, attempt: int, taken: froze
         senv = SessionEnv(arm=session.arm, index=session.index, runtime=ctx.runtime.kind,
                           arm_dir=ctx.store.arm_dir(session.arm),
                           session_dir=ctx.store.session_dir(session.arm, kind, session.index),
-                          base_env=ctx.here.arm_vars(ctx.arm_envs[session.arm], cache_dir) | extra_env,
+                          base_env=ctx.here.arm_vars(ctx.arm_envs[session.arm], dirs) | extra_env,
                           pending=[j for j in pending if j.kind == kind])
         if hooks.server_args:
             extra_args += hooks.server_args(senv)
@@ -232,7 +232,7 @@ def _launch_server(ctx: RunContext, session: Session, attempt: int, taken: froze
     spec = ctx.here.server_spec(
         ctx.arm_envs[session.arm],
         argv_tail=server_argv_tail(ctx.matrix, session.arm, ctx.plan, port, extra_args),
-        extra_env=extra_env, cache_dir=cache_dir,
+        extra_env=extra_env, dirs=dirs,
         log_path=ctx.store.server_log(session.arm, session.index, attempt), port=port, redact=ctx.secrets)
     server = ctx.here.server(spec)
     launch = Launch(server=server, session=session, attempt=attempt, started=utc_now(), t0=time.monotonic())

@@ -481,6 +481,20 @@ class Manifest(Recorded):
 
 
 @dataclass(frozen=True)
+class ArmDirs:
+    """Where one arm's processes keep their files in a run: the run directory (an arm's container mounts it
+    whole, and its name is the run id) and the arm's cache (HOME; vLLM's, inductor's and Triton's caches)."""
+
+    run: Path
+    cache: Path
+
+    @classmethod
+    def in_run(cls, run: Path, arm: str) -> ArmDirs:
+        """The arm's directories in the run directory ``run`` (one that need not exist: a dry run's)."""
+        return cls(run, run / arm / "cache")
+
+
+@dataclass(frozen=True)
 class RunStore:
     root: Path
 
@@ -606,8 +620,8 @@ class RunStore:
     def write_slurm_ledger(self, ledger: SlurmLedger) -> None:
         atomic_write_json(self.slurm_ledger_path(), ledger.dump())
 
-    def cache_dir(self, arm: str) -> Path:
-        return self.arm_dir(arm) / "cache"
+    def arm_dirs(self, arm: str) -> ArmDirs:
+        return ArmDirs.in_run(self.root, arm)
 
     # ------------------------------------------------------------------ job records
     def record(self, job: Job) -> JobRecord | None:

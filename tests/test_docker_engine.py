@@ -25,6 +25,7 @@ import pytest
 
 from suite.report import fmt
 from suite.runtime.docker.images import DOCKER_DIR, LOCAL_BOOKWORM
+from suite.store import ArmDirs
 from tests.conftest import REPO, SUITE, run_suite
 
 pytestmark = pytest.mark.docker
@@ -162,7 +163,7 @@ def test_tool_container_runs_as_the_given_user(engine, cpu_images, tmp_path, mon
               "(home / '.cache').mkdir(parents=True, exist_ok=True); "
               f"pathlib.Path('{out}').write_text(json.dumps({{'user': getpass.getuser(), 'uid': os.getuid(), "
               "'home': str(home)}))")
-    tool = rt.tool(env, ["python", "-c", script], run / "baseline" / "cache")  # makes HOME and the caches (as the invoking user)
+    tool = rt.tool(env, ["python", "-c", script], ArmDirs.in_run(run, "baseline"))  # makes HOME and the caches (as the invoking user)
     argv = tool.argv
     assert argv[argv.index("--user") + 1] == "4321:4321"
     for path in [run, *run.rglob("*")]:  # the invoking user would own them: here that user is 4321
@@ -390,11 +391,12 @@ def test_a_timed_out_client_ends_inside_the_container_too(engine, cpu_images, tm
     try:
         rt = DockerRuntime(parse_matrix(Path(matrix_path).read_text()), tmp_path / "cache", client=engine)
         env = ArmEnv(arm="baseline", vllm_version="0.32.0", image=tags["baseline"])
-        spec = rt.server_spec(env, argv_tail=["m"], extra_env={}, cache_dir=tmp_path / "cache",
+        spec = rt.server_spec(env, argv_tail=["m"], extra_env={}, dirs=ArmDirs(tmp_path, tmp_path / "cache"),
                               log_path=tmp_path / "server.log", port=8000, redact=[])
         server = SimpleNamespace(spec=dataclasses.replace(spec, container=dataclasses.replace(spec.container,
                                                                                               name=box.name)))
-        argv = rt.client_argv(env, ["python", "-c", "import time; time.sleep(240)"], tmp_path / "cache", server)
+        argv = rt.client_argv(env, ["python", "-c", "import time; time.sleep(240)"],
+                              ArmDirs(tmp_path, tmp_path / "cache"), server)
         with pytest.raises(SuiteError, match="timed out"):
             run_tool(argv, env=None, log_path=tmp_path / "client.log", timeout_s=5, what="the client")
         procs = [" ".join(p) for p in box.top()["Processes"]]

@@ -36,6 +36,7 @@ from suite.runtime.docker.runtime import (
     vendor_flags,
 )
 from suite.stages.serve.client import WORKER_PATH
+from suite.store import ArmDirs
 from tests.conftest import REPO, run_suite
 
 DOCKERFILES = sorted(DOCKER_DIR.glob("*/Dockerfile"))
@@ -66,8 +67,7 @@ def config_for(matrix, tmp_path: Path, arm: str = "baseline", port: int = 18350)
     (run / arm).mkdir(parents=True)
     (run / "manifest.json").write_text("{}")
     return container_config(matrix, env, argv_tail=["model", "--host", "127.0.0.1", "--port", str(port)],
-                            extra_env={**matrix.env, "A": "1"}, cache_dir=run / arm / "cache", log_path=run / arm / "server-0.log",
-                            port=port)
+                            extra_env={**matrix.env, "A": "1"}, dirs=ArmDirs.in_run(run, arm), port=port)
 
 
 # ---------------------------------------------------------------- vendor run flags
@@ -187,8 +187,7 @@ def test_hf_token_passed_by_name_only(tmp_path, monkeypatch):
 def test_secret_in_matrix_env_is_not_printed(tmp_path):
     matrix = gpu_matrix("cuda")
     cfg = container_config(matrix, ArmEnv(arm="a", vllm_version="0.33.0", image="i"), argv_tail=["m"],
-                           extra_env={"MY_API_KEY": "k-123"}, cache_dir=tmp_path / "a" / "cache",
-                           log_path=tmp_path / "a" / "server-0.log", port=18351)
+                           extra_env={"MY_API_KEY": "k-123"}, dirs=ArmDirs.in_run(tmp_path, "a"), port=18351)
     assert "k-123" not in cfg.cli() and "-e MY_API_KEY" in cfg.cli()
 
 
@@ -231,8 +230,8 @@ def test_client_tools_exec_into_the_server_container(tmp_path, monkeypatch):
     matrix, run, _ = cpu_setup(tmp_path, monkeypatch)
     rt = DockerRuntime(matrix, tmp_path / "cache")
     env = ArmEnv(arm="patched", vllm_version="0.32.0", image="suite-vllm:cpu-0.32.0-abc")
-    cfg_cache = run / "patched" / "cache"
-    spec = rt.server_spec(env, argv_tail=["m", "--port", "8000"], extra_env={}, cache_dir=cfg_cache,
+    dirs = ArmDirs.in_run(run, "patched")
+    spec = rt.server_spec(env, argv_tail=["m", "--port", "8000"], extra_env={}, dirs=dirs,
                           log_path=run / "patched" / "server-0.log", port=8000, redact=[])
     cfg = spec.container
     server = SimpleNamespace(spec=spec)  # the running server the session passes: only its spec is read
@@ -242,7 +241,7 @@ def test_client_tools_exec_into_the_server_container(tmp_path, monkeypatch):
 
     def client(argv: list[str]) -> list[str]:
         """client_argv less its marker (the -e SUITE_EXEC=<random> by which a stop finds its processes)."""
-        out = rt.client_argv(env, argv, cfg_cache, server)
+        out = rt.client_argv(env, argv, dirs, server)
         i = out.index(cfg.name)
         assert out[i - 2] == "-e" and out[i - 1].startswith("SUITE_EXEC=")
         markers.append(out[i - 1])
@@ -268,7 +267,7 @@ def test_offline_tools_run_in_a_fresh_container_of_the_arm_image(tmp_path, monke
     cache = run / "patched" / "cache"
     monkeypatch.setattr(docker_runtime.secrets, "token_hex", lambda n: "f00baa")
     latency = ["vllm", "bench", "latency", "--model", str(model), "--output-json", str(run / "patched" / "l.json")]
-    tool = rt.tool(env, latency, cache)
+    tool = rt.tool(env, latency, ArmDirs(run, cache))
     assert tool.env.get("HOME") == os.environ.get("HOME")  # the docker CLI keeps its own HOME (config, contexts)
     argv = tool.argv
     hf = str((tmp_path / "hf").resolve())
@@ -287,7 +286,7 @@ def test_offline_tools_run_in_a_fresh_container_of_the_arm_image(tmp_path, monke
         "--output-json", str(run / "patched" / "l.json")]
     assert (cache / "home").is_dir() and (cache / "triton").is_dir()  # made here, as the invoking user
     # the kernel benchmark: the image's copy, run as a script by the image's python3
-    kernel = rt.tool(env, ["python", "-m", "suite.stages.kernel.bench", "--json", "out.json", "--m", "1,2"], cache).argv
+    kernel = rt.tool(env, ["python", "-m", "suite.stages.kernel.bench", "--json", "out.json", "--m", "1,2"], ArmDirs(run, cache)).argv
     assert kernel[kernel.index("--entrypoint"):] == [
         "--entrypoint", "python3", "suite-vllm:cpu-0.32.0-abc", "/opt/suite/tools/kernel_bench.py", "--json",
         "out.json", "--m", "1,2"]
@@ -301,7 +300,7 @@ def test_rocm_tool_container_gets_devices_groups_and_aiter_env(tmp_path, monkeyp
     matrix = gpu_matrix("rocm", gpus="0,1", patch="rocm-aiter-router-gemm")
     env = ArmEnv(arm="patched", vllm_version="0.33.0", image="suite-vllm:rocm-0.33.0-abc")
     run = tmp_path / "runs" / "r"
-    cfg = tool_config(matrix, env, ["vllm", "bench", "latency"], extra_env=matrix.env, cache_dir=run / "patched" / "cache")
+    cfg = tool_config(matrix, env, ["vllm", "bench", "latency"], extra_env=matrix.env, dirs=ArmDirs.in_run(run, "patched"))
     line = cfg.cli()
     assert ("--user 1000:1000 --device /dev/kfd --device /dev/dri --group-add 992 --group-add 993 --ipc=host "
             "--shm-size 16g --cap-add SYS_PTRACE --security-opt seccomp=unconfined") in line
@@ -315,12 +314,11 @@ def test_a_local_accuracy_dataset_is_mounted_for_lm_eval(tmp_path, monkeypatch):
     data.mkdir()
     matrix = matrix.model_copy(update={"accuracy": AccuracySpec(dataset=str(data))})
     env = ArmEnv(arm="baseline", vllm_version="0.32.0", image="img")
-    cfg = container_config(matrix, env, argv_tail=["m"], extra_env={}, cache_dir=run / "baseline" / "cache",
-                           log_path=run / "baseline" / "server-0.log", port=8000)
+    cfg = container_config(matrix, env, argv_tail=["m"], extra_env={}, dirs=ArmDirs.in_run(run, "baseline"), port=8000)
     assert (str(data.resolve()), str(data.resolve()), "ro") in cfg.mounts
     synthetic = matrix.model_copy(update={"accuracy": AccuracySpec(dataset="synthetic")})  # written into the run
-    cfg = container_config(synthetic, env, argv_tail=["m"], extra_env={}, cache_dir=run / "baseline" / "cache",
-                           log_path=run / "baseline" / "server-0.log", port=8000)
+    cfg = container_config(synthetic, env, argv_tail=["m"], extra_env={}, dirs=ArmDirs.in_run(run, "baseline"),
+                           port=8000)
     assert len(cfg.mounts) == 3  # HF cache, run directory, model
 
 
@@ -328,7 +326,7 @@ def test_client_without_a_server_is_a_sibling_on_the_host_network(tmp_path, monk
     matrix, run, _ = cpu_setup(tmp_path, monkeypatch)
     rt = DockerRuntime(matrix, tmp_path / "cache")
     env = ArmEnv(arm="baseline", vllm_version="0.32.0", image="img")
-    argv = rt.client_argv(env, ["python", str(WORKER_PATH)], run / "baseline" / "cache")
+    argv = rt.client_argv(env, ["python", str(WORKER_PATH)], ArmDirs.in_run(run, "baseline"))
     assert argv[:3] == ["docker", "run", "--rm"] and "-i" in argv and "--network=host" in argv
     assert "suite.role=client" in argv
     assert argv[argv.index("--entrypoint"):] == ["--entrypoint", "python3", "img", "/opt/suite/tools/client_worker.py"]
@@ -1085,7 +1083,7 @@ def test_a_matrix_variable_with_a_secret_looking_name_reaches_the_tool_container
     matrix = matrix.model_copy(update={"env": {**matrix.env, name: "256"}})
     rt = DockerRuntime(matrix, tmp_path / "cache")
     env = ArmEnv(arm="patched", vllm_version="0.32.0", image="suite-vllm:cpu-0.32.0-abc")
-    tool = rt.tool(env, ["vllm", "bench", "latency"], run / "patched" / "cache")
+    tool = rt.tool(env, ["vllm", "bench", "latency"], ArmDirs.in_run(run, "patched"))
     argv = tool.argv
     assert tool.env[name] == "256"  # the CLI's environment: the value the container is given
     assert argv[argv.index(name) - 1] == "-e"  # by name on the command line, its value nowhere there (a random
@@ -1100,7 +1098,7 @@ def test_the_hosts_hub_cache_is_the_containers_hub_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_CACHE", str(hub))
     rt = DockerRuntime(matrix, tmp_path / "cache")
     env = ArmEnv(arm="patched", vllm_version="0.32.0", image="suite-vllm:cpu-0.32.0-abc")
-    argv = rt.tool(env, ["vllm", "bench", "latency"], run / "patched" / "cache").argv
+    argv = rt.tool(env, ["vllm", "bench", "latency"], ArmDirs.in_run(run, "patched")).argv
     assert f"HF_HUB_CACHE={hub}" in argv and f"{hub}:{hub}" in argv
 
 
@@ -1119,7 +1117,7 @@ def test_a_rocm_server_of_a_non_root_user_has_aiter_copy_its_jit_tree_once_first
     (run / "baseline").mkdir(parents=True)
     (run / "manifest.json").write_text("{}")
     cache = run / "baseline" / "cache"
-    spec = rt.server_spec(env, argv_tail=["m", "--port", "8000"], extra_env={}, cache_dir=cache,
+    spec = rt.server_spec(env, argv_tail=["m", "--port", "8000"], extra_env={}, dirs=ArmDirs(run, cache),
                           log_path=run / "baseline" / "server-0.log", port=8000, redact=[])
     seed = spec.prestart
     assert seed is not None and seed.image == "suite-vllm:rocm-test" and seed.user == "1000:1000"
@@ -1131,14 +1129,14 @@ def test_a_rocm_server_of_a_non_root_user_has_aiter_copy_its_jit_tree_once_first
     assert aiter_home_jit(spec.container) == (cache / "home").resolve() / ".aiter" / "jit"
     # root writes into the image's package; AITER_JIT_DIR names its own directory: no copy, no seed
     monkeypatch.setenv(docker_runtime.DOCKER_USER_ENV, "0:0")
-    assert rt.server_spec(env, argv_tail=["m"], extra_env={}, cache_dir=cache, log_path=run / "b.log", port=8000,
+    assert rt.server_spec(env, argv_tail=["m"], extra_env={}, dirs=ArmDirs(run, cache), log_path=run / "b.log", port=8000,
                           redact=[]).prestart is None
     monkeypatch.setenv(docker_runtime.DOCKER_USER_ENV, "1000:1000")
-    assert rt.server_spec(env, argv_tail=["m"], extra_env={"AITER_JIT_DIR": "/jit"}, cache_dir=cache,
+    assert rt.server_spec(env, argv_tail=["m"], extra_env={"AITER_JIT_DIR": "/jit"}, dirs=ArmDirs(run, cache),
                           log_path=run / "b.log", port=8000, redact=[]).prestart is None
     # CUDA: no AITER
     cuda = DockerRuntime(gpu_matrix("cuda"), tmp_path / "cache")
-    assert cuda.server_spec(env, argv_tail=["m"], extra_env={}, cache_dir=cache, log_path=run / "b.log",
+    assert cuda.server_spec(env, argv_tail=["m"], extra_env={}, dirs=ArmDirs(run, cache), log_path=run / "b.log",
                             port=8000, redact=[]).prestart is None
 
 

@@ -17,6 +17,7 @@ from suite.matrix import parse_matrix
 from suite.runtime import gpu
 from suite.runtime.base import ArmEnv, ServerSpec
 from suite.runtime.local import VLLM_MODULE, LocalRuntime, LocalServer, vllm_command
+from suite.store import ArmDirs
 
 MATRIX = """
 name: t
@@ -72,24 +73,24 @@ def test_gpu_host_gets_no_cpu_settings_and_its_gpu(tmp_path, monkeypatch):
     monkeypatch.setattr("suite.runtime.local.vllm_command", lambda: ["python3", "-m", VLLM_MODULE])
     runtime = LocalRuntime(parse_matrix(MATRIX, "m.yaml"), tmp_path / ".cache", host="cuda")
     env = runtime.arm_vars(ArmEnv(arm="baseline", vllm_version="0.26.0", vllm_root=tmp_path / "ov"),
-                           tmp_path / "runs" / "r" / "baseline" / "cache")
+                           ArmDirs.in_run(tmp_path / "runs" / "r", "baseline"))
     assert env["CUDA_VISIBLE_DEVICES"] == "1"
     for cpu_only in ("VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND", "LD_PRELOAD", "PYTHONHASHSEED"):
         assert cpu_only not in env
     assert env["VLLM_CACHE_ROOT"].startswith(str(tmp_path / "runs" / "r" / "baseline" / "cache"))  # per arm
     # the FA4 JIT cache is shared by every arm (keyed by its own sources), not per arm like the compile cache
-    other = runtime.arm_vars(ArmEnv(arm="ll-bf16", vllm_version="0.26.0"), tmp_path / "runs" / "r" / "ll" / "cache")
+    other = runtime.arm_vars(ArmEnv(arm="ll-bf16", vllm_version="0.26.0"), ArmDirs.in_run(tmp_path / "runs" / "r", "ll"))
     assert env["FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED"] == "1"
     assert env["FLASH_ATTENTION_CUTE_DSL_CACHE_DIR"] == other["FLASH_ATTENTION_CUTE_DSL_CACHE_DIR"]
     assert env["FLASH_ATTENTION_CUTE_DSL_CACHE_DIR"].startswith(str((tmp_path / ".cache").resolve()))
     assert runtime.split is None and runtime.preload == [] and runtime.client_cpus() is None
     assert runtime.arm_info("baseline").host == "cuda"
     spec = runtime.server_spec(ArmEnv(arm="baseline", vllm_version="0.26.0"), argv_tail=["m"], extra_env={},
-                               cache_dir=tmp_path / "c", log_path=tmp_path / "s.log", port=1, redact=[])
+                               dirs=ArmDirs(tmp_path, tmp_path / "c"), log_path=tmp_path / "s.log", port=1, redact=[])
     assert spec.cpus is None
     assert runtime.server(spec).gpu is True
     cpu = LocalRuntime(parse_matrix(MATRIX, "m.yaml"), tmp_path / ".cache", host="cpu")
-    cpu_env = cpu.arm_vars(ArmEnv(arm="baseline", vllm_version="0.26.0"), tmp_path / "c2")
+    cpu_env = cpu.arm_vars(ArmEnv(arm="baseline", vllm_version="0.26.0"), ArmDirs(tmp_path, tmp_path / "c2"))
     assert "CUDA_VISIBLE_DEVICES" not in cpu_env and cpu_env["VLLM_CPU_KVCACHE_SPACE"]
     assert "FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED" not in cpu_env
 

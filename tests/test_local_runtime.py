@@ -10,6 +10,7 @@ from suite.matrix import parse_matrix
 from suite.proc import cpu_list, cpu_split
 from suite.runtime.base import ArmEnv
 from suite.runtime.local import LocalRuntime
+from suite.store import ArmDirs
 
 MATRIX = """
 name: t
@@ -25,7 +26,7 @@ def test_cache_paths_are_absolute_when_the_run_dir_is_relative(tmp_path, monkeyp
     monkeypatch.chdir(tmp_path)
     runtime = LocalRuntime(parse_matrix(MATRIX, "m.yaml"), tmp_path / ".cache")
     env = runtime.arm_vars(ArmEnv(arm="baseline", vllm_version="0.32.0+cpu", vllm_root=tmp_path / "ov"),
-                           Path("runs/r1/baseline/cache"))
+                           ArmDirs.in_run(Path("runs/r1"), "baseline"))
     for key in ("VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR"):
         assert Path(env[key]).is_absolute(), env[key]
         assert env[key].startswith(str(tmp_path / "runs" / "r1" / "baseline" / "cache"))
@@ -47,7 +48,7 @@ def test_cpu_split_keeps_client_and_server_apart():
 def test_model_class_answers_are_shared_by_arms_and_runs_but_compile_caches_are_not(tmp_path):
     runtime = LocalRuntime(parse_matrix(MATRIX, "m.yaml"), tmp_path / ".cache")
     envs = [runtime.arm_vars(ArmEnv(arm=arm, vllm_version="0.32.0+cpu", vllm_root=tmp_path / arm),
-                             tmp_path / run / arm / "cache")
+                             ArmDirs.in_run(tmp_path / run, arm))
             for run, arm in (("r1", "baseline"), ("r1", "patched"), ("r2", "baseline"))]
     first = Path(envs[0]["VLLM_CACHE_ROOT"]) / "modelinfos"
     (first / "vllm-model_executor-models-mixtral-MixtralForCausalLM.json").write_text("{}")
@@ -56,8 +57,8 @@ def test_model_class_answers_are_shared_by_arms_and_runs_but_compile_caches_are_
                 "MixtralForCausalLM.json").read_text() == "{}"
     assert len({env["VLLM_CACHE_ROOT"] for env in envs}) == 3
     assert len({env["TORCHINDUCTOR_CACHE_DIR"] for env in envs}) == 3
-    runtime.arm_vars(ArmEnv(arm="baseline", vllm_version="0.32.0+cpu", vllm_root=None), tmp_path / "r1" /
-                     "baseline" / "cache")  # a second call (resume) keeps the link
+    runtime.arm_vars(ArmEnv(arm="baseline", vllm_version="0.32.0+cpu", vllm_root=None), ArmDirs.in_run(
+                     tmp_path / "r1", "baseline"))  # a second call (resume) keeps the link
     assert first.is_symlink()
 
 
@@ -69,13 +70,13 @@ def test_cpu_servers_preload_vllms_libraries_after_the_users(tmp_path, monkeypat
     monkeypatch.setenv("LD_PRELOAD", "/opt/site/libaudit.so")
     runtime = LocalRuntime(parse_matrix(MATRIX, "m.yaml"), tmp_path / ".cache")
     assert runtime.preload == found
-    env = runtime.arm_vars(ArmEnv(arm="baseline", vllm_version="0.32.0+cpu", vllm_root=None), tmp_path / "c")
+    env = runtime.arm_vars(ArmEnv(arm="baseline", vllm_version="0.32.0+cpu", vllm_root=None), ArmDirs(tmp_path, tmp_path / "c"))
     assert env["LD_PRELOAD"].split(":") == ["/opt/site/libaudit.so", *found]
     assert runtime.arm_info("baseline").ld_preload == found
     monkeypatch.setenv("SUITE_CPU_PRELOAD", "0")
     off = LocalRuntime(parse_matrix(MATRIX, "m.yaml"), tmp_path / ".cache")
     assert off.preload == [] and "LD_PRELOAD" not in off.arm_vars(
-        ArmEnv(arm="baseline", vllm_version="0.32.0+cpu", vllm_root=None), tmp_path / "c")
+        ArmEnv(arm="baseline", vllm_version="0.32.0+cpu", vllm_root=None), ArmDirs(tmp_path, tmp_path / "c"))
 
 
 def _group(cmd: str):
@@ -171,14 +172,14 @@ serve:
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     runtime = LocalRuntime(matrix, tmp_path / ".cache")
     overlay = tmp_path / "ov"
-    hub = runtime.tool(ArmEnv(arm="baseline", vllm_version="0.32.0+cpu"), ["python", "-c", "pass"], tmp_path / "b")
+    hub = runtime.tool(ArmEnv(arm="baseline", vllm_version="0.32.0+cpu"), ["python", "-c", "pass"], ArmDirs(tmp_path, tmp_path / "b"))
     local = runtime.tool(ArmEnv(arm="local", vllm_version="0.32.0+cpu", vllm_root=overlay),
-                         ["python", "-c", "pass"], tmp_path / "l")
+                         ["python", "-c", "pass"], ArmDirs(tmp_path, tmp_path / "l"))
     assert hub.argv[0] == local.argv[0] == sys.executable
     assert (hub.env["SHARED"], hub.env["OVERRIDDEN"]) == ("matrix", "matrix")
     assert (local.env["SHARED"], local.env["OVERRIDDEN"]) == ("matrix", "arm")
     assert local.env["PYTHONPATH"].split(os.pathsep)[0] == str(overlay)
     assert "HF_HUB_OFFLINE" not in hub.env and local.env["HF_HUB_OFFLINE"] == "1"
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
-    assert runtime.tool(ArmEnv(arm="local", vllm_version="0.32.0+cpu"), ["vllm"], tmp_path / "l").env[
+    assert runtime.tool(ArmEnv(arm="local", vllm_version="0.32.0+cpu"), ["vllm"], ArmDirs(tmp_path, tmp_path / "l")).env[
         "HF_HUB_OFFLINE"] == "0"

@@ -83,6 +83,7 @@ def dry_run_text(matrix, plans, client, cache_root: Path) -> str:
     from suite.runtime.base import ArmEnv
     from suite.runtime.docker.images import existing_image
     from suite.runtime.docker.runtime import DockerRuntime, container_config
+    from suite.store import ArmDirs
 
     plan_all = build_plan(matrix)
     port = matrix.runtime.port or DRY_RUN_PORT
@@ -114,8 +115,7 @@ def dry_run_text(matrix, plans, client, cache_root: Path) -> str:
             lines.append("           (context: assembled by `suite build`; --keep-context keeps it)")
         env = ArmEnv(arm=arm, vllm_version=spec.vllm, image=image)
         cfg = container_config(matrix, env, argv_tail=server_argv_tail(matrix, arm, plan_all, port),
-                               extra_env={**matrix.env, **spec.env}, cache_dir=run_dir / arm / "cache",
-                               log_path=run_dir / arm / "server-0.log", port=port)
+                               extra_env={**matrix.env, **spec.env}, dirs=ArmDirs.in_run(run_dir, arm), port=port)
         lines.append(f"  run:     {cfg.cli()}")
         lines.append(f"  clients: {runtime.describe_client(arm, run_dir=run_dir)}")
         lines.append(f"  tools:   {runtime.describe_tool(arm, image or '', run_dir=run_dir)}")

@@ -24,7 +24,7 @@ from suite.matrix import ArmSpec
 from suite.proc import ToolCommand, cpu_list, cpu_split, group_watchdog, read_tail, start, stop_group
 from suite.runtime.base import ArmEnv, ArmPlacement, RuntimeBase, Server, ServerBase, ServerSpec
 from suite.runtime.gpu import HostKind, gpu_state, host_kind, process_tree, release_gpu
-from suite.store import SERVER_START_MARK, ArmRuntimeInfo, CpuSplit, GpuState
+from suite.store import SERVER_START_MARK, ArmDirs, ArmRuntimeInfo, CpuSplit, GpuState
 
 STOP_GRACE_S = 30.0
 
@@ -247,9 +247,9 @@ class LocalRuntime(RuntimeBase):
     def placement(self, arm: str, spec: ArmSpec, offline: bool) -> ArmPlacement:  # noqa: ARG002
         return ArmPlacement(overlay_words(spec))
 
-    def arm_vars(self, env: ArmEnv, cache_dir: Path) -> dict[str, str]:
+    def arm_vars(self, env: ArmEnv, dirs: ArmDirs) -> dict[str, str]:
         """Environment of the arm's processes: per-arm caches and temp dir, overlay first on PYTHONPATH."""
-        cache_dir = cache_dir.resolve()  # absolute: the server runs with cwd=cache_dir (a relative path doubles)
+        cache_dir = dirs.cache.resolve()  # absolute: the server runs with cwd=cache_dir (a relative path doubles)
         cache_dir.mkdir(parents=True, exist_ok=True)
         share_modelinfos(cache_dir / "vllm", self.cache_root / "vllm-modelinfos")
         tmp = short_tmpdir(cache_dir)
@@ -288,26 +288,26 @@ class LocalRuntime(RuntimeBase):
         return ArmRuntimeInfo(host=self.host, gpus=self.matrix.runtime.gpus, cpu_split=split,
                               ld_preload=list(self.preload))
 
-    def server_spec(self, env: ArmEnv, *, argv_tail: list[str], extra_env: dict[str, str], cache_dir: Path,
+    def server_spec(self, env: ArmEnv, *, argv_tail: list[str], extra_env: dict[str, str], dirs: ArmDirs,
                     log_path: Path, port: int, redact: list[str]) -> ServerSpec:
         full_env = dict(os.environ)
-        full_env.update(self.arm_vars(env, cache_dir))
+        full_env.update(self.arm_vars(env, dirs))
         full_env.update(extra_env)
         argv = [*vllm_command(), "serve", *argv_tail]
         return ServerSpec(arm=env.arm, argv=argv, env=full_env, log_path=log_path, host=self.matrix.runtime.host,
-                          port=port, startup_timeout_s=self.matrix.runtime.startup_timeout_s, cwd=cache_dir.resolve(),
+                          port=port, startup_timeout_s=self.matrix.runtime.startup_timeout_s, cwd=dirs.cache.resolve(),
                           redact=redact, cpus=self.split[0] if self.split else None)
 
-    def tool(self, env: ArmEnv, argv: list[str], cache_dir: Path) -> ToolCommand:
+    def tool(self, env: ArmEnv, argv: list[str], dirs: ArmDirs) -> ToolCommand:
         """An offline tool (`vllm bench latency`, the kernel and layer benches) in the arm's vLLM: the suite's
         interpreter and vLLM with the arm's overlay first on PYTHONPATH, the matrix's and the arm's `env:`, and
         HF_HUB_OFFLINE=1 (unless set) when the arm's model is a local directory."""
-        full_env = {**os.environ, **self.arm_vars(env, cache_dir), **self.arm_env_vars(env.arm)}
+        full_env = {**os.environ, **self.arm_vars(env, dirs), **self.arm_env_vars(env.arm)}
         if Path(self.arm_model(env.arm).id).is_dir():
             full_env.setdefault("HF_HUB_OFFLINE", "1")
         return ToolCommand(host_vllm(argv), full_env)
 
-    def client_argv(self, env: ArmEnv, argv: list[str], cache_dir: Path,  # noqa: ARG002
+    def client_argv(self, env: ArmEnv, argv: list[str], dirs: ArmDirs,  # noqa: ARG002
                     server: Server | None = None) -> list[str]:
         """Client tools run with the installed vLLM, never an arm's overlay (client_env drops PYTHONPATH);
         ``server`` (the session's running server, None for offline jobs) makes no difference here."""

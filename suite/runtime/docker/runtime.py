@@ -52,7 +52,7 @@ from suite.errors import ServerError, SuiteError
 from suite.matrix import ArmSpec, DockerSpec, Matrix
 from suite.proc import ToolCommand, on_stop, read_tail, run_tool
 from suite.runtime.base import ArmEnv, ArmPlacement, RuntimeBase, Server, ServerBase, ServerSpec, arm_model
-from suite.store import SECRET_NAME, ArmRuntimeInfo, ImageInfo
+from suite.store import SECRET_NAME, ArmDirs, ArmRuntimeInfo, ImageInfo
 
 STOP_GRACE_S = 30
 PASS_THROUGH = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")  # by name only, from the host environment
@@ -253,21 +253,6 @@ def _safe(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "-", text).strip("-.") or "x"
 
 
-def run_root(path: Path) -> Path:
-    """The run directory above a path in it (the nearest parent holding manifest.json; else, for
-    `<run>/<arm>/<file>` paths, the grandparent)."""
-    path = Path(path)
-    for parent in path.parents:
-        if (parent / "manifest.json").is_file():
-            return parent
-    return path.parent.parent
-
-
-def run_id_of(log_path: Path) -> str:
-    """The run directory's name (the run id), found above the server log."""
-    return run_root(log_path).name
-
-
 def hf_cache_dir(docker: DockerSpec) -> Path:
     if docker.hf_cache:
         return Path(docker.hf_cache).expanduser()
@@ -329,14 +314,14 @@ def end_exec(client: Any, container: str, marker: str) -> None:
         client.containers.get(container).exec_run(["sh", "-c", END_EXEC, marker])
 
 
-def _arm_settings(matrix: Matrix, env: ArmEnv, *, cache_dir: Path, root: Path, extra_env: dict[str, str],
-                  role: str) -> dict[str, Any]:
+def _arm_settings(matrix: Matrix, env: ArmEnv, *, dirs: ArmDirs, extra_env: dict[str, str], role: str
+                  ) -> dict[str, Any]:
     """What every container of an arm shares (server, tools, clients): vendor flags, user, mounts, HOME and the
     per-arm caches, labels; as ContainerConfig keyword arguments."""
     docker = matrix.runtime.docker or DockerSpec()
     flags = vendor_flags(docker)
-    root = Path(root).resolve()
-    cache_dir = Path(cache_dir).resolve()
+    root = dirs.run.resolve()
+    cache_dir = dirs.cache.resolve()
     hf = hf_cache_dir(docker).resolve()
     hub = hub_cache_dir(docker).resolve()
     name = user_name()
@@ -379,32 +364,29 @@ def _arm_settings(matrix: Matrix, env: ArmEnv, *, cache_dir: Path, root: Path, e
 
 
 def container_config(matrix: Matrix, env: ArmEnv, *, argv_tail: list[str], extra_env: dict[str, str],
-                     cache_dir: Path, log_path: Path, port: int, name_suffix: str = "") -> ContainerConfig:
+                     dirs: ArmDirs, port: int, name_suffix: str = "") -> ContainerConfig:
     """The server container of one arm: `vllm serve ARGV_TAIL` with the port published on runtime.host."""
     command = list(argv_tail)
     for i, arg in enumerate(command[:-1]):
         if arg == "--host":
             command[i + 1] = "0.0.0.0"  # inside the container; the port is published on runtime.host only
-    root = run_root(log_path)
-    settings = _arm_settings(matrix, env, cache_dir=cache_dir, root=root,
+    settings = _arm_settings(matrix, env, dirs=dirs,
                              extra_env={"VLLM_SERVER_DEV_MODE": "1", **extra_env},  # mounts /reset_prefix_cache
                              role="server")
-    name = _safe(f"suite-{root.name}-{env.arm}{name_suffix}")[:120]
+    name = _safe(f"suite-{dirs.run.name}-{env.arm}{name_suffix}")[:120]
     return ContainerConfig(name=name, command=command, publish=(matrix.runtime.host, port, port), **settings)
 
 
-def tool_config(matrix: Matrix, env: ArmEnv, argv: list[str], *, extra_env: dict[str, str], cache_dir: Path,
+def tool_config(matrix: Matrix, env: ArmEnv, argv: list[str], *, extra_env: dict[str, str], dirs: ArmDirs,
                 name_suffix: str = "", client: bool = False) -> ContainerConfig:
     """A fresh container of the arm's image running one tool to completion (`docker run --rm --init`): the
     server's mounts, environment, device flags and user. ``client``: a client tool without a server to exec
     into (host network, stdin open, the forwarded client environment)."""
-    root = run_root(Path(cache_dir))  # <run>/<arm>/cache
-    settings = _arm_settings(matrix, env, cache_dir=cache_dir, root=root, extra_env=extra_env,
-                             role="client" if client else "tool")
+    settings = _arm_settings(matrix, env, dirs=dirs, extra_env=extra_env, role="client" if client else "tool")
     settings["pass_env"] = [n for n in dict.fromkeys([*settings["pass_env"], *CLIENT_ENV])
                             if n not in settings["environment"]]
     cmd = image_argv(argv)
-    name = _safe(f"suite-{root.name}-{env.arm}{name_suffix}")[:120]
+    name = _safe(f"suite-{dirs.run.name}-{env.arm}{name_suffix}")[:120]
     return ContainerConfig(name=name, entrypoint=[cmd[0]], command=cmd[1:], init=True,
                            network="host" if client else None, interactive=client, **settings)
 
@@ -666,28 +648,27 @@ class DockerRuntime(RuntimeBase):
         """Provenance for the run manifest: the image tag, id, identity and base digest."""
         return ArmRuntimeInfo(image_info=self.images.get(arm, ImageInfo()))
 
-    def container_config(self, env: ArmEnv, *, argv_tail: list[str], extra_env: dict[str, str], cache_dir: Path,
-                         log_path: Path, port: int) -> ContainerConfig:
-        return container_config(self.matrix, env, argv_tail=argv_tail, extra_env=extra_env, cache_dir=cache_dir,
-                                log_path=log_path, port=port, name_suffix=f"-{secrets.token_hex(3)}")
+    def container_config(self, env: ArmEnv, *, argv_tail: list[str], extra_env: dict[str, str], dirs: ArmDirs,
+                         port: int) -> ContainerConfig:
+        return container_config(self.matrix, env, argv_tail=argv_tail, extra_env=extra_env, dirs=dirs, port=port,
+                                name_suffix=f"-{secrets.token_hex(3)}")
 
-    def server_spec(self, env: ArmEnv, *, argv_tail: list[str], extra_env: dict[str, str], cache_dir: Path,
+    def server_spec(self, env: ArmEnv, *, argv_tail: list[str], extra_env: dict[str, str], dirs: ArmDirs,
                     log_path: Path, port: int, redact: list[str]) -> DockerServerSpec:
-        cfg = self.container_config(env, argv_tail=argv_tail, extra_env=extra_env, cache_dir=cache_dir,
-                                    log_path=log_path, port=port)
+        cfg = self.container_config(env, argv_tail=argv_tail, extra_env=extra_env, dirs=dirs, port=port)
         docker = self.matrix.runtime.docker or DockerSpec()
         seed = (tool_config(self.matrix, env, AITER_SEED, extra_env={**self.arm_env_vars(env.arm), **extra_env},
-                            cache_dir=cache_dir, name_suffix=f"-aiter-seed-{secrets.token_hex(3)}")
+                            dirs=dirs, name_suffix=f"-aiter-seed-{secrets.token_hex(3)}")
                 if docker.vendor == "rocm" and aiter_home_jit(cfg) is not None else None)
         return DockerServerSpec(arm=env.arm, argv=cfg.cli_argv(), env=dict(cfg.environment), log_path=log_path,
                                 host=self.matrix.runtime.host, port=port,
                                 startup_timeout_s=self.matrix.runtime.startup_timeout_s, redact=redact,
                                 container=cfg, prestart=seed)
 
-    def arm_vars(self, env: ArmEnv, cache_dir: Path) -> dict[str, str]:  # noqa: ARG002
+    def arm_vars(self, env: ArmEnv, dirs: ArmDirs) -> dict[str, str]:  # noqa: ARG002
         return {}  # the container's environment is built by container_config; nothing from this host's
 
-    def client_argv(self, env: ArmEnv, argv: list[str], cache_dir: Path, server: Server | None = None
+    def client_argv(self, env: ArmEnv, argv: list[str], dirs: ArmDirs, server: Server | None = None
                     ) -> list[str]:
         """A client tool (`vllm bench serve`, the persistent bench client, lm-eval) in the arm's image, against
         the arm's own vLLM: `docker exec -i` into the running server container (same network namespace, so
@@ -698,18 +679,18 @@ class DockerRuntime(RuntimeBase):
             marker = f"SUITE_EXEC={secrets.token_hex(6)}"
             on_stop(marker, lambda: end_exec(self.client, container.name, marker))
             return exec_argv(container.name, argv, marker=marker)
-        cfg = tool_config(self.matrix, env, argv, extra_env=self.arm_env_vars(env.arm), cache_dir=cache_dir,
+        cfg = tool_config(self.matrix, env, argv, extra_env=self.arm_env_vars(env.arm), dirs=dirs,
                           name_suffix=f"-client-{secrets.token_hex(3)}", client=True)
         return self._launch(cfg)
 
-    def tool(self, env: ArmEnv, argv: list[str], cache_dir: Path) -> ToolCommand:
+    def tool(self, env: ArmEnv, argv: list[str], dirs: ArmDirs) -> ToolCommand:
         """An offline tool (`vllm bench latency`, `python -m suite.stages.kernel.bench`, ...) in a fresh
         container of the arm's image: `docker run --rm --init`, the server's mounts, environment, device flags
         and user (tool_config). The command's environment is the docker CLI's (this host's: DOCKER_HOST, its
         config under HOME) plus the matrix's variables whose names look secret (HF_TOKEN, but also vLLM's
         VLLM_SHARED_EXPERTS_STREAM_TOKEN_THRESHOLD): the container is given those by name, so their values are
         never on the printed command line."""
-        cfg = tool_config(self.matrix, env, argv, extra_env=self.arm_env_vars(env.arm), cache_dir=cache_dir,
+        cfg = tool_config(self.matrix, env, argv, extra_env=self.arm_env_vars(env.arm), dirs=dirs,
                           name_suffix=f"-tool-{secrets.token_hex(3)}")
         secrets_by_name = {k: v for k, v in self.arm_env_vars(env.arm).items() if SECRET_NAME.search(k)}
         return ToolCommand(self._launch(cfg), {**os.environ, **secrets_by_name})
@@ -752,7 +733,7 @@ class DockerRuntime(RuntimeBase):
         run_dir = run_dir or Path("runs").resolve() / f"RUN-ID-{self.matrix.name}"
         env = ArmEnv(arm=arm, vllm_version=spec.vllm, image=image)
         cfg = tool_config(self.matrix, env, argv or ["vllm", "bench", "latency", "..."],
-                          extra_env=self.arm_env_vars(arm), cache_dir=run_dir / arm / "cache",
+                          extra_env=self.arm_env_vars(arm), dirs=ArmDirs.in_run(run_dir, arm),
                           name_suffix="-tool-XXXXXX")
         return cfg.cli()
 
