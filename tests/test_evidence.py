@@ -401,7 +401,7 @@ def test_an_interleaved_aa_on_the_h200_reads_equivalent_while_both_servers_move_
     slow = sorted((f.arm, f.point, f.round) for f in run.findings if f.check == "slow-request")
     assert slow == [("baseline", "isl128-osl64-c8-n64", 2), ("stock-again", "isl128-osl64-c16-n128", 0),
                     ("stock-again", "isl128-osl64-c16-n128", 5)]
-    assert ("repeat 0: the first 16 of 128 requests (the first wave at concurrency 16) waited ≥ 4× the median for "
+    assert ("restart set 0, block 0: the first 16 of 128 requests (the first wave at concurrency 16) waited ≥ 4× the median for "
             "their first token (slowest 971 ms, median 141 ms)") in report
     # the slow c1 block after set 2's cold start is named, and it is the run's only block off its set
     blocks = [(f.arm, f.point, f.round) for f in run.findings if f.check == "block-outlier"]

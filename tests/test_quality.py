@@ -100,7 +100,7 @@ def test_failed_requests_named_with_counts():
     raw["errors"] = ["Server disconnected" if i in (1, 7, 15) else "" for i in range(16)]
     found = check_failed(sr(raw), planned(num_prompts=16), arm="patched", point=C8, round=2)
     assert len(found) == 1 and found[0].severity == "unreliable" and found[0].check == "failed-requests"
-    assert found[0].message.startswith("repeat 2: 3 of 16 requests failed")
+    assert found[0].message.startswith("3 of 16 requests failed")  # run_checks names the repeat
     assert "Server disconnected" in found[0].message
 
 
@@ -108,7 +108,7 @@ def test_incomplete_run_without_failures_is_named():
     raw = raw_copy(*CLEAN)
     raw["completed"] = 12
     found = check_failed(sr(raw), planned(num_prompts=16), arm="patched", point=C8, round=0)
-    assert [f.message for f in found] == ["repeat 0: only 12 of 16 requests completed"]
+    assert [f.message for f in found] == ["only 12 of 16 requests completed"]
 
 
 def test_failed_silent_on_real_results():
@@ -198,7 +198,7 @@ def test_one_burst_request_in_sixteen_is_a_warning():
     raw["ttfts"][5] = raw["latencies"][5]
     found = check_coalesced(sr(raw), arm="patched", point=C8, round=0)
     assert [(f.severity, f.message) for f in found] == [
-        ("warning", "repeat 0: 1 of 16 requests received every token after the first in one burst")]
+        ("warning", "1 of 16 requests received every token after the first in one burst")]
     raw["ttfts"][6] = raw["latencies"][6]  # 2 of 16 = 12.5 % >= 10 %
     assert [f.severity for f in check_coalesced(sr(raw), arm="patched", point=C8, round=0)] == ["unreliable"]
 
@@ -229,7 +229,7 @@ def test_low_concurrency_planted():
     raw["latencies"] = [x / 4 for x in raw["latencies"]]  # mean in flight 7.83 -> 1.96 of 8
     found = check_concurrency(sr(raw), planned(concurrency=8, num_prompts=16), arm="patched", point=C8, round=1)
     assert len(found) == 1 and found[0].check == "low-concurrency" and found[0].severity == "unreliable"
-    assert found[0].message == "repeat 1: mean in-flight requests 1.96 of the 8 asked for (24%, threshold 70%)"
+    assert found[0].message == "mean in-flight requests 1.96 of the 8 asked for (24%, threshold 70%)"
     # an open-loop point (finite request rate) sets its own load: not a defect
     assert check_concurrency(sr(raw), planned(concurrency=8, num_prompts=16, request_rate=2.0),
                              arm="patched", point=C8, round=1) == []
@@ -300,12 +300,12 @@ def test_slow_request_names_the_repeat_whose_ttft_a_few_requests_carry():
     (f,) = check_slow_requests(sr(ttfts=[*steady[:7], 0.560, *steady[7:]]), planned(8, 16), arm="stock-again",
                                point=C8, round=5)
     assert (f.check, f.severity, f.round) == ("slow-request", "warning", 5)
-    assert f.message.startswith("repeat 5: 1 of 16 requests waited ≥ 4× the median for their first token "
+    assert f.message.startswith("1 of 16 requests waited ≥ 4× the median for their first token "
                                 "(slowest 560 ms, median 140 ms): mean TTFT +18.8 % from them")
     (f,) = check_slow_requests(sr(ttfts=[0.9] * 8 + [0.14] * 56), planned(8, 64), arm="a", point=C8, round=2)
-    assert f.message.startswith("repeat 2: the first 8 of 64 requests (the first wave at concurrency 8) waited")
+    assert f.message.startswith("the first 8 of 64 requests (the first wave at concurrency 8) waited")
     (f,) = check_slow_requests(sr(ttfts=[0.9] * 4 + [0.14] * 60), planned(8, 64), arm="a", point=C8, round=2)
-    assert f.message.startswith("repeat 2: the first 4 of 64 requests waited")
+    assert f.message.startswith("the first 4 of 64 requests waited")
     assert check_slow_requests(sr(ttfts=[*steady, 0.546]), None, arm="a", point=C8, round=0) == []
     assert check_slow_requests(sr(ttfts=[0.14] * 6 + [0.9]), None, arm="a", point=C8, round=0) == []
     assert check_slow_requests(sr(), None, arm="a", point=C8, round=0) == []
@@ -554,6 +554,20 @@ def test_run_checks_on_the_real_results():
     ttft = summarize_findings(found, "mean_ttft_ms")
     assert set(ttft) == {(a, p) for a, p, _ in REAL_COALESCED}  # every cell has a coalesced repeat
     assert any("coalesced stream" in m for m in ttft[("patched", C8)])  # its repeat 2
+
+
+def test_a_repeats_finding_is_named_where_it_ran():
+    """The checks of one repeat name no repeat; run_checks puts its name in front, as the rest of the report
+    names it: the round, or under interleaved (two blocks a set here) the restart set and block. The same
+    failed repeat (job repeat 3) reads "round 3" in one design and "restart set 1, block 3" in the other."""
+    raw = raw_copy(*CLEAN)
+    raw["failed"], raw["completed"] = 3, 13
+    raw["errors"] = ["Server disconnected" if i in (1, 7, 15) else "" for i in range(16)]
+    failed = RepeatResult("patched", C8, 3, sr(raw), planned(num_prompts=16))
+    (f,) = [f for f in run_checks([failed]) if f.check == "failed-requests"]
+    assert f.message.startswith("round 3: 3 of 16 requests failed") and f.round == 3
+    (f,) = [f for f in run_checks([failed], blocks=2) if f.check == "failed-requests"]
+    assert f.message.startswith("restart set 1, block 3: 3 of 16 requests failed") and f.round == 3
 
 
 # ------------------------------------------------------------------ fast path not taken (server log)

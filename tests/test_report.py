@@ -344,7 +344,7 @@ def test_interleaved_findings_say_which_set_and_block(tmp_path):
     raw_ = json.loads(result.read_text())
     result.write_text(json.dumps(raw_ | {"ttfts": [0.9, 0.9] + [0.1] * 6}))  # the first wave stalled
     text = render_markdown(load_run(root))
-    assert ("| warning | slow-request | patched | isl64-osl16-c2-n8 | restart set 1, block 3 | repeat 3: the first 2 "
+    assert ("| warning | slow-request | patched | isl64-osl16-c2-n8 | restart set 1, block 3 | restart set 1, block 3: the first 2 "
             "of 8 requests (the first wave at concurrency 2) waited") in text
     assert "| Severity | Check | Arm | Point | Where | Finding |" in text
 

@@ -82,10 +82,6 @@ def fmt_value(value: float) -> str:
     return f"{value:.3f}"
 
 
-def repeat_prefix(round: int | None) -> str:
-    return "" if round is None else f"repeat {round}: "
-
-
 def repeat_name(r: int, blocks: int) -> str:
     """Where job repeat ``r`` ran: its round, or with ``blocks`` > 1 (order interleaved) its restart set and
     block, so that block 5 of a two-set run is never read as "round 5"."""

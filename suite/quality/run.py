@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 
-from suite.quality.finding import Finding, RepeatResult, order_findings
+from suite.quality.finding import Finding, RepeatResult, order_findings, repeat_name
 from suite.quality.series import (
     check_bimodal_sessions,
     check_block_outlier,
@@ -30,10 +30,14 @@ def run_checks(repeats: Sequence[RepeatResult], *, servers: Iterable[ServerStart
     round-outlier, bimodal sessions) see restart sets, the verdict's unit, and block-outlier compares one
     block with its set's others."""
     across = [replace(r, round=r.round // blocks) for r in repeats] if blocks > 1 else repeats
-    findings: list[Finding] = []
+    per_repeat: list[Finding] = []
     for r in repeats:
-        findings += check_repeat(r.raw, r.params, arm=r.arm, point=r.point, round=r.round, client=r.client)
-    findings += check_warmup(repeats)
+        per_repeat += check_repeat(r.raw, r.params, arm=r.arm, point=r.point, round=r.round, client=r.client)
+    per_repeat += check_warmup(repeats)
+    # a repeat's finding is named where it ran, as everywhere in the report: "round 2", or under interleaved
+    # "restart set 1, block 3" (the checks themselves name no repeat)
+    findings = [f if f.round is None else replace(f, message=f"{repeat_name(f.round, blocks)}: {f.message}")
+                for f in per_repeat]
     findings += check_server_health(servers, logs)
     findings += check_session_drift(repeats)
     findings += check_round_outlier(across)

@@ -2,7 +2,8 @@
 planned point, its client record), and a session's first measurements (warm-up outliers).
 
 Pure functions over the results read as `ServeResult` (``--save-result --save-detailed``); thresholds beside
-the checks (each docstring says why).
+the checks (each docstring says why). A message names no repeat: `suite.quality.run.run_checks` puts where the
+repeat ran in front of it ("round 2: ...", under interleaved "restart set 1, block 3: ...").
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import statistics
 from collections import defaultdict
 from collections.abc import Sequence
 
-from suite.quality.finding import Finding, RepeatResult, fmt_value, repeat_prefix
+from suite.quality.finding import Finding, RepeatResult, fmt_value
 from suite.stages.serve.read import ServeResult, finite_number
 from suite.stages.serve.spec import ServeParams
 from suite.store import ClientRecord
@@ -96,7 +97,7 @@ def check_failed(raw: ServeResult, params: ServeParams | None, *, arm: str, poin
     if not parts:
         return []
     return [Finding("failed-requests", arm, point, round, "unreliable",
-                    f"{repeat_prefix(round)}{'; '.join(parts)}")]
+                    f"{'; '.join(parts)}")]
 
 
 def check_coalesced(raw: ServeResult, *, arm: str, point: str | None,
@@ -138,11 +139,11 @@ def check_coalesced(raw: ServeResult, *, arm: str, point: str | None,
         reasons.append(f"{bursts} of {len(rows)} requests received every token after the first in one burst")
     if reasons:
         return [Finding("coalesced-stream", arm, point, round, "unreliable",
-                        f"{repeat_prefix(round)}coalesced stream: {'; '.join(reasons)} (TTFT, TPOT and ITL unusable)",
+                        f"coalesced stream: {'; '.join(reasons)} (TTFT, TPOT and ITL unusable)",
                         metrics=TOKEN_TIMING)]
     if bursts:
         return [Finding("coalesced-stream", arm, point, round, "warning",
-                        f"{repeat_prefix(round)}{bursts} of {len(rows)} requests received every token after the first "
+                        f"{bursts} of {len(rows)} requests received every token after the first "
                         "in one burst", metrics=TOKEN_TIMING)]
     return []
 
@@ -164,7 +165,7 @@ def check_chunked(raw: ServeResult, *, arm: str, point: str | None, round: int |
     gaps = statistics.median(g for g, _ in chunked)
     tokens = statistics.median(n for _, n in chunked)
     return [Finding("chunked-stream", arm, point, round, "unreliable",
-                    f"{repeat_prefix(round)}chunked stream: {len(chunked)} of {len(rows)} requests got their {tokens:g} tokens "
+                    f"chunked stream: {len(chunked)} of {len(rows)} requests got their {tokens:g} tokens "
                     f"after the first in {gaps:g} chunk(s) (median): ITL times chunks, not tokens (TTFT, TPOT and "
                     "E2E latency are unaffected)", metrics=("itl",))]
 
@@ -190,7 +191,7 @@ def check_concurrency(raw: ServeResult, params: ServeParams | None, *, arm: str,
     if target <= 0 or achieved >= MIN_CONCURRENCY_SHARE * target:
         return []
     return [Finding("low-concurrency", arm, point, round, "unreliable",
-                    f"{repeat_prefix(round)}mean in-flight requests {achieved:.2f} of the {target} asked for "
+                    f"mean in-flight requests {achieved:.2f} of the {target} asked for "
                     f"({achieved / target:.0%}, threshold {MIN_CONCURRENCY_SHARE:.0%})")]
 
 
@@ -220,7 +221,7 @@ def check_client(client: ClientRecord | None, *, arm: str, point: str | None,
     if share is None or share < CLIENT_CPU_MAX:
         return []
     return [Finding("client-bound", arm, point, round, "unreliable",
-                    f"{repeat_prefix(round)}the benchmark client used {share:.0%} of a core (threshold "
+                    f"the benchmark client used {share:.0%} of a core (threshold "
                     f"{CLIENT_CPU_MAX:.0%}): the client, not the server, set the pace")]
 
 
@@ -253,7 +254,7 @@ def check_slow_requests(raw: ServeResult, params: ServeParams | None, *, arm: st
            + (f" (the first wave at concurrency {conc})" if conc == len(slow) else "")
            if slow == list(range(len(slow))) else f"{len(slow)} of {len(ttfts)} requests")
     return [Finding("slow-request", arm, point, round, "warning",
-                    f"{repeat_prefix(round)}{who} waited ≥ {SLOW_REQUEST_FACTOR:g}× the median for their first token "
+                    f"{who} waited ≥ {SLOW_REQUEST_FACTOR:g}× the median for their first token "
                     f"(slowest {1000 * max(ttfts[i] for i in slow):,.0f} ms, median {1000 * median:,.0f} ms): mean "
                     f"TTFT {100 * (mean / rest - 1):+.1f} % from them; P99 TTFT, E2E latency and output throughput "
                     "carry them too")]
@@ -319,6 +320,6 @@ def check_warmup(repeats: Sequence[RepeatResult]) -> list[Finding]:
         if parts:
             findings.append(Finding(
                 "warmup-outlier", arm, point, cand.round, "unreliable",
-                f"{repeat_prefix(cand.round)}{where} is a cold-start outlier: {' and '.join(parts)} of the other "
+                f"{where} is a cold-start outlier: {' and '.join(parts)} of the other "
                 f"{len(others)} repeats", session=session))
     return findings
