@@ -109,14 +109,7 @@ class VerdictSpec(BaseModel):
     @field_validator("metrics")
     @classmethod
     def _metrics(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        if not value:
-            raise ValueError("at least one metric")
-        unknown = [m for m in value if m not in METRICS]
-        if unknown:
-            raise ValueError(f"unknown metric(s) {unknown}; known: {', '.join(METRICS)}")
-        if len(set(value)) != len(value):
-            raise ValueError(f"duplicate metric(s) in {list(value)}")
-        return value
+        return _check_metrics(value)
 
     @model_validator(mode="after")
     def _looks(self) -> VerdictSpec:
@@ -393,10 +386,10 @@ def _check_metrics(metrics: Sequence[str]) -> tuple[str, ...]:
         raise ValueError(f"metrics must be a sequence of metric names, got the string {metrics!r}")
     ms = tuple(metrics)
     if not ms:
-        raise ValueError("no metrics")
+        raise ValueError("at least one metric")
     unknown = [m for m in ms if m not in METRICS]
     if unknown:
-        raise ValueError(f"unknown metric(s) {unknown}")
+        raise ValueError(f"unknown metric(s) {unknown}; known: {', '.join(METRICS)}")
     if len(set(ms)) != len(ms):
         raise ValueError(f"duplicate metric(s) in {list(ms)}")
     return ms

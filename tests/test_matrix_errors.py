@@ -331,6 +331,21 @@ def test_verdict_points_must_be_the_matrixs_serving_points(tmp_path):
     assert "points: give at least one point" in error_of(f)
 
 
+def test_verdict_metrics_are_the_registrys_each_once(tmp_path):
+    """verdict.metrics in a matrix is checked by the same rule as the primary test's own argument: a metric
+    the registry lacks is named at its line with the known ones (the peak throughput among them), an empty or
+    repeated list refused."""
+    ok = BASE + "verdict: {metrics: [max_output_tokens_per_s]}\n"
+    assert load_matrix(write(tmp_path, ok)).verdict.metrics == ("max_output_tokens_per_s",)
+    f = write(tmp_path, ok.replace("max_output_tokens_per_s", "p95_tpot_ms"), "bad.yaml")
+    err = error_of(f)
+    assert err.startswith(f"{f}:") and "unknown metric(s) ['p95_tpot_ms']; known: output_throughput" in err
+    assert "max_output_tokens_per_s" in err and "p90_tpot_ms" in err
+    assert "at least one metric" in error_of(write(tmp_path, BASE + "verdict: {metrics: []}\n", "empty.yaml"))
+    twice = BASE + "verdict: {metrics: [mean_tpot_ms, mean_tpot_ms]}\n"
+    assert "duplicate metric(s)" in error_of(write(tmp_path, twice, "twice.yaml"))
+
+
 def test_aa_alternate_refuses_pooling_and_takes_true_or_alternate_only(tmp_path):
     """`aa: alternate` has the A/A arm in half the rounds: pooling it into a candidate's test is refused with the
     way out; any other word than true / false / alternate is an error at its line."""
