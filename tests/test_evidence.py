@@ -452,4 +452,4 @@ def test_seed_000s_latency_row_is_read_across_engine_starts(tmp_path):
     lo, est, hi = (100 * (math.exp(v) - 1) for v in (mean - half, mean, mean + half))
     row = next(line for line in (run / "report.md").read_text().splitlines() if line.startswith("| 1 | 128 / 64 |"))
     assert f"| {est:.1f}% [{lo:.1f}, +{hi:.1f}] | 3 | 30/30 | not significant: 95% interval includes 0" in row, row
-    assert "**ll-bf16 vs baseline: NO DATA**" in (run / "report.md").read_text()
+    assert "**ll-bf16 vs baseline: NO SERVING TEST**" in (run / "report.md").read_text()
