@@ -37,6 +37,7 @@ from suite.document import (
     outcome_style,
 )
 from suite.errors import SuiteError
+from suite.plan import KINDS
 from suite.quality.finding import CHECK_ORDER, Finding, order_findings
 from suite.quality.run import ACROSS_ROUNDS
 from suite.stages.accuracy.read import GATE_FILTER, ArmsCorrectness
@@ -85,6 +86,20 @@ def _unfinished(m: Manifest) -> str:
             "what follows is from the jobs it has")
 
 
+def _offline_rounds(run: RunData) -> str:
+    """The offline stages' rounds as they ran (their records' start times): each round's arm order. Read from
+    the records, not the plan's rule, which has changed (the runs of 2026-12-02 rotated the arms)."""
+    rounds: dict[int, list[tuple[str, str]]] = {}
+    for r in run.records:
+        if KINDS[r.job.kind].placement == "offline" and r.started:
+            rounds.setdefault(r.job.repeat, []).append((r.started, r.job.arm))
+    if len(rounds) < 2:
+        return ""
+    orders = [" → ".join(literal(a) for a in dict.fromkeys(arm for _, arm in sorted(jobs)))
+              for _, jobs in sorted(rounds.items())]
+    return f"; offline stages: {len(rounds)} rounds, each arm once a round, in the order {'; '.join(orders)}"
+
+
 def intro(run: RunData) -> list[Paragraph | BulletList | Note]:
     m = run.manifest
     counts = m.job_counts
@@ -109,7 +124,8 @@ def intro(run: RunData) -> list[Paragraph | BulletList | Note]:
            if matrix.quiet_s else "")
         + (f", settle: a session's first point measured {literal(f'{matrix.settle_s:g}')} s or more after its "
            "servers answered (load at that point's shape until then)" if matrix.settle_s else "")
-        + f"; repeats: {literal(matrix.repeats)}",
+        + f"; repeats: {literal(matrix.repeats)}"
+        + _offline_rounds(run),
         f"baseline: **{literal(run.baseline)}**; candidates: {literal(', '.join(run.candidates) or '(none)')}"
         + (f"; A/A arm: {literal(run.aa_arm)}" if run.aa_arm else ""),
         *([weights] if (weights := weights_line(matrix)) else []),

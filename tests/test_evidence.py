@@ -453,3 +453,9 @@ def test_seed_000s_latency_row_is_read_across_engine_starts(tmp_path):
     row = next(line for line in (run / "report.md").read_text().splitlines() if line.startswith("| 1 | 128 / 64 |"))
     assert f"| {est:.1f}% [{lo:.1f}, +{hi:.1f}] | 3 | 30/30 | not significant: 95% interval includes 0" in row, row
     assert "**ll-bf16 vs baseline: NO SERVING TEST**" in (run / "report.md").read_text()
+    # the header gives each round's arm order as the records' start times have it
+    started = {(arm, rep): json.loads((root / arm / "latency" / "in128-out64-bs1" / f"rep-{rep}.job.json").read_text())
+               ["started"] for arm in ("baseline", "ll-bf16") for rep in range(3)}
+    order = "; ".join(" → ".join(sorted(("baseline", "ll-bf16"), key=lambda a, r=r: started[(a, r)])) for r in range(3))
+    assert order == "baseline → ll-bf16; ll-bf16 → baseline; ll-bf16 → baseline"
+    assert f"offline stages: 3 rounds, each arm once a round, in the order {order}" in (run / "report.md").read_text()
