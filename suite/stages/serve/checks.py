@@ -96,8 +96,7 @@ def check_failed(raw: ServeResult, params: ServeParams | None, *, arm: str, poin
             parts.append(f'first error "{first}"')
     if not parts:
         return []
-    return [Finding("failed-requests", arm, point, round, "unreliable",
-                    f"{'; '.join(parts)}")]
+    return [Finding("failed-requests", arm, point, round, "unreliable", "; ".join(parts))]
 
 
 def check_coalesced(raw: ServeResult, *, arm: str, point: str | None,
