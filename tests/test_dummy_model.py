@@ -18,7 +18,6 @@ from suite.matrix import load_matrix
 from suite.plan import build_plan
 from suite.runner import server_argv_tail
 from suite.stages.latency.run import latency_command
-from suite.store import ArmRuntimeInfo
 from tests.conftest import run_suite
 from tests.test_matrix_errors import error_of, write
 from tests.test_report import make_run
@@ -254,17 +253,14 @@ def test_run_prepares_the_model_and_records_dummy_weights_in_the_manifest(tmp_pa
     from rich.console import Console
 
     import suite.runner as runner
-    from suite.runtime.base import ArmEnv
+    from suite.runtime.base import ArmEnv, RuntimeBase
 
-    class FakeRuntime:
+    class FakeRuntime(RuntimeBase):  # prepares arms without an overlay; the base's preflight and arm_info
         kind = "local"
 
         def prepare_arm(self, arm, spec):
             assert (tmp_path / "g4-model" / "config.json").is_file()  # written before any arm is prepared
             return ArmEnv(arm=arm, vllm_version=spec.vllm)
-
-        def arm_info(self, arm):
-            return ArmRuntimeInfo()
 
     monkeypatch.setattr(runner, "make_runtime", lambda matrix, cache_root: FakeRuntime())
     ctx = runner.prepare(write(tmp_path, text()), tmp_path / "runs", None, Console(quiet=True))

@@ -272,18 +272,15 @@ def _served(tmp_path, monkeypatch, extra: str):
     of every session the runner ran, and which sessions it ran side by side."""
     import suite.runner as runner
     from suite.cli import main
-    from suite.runtime.base import ArmEnv
-    from suite.store import ArmRuntimeInfo, RunStore, atomic_write_json
+    from suite.runtime.base import ArmEnv, RuntimeBase
+    from suite.store import RunStore, atomic_write_json
     from tests.test_report import raw
 
-    class FakeRuntime:
+    class FakeRuntime(RuntimeBase):  # prepares arms without an overlay; the base's preflight and arm_info
         kind = "local"
 
         def prepare_arm(self, arm, spec):
             return ArmEnv(arm=arm, vllm_version=spec.vllm)
-
-        def arm_info(self, arm):
-            return ArmRuntimeInfo()
 
     ran, windows = [], []
     level = {"baseline": [100, 112, 95, 104, 99, 108, 101, 97, 103, 110, 96, 105],
