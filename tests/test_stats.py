@@ -278,7 +278,9 @@ def test_metric_registry():
             info = METRICS[f"{stat}_{lat}_ms"]
             assert info.unit == "ms" and not info.higher_is_better and info.key == f"{stat}_{lat}_ms"
             assert info.family == lat and info.stat == stat
-    assert len(METRICS) == 3 + 4 * 5
+    peak = METRICS["max_output_tokens_per_s"]  # vLLM's busiest second of output tokens
+    assert peak.higher_is_better and peak.family == "throughput" and peak.stat == "peak" and peak.unit == "tok/s"
+    assert len(METRICS) == 4 + 4 * 5
 
 
 def test_noise_floor_from_aa_pairs():
