@@ -65,7 +65,6 @@ def config_for(matrix, tmp_path: Path, arm: str = "baseline", port: int = 18350)
     env = ArmEnv(arm=arm, vllm_version="0.33.0", image="suite-vllm:test")
     run = tmp_path / "runs" / "20260101T000000Z-x"
     (run / arm).mkdir(parents=True)
-    (run / "manifest.json").write_text("{}")
     return container_config(matrix, env, argv_tail=["model", "--host", "127.0.0.1", "--port", str(port)],
                             extra_env={**matrix.env, "A": "1"}, dirs=ArmDirs.in_run(run, arm), port=port)
 
@@ -222,7 +221,6 @@ def cpu_setup(tmp_path: Path, monkeypatch):
         monkeypatch.delenv(name, raising=False)
     run = tmp_path / "runs" / "20260101T000000Z-tiny"
     (run / "patched").mkdir(parents=True)
-    (run / "manifest.json").write_text("{}")
     return parse_matrix(CPU_MATRIX.format(model=model)), run.resolve(), model.resolve()
 
 
@@ -1115,7 +1113,6 @@ def test_a_rocm_server_of_a_non_root_user_has_aiter_copy_its_jit_tree_once_first
     env = ArmEnv(arm="baseline", vllm_version="0.33.0", image="suite-vllm:rocm-test")
     run = tmp_path / "runs" / "20260101T000000Z-x"
     (run / "baseline").mkdir(parents=True)
-    (run / "manifest.json").write_text("{}")
     cache = run / "baseline" / "cache"
     spec = rt.server_spec(env, argv_tail=["m", "--port", "8000"], extra_env={}, dirs=ArmDirs(run, cache),
                           log_path=run / "baseline" / "server-0.log", port=8000, redact=[])
