@@ -474,7 +474,9 @@ class ServePoint(Strict):
     num_warmups: int = Field(1, ge=0, le=MAX_PROMPTS, description="vLLM's own warm-up requests before each point")
     seed: int = 0
     duration_s: float | None = Field(None, gt=0, le=3600, description="size each point by time: num_prompts "
-                                     "= this many seconds at the request rate the session's warm-up measured")
+                                     "= this many seconds at a measured request rate (the arms' median in the "
+                                     "previous round; in the first, the first arm's warm-up), one count per "
+                                     "round for every arm")
     warmup: bool = Field(True, description="warm the server at this shape before the session's first point")
     client: Literal["persistent", "cli"] = Field("persistent", description="one long-lived `vllm bench serve` "
                                                  "process per session, or a fresh CLI process per point")

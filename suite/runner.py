@@ -143,7 +143,8 @@ def job_env(ctx: RunContext, job: Job, server: Server | None, scope: SessionScop
         client_cpus=ctx.here.client_cpus(),
         server=None if offline else ServerView(server), scope=scope,
         session_dir=ctx.store.session_dir(job.arm, job.kind, job.session), pending=pending,
-        run_scope=ctx.run_scope, client_in_server=ctx.here.client_in_server, settle_until=settle_until)
+        run_scope=ctx.run_scope, client_in_server=ctx.here.client_in_server, settle_until=settle_until,
+        round=ctx.plan.round_of(job))
 
 
 def _run_job(ctx: RunContext, job: Job, server: Server | None, scope: SessionScope,

@@ -659,6 +659,11 @@ class RunStore:
                 counts.failed += 1
         return counts
 
+    def point_records(self, job: Job) -> list[JobRecord]:
+        """Every readable record of ``job``'s kind and point, of every arm, round and tag (in path order)."""
+        return [rec for path in sorted(self.root.glob(f"*/{job.kind}/{job.point}/*.job.json"))
+                if (rec := read_record(path))]
+
     def records(self) -> list[JobRecord]:
         """Every readable job record of the run, of this schema (in path order)."""
         return [rec for path in sorted(self.root.glob("*/*/*/*.job.json")) if (rec := read_record(path))]

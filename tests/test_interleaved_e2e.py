@@ -3,7 +3,8 @@
 One module-scoped run: the installed vLLM against a 3 ms-per-gate-call slowdown (synthetic-gate-delay), two
 restart sets of two blocks each, rounds until decided with one look after both sets. Checks what the order
 promises: each set a fresh start of every arm holding all the set's blocks, the arms taking turns in a fresh
-seeded order per turn, the verdict's unit the restart set (its score the geometric mean of its
+seeded order per turn, each block's points in the plan's order, one prompt count per set and point for both
+arms (points sized by time), the verdict's unit the restart set (its score the geometric mean of its
 paired blocks, recomputed here from the raw JSON), the report saying so, and no process left behind.
 """
 
@@ -23,14 +24,14 @@ arms:
   baseline: {vllm: "0.32.0"}
   slowed: {vllm: "0.32.0", patches: [synthetic-gate-delay], env: {SUITE_GATE_DELAY_US: "3000"}}
 serve:
-  - {isl: 64, osl: 16, concurrency: [1, 2], num_prompts: 2x, num_warmups: 1}
+  - {isl: 64, osl: 16, concurrency: [1, 2], num_prompts: 2x, duration_s: 1, num_warmups: 1}
 repeats: auto
 order: interleaved
 blocks: 2
 order_seed: 1
 verdict: {metrics: [mean_tpot_ms], max_rounds: 2, looks: [2]}
 """
-POINTS = ("isl64-osl16-c1-n2", "isl64-osl16-c2-n4")
+POINTS = ("isl64-osl16-c1-t1s", "isl64-osl16-c2-t1s")
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +68,42 @@ def test_each_restart_set_is_a_fresh_start_of_every_arm_holding_all_its_blocks(i
             assert {j["session"] for j in mine} == {s}  # the set's blocks ran in the set's own server
             assert sorted((j["repeat"], j["point"]) for j in mine) == sorted(
                 (b, p) for b in (2 * s, 2 * s + 1) for p in POINTS)
+
+
+def test_both_arms_of_a_set_serve_one_prompt_count_per_point(il_run):
+    """Points sized by time: the first arm to measure a point in a set sizes it (set 0: from its warm-up; set 1:
+    from set 0's measured rates), the other arm serves the same count, in each of the set's blocks."""
+    _, run_dir, _ = il_run
+    recs = [json.loads(f.read_text()) for arm in ("baseline", "slowed")
+            for f in (run_dir / arm / "serve").glob("*/rep-*.job.json")]
+    for s in (0, 1):
+        for point in POINTS:
+            mine = [r for r in recs if r["job"]["point"] == point and r["job"]["repeat"] // 2 == s]
+            assert len(mine) == 4 and {r["job"]["arm"] for r in mine} == {"baseline", "slowed"}
+            sizes = {json.dumps(r["sized"], sort_keys=True) for r in mine}
+            assert len(sizes) == 1, sizes
+            size = mine[0]["sized"]
+            assert size["round"] == s and size["prompts"] >= 2 * int(point.split("-c")[1].split("-")[0])
+            assert ("session's warm-up" if s == 0 else "round 0's runs of the point") in size["basis"]
+            for r in mine:  # what the bench client was asked for and what it served
+                assert r["command"][r["command"].index("--num-prompts") + 1] == str(size["prompts"])
+                raw = json.loads((run_dir / r["job"]["arm"] / "serve" / point / f"rep-{r['job']['repeat']}.json")
+                                 .read_text())
+                assert raw["completed"] == size["prompts"]
+
+
+def test_each_block_measures_its_points_in_the_plans_order(il_run):
+    """The blocks' point orders come from the plan (a fresh seeded order per block); the run kept them."""
+    from suite.matrix import load_matrix
+    from suite.plan import build_plan
+
+    matrix, run_dir, _ = il_run
+    plan = build_plan(load_matrix(matrix))
+    for arm in ("baseline", "slowed"):
+        planned = [(j.repeat, j.point) for s in plan.sessions if s.arm == arm for j in s.jobs if not j.tag]
+        recs = [json.loads(f.read_text()) for f in (run_dir / arm / "serve").glob("*/rep-*.job.json")]
+        ran = [(r["job"]["repeat"], r["job"]["point"]) for r in sorted(recs, key=lambda r: (r["started"], r["written"]))]
+        assert ran == planned
 
 
 def test_the_arms_of_an_interleaved_window_take_turns_in_a_fresh_random_order():

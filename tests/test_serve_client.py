@@ -32,12 +32,11 @@ from suite.stages.serve.client import (
     with_flag,
     without_flag,
 )
+from suite.stages.serve.sizing import prompts_for
 from suite.stages.serve.warmup import (
     SEED_SHIFT,
     WarmPoint,
-    WarmShape,
     shape_of,
-    size_for_duration,
     warm_argv,
     warm_prompts,
     warm_session,
@@ -110,17 +109,16 @@ def test_shape_ignores_count_seed_and_files_but_not_load():
     assert shape_of(a) != shape_of(without_flag(a, "--ignore-eos", takes_value=False))
 
 
-def test_size_for_duration():
-    warm = WarmShape(shape={}, prompts=8, concurrency=4, wall_s=1.0, completed=8, request_throughput=3.3)
-    assert size_for_duration(10.0, warm, 4) == 36  # ceil(33.0) = 33 -> next multiple of 4
-    assert size_for_duration(10.0, {"request_throughput": 3.2}, 4) == 32  # 32.000000000000004 is 32
-    assert size_for_duration(0.5, warm, 4) == 8  # at least 2 x concurrency
-    assert size_for_duration(4.0, {"request_throughput": 2.5}, 1) == 10
-    for bad in ({"request_throughput": 0}, {"request_throughput": None}, {}):
-        with pytest.raises(SuiteError, match="no request throughput"):
-            size_for_duration(10.0, bad, 4)
+def test_prompts_for_a_duration():
+    assert prompts_for(10.0, 3.3, 4) == 36  # ceil(33.0) = 33 -> next multiple of 4
+    assert prompts_for(10.0, 3.2, 4) == 32  # 32.000000000000004 is 32
+    assert prompts_for(0.5, 3.3, 4) == 8  # at least 2 x concurrency
+    assert prompts_for(4.0, 2.5, 1) == 10
+    for bad in (0, None, -1.0):
+        with pytest.raises(SuiteError, match="no request rate"):
+            prompts_for(10.0, bad, 4)
     with pytest.raises(SuiteError):
-        size_for_duration(0, warm, 4)
+        prompts_for(0, 3.3, 4)
 
 
 # ------------------------------------------------------------------------------------------ the real worker
@@ -365,6 +363,6 @@ def test_persistent_client_matches_the_cli_and_costs_less(tiny_model, tmp_path):
                for s in warm.shapes), warm.record()
     assert warm.prefix_cache_reset is True  # VLLM_SERVER_DEV_MODE=1
     assert warm.for_argv(with_flag(argv, "--seed", "5")) is warm.shapes[0]
-    n = size_for_duration(2.0, warm.shapes[0], 4)
+    n = prompts_for(2.0, warm.shapes[0].request_throughput, 4)
     assert n % 4 == 0 and n >= 8
     assert not list((tmp_path / "warm").iterdir())  # the scratch results are discarded

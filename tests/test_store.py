@@ -64,7 +64,7 @@ def test_a_stages_notes_are_declared_and_land_in_its_record(tmp_path):
                              device=DeviceStates(before=[{"clocks.sm": "1980 MHz"}], after=None))
     raw = json.loads(store.record_path(job).read_text())
     assert raw["command"] == ["vllm", "bench", "serve"] and raw["prefix_cache_reset"] is True
-    assert "sized_num_prompts" not in raw  # None: not written
+    assert "sized" not in raw  # None: not written
     assert raw["warmup"]["shapes"][0]["concurrency"] == 4 and raw["warmup"]["wall_s"] == 1.6
     back = store.record(job)
     assert back is not None and back == rec

@@ -87,6 +87,7 @@ class JobEnv:
     run_scope: SessionScope | None = None  # resources that outlive a server (a client that needs no server)
     client_in_server: bool = False  # client tools run inside the server's container: one client per server
     settle_until: float | None = None  # time.monotonic() before which a session's first point is not measured
+    round: int = 0  # the round the job belongs to (interleaved: its restart set; else its repeat)
 
     @property
     def tokenizer(self) -> str:

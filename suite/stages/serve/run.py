@@ -12,10 +12,11 @@ from suite.plan import Job
 from suite.proc import run_tool
 from suite.stages.base import JobEnv
 from suite.stages.serve.client import WORKER_PATH, PersistentClient, with_flag
+from suite.stages.serve.sizing import PointSize, point_size
 from suite.stages.serve.spec import ServeParams
-from suite.stages.serve.warmup import WarmPoint, WarmupRecord, size_for_duration, warm_session
+from suite.stages.serve.warmup import WarmPoint, WarmupRecord, warm_session
 from suite.stats import LATENCIES, PERCENTILES
-from suite.store import ClientRecord, JobNotes
+from suite.store import ClientRecord, JobNotes, RunStore
 
 PERCENTILE_METRICS = ",".join(LATENCIES)  # every latency of the metric registry ...
 METRIC_PERCENTILES = ",".join(str(q) for q in PERCENTILES)  # ... at its percentiles
@@ -126,30 +127,33 @@ def warm(env: JobEnv, client: PersistentClient) -> WarmupRecord | None:
     return warmed.record()
 
 
-def sized_argv(env: JobEnv, argv: list[str]) -> tuple[list[str], int | None]:
-    """A point sized by time (`duration_s`) gets its prompt count from the session warm-up's request rate
-    at the same shape; without a usable warm-up it keeps the matrix's num_prompts."""
+def sized_argv(env: JobEnv, argv: list[str]) -> tuple[list[str], PointSize | None]:
+    """A point sized by time (`duration_s`) gets one prompt count per round, the same for every arm
+    (``suite.stages.serve.sizing``): the round's, else from the latest earlier round's runs, else from the
+    session's warm-up at the same shape; with none of these it keeps the matrix's num_prompts."""
     params = serve_params(env.job)
-    duration = params.duration_s
-    if not duration or not env.scope.has("warm"):
+    if not params.duration_s:
         return argv, None
-    shape = env.scope.get("warm", contextlib.nullcontext).for_argv(argv)
-    if shape is None or not shape.ok:
+    warm_rate = None
+    if env.scope.has("warm"):
+        shape = env.scope.get("warm", contextlib.nullcontext).for_argv(argv)
+        warm_rate = shape.request_throughput if shape is not None and shape.ok else None
+    size = point_size(RunStore(env.run_root), env.job, env.round, params.duration_s, params.concurrency, warm_rate)
+    if size is None:
         return argv, None
-    n = size_for_duration(duration, shape, params.concurrency)
-    return with_flag(argv, "--num-prompts", str(n)), n
+    return with_flag(argv, "--num-prompts", str(size.prompts)), size
 
 
 class ServeNotes(JobNotes):
     """A serving point's notes: the bench command line, whether the prefix cache was reset before it, how its
     client ran, the session's warm-ups (on the session's first point), and the prompt count of a point sized by
-    time (`duration_s`)."""
+    time (`duration_s`) with where it came from."""
 
     command: list[str]
     prefix_cache_reset: bool
     client: ClientRecord
     warmup: WarmupRecord | None = None
-    sized_num_prompts: int | None = None
+    sized: PointSize | None = None
 
 
 def execute(env: JobEnv) -> ServeNotes:
@@ -162,12 +166,12 @@ def execute(env: JobEnv) -> ServeNotes:
     result = env.result
     argv, sized = sized_argv(env, bench_argv(env, job, result))
     params = serve_params(job)
-    if sized:
-        params = params.model_copy(update={"num_prompts": sized})
+    if sized is not None:
+        params = params.model_copy(update={"num_prompts": sized.prompts})
     run = client.run(argv, result, point_timeout_s(params), log_path=env.log)
     raw = json.loads(result.read_text())
     if not raw.get("completed"):  # the tool exits 0 even when every request failed (e.g. the server died)
         raise SuiteError(f"`vllm bench serve` completed no request ({raw.get('failed')} failed); raw output "
                          f"kept in {result.name}\n  command: {' '.join(run.command)}")
     return ServeNotes(command=run.command, prefix_cache_reset=reset, client=run, warmup=warmup,
-                      sized_num_prompts=sized or None)
+                      sized=sized)

@@ -23,7 +23,7 @@ class ServeParams(BaseModel):
     request_rate: float | None  # None: every request at once (inf)
     num_warmups: int
     seed: int
-    duration_s: float | None = None  # size the point by time (the prompts counted at the session's warm-up)
+    duration_s: float | None = None  # size the point by time (one count per round: suite.stages.serve.sizing)
     warmup: bool = True  # warm the server at this shape before the session's first point
     client: Literal["persistent", "cli"] = "persistent"
 

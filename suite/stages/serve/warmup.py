@@ -19,14 +19,12 @@ mean TPOT is kept, so the record shows whether the settle outlasted that state.
 from __future__ import annotations
 
 import json
-import math
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -210,21 +208,3 @@ def _warm_one(client: PersistentClient, point: WarmPoint, key: dict[str, str], r
                      duration_s=raw.get("duration"), completed=raw.get("completed"), failed=raw.get("failed"),
                      request_throughput=raw.get("request_throughput"),
                      output_throughput=raw.get("output_throughput"), mean_tpot_ms=raw.get("mean_tpot_ms"))
-
-
-def size_for_duration(duration_s: float, warm: WarmShape | Mapping[str, Any], concurrency: int) -> int:
-    """Prompts for a point sized by time: ceil(duration_s x the request throughput its warm-up measured),
-    rounded up to a multiple of the concurrency, at least 2 x concurrency.
-
-    The warm-up's throughput includes its ramp-up and drain, so the point tends to last a little longer
-    than duration_s, never much shorter."""
-    rps = warm.request_throughput if isinstance(warm, WarmShape) else warm.get("request_throughput")
-    if duration_s <= 0:
-        raise SuiteError(f"duration_s must be positive (got {duration_s})")
-    if concurrency < 1:
-        raise SuiteError(f"concurrency must be at least 1 (got {concurrency})")
-    if not rps or rps <= 0:
-        raise SuiteError("cannot size a point by time: its warm-up measured no request throughput")
-    n = math.ceil(round(duration_s * rps, 9))
-    n = math.ceil(n / concurrency) * concurrency
-    return max(n, 2 * concurrency)
