@@ -52,6 +52,9 @@ FAMILY_ALPHA = 0.05  # Holm: family-wise error rate over a candidate's cells
 NO_DATA = "NO DATA"
 OUTPUT_CHANGED = "OUTPUT CHANGED"  # the correctness word: greedy completions differ from the baseline's
 CONTROL_PASSED = "CONTROL PASSED"  # the A/A control: two identical arms, no difference found
+# a candidate of a matrix with no serving points: it has data (the offline stages' tables, each row with its
+# verdict), but no serving test to give the verdict words to
+NO_SERVING_TEST = "NO SERVING TEST"
 CONTROL_FAILED = "CONTROL FAILED"  # the A/A control: two identical arms called different (a false alarm)
 CONTROL_UNTESTED = "CONTROL UNTESTED"  # the A/A control: too few rounds for the test to say anything
 OUTPUT_IDENTICAL = "OUTPUT IDENTICAL"
@@ -618,15 +621,19 @@ class CandidateSummary:
     error: str | None = None  # why there is no primary test although both arms have rounds
     family_alpha: float = FAMILY_ALPHA
     decided_after: int | None = None  # the runner's look decided it after this many rounds (the test stops there)
+    offline_only: bool = False  # the matrix has no serving points (and no serving result left unread)
 
     @property
     def word(self) -> str:
-        """The card's word: the speed outcome, or for a candidate without one (a correctness-only arm) what
-        greedy equivalence says."""
+        """The card's word (and the history's): the speed outcome; for a candidate without one, what greedy
+        equivalence says (a correctness-only arm), else NO SERVING TEST for a matrix of offline stages only,
+        else NO DATA."""
+        if self.evaluation is not None and self.overall != NO_DATA:
+            return self.overall
         eq = self.correctness.equivalence
-        if (self.evaluation is None or self.overall == NO_DATA) and eq is not None:
+        if eq is not None:
             return OUTPUT_CHANGED if eq.n_identical < eq.n else OUTPUT_IDENTICAL
-        return self.overall
+        return NO_SERVING_TEST if self.offline_only and not self.error else NO_DATA
 
     @property
     def control_word(self) -> str:
@@ -670,7 +677,8 @@ def summarize_candidate(run: RunData, cand: str, floors: dict[str, float] | None
     return CandidateSummary(candidate=cand, baseline=run.baseline, overall=overall, spec=spec, evaluation=ev,
                             cells=cells, counts=counts, geomean_throughput_pct=geo, points=len(ratios),
                             correctness=compare_arms(run.store, run.records, run.baseline, cand),
-                            left_out=test.left_out, error=test.error, decided_after=decided)
+                            left_out=test.left_out, error=test.error, decided_after=decided,
+                            offline_only=not run.points and not run.serve.unreadable)
 
 
 def summarize_candidates(run: RunData, floors: dict[str, float] | None = None) -> list[CandidateSummary]:
@@ -679,5 +687,3 @@ def summarize_candidates(run: RunData, floors: dict[str, float] | None = None) -
     spec = verdict_spec(run)
     return [summarize_candidate(run, cand, floors, spec) for cand in run.candidates]
 
-
-OUTCOMES = tuple(o.value for o in Outcome) + (NO_DATA,)

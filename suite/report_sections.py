@@ -225,9 +225,8 @@ def card(run: RunData, s: CandidateSummary) -> Card:
                     if changed else f"greedy outputs identical to the baseline's in all {eq.n} prompts")
             return Card(title_, word, outcome_style(word), head, correctness=correct,
                         lines=[f"no speed verdict: {literal(why)}"])
-        # offline stages only: there is data (their tables, each row with its verdict), no serving test
-        word = NO_SERVING_TEST if not run.points and not run.serve.unreadable and not s.error else NO_DATA
-        return Card(title_, word, outcome_style(NO_DATA), f"no primary test: {literal(why)}", correctness=correct)
+        # offline stages only (NO SERVING TEST: their tables hold data and verdicts), or nothing to read
+        return Card(title_, s.word, outcome_style(NO_DATA), f"no primary test: {literal(why)}", correctness=correct)
     c = ev.composite
     level = ("95 % interval" if c.n_looks == 1
              else f"repeated {100 * (1 - c.nominal_alpha):.3g} % interval, look {c.look} of {c.n_looks} "
@@ -374,10 +373,6 @@ def verdict_section(run: RunData) -> Section:
                            "points; each stage's table below carries its own per-row verdicts.")
     return Section("Verdict", 2, [card(run, s) for s in run.summaries] + control + [legend], anchor="verdict")
 
-
-# the card's word for a candidate of a matrix with no serving points: it has data (the offline stages' tables),
-# but no serving test to give the verdict words to
-NO_SERVING_TEST = "NO SERVING TEST"
 
 
 def _finding_where(run: RunData, f: Finding) -> str:

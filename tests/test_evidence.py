@@ -453,6 +453,13 @@ def test_seed_000s_latency_row_is_read_across_engine_starts(tmp_path):
     row = next(line for line in (run / "report.md").read_text().splitlines() if line.startswith("| 1 | 128 / 64 |"))
     assert f"| {est:.1f}% [{lo:.1f}, +{hi:.1f}] | 3 | 30/30 | not significant: 95% interval includes 0" in row, row
     assert "**ll-bf16 vs baseline: NO SERVING TEST**" in (run / "report.md").read_text()
+    # the history index stores the card's word (it stored NO DATA for a run whose tables hold verdicts)
+    from suite.cli import main
+    from suite.history import list_runs
+
+    assert main(["history", "--runs", str(tmp_path), "--scan"]) == 0
+    (row,) = list_runs(tmp_path / "history.sqlite")
+    assert [(v.candidate, v.overall) for v in row.verdicts] == [("ll-bf16", "NO SERVING TEST")]
     # the header gives each round's arm order as the records' start times have it
     started = {(arm, rep): json.loads((root / arm / "latency" / "in128-out64-bs1" / f"rep-{rep}.job.json").read_text())
                ["started"] for arm in ("baseline", "ll-bf16") for rep in range(3)}
