@@ -396,6 +396,12 @@ def test_session_drift_flags_a_server_that_changed_speed_within_its_session():
     assert all(f.severity == "warning" and f.check == "session-drift" for f in found)
     assert "Mean TPOT 4.26 ms at the point's first measurement, 3.99 ms when it was measured again" in found[0].message
     assert "(-6.3%; this run's threshold 2.5%)" in found[0].message  # 5 x the median |difference|, 0.5 %
+    # named where it ran by run_checks, as every repeat's finding: a round, or a restart set's block (it read
+    # "round 6" under interleaved, where the report calls that job repeat restart set 2, block 6)
+    named = [f.message for f in run_checks(repeats) if f.check == "session-drift"]
+    assert named[0].startswith("round 1: Mean TPOT 4.26 ms") and len(named) == 3
+    named = [f.message for f in run_checks(repeats, blocks=3) if f.check == "session-drift"]
+    assert named[0].startswith("restart set 0, block 1: Mean TPOT 4.26 ms")
     # a noisy run sets its own threshold (5 x its median difference): 3 % swings everywhere are its noise
     noisy = [RepeatResult("a", "c1", r, sr({"mean_tpot_ms": 10.0}), end=sr(mean_tpot_ms=10.0 * (1.03 if r % 2 else 0.97)))
              for r in range(6)]

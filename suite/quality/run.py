@@ -34,12 +34,12 @@ def run_checks(repeats: Sequence[RepeatResult], *, servers: Iterable[ServerStart
     for r in repeats:
         per_repeat += check_repeat(r.raw, r.params, arm=r.arm, point=r.point, round=r.round, client=r.client)
     per_repeat += check_warmup(repeats)
+    per_repeat += check_session_drift(repeats)
     # a repeat's finding is named where it ran, as everywhere in the report: "round 2", or under interleaved
     # "restart set 1, block 3" (the checks themselves name no repeat)
     findings = [f if f.round is None else replace(f, message=f"{repeat_name(f.round, blocks)}: {f.message}")
                 for f in per_repeat]
     findings += check_server_health(servers, logs)
-    findings += check_session_drift(repeats)
     findings += check_round_outlier(across)
     findings += check_block_outlier(repeats, blocks)
     findings += check_drift(across)

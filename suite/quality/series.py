@@ -160,7 +160,7 @@ def check_session_drift(repeats: Sequence[RepeatResult], metric: str = "mean_tpo
         floor = max(floor, SESSION_DRIFT_FACTOR * statistics.median(abs(d) for *_, d in pairs))
     m = METRICS[metric]
     return [Finding("session-drift", r.arm, r.point, r.round, "warning",
-                    f"round {r.round}: {m.label} {fmt_value(start)} {m.unit} at the point's first measurement, {fmt_value(end)} "
+                    f"{m.label} {fmt_value(start)} {m.unit} at the point's first measurement, {fmt_value(end)} "
                     f"{m.unit} when it was measured again at the session's end ({math.expm1(d) * 100:+.1f}%; this "
                     f"run's threshold {math.expm1(floor) * 100:.1f}%): the server was not steady", session=r.session)
             for r, start, end, d in pairs if abs(d) > floor]
