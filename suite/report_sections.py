@@ -100,6 +100,20 @@ def _offline_rounds(run: RunData) -> str:
     return f"; offline stages: {len(rounds)} rounds, each arm once a round, in the order {'; '.join(orders)}"
 
 
+def _block_points(run: RunData) -> str:
+    """How the blocks of an interleaved run ordered their points, read from the plan it recorded (the rule has
+    changed: until 2026-12-04 every block took the matrix's order)."""
+    blocks: dict[int, list[str]] = {}
+    arm = next((j.arm for j in run.plan.jobs if j.key.startswith("serve/")), None)
+    for j in run.plan.jobs:
+        kind, point, rep = j.key.split("/", 2)
+        if j.arm == arm and kind == "serve" and rep.removeprefix("rep-").isdigit():
+            blocks.setdefault(int(rep.removeprefix("rep-")), []).append(point)
+    if len({tuple(points) for points in blocks.values()}) > 1:
+        return " (each block's points in a random order of its own, the same for every arm)"
+    return " (every block in the matrix's order of points)" if len(blocks) > 1 else ""
+
+
 def intro(run: RunData) -> list[Paragraph | BulletList | Note]:
     m = run.manifest
     counts = m.job_counts
@@ -118,8 +132,9 @@ def intro(run: RunData) -> list[Paragraph | BulletList | Note]:
         + (f", side by side: {literal(matrix.side_by_side)} servers per time window (arms in random order per "
            f"round, seed {literal(matrix.order_seed)})" if matrix.side_by_side > 1 else "")
         + (f": every serving arm's server alive at once, a fresh start per round (restart set), "
-           f"{literal(matrix.blocks)} block{'s' if matrix.blocks != 1 else ''} of every point per set, the arms "
-           f"taking turns (seed {literal(matrix.order_seed)})" if run.order == "interleaved" else "")
+           f"{literal(matrix.blocks)} block{'s' if matrix.blocks != 1 else ''} of every point per set"
+           f"{_block_points(run)}, the arms taking turns (seed {literal(matrix.order_seed)})"
+           if run.order == "interleaved" else "")
         + (f", quiet: no request until {literal(f'{matrix.quiet_s:g}')} s after the servers answered"
            if matrix.quiet_s else "")
         + (f", settle: a session's first point measured {literal(f'{matrix.settle_s:g}')} s or more after its "
