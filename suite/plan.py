@@ -164,10 +164,11 @@ def _server_jobs(matrix: Matrix, arms: dict[str, ArmSpec], arm: str, session: in
 
 def block_order(jobs: list[Job], matrix: Matrix, block: int) -> list[Job]:
     """The order of one block's points under ``interleaved``: a fresh seeded random order per block, the same for
-    every arm (the arms take turns job by job, so each turn measures one point on every arm). A fixed order put
-    the same point after the heaviest one in every block: on the 2-core box every server's first 0.4-0.7 s
-    after its concurrency-8 point ran at half speed, so concurrency 1, measured next, read ~20 % slower in every
-    block but the first. Other orders keep the matrix's."""
+    every arm (the arms take turns job by job, so each turn measures one point on every arm). A fixed order puts
+    each point at the same place in every block, so whatever that place does falls on one point always: on the
+    2-core box a server that sat idle while the other arms measured served its first ~0.6 s at half speed, and
+    concurrency 1, first in every block, read ~20 % slower in every block but the first (which followed the
+    warm-up). Other orders keep the matrix's."""
     if matrix.order != "interleaved" or len(jobs) < 2:
         return jobs
     keys = round_order([j.key for j in jobs], block, matrix.order_seed, "points")

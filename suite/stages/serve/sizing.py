@@ -2,8 +2,9 @@
 
 A point sized by time gets its prompt count from a request rate. Each arm used to take it from its own session's
 warm-up, so the arms of one round measured different work: in one demo restart set the arms served 15 and 28
-prompts at concurrency 1, and a fixed slow start of every point (0.4-0.7 s at half speed on the 2-core box)
-weighed twice as much in the short one (an A/A pair 10 % apart). Now the count is decided once per round and
+prompts at concurrency 1, and a fixed slow start of a point (its server, idle while the other arms measured,
+served its first ~0.6 s at half speed on the 2-core box) weighed twice as much in the short one (an A/A pair
+10 % apart). Now the count is decided once per round and
 point, by the round's first arm to measure the point, and every other arm of the round reads it back from that
 arm's record: the same count and seed, so the same requests.
 
