@@ -389,7 +389,6 @@ def verdict_section(run: RunData) -> Section:
     return Section("Verdict", 2, [card(run, s) for s in run.summaries] + control + [legend], anchor="verdict")
 
 
-
 def _finding_where(run: RunData, f: Finding) -> str:
     """The round (or, order interleaved, the restart set and block) a finding is about; blank for none."""
     if f.round is None:

@@ -19,7 +19,6 @@ Counts are read from the run's stored records, so a resumed run keeps the counts
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from collections.abc import Iterable
@@ -29,7 +28,7 @@ from pydantic import BaseModel, ConfigDict
 from suite.errors import SuiteError
 from suite.plan import Job
 from suite.stages.serve.read import ServeResult
-from suite.store import JobRecord, RunStore
+from suite.store import JobRecord, RunStore, load_results
 
 
 class PointSize(BaseModel):
@@ -75,17 +74,14 @@ def stored_size(records: Iterable[JobRecord], rnd: int) -> PointSize | None:
 def measured_rate(store: RunStore, records: Iterable[JobRecord], rnd: int) -> tuple[float, str] | None:
     """The median over arms of the point's request rate (an arm's completed requests over its measured seconds,
     all its runs of the round together) in the latest round before ``rnd`` that has any, and words that say so."""
+    earlier = {(rec.job.arm, rec.job.key): size.round for rec in records if not rec.job.tag
+               and (size := sized_of(rec)) is not None and size.round < rnd}
+    stored = load_results(store, (rec for rec in records if (rec.job.arm, rec.job.key) in earlier), "serve",
+                          ServeResult)  # ok jobs only; an unreadable result is left out of the rate
     done: dict[int, dict[str, list[float]]] = {}
-    for rec in records:
-        size = sized_of(rec)
-        if not rec.ok or rec.job.tag or size is None or size.round >= rnd:
-            continue
-        try:
-            raw = ServeResult.model_validate(json.loads(store.result_path(rec.job).read_text()))
-        except (OSError, ValueError):
-            continue
+    for job, raw in stored.found:
         if raw.completed and raw.duration and raw.duration > 0:
-            sums = done.setdefault(size.round, {}).setdefault(rec.job.arm, [0.0, 0.0])
+            sums = done.setdefault(earlier[(job.arm, job.key)], {}).setdefault(job.arm, [0.0, 0.0])
             sums[0] += raw.completed
             sums[1] += raw.duration
     if not done:
