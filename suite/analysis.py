@@ -43,6 +43,7 @@ from suite.stats import (
     geometric_mean_ratio,
     holm_threshold,
     noise_floor_pct,
+    set_value,
 )
 from suite.stats import holm as stats_holm
 from suite.store import JobRecord, Manifest, MatrixRecord, PlanRecord, RunStore, Unreadable
@@ -343,21 +344,21 @@ def _values(run: RunData, point: PointResults, arm: str, key: str,
 
 
 def by_round(values: Mapping[int, float], blocks: int) -> dict[int, float]:
-    """Block values (job repeats) -> round values: the geometric mean of each round's blocks (order
+    """Block values (job repeats) -> round values: each round's ``set_value`` of its blocks (order
     interleaved: a restart set's blocks share its servers, so the set is the unit; with one block per round
     the values themselves)."""
     if blocks == 1:
         return dict(values)
-    logs: dict[int, list[float]] = defaultdict(list)
+    grouped: dict[int, list[float]] = defaultdict(list)
     for r, v in values.items():
-        logs[r // blocks].append(math.log(v))
-    return {r: math.exp(math.fsum(xs) / len(xs)) for r, xs in sorted(logs.items())}
+        grouped[r // blocks].append(v)
+    return {r: set_value(vs) for r, vs in sorted(grouped.items())}
 
 
 def _pair(run: RunData, cand: str, base: dict[int, float], new: dict[int, float]
           ) -> tuple[tuple[int, ...], list[float], list[float], list[tuple[int, str]]]:
     """(rounds used, baseline values, candidate values, unpaired rounds dropped): by round index under ABBA;
-    interleaved: blocks paired first, then each restart set the geometric mean of its paired blocks."""
+    interleaved: blocks paired first, then each restart set the ``set_value`` of its paired blocks."""
     if run.paired:
         dropped = [(r, cand if r in base else run.baseline) for r in sorted(base.keys() ^ new.keys())]
         if run.blocks > 1:  # a block without a positive value on both sides is left out of its set
@@ -546,7 +547,7 @@ def round_data(run: RunData, arm: str, metrics: tuple[str, ...], points: tuple[s
 
 def _restart_sets(blocks: Mapping[int, Mapping[str, Mapping[str, float]]], n: int
                   ) -> dict[int, dict[str, dict[str, float]]]:
-    """block -> point -> metric -> value, as restart set -> point -> metric -> the geometric mean of the set's
+    """block -> point -> metric -> value, as restart set -> point -> metric -> the ``set_value`` of the set's
     blocks. A value is kept only where the set has all its n blocks (a set cut short, or a block a data-quality
     check spoiled, is not scored on fewer blocks than its pair: the pairing across arms is by set)."""
     grouped: dict[tuple[int, str, str], list[float]] = defaultdict(list)
@@ -554,11 +555,11 @@ def _restart_sets(blocks: Mapping[int, Mapping[str, Mapping[str, float]]], n: in
         for point, row in points.items():
             for key, value in row.items():
                 if value > 0:
-                    grouped[(r // n, point, key)].append(math.log(value))
+                    grouped[(r // n, point, key)].append(value)
     sets: dict[int, dict[str, dict[str, float]]] = defaultdict(dict)
     for r in sorted({r // n for r in blocks}):
         for point in sorted({pt for b, pts in blocks.items() if b // n == r for pt in pts}):
-            sets[r][point] = {key: math.exp(math.fsum(xs) / n) for (s_, pt, key), xs in grouped.items()
+            sets[r][point] = {key: set_value(xs) for (s_, pt, key), xs in grouped.items()
                               if s_ == r and pt == point and len(xs) == n}
     return dict(sets)
 

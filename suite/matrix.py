@@ -657,7 +657,8 @@ class Matrix(Strict):
         "of the verdict"))
     blocks: int = Field(1, ge=1, le=32, description=(
         "order: interleaved only: blocks per restart set (each block: every point once per arm, the arms "
-        "taking turns); the verdict scores a restart set by the geometric mean of its blocks"))
+        "taking turns); the verdict scores a restart set by the median of its blocks (in log; with two, their "
+        "geometric mean)"))
     aa: bool | Literal["alternate"] = Field(False, description=(
         "also run the baseline arm twice to measure the A/A noise floor (the A/A control); alternate: its "
         "sessions in every other round only (rounds 0, 2, 4, ...): half the A/A arm's server starts (a sixth of "

@@ -15,7 +15,7 @@ Orders:
 - ``interleaved``: every serving arm's server alive at once, one time window per round (a restart set); in it
   ``blocks`` blocks, each every point once per arm (job repeat = the block's index over the run), the arms taking
   turns job by job. Sessions carry their round (``Session.round``): the restart set is the unit of the sequential
-  looks and of the verdict (``suite.analysis`` scores a set by the geometric mean of its blocks), so blocks
+  looks and of the verdict (``suite.analysis.set_value`` scores a set by the median of its blocks), so blocks
   sharing one server start never count as independent rounds.
 Offline jobs (latency, kernel, layer) run after the server sessions, one session per arm; with ``offline_repeats: n``
 (n > 1) in n rounds, each round's arms in a fresh random order of their own, so their tables compare arms

@@ -252,7 +252,8 @@ def card(run: RunData, s: CandidateSummary) -> Card:
     headline = f"composite {fmt_pct(c.estimate_pct)} {_interval(c.rci_low_pct, c.rci_high_pct)}"
     if run.order == "interleaved":  # the restart set is the unit: its blocks share one start of the servers
         rounds = (f"{c.n_rounds} restart set{'s' if c.n_rounds != 1 else ''} of servers alive at once, each the "
-                  f"geometric mean of its {run.blocks} block{'s' if run.blocks != 1 else ''}, paired by set")
+                  + (f"median of its {run.blocks} blocks" if run.blocks > 2 else
+                     f"geometric mean of its {run.blocks} block{'s' if run.blocks != 1 else ''}") + ", paired by set")
     else:
         rounds = f"{c.n_rounds} round{'s' if c.n_rounds != 1 else ''} paired by round index" + (
             "" if run.paired else f" ({literal(run.order or 'unordered')} order: the pairing cancels no drift)")

@@ -21,6 +21,7 @@ sequential) lives in ``suite.verdict``.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -35,6 +36,15 @@ ZERO_SE = 1e-12  # a log-scale standard error below this is rounding noise: no s
 # an interval whose half-width on the log scale exceeds this (a factor of 2 either way: below -50 % or above
 # +100 %) says nothing a reader can use: the comparison is "unreliable" and the interval is not returned
 MAX_HALF_WIDTH_LOG = math.log(2)
+
+
+def set_value(values: Sequence[float]) -> float:
+    """A restart set's value (order interleaved) from its blocks' positive values: their median, taken in log
+    (with two blocks, their geometric mean). The median, not the mean, because a server's first minute can run ~5 % slow and then
+    return to its level (the H200, docs/gpu-h200.md): one such block of three moves the mean by a third of
+    its offset and the median hardly at all, and a start's own offset, which lasts the server's life, is
+    in every block alike and kept."""
+    return math.exp(statistics.median(math.log(v) for v in values))
 
 
 # --------------------------------------------------------------------------- metric registry

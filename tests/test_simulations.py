@@ -40,3 +40,14 @@ def test_session_drift_simulation_names_its_slow_sessions():
     rng = np.random.default_rng(0)
     assert sim.trial(rng, 16, 0.002, 3, 0.07) == (0, 3)
     assert sim.trial(rng, 16, 0.002, 0, 0.0) == (0, 0)
+
+
+def test_set_score_simulation_keeps_a_slow_block_out_of_the_median_only():
+    """One +5 % block per set (the H200's slow first minute) and no other noise: through the analysis' by_round
+    the set scores stay 0; the geometric mean of the blocks, the rule before, moves each set by a third of the
+    shift at one point of three."""
+    sim = simulation("set_score")
+    values = sim.run_values(np.random.default_rng(0), 0.0, 0.0, 0.0, 1.0)
+    assert all(abs(v) < 1e-12 for v in sim.set_scores(values, "median").values())
+    moved = [abs(v) for v in sim.set_scores(values, "mean").values()]
+    assert len(moved) == 4 and all(abs(m - sim.SLOW / 9) < 1e-12 for m in moved)

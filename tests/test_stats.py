@@ -28,6 +28,7 @@ from suite.stats import (
     paired_accuracy,
     paired_difference_interval,
     paired_difference_p,
+    set_value,
     summarize,
 )
 
@@ -542,3 +543,13 @@ def test_the_metric_registry_is_what_vllm_bench_serve_reports():
     assert PERCENTILE_METRICS.split(",") == list(LATENCIES) and METRIC_PERCENTILES == ",".join(map(str, PERCENTILES))
     assert METRICS["p90_tpot_ms"].label == "P90 TPOT" and METRICS["p90_tpot_ms"].family == "tpot"
     assert FAMILIES == ("throughput", "ttft", "tpot", "itl", "e2el")
+
+
+def test_a_restart_set_is_its_blocks_median_so_one_slow_block_does_not_move_it():
+    """Three blocks, one 5 % slow (the H200's first minute after a start): the set keeps its server's level;
+    two blocks: their geometric mean; one: itself. A start's offset, in every block, is kept whole."""
+    assert set_value([4.0, 4.2, 4.0]) == pytest.approx(4.0)
+    assert set_value([4.2, 4.0, 4.01]) == pytest.approx(4.01)
+    assert set_value([4.0, 9.0]) == pytest.approx(6.0)
+    assert set_value([3.9]) == pytest.approx(3.9)
+    assert set_value([4.08, 4.08 * 1.05, 4.08]) == pytest.approx(4.08)

@@ -15,7 +15,7 @@ import numpy as np
 from scipy.stats import norm
 
 from suite.quality.finding import Finding, RepeatResult, fmt_value, repeat_name
-from suite.stats import METRICS
+from suite.stats import METRICS, set_value
 
 SESSION_DRIFT_MIN_PCT = 2.0  # a session's point measured again at its end: differences below this are noise
 SESSION_DRIFT_FACTOR = 5.0  # ... or below this many times the run's median difference (its own noise)
@@ -94,13 +94,14 @@ def sen_slope_pct(series: Sequence[Sequence[tuple[int, float]]]) -> float:
 
 
 def _round_series(repeats: Sequence[RepeatResult], metric: str) -> dict[tuple[str, str], list[tuple[int, float]]]:
-    """(arm, point) -> [(round, value)] in round order; repeats of one round are merged by geometric mean."""
+    """(arm, point) -> [(round, value)] in round order; repeats of one round (a restart set's blocks) are
+    merged as the verdict merges them (``set_value``)."""
     acc: dict[tuple[str, str], dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     for r in repeats:
         value = r.raw.metric(metric)
         if value is not None and value > 0:
             acc[(r.arm, r.point)][r.round].append(value)
-    return {cell: [(rnd, math.exp(statistics.fmean(map(math.log, vals)))) for rnd, vals in sorted(rounds.items())]
+    return {cell: [(rnd, set_value(vals)) for rnd, vals in sorted(rounds.items())]
             for cell, rounds in acc.items()}
 
 
@@ -202,7 +203,7 @@ def _isolated(groups: Mapping[tuple[str, str, int], list[tuple[int, float]]], mi
 
 
 def check_round_outlier(repeats: Sequence[RepeatResult], metric: str = "mean_tpot_ms") -> list[Finding]:
-    """One round far from the same arm's other rounds at a point: each round's value (the geometric mean of its
+    """One round far from the same arm's other rounds at a point: each round's value (``set_value`` of its
     repeats) against the median of the others (≥ ``ROUND_OUTLIER_MIN_OTHERS``). A warning when the two differ
     by more than ``ROUND_OUTLIER_MIN_PCT``, more than ``ROUND_OUTLIER_FACTOR`` times the run's median deviation
     over every cell (≥ ``ROUND_OUTLIER_MIN_DEVIATIONS``: the run's own round-to-round noise), and more than
@@ -231,8 +232,9 @@ def check_block_outlier(repeats: Sequence[RepeatResult], blocks: int, metric: st
     or more) and ``BLOCK_OUTLIER_FACTOR`` = 10 times the run's median deviation instead of 5: two others make a
     weak reference, and with 5 a run of heavy-tailed noise (Student t, 4 df) warned in 40-50 % of simulated
     runs at sigma 1-4 %; with 10 in 4-5 %, and in none under normal noise
-    (`benchmarks/simulation/block_outlier.py`, docs/statistics.md). The set's value is the geometric mean of its
-    blocks, so the round-outlier check, which sees sets, cannot see one block; this one names it.
+    (`benchmarks/simulation/block_outlier.py`, docs/statistics.md). The set's value is the median of its
+    blocks, which one such block hardly moves, and the round-outlier check sees sets, not blocks; this one names
+    the block.
 
     On the H200 interleaved A/A, stock-again's first c1 block after set 2's cold start decoded 6.4 % slower
     than the set's other two blocks, which agreed within 0.03 % (the slow state after a start: the

@@ -222,7 +222,7 @@ def _point_notes(run: RunData, s: CandidateSummary, point: str) -> list[Note]:
 def statistics_section(run: RunData) -> Section | None:
     if not run.points or not run.serving_summaries:
         return None
-    pairing = ("paired per restart set (interleaved: each set the geometric mean of its blocks both arms have)"
+    pairing = ("paired per restart set (interleaved: each set the median of its blocks both arms have; of two, their geometric mean)"
                if run.blocks > 1 else "paired per round (ABBA): Δ from the rounds both arms have" if run.paired
                else "Welch (independent repeats)")
     blocks: list = [Paragraph(
