@@ -272,6 +272,10 @@ def card(run: RunData, s: CandidateSummary) -> Card:
             "are shown, not tested)")
     lines = [f"{level}; better is +; composite of {metrics}, geometric mean over {over}",
              _reason(s, c)]
+    if c.n_rounds >= 2:  # the values the test ran on: one far from the others is what widens its interval
+        unit = "set" if run.order == "interleaved" else "round"
+        lines.append(f"each {unit}'s score: " + ", ".join(
+            f"{unit} {r} {fmt_pct(v)}" for r, v in zip(c.rounds, c.scores_pct, strict=True)))
     if ev.outcome == Outcome.MIXED or ev.confirmed:
         lines.append("confirmed per metric (Holm across metrics): " + ", ".join(
             f"{METRICS[m].label} {'better' if o == Outcome.IMPROVEMENT else 'worse'}" for m, o in ev.confirmed.items()))

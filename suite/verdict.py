@@ -498,6 +498,7 @@ class PrimaryResult:
     metric: str | None  # None: the composite of spec.metrics
     n_rounds: int
     rounds: tuple[int, ...]  # round indices used
+    scores_pct: tuple[float, ...]  # each used round's score, 100 * (exp(score) - 1), better positive (nan: not finite)
     look: int  # 1-based
     n_looks: int
     spending: str
@@ -608,7 +609,8 @@ def primary_test(
     empty = dict(estimate_pct=None, delta_pct=None, ci_low_pct=None, ci_high_pct=None, rci_low_pct=None,
                  rci_high_pct=None, p_value=None, boundary_t=None, df=None, mean_log=None, se_log=None,
                  sd_score=None, mde_pct=None, tost=None, rounds_for_target=None)
-    base = dict(metric=metric, n_rounds=len(s), rounds=tuple(s), look=k, n_looks=n_looks,
+    base = dict(metric=metric, n_rounds=len(s), rounds=tuple(s),
+                scores_pct=tuple(_pct(v) if math.isfinite(v) else math.nan for v in s.values()), look=k, n_looks=n_looks,
                 spending=spec.spending, nominal_alpha=alpha_k)
 
     def inconclusive(why: str, **known) -> PrimaryResult:

@@ -513,6 +513,8 @@ def test_a_settle_does_not_shorten_the_h200s_slow_first_minute(tmp_path):
     assert scores[0] > 0.035 and all(0.017 < x < 0.022 for x in scores[1:])
     report = (EVIDENCE / "h200-interleaved-settle-20261204" / "report.md").read_text()
     assert "**ll-bf16 vs baseline: INCONCLUSIVE** — composite +2.7% [-1.6, +7.1]" in report
+    # the card shows the values its test ran on, so the set off the others is there to see
+    assert "each set's score: set 0 +4.0%, set 1 +2.0%, set 2 +1.9%" in report
     assert "settle: a session's first point measured 30 s or more after its servers answered" in report
 
 
