@@ -146,7 +146,16 @@ def test_report_states_the_interleaved_order(il_run):
     assert ("order: interleaved: every serving arm's server alive at once, a fresh start per round (restart "
             "set), 2 blocks of every point per set") in md
     assert "2 restart sets of servers alive at once, each the geometric mean of its 2 blocks, paired by set" in md
-    assert "paired per restart set (interleaved: each set the geometric mean of its blocks both arms have)" in md
+    assert ("paired per restart set (interleaved: each set the median of its blocks both arms have; of two, their "
+            "geometric mean)") in md
+    # the card lists the two set scores its test ran on, recomputed here from the raw JSON (composite of the
+    # matrix's metric, mean TPOT: each point's two blocks by their geometric mean, better is +)
+    def tpot(arm: str, point: str, block: int) -> float:
+        return json.loads((run_dir / arm / "serve" / point / f"rep-{block}.json").read_text())["mean_tpot_ms"]
+
+    sets = [sum(math.log(tpot("baseline", p, b) / tpot("slowed", p, b)) for p in POINTS for b in (2 * r, 2 * r + 1))
+            / (2 * len(POINTS)) for r in (0, 1)]
+    assert f"each set's score: set 0 {100 * math.expm1(sets[0]):+.1f}%, set 1 {100 * math.expm1(sets[1]):+.1f}%" in md
 
 
 def test_no_process_is_left(il_run):
