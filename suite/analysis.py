@@ -596,7 +596,8 @@ def primary(run: RunData, cand: str, spec: VerdictSpec, *, look: int | None = No
     if not base or not new:
         return Primary(None, left_out)
     try:
-        return Primary(evaluate(base, new, spec, aa_rounds=aa or None, look=k, final=final), left_out)
+        return Primary(evaluate(base, new, spec, aa_rounds=aa or None, look=k, final=final,
+                                unit="set" if run.order == "interleaved" else "round"), left_out)
     except ValueError as exc:  # malformed values (negative, not a number): said, not hidden
         return Primary(None, left_out, f"primary test refused the values: {exc}")
 

@@ -257,10 +257,8 @@ def card(run: RunData, s: CandidateSummary) -> Card:
     else:
         rounds = f"{c.n_rounds} round{'s' if c.n_rounds != 1 else ''} paired by round index" + (
             "" if run.paired else f" ({literal(run.order or 'unordered')} order: the pairing cancels no drift)")
-    if ev.dropped:  # the test's words say "round"; under interleaved its round is the restart set
-        rounds += "; dropped: " + "; ".join(
-            literal(d.split(" (", 1)[0].replace("round ", "set ", 1) if run.order == "interleaved" else d.split(" (", 1)[0])
-            for d in ev.dropped)
+    if ev.dropped:
+        rounds += "; dropped: " + "; ".join(literal(d.split(" (", 1)[0]) for d in ev.dropped)
     later = sorted({r // run.blocks for p in run.points.values() for r in p.reps.get(s.candidate, {})
                     if s.decided_after is not None and r // run.blocks >= s.decided_after})
     if later:  # decided at a look, measured on for other candidates: the test stopped at its look

@@ -463,14 +463,16 @@ def round_scores(
     base_rounds: Mapping[int, Mapping[str, Mapping[str, float]]],
     cand_rounds: Mapping[int, Mapping[str, Mapping[str, float]]],
     metrics: Sequence[str] = HEADLINE,
+    unit: str = "round",
 ) -> RoundScores:
     """Scores of the rounds both arms have, paired by round index (a round one arm lost is dropped from
     both, never paired with a neighbour). A round that lacks a point other rounds compare (a run cut short
     in the middle of a round, a failed job) is dropped too: its composite would weigh the points it has
-    more, and the effect differs by point."""
+    more, and the effect differs by point. ``unit``: what the dropped and skipped notes call a round (under
+    order interleaved, "set": the restart set)."""
     b_keys = {_round_index(r) for r in base_rounds}
     c_keys = {_round_index(r) for r in cand_rounds}
-    dropped = [f"round {r}: no {'candidate' if r in b_keys else 'baseline'} result"
+    dropped = [f"{unit} {r}: no {'candidate' if r in b_keys else 'baseline'} result"
                for r in sorted(b_keys ^ c_keys)]
     scores: dict[int, float] = {}
     skipped: list[str] = []
@@ -479,14 +481,14 @@ def round_scores(
     every = set().union(*compared.values()) if compared else set()
     for r in both:
         if missing := every - compared[r]:
-            dropped.append(f"round {r}: incomplete (no {', '.join(sorted(map(str, missing)))} in both arms)")
+            dropped.append(f"{unit} {r}: incomplete (no {', '.join(sorted(map(str, missing)))} in both arms)")
             continue
         s = score_round(base_rounds[r], cand_rounds[r], metrics)
         if s.value is None:
-            dropped.append(f"round {r}: nothing comparable ({'; '.join(s.skipped) or 'no points'})")
+            dropped.append(f"{unit} {r}: nothing comparable ({'; '.join(s.skipped) or 'no points'})")
             continue
         scores[r] = s.value
-        skipped.extend(f"round {r} {x}" for x in s.skipped)
+        skipped.extend(f"{unit} {r} {x}" for x in s.skipped)
     return RoundScores(scores=scores, dropped=tuple(dropped), skipped=tuple(skipped))
 
 
@@ -770,10 +772,12 @@ def evaluate(
     aa_rounds: Mapping[int, Mapping[str, Mapping[str, float]]] | None = None,
     look: int | None = None,
     final: bool = False,
+    unit: str = "round",
 ) -> Evaluation:
-    """Everything for one candidate at one look: pair rounds by index, score them (``round_scores``), then
-    ``evaluate_scores``. ``*_rounds``: round index -> point -> metric -> value (that round's session)."""
-    comp = round_scores(base_rounds, cand_rounds, spec.metrics)
+    """Everything for one candidate at one look: pair rounds by index, score them (``round_scores``, its notes
+    naming a round ``unit``), then ``evaluate_scores``. ``*_rounds``: round index -> point -> metric -> value
+    (that round's session)."""
+    comp = round_scores(base_rounds, cand_rounds, spec.metrics, unit)
     per = {m: round_scores(base_rounds, cand_rounds, (m,)).scores for m in spec.metrics}
     aa_comp = aa_per = None
     if aa_rounds is not None:
