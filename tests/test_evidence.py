@@ -366,7 +366,7 @@ def test_an_interleaved_aa_on_the_h200_reads_equivalent_while_both_servers_move_
     assert len(points) == 3
 
     def tpot(arm: str, point: str, block: int) -> float:
-        return json.loads((root / arm / "serve" / point / f"rep-{block}.json").read_text())["mean_tpot_ms"]
+        return _tpot(root, arm, point, block)
 
     def set_mean(arm: str, point: str, s: int) -> float:
         return statistics.median(math.log(tpot(arm, point, b)) for b in range(3 * s, 3 * s + 3))
@@ -399,6 +399,11 @@ def test_an_interleaved_aa_on_the_h200_reads_equivalent_while_both_servers_move_
     assert "Drift check stock-again restart set 3, block 11, the point again at the session's end" in report
 
 
+def _tpot(root: Path, arm: str, point: str, rep: int | str) -> float:
+    """Mean TPOT of one stored serving repeat (``rep``: the block, or e.g. ``"6-drift"``), from its raw JSON."""
+    return json.loads((root / arm / "serve" / point / f"rep-{rep}.json").read_text())["mean_tpot_ms"]
+
+
 def _set_scores(root: Path, a: str, b: str, sets: int, skip: frozenset[int] = frozenset(),
                 rule: str = "median") -> list[float]:
     """Each restart set's score from the raw JSON: the mean over points of log(a's TPOT / b's TPOT), each arm's
@@ -409,12 +414,10 @@ def _set_scores(root: Path, a: str, b: str, sets: int, skip: frozenset[int] = fr
     points = sorted(p.name for p in (root / a / "serve").iterdir() if p.name.startswith("isl"))
     combine = statistics.median if rule == "median" else statistics.fmean
 
-    def tpot(arm: str, point: str, block: int) -> float:
-        return json.loads((root / arm / "serve" / point / f"rep-{block}.json").read_text())["mean_tpot_ms"]
-
     def score(s: int) -> float:
         blocks = [k for k in range(3 * s, 3 * s + 3) if k not in skip]
-        return sum(combine([math.log(tpot(a, p, k)) for k in blocks]) - combine([math.log(tpot(b, p, k)) for k in blocks])
+        return sum(combine([math.log(_tpot(root, a, p, k)) for k in blocks])
+                   - combine([math.log(_tpot(root, b, p, k)) for k in blocks])
                    for p in points) / len(points)
 
     return [score(s) for s in range(sets)]
@@ -500,7 +503,7 @@ def test_a_settle_does_not_shorten_the_h200s_slow_first_minute(tmp_path):
     assert sorted(settles) == [("ll-bf16", 8, 3), ("ll-bf16", 16, 6), ("ll-bf16", 16, 9)]
 
     def tpot(arm: str, point: str, rep: str) -> float:
-        return json.loads((root / arm / "serve" / point / f"rep-{rep}.json").read_text())["mean_tpot_ms"]
+        return _tpot(root, arm, point, rep)
 
     c16 = "isl128-osl64-c16-n128"
     later = [tpot("ll-bf16", c16, r) for r in ("7", "8", "6-drift")]
