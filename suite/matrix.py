@@ -206,6 +206,9 @@ class SlurmSpec(Strict):
         return value
 
 
+GPU_LIST = re.compile(r"^\d+(,\d+)*$")
+
+
 class RuntimeSpec(Strict):
     kind: Literal["local", "docker", "slurm"] = "local"
     startup_timeout_s: float = Field(600, gt=0, le=7 * 86_400)
@@ -216,8 +219,31 @@ class RuntimeSpec(Strict):
                              description="local runtime on a GPU host: CUDA_VISIBLE_DEVICES (ROCm: HIP_VISIBLE_DEVICES) "
                                          "of every arm's processes, e.g. \"0\" (None: as inherited; an arm's env may "
                                          "set its own)")
+    gpu_groups: list[str] | None = Field(None, min_length=2, description=(
+        "order: interleaved on a host of several GPUs: restart sets run this many at a time, each on its own "
+        "group of GPUs (every serving arm's server of the set on that group: CUDA_VISIBLE_DEVICES, ROCm "
+        "HIP_VISIBLE_DEVICES; docker: the container's GPUs), e.g. [\"0\", \"1\"] or [\"0,1\", \"2,3\"] for two "
+        "GPUs a server; set s on group s mod N. The arms of a set still share one group, so a GPU's own speed "
+        "falls on both sides of the set's score; each group keeps its own compile cache. A look comes after "
+        "a whole wave of N sets (verdict.looks: multiples of N). On a CPU host the groups select nothing: the "
+        "sets only run at once"))
     docker: DockerSpec | None = None
     slurm: SlurmSpec | None = None
+
+    @field_validator("gpu_groups")
+    @classmethod
+    def _groups(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return None
+        groups = [g.strip().replace(" ", "") for g in value]
+        seen: set[str] = set()
+        for g in groups:
+            if not GPU_LIST.match(g):
+                raise ValueError(f"{g!r} is not a comma list of GPU indices (e.g. \"0\" or \"0,1\")")
+            if twice := seen.intersection(g.split(",")):
+                raise ValueError(f"GPU {sorted(twice)[0]} is in two groups: each group needs GPUs of its own")
+            seen.update(g.split(","))
+        return groups
 
 
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -755,9 +781,12 @@ class Matrix(Strict):
             if self.runtime.kind == "slurm":
                 raise ValueError("order: interleaved: the slurm runtime runs one session per batch job; use the "
                                  "local or docker runtime")
+            self._check_gpu_groups()
             if self.runtime.port != 0 and sum(a.serving for a in self.arms.values()) + bool(self.aa) > 1:
                 raise ValueError(f"order: interleaved: the servers alive at once cannot share runtime.port "
                                  f"{self.runtime.port}: set runtime.port: 0 (a free port each)")
+        elif self.runtime.gpu_groups is not None:
+            raise ValueError("runtime.gpu_groups: restart sets run at once only under order: interleaved")
         if self.side_by_side > 1:
             if self.order != "abba":
                 raise ValueError("side_by_side needs order: abba (a window holds sessions of one round)")
@@ -774,6 +803,34 @@ class Matrix(Strict):
                                  f"needs runtime.kind: docker (the {self.runtime.kind} runtime runs an installed "
                                  "vLLM)")
         return self
+
+    def _check_gpu_groups(self) -> None:
+        """Restart sets at once on groups of GPUs: the groups replace runtime.gpus / runtime.docker.gpus, and a
+        sequential design's looks fall at the end of a wave (every group's set done)."""
+        groups = self.runtime.gpu_groups
+        if groups is None:
+            return
+        if self.runtime.gpus is not None:
+            raise ValueError("runtime.gpu_groups: give either runtime.gpus (every server on those GPUs) or "
+                             "runtime.gpu_groups (each restart set on its group), not both")
+        docker = self.runtime.docker
+        if self.runtime.kind == "docker" and docker is not None and docker.gpus.strip() != "all":
+            raise ValueError("runtime.gpu_groups: each restart set's containers get their group's GPUs; leave "
+                             "runtime.docker.gpus at 'all'")
+        n = len(groups)
+        if self.repeats == "auto":
+            assert self.verdict is not None and self.verdict.looks is not None
+            off = [k for k in (*self.verdict.looks, self.verdict.max_rounds) if k % n]
+            if off:
+                raise ValueError(f"runtime.gpu_groups: {n} groups run {n} restart sets at a time, so a look can "
+                                 f"come only after a whole wave: verdict.looks and verdict.max_rounds must be "
+                                 f"multiples of {n} (not {', '.join(map(str, dict.fromkeys(off)))}), e.g. looks "
+                                 f"[{2 * n}, {3 * n}] and max_rounds {3 * n}")
+
+    @property
+    def sets_at_once(self) -> int:
+        """Restart sets run at the same time: one per GPU group (runtime.gpu_groups), else one."""
+        return len(self.runtime.gpu_groups) if self.runtime.gpu_groups else 1
 
     @model_validator(mode="after")
     def _model_flags(self) -> Matrix:
@@ -867,15 +924,17 @@ def _clean_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:
 # A whole-matrix check about one place names it first ("serve[2]: ...", "arms.patched.vllm: ..."), so that the
 # error points at that place's line.
 LOCATED = re.compile(r"^(?:(serve|latency)\[(\d+)\]|arms\.([A-Za-z0-9][A-Za-z0-9_.-]*)\.(vllm|patches|serve_args)"
-                     r"|(serve_args|accuracy)): ")
+                     r"|(serve_args|accuracy)|runtime\.(gpu_groups)): ")
 
 
 def _located(msg: str) -> tuple[tuple[Any, ...], str] | None:
     m = LOCATED.match(msg)
     if not m:
         return None
-    if m.group(5):
-        loc: tuple[Any, ...] = (m.group(5),)
+    if m.group(6):
+        loc: tuple[Any, ...] = ("runtime", m.group(6))
+    elif m.group(5):
+        loc = (m.group(5),)
     else:
         loc = (m.group(1), int(m.group(2))) if m.group(1) else ("arms", m.group(3), m.group(4))
     return loc, msg[m.end():]

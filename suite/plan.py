@@ -93,6 +93,7 @@ class Session(BaseModel):
     jobs: list[Job]
     window: int | None = None  # sessions of one window run side by side (their servers alive at once)
     round: int | None = None  # interleaved: the restart set (its jobs' repeats are its blocks); else derived
+    gpus: str | None = None  # runtime.gpu_groups: the GPUs this session's server sees (its restart set's group)
 
 
 class Plan(BaseModel):
@@ -101,6 +102,7 @@ class Plan(BaseModel):
     matrix: str
     order: str
     blocks: int = 1  # order interleaved: blocks per restart set
+    sets_at_once: int = 1  # runtime.gpu_groups: restart sets run at the same time (a wave), one per group
     arms: dict[str, ArmSpec]
     baseline: str
     sessions: list[Session]
@@ -108,6 +110,25 @@ class Plan(BaseModel):
     @property
     def jobs(self) -> list[Job]:
         return [j for s in self.sessions for j in s.jobs]
+
+    def wave_of(self, rnd: int) -> int:
+        """The wave a round (restart set) runs in: the sets that run at the same time, one per GPU group."""
+        return rnd // self.sets_at_once
+
+    def wave_of_session(self, session: Session) -> int | None:
+        """A restart set's wave under runtime.gpu_groups; None without groups or for a session of no set."""
+        return None if self.sets_at_once == 1 or session.round is None else self.wave_of(session.round)
+
+    def group_of_session(self, session: Session) -> int | None:
+        """The index of the GPU group a session's server runs on (runtime.gpu_groups); None without groups."""
+        return None if self.sets_at_once == 1 or session.gpus is None else (session.round or 0) % self.sets_at_once
+
+    def group_of(self, job: Job) -> int | None:
+        """The GPU group of the server a job runs against (its restart set's); None without groups, and for an
+        offline job (no server)."""
+        if self.sets_at_once == 1 or KINDS[job.kind].placement == "offline":
+            return None
+        return self.round_of(job) % self.sets_at_once
 
     def round_of(self, job: Job) -> int:
         """The round a job belongs to: under interleaved its restart set (its repeat is the block), else its repeat."""
@@ -204,10 +225,10 @@ def build_plan(matrix: Matrix) -> Plan:
     counters = dict.fromkeys(names, 0)
 
     def add(arm: str, jobs: list[Job], needs_server: bool, window: int | None = None,
-            rnd: int | None = None) -> None:
+            rnd: int | None = None, gpus: str | None = None) -> None:
         if jobs:
             sessions.append(Session(arm=arm, index=counters[arm], needs_server=needs_server, jobs=jobs,
-                                    window=window, round=rnd))
+                                    window=window, round=rnd, gpus=gpus))
             counters[arm] += 1
 
     if has_server_work:
@@ -217,14 +238,16 @@ def build_plan(matrix: Matrix) -> Plan:
                 add(arm, _server_jobs(matrix, arms, arm, counters[arm], rounds, True), True)
         elif matrix.order == "interleaved":  # one window of every serving arm per round, blocks inside it
             serving = [a for a in names if arms[a].serving]
-            for arm in names:  # a correctness-only arm: its first session only, on its own
+            groups = matrix.runtime.gpu_groups
+            for arm in names:  # a correctness-only arm: its first session only, on its own (the first group)
                 if not arms[arm].serving:
-                    add(arm, _server_jobs(matrix, arms, arm, 0, range(0, 1), True), True)
+                    add(arm, _server_jobs(matrix, arms, arm, 0, range(0, 1), True), True,
+                        gpus=groups[0] if groups else None)
             b = matrix.blocks
             for r in range(matrix.rounds):
                 for arm in (a for a in round_order(serving, r, matrix.order_seed) if in_round(matrix, a, r)):
                     add(arm, _server_jobs(matrix, arms, arm, counters[arm], range(r * b, (r + 1) * b), r == 0), True,
-                        window=r, rnd=r)
+                        window=r, rnd=r, gpus=groups[r % len(groups)] if groups else None)
         elif matrix.side_by_side > 1:  # abba in time windows of side_by_side servers, random order per round
             serving = [a for a in names if arms[a].serving]
             windows = 0
@@ -254,8 +277,8 @@ def build_plan(matrix: Matrix) -> Plan:
     for kind, pid, params in _asked(matrix, "own-session"):
         for arm in names:
             add(arm, [_job(matrix, arms, kind, arm, counters[arm], pid, params)], True)
-    return Plan(matrix=matrix.name, order=matrix.order, blocks=matrix.blocks, arms=arms,
-                baseline=matrix.baseline_arm, sessions=sessions)
+    return Plan(matrix=matrix.name, order=matrix.order, blocks=matrix.blocks, sets_at_once=matrix.sets_at_once,
+                arms=arms, baseline=matrix.baseline_arm, sessions=sessions)
 
 
 def format_plan(plan: Plan) -> str:
@@ -268,6 +291,8 @@ def format_plan(plan: Plan) -> str:
         window = f", window {s.window}" if s.window is not None else ""
         if s.round is not None and plan.blocks > 1:
             window += f", restart set {s.round}: blocks {s.round * plan.blocks}-{(s.round + 1) * plan.blocks - 1}"
+        if s.gpus is not None:
+            window += f", wave {plan.wave_of(s.round or 0)} on GPUs {s.gpus}"
         lines.append(f"  session {s.arm}#{s.index} ({what}, {len(s.jobs)} jobs{window})")
         for j in s.jobs:
             lines.append(f"    {j.key}")

@@ -114,6 +114,15 @@ def _block_points(run: RunData) -> str:
     return " (every block in the matrix's order of points)" if len(blocks) > 1 else ""
 
 
+def _gpu_groups(groups: list[str] | None) -> str:
+    """runtime.gpu_groups in the intro: how many restart sets ran at once, and on which GPUs."""
+    if not groups:
+        return ""
+    where = "; ".join(f"{i}: GPUs {literal(g)}" for i, g in enumerate(groups))
+    return (f", {len(groups)} restart sets at a time, each on its own GPU group, both arms of a set on the same "
+            f"group (set s on group s mod {len(groups)}; {where})")
+
+
 def intro(run: RunData) -> list[Paragraph | BulletList | Note]:
     m = run.manifest
     counts = m.job_counts
@@ -135,6 +144,7 @@ def intro(run: RunData) -> list[Paragraph | BulletList | Note]:
            f"{literal(matrix.blocks)} block{'s' if matrix.blocks != 1 else ''} of every point per set"
            f"{_block_points(run)}, the arms taking turns (seed {literal(matrix.order_seed)})"
            if run.order == "interleaved" else "")
+        + _gpu_groups(matrix.runtime.gpu_groups)
         + (f", quiet: no request until {literal(f'{matrix.quiet_s:g}')} s after the servers answered"
            if matrix.quiet_s else "")
         + (f", settle: a session's first point measured {literal(f'{matrix.settle_s:g}')} s or more after its "

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -65,6 +66,23 @@ class RunContext:
     console: Console
     secrets: list[str] = field(default_factory=list)
     run_scope: SessionScope = field(default_factory=SessionScope)  # lives as long as the run (bench client)
+    # runtime.gpu_groups: restart sets run at once, each in a thread of its own (a lane, one per GPU group)
+    group_scopes: dict[int, SessionScope] = field(default_factory=dict)  # a later group's run-long resources
+    lock: threading.RLock = field(default_factory=threading.RLock)  # ports handed out, progress, scopes
+    ports: set[int] = field(default_factory=set)  # every port handed to a server of this run
+    cancel: threading.Event = field(default_factory=threading.Event)  # a lane failed or Ctrl-C: the others stop
+
+    def scope_of(self, group: int | None) -> SessionScope:
+        """What lives as long as the run for one GPU group's restart sets (the bench client: one per group, as
+        their sets run at once); the run's own for the first group or none."""
+        if not group:
+            return self.run_scope
+        with self.lock:
+            return self.group_scopes.setdefault(group, SessionScope())
+
+    def close_scopes(self) -> None:
+        for scope in (self.run_scope, *self.group_scopes.values()):
+            scope.close()
 
     @property
     def here(self) -> Runtime:
@@ -133,7 +151,8 @@ def job_env(ctx: RunContext, job: Job, server: Server | None, scope: SessionScop
             pending: tuple[Job, ...] = (), settle_until: float | None = None) -> JobEnv:
     arm_env, arm_spec = ctx.arm_envs[job.arm], ctx.plan.arms[job.arm]
     offline = server is None
-    dirs = ctx.store.arm_dirs(job.arm)
+    group = ctx.plan.group_of(job)
+    dirs = ctx.store.arm_dirs(job.arm, group)
     return JobEnv(
         job=job, model=ctx.matrix.model_of(arm_spec), serve_args=[*ctx.matrix.serve_args, *arm_spec.serve_args],
         result=ctx.store.result_path(job), log=ctx.store.log_path(job), run_root=ctx.store.root,
@@ -143,8 +162,8 @@ def job_env(ctx: RunContext, job: Job, server: Server | None, scope: SessionScop
         client_cpus=ctx.here.client_cpus(),
         server=None if offline else ServerView(server), scope=scope,
         session_dir=ctx.store.session_dir(job.arm, job.kind, job.session), pending=pending,
-        run_scope=ctx.run_scope, client_in_server=ctx.here.client_in_server, settle_until=settle_until,
-        round=ctx.plan.round_of(job))
+        run_scope=ctx.scope_of(group), client_in_server=ctx.here.client_in_server, settle_until=settle_until,
+        round=ctx.plan.round_of(job), group=group)
 
 
 def _run_job(ctx: RunContext, job: Job, server: Server | None, scope: SessionScope,
@@ -176,11 +195,13 @@ def _run_job(ctx: RunContext, job: Job, server: Server | None, scope: SessionSco
 # ---------------------------------------------------------------------------------------- sessions
 
 
-def _pick_port(ctx: RunContext, taken: frozenset[int] = frozenset()) -> int:
+def _pick_port(ctx: RunContext) -> int:
     port = ctx.matrix.runtime.port
     if port == 0:
-        while (port := free_port(ctx.matrix.runtime.host)) in taken:  # a window's servers bind theirs later
-            pass
+        with ctx.lock:  # servers started together bind theirs later: never hand one port out twice in a run
+            while (port := free_port(ctx.matrix.runtime.host)) in ctx.ports:
+                pass
+            ctx.ports.add(port)
         return port
     if port_in_use(ctx.matrix.runtime.host, port):
         raise ServerError(f"port {port} on {ctx.matrix.runtime.host} is already in use (set runtime.port: 0 "
@@ -202,19 +223,20 @@ class Launch:
         spec = self.server.spec
         atomic_write_json(ctx.store.server_record_path(self.session.arm, self.session.index, self.attempt), {
             "arm": self.session.arm, "session": self.session.index, "attempt": self.attempt,
-            "window": self.session.window, "started": self.started,
+            "window": self.session.window, "gpus": self.session.gpus, "started": self.started,
             "healthy_after_s": round(time.monotonic() - self.t0, 3), "port": spec.port,
             "cpus": sorted(spec.cpus) if spec.cpus else None,
             "client_cpus": sorted(ctx.here.client_cpus() or []),
             "argv": [redact_text(a, ctx.secrets) for a in spec.argv]})
 
 
-def _launch_server(ctx: RunContext, session: Session, attempt: int, taken: frozenset[int] = frozenset()) -> Launch:
-    """Start the session's server process (the stages shape its flags and env); /health is not awaited."""
-    port = _pick_port(ctx, taken)
+def _launch_server(ctx: RunContext, session: Session, attempt: int) -> Launch:
+    """Start the session's server process (the stages shape its flags and env) on its restart set's GPUs
+    (runtime.gpu_groups); /health is not awaited."""
+    port = _pick_port(ctx)
     arm_spec = ctx.plan.arms[session.arm]
     extra_env = {**ctx.matrix.env, **arm_spec.env}
-    dirs = ctx.store.arm_dirs(session.arm)
+    dirs = ctx.store.arm_dirs(session.arm, ctx.plan.group_of_session(session))
     pending = [j for j in session.jobs if not ctx.store.is_done(j)]
     extra_args: list[str] = []
     for kind in dict.fromkeys(j.kind for j in pending):  # stages shape the server of their session
@@ -234,7 +256,8 @@ def _launch_server(ctx: RunContext, session: Session, attempt: int, taken: froze
         ctx.arm_envs[session.arm],
         argv_tail=server_argv_tail(ctx.matrix, session.arm, ctx.plan, port, extra_args),
         extra_env=extra_env, dirs=dirs,
-        log_path=ctx.store.server_log(session.arm, session.index, attempt), port=port, redact=ctx.secrets)
+        log_path=ctx.store.server_log(session.arm, session.index, attempt), port=port, redact=ctx.secrets,
+        gpus=session.gpus)
     server = ctx.here.server(spec)
     launch = Launch(server=server, session=session, attempt=attempt, started=utc_now(), t0=time.monotonic())
     try:
@@ -248,7 +271,8 @@ def _launch_server(ctx: RunContext, session: Session, attempt: int, taken: froze
 def await_healthy(ctx: RunContext, launches: list[Launch]) -> dict[int, ServerError]:
     """Wait for every launched server together (``suite.runtime.base.wait_healthy``); each healthy one's record
     is written the moment it answers. Returns the failures by position (their servers stopped)."""
-    return wait_healthy([launch.server for launch in launches], on_healthy=lambda i: launches[i].record(ctx))
+    return wait_healthy([launch.server for launch in launches], on_healthy=lambda i: launches[i].record(ctx),
+                        cancel=ctx.cancel)
 
 
 def _start_server(ctx: RunContext, session: Session, attempt: int) -> Any:
@@ -386,8 +410,7 @@ def run_window(ctx: RunContext, items: list[tuple[Session, list[Job]]], advance:
         launched: list[tuple[LiveSession, Launch]] = []
         for live in lives:
             try:
-                taken = frozenset(la.server.spec.port for _, la in launched)
-                launched.append((live, _launch_server(ctx, live.session, live.attempt, taken)))
+                launched.append((live, _launch_server(ctx, live.session, live.attempt)))
             except ServerError as exc:
                 live.server_lost(exc)
         failures = await_healthy(ctx, [la for _, la in launched])
@@ -401,11 +424,51 @@ def run_window(ctx: RunContext, items: list[tuple[Session, list[Job]]], advance:
         turn = 0
         while any(not live.ended for live in lives):
             for live in _turn_order(ctx, lives, turn):
+                if ctx.cancel.is_set():  # another restart set of the wave failed, or Ctrl-C: stop here
+                    raise KeyboardInterrupt("another restart set of the wave stopped")
                 live.step(advance)
             turn += 1
     finally:
         for live in lives:
             live.close()
+
+
+def run_wave(ctx: RunContext, windows: list[list[tuple[Session, list[Job]]]], advance: Callable[..., None]) -> None:
+    """Restart sets that run at the same time (runtime.gpu_groups: one per GPU group), each ``run_window`` in a
+    thread of its own; finished jobs are reported one at a time. A set that fails (or Ctrl-C) stops the others
+    between two jobs, their servers stopped; the first error goes on once every set has ended."""
+    if len(windows) == 1:
+        run_window(ctx, windows[0], advance)
+        return
+
+    def one_at_a_time(*args: Any) -> None:
+        with ctx.lock:
+            advance(*args)
+
+    errors: list[BaseException] = []
+
+    def lane(items: list[tuple[Session, list[Job]]]) -> None:
+        try:
+            run_window(ctx, items, one_at_a_time)
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread below
+            errors.append(exc)
+            ctx.cancel.set()
+
+    threads = [threading.Thread(target=lane, args=(items,), name=f"restart-set-{items[0][0].round}", daemon=True)
+               for items in windows]
+    for t in threads:
+        t.start()
+    try:
+        for t in threads:
+            while t.is_alive():
+                t.join(0.5)  # short joins: Ctrl-C reaches this thread
+    except BaseException:
+        ctx.cancel.set()
+        for t in threads:
+            t.join()
+        raise
+    if errors:
+        raise errors[0]
 
 
 # ---------------------------------------------------------------------------------------- the run
@@ -459,15 +522,30 @@ class HereScheduler:
     kind = "here"
 
     def run(self, ctx: RunContext, batch: Batch, progress: RunProgress) -> None:
-        for i, (session, pending) in enumerate(batch):
-            if session.window is not None:  # a window runs once, at its first session
-                if i == 0 or batch[i - 1][0].window != session.window:
-                    window = [(s, p) for s, p in batch[i:] if s.window == session.window]
-                    progress.now(" + ".join(f"{s.arm}#{s.index}" for s, _ in window))
-                    run_window(ctx, window, progress.job_done)
-            elif pending:
-                progress.now(f"{session.arm}#{session.index}")
-                run_session(ctx, session, pending, progress.job_done)
+        i = 0
+        while i < len(batch):
+            session, pending = batch[i]
+            if session.window is None:
+                if pending:
+                    progress.now(f"{session.arm}#{session.index}")
+                    run_session(ctx, session, pending, progress.job_done)
+                i += 1
+                continue
+            # a window runs once, at its first session; with GPU groups, every window of its wave with it
+            wave = ctx.plan.wave_of_session(session)
+            j = i
+            while j < len(batch) and batch[j][0].window is not None and (
+                    batch[j][0].window == session.window
+                    or (wave is not None and ctx.plan.wave_of_session(batch[j][0]) == wave)):
+                j += 1
+            windows: list[list[tuple[Session, list[Job]]]] = []
+            for s, p in batch[i:j]:
+                if not windows or windows[-1][0][0].window != s.window:
+                    windows.append([])
+                windows[-1].append((s, p))
+            progress.now(" | ".join(" + ".join(f"{s.arm}#{s.index}" for s, _ in w) for w in windows))
+            run_wave(ctx, windows, progress.job_done)
+            i = j
 
 
 def make_scheduler(matrix: Matrix) -> Scheduler:
@@ -476,14 +554,20 @@ def make_scheduler(matrix: Matrix) -> Scheduler:
     return HereScheduler()
 
 
-def batches(todo: Batch, by_round: bool) -> list[Batch]:
+def batches(todo: Batch, by_round: bool, plan: Plan | None = None) -> list[Batch]:
     """The runner's units of work for the scheduler: every session at once, or (a run that stops at looks)
-    one round at a time, cut where the plan's round changes (offline sessions form batches of their own)."""
+    one round at a time, cut where the plan's round changes (offline sessions form batches of their own); with
+    GPU groups one wave at a time (the restart sets that run at once)."""
     if not by_round:
         return [todo] if todo else []
+
+    def unit(session: Session) -> int | None:
+        rnd = session_round(session)
+        return plan.wave_of(rnd) if plan is not None and rnd is not None else rnd
+
     out: list[Batch] = []
     for item in todo:
-        if out and session_round(out[-1][-1][0]) == session_round(item[0]):
+        if out and unit(out[-1][-1][0]) == unit(item[0]):
             out[-1].append(item)
         else:
             out.append([item])
@@ -546,7 +630,7 @@ def one_time_seconds(ctx: RunContext, batch: Batch) -> float:
 
 
 def _take_look(ctx: RunContext, seq: SequentialRun, rnd: int, rounds_started: int, one_time_s: float) -> None:
-    look = seq.after_round(ctx.store.root, rnd + 1, rounds_started, one_time_s)
+    look = seq.after_round(ctx.store.root, rnd + 1, rounds_started, one_time_s, per_batch=ctx.plan.sets_at_once)
     if look is not None:
         ctx.console.print(look_line(look, seq), markup=False, highlight=False, soft_wrap=True)
         ctx.store.update_manifest(sequential=seq.record())
@@ -580,7 +664,7 @@ def execute(ctx: RunContext, scheduler: Scheduler | None = None) -> JobCounts:
         progress = _Progress(ctx, seq, total)
         with signals_as_interrupt(), progress.bar:
             rounds_started, once_s = 0, 0.0
-            for batch in batches(todo, by_round=seq is not None):
+            for batch in batches(todo, by_round=seq is not None, plan=ctx.plan):
                 rnd = session_round(batch[-1][0])
                 if seq is not None and not seq.needed(rnd):
                     progress.skip(sum(len(p) for _, p in batch))
@@ -594,7 +678,7 @@ def execute(ctx: RunContext, scheduler: Scheduler | None = None) -> JobCounts:
                 if seq is not None and rnd is None:  # sessions of no round (a correctness-only arm's): run once
                     once_s += time.monotonic() - began
                 elif seq is not None:
-                    rounds_started += 1
+                    rounds_started += len({r for s, _ in batch if (r := session_round(s)) is not None})
                     _take_look(ctx, seq, rnd, rounds_started, once_s + one_time_seconds(ctx, batch))
                     once_s = 0.0
     except KeyboardInterrupt:
@@ -604,7 +688,7 @@ def execute(ctx: RunContext, scheduler: Scheduler | None = None) -> JobCounts:
         status = "failed"
         raise
     finally:
-        ctx.run_scope.close()
+        ctx.close_scopes()
         counts = counts_of(ctx, seq)
         if status == "complete" and not counts.all_ok:
             status = "incomplete"

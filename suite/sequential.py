@@ -95,10 +95,11 @@ class SequentialRun:
                     and rnd >= self.control_after)
 
     def after_round(self, run_dir: Path, rounds_done: int, rounds_started: int,
-                    one_time_s: float = 0.0) -> LookRecord | None:
+                    one_time_s: float = 0.0, per_batch: int = 1) -> LookRecord | None:
         """Called when ``rounds_done`` rounds are complete; takes the look if one is due and decides to stop.
         ``one_time_s``: the seconds this round spent on jobs no later round repeats (correctness, the probe),
-        left out of what a later round is expected to cost."""
+        left out of what a later round is expected to cost. ``per_batch``: rounds that run at the same time
+        (runtime.gpu_groups: a wave), so that one call's time covers that many rounds."""
         now = time.monotonic()
         self.round_ends.append(now)
         looks = self.spec.looks or (self.spec.max_rounds,)
@@ -113,7 +114,7 @@ class SequentialRun:
             ends = [self.started, *self.round_ends]
             per_round = max(ends[-1] - ends[-2] - one_time_s, 0.0)
             nxt = next((k for k in looks if k > rounds_done), looks[-1])
-            over_budget = (now - self.started) + (nxt - rounds_done) * per_round > self.budget_s
+            over_budget = (now - self.started) + -(-(nxt - rounds_done) // per_batch) * per_round > self.budget_s
         if rounds_done not in looks:
             if over_budget:  # the next look cannot be reached: stop here rather than run past the budget
                 self.stop_after = rounds_done

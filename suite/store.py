@@ -24,6 +24,7 @@ import platform
 import re
 import socket
 import tempfile
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -229,6 +230,11 @@ class ArmSpecRecord(Recorded):
     model: ModelRecord | None = None  # the arm's own model (arms.NAME.model), when it does not serve the matrix's
 
 
+class MatrixRuntimeRecord(Recorded):
+    kind: str = "local"
+    gpu_groups: list[str] | None = None  # restart sets at once, set s on group s mod N
+
+
 class MatrixRecord(Recorded):
     """The resolved matrix as the run recorded it (secrets redacted). Not re-validated as a Matrix: a run stays
     readable where its patch sets or model directory are not."""
@@ -245,6 +251,7 @@ class MatrixRecord(Recorded):
     order_seed: int = 0
     quiet_s: float = 0
     settle_s: float = 0
+    runtime: MatrixRuntimeRecord = MatrixRuntimeRecord()
 
 
 class HostRecord(Recorded):
@@ -489,9 +496,14 @@ class ArmDirs:
     cache: Path
 
     @classmethod
-    def in_run(cls, run: Path, arm: str) -> ArmDirs:
-        """The arm's directories in the run directory ``run`` (one that need not exist: a dry run's)."""
-        return cls(run, run / arm / "cache")
+    def in_run(cls, run: Path, arm: str, group: int | None = None) -> ArmDirs:
+        """The arm's directories in the run directory ``run`` (one that need not exist: a dry run's). A GPU group
+        after the first (runtime.gpu_groups: restart sets at once) gets a cache of its own: two servers of one arm
+        compiling at the same time never write one cache."""
+        return cls(run, run / arm / ("cache" if not group else f"cache-group-{group}"))
+
+
+_MANIFEST_LOCK = threading.RLock()
 
 
 @dataclass(frozen=True)
@@ -545,9 +557,11 @@ class RunStore:
         atomic_write_json(self.manifest_path, manifest.dump())
 
     def update_manifest(self, **fields: Any) -> Manifest:
-        """Set top-level fields (the manifest's own types, or their JSON) and write the manifest back whole."""
-        manifest = Manifest.model_validate(self.manifest().dump() | fields)
-        self.write_manifest(manifest)
+        """Set top-level fields (the manifest's own types, or their JSON) and write the manifest back whole; one
+        update at a time (restart sets on GPU groups run in threads of one process)."""
+        with _MANIFEST_LOCK:
+            manifest = Manifest.model_validate(self.manifest().dump() | fields)
+            self.write_manifest(manifest)
         return manifest
 
     def begin_stretch(self, stretch: Stretch, **fields: Any) -> Manifest:
@@ -620,8 +634,8 @@ class RunStore:
     def write_slurm_ledger(self, ledger: SlurmLedger) -> None:
         atomic_write_json(self.slurm_ledger_path(), ledger.dump())
 
-    def arm_dirs(self, arm: str) -> ArmDirs:
-        return ArmDirs.in_run(self.root, arm)
+    def arm_dirs(self, arm: str, group: int | None = None) -> ArmDirs:
+        return ArmDirs.in_run(self.root, arm, group)
 
     # ------------------------------------------------------------------ job records
     def record(self, job: Job) -> JobRecord | None:

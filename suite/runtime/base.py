@@ -9,6 +9,7 @@ runner talks to runtimes only through `Runtime`.
 from __future__ import annotations
 
 import socket
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -135,16 +136,19 @@ def http_ok(url: str, method: str = "GET", timeout: float = 5.0) -> bool:
         return False
 
 
-def wait_healthy(servers: Sequence[ServerBase], on_healthy: Callable[[int], None] | None = None
-                 ) -> dict[int, ServerError]:
+def wait_healthy(servers: Sequence[ServerBase], on_healthy: Callable[[int], None] | None = None,
+                 cancel: threading.Event | None = None) -> dict[int, ServerError]:
     """Poll the /health of every started server together until each answers (``on_healthy(i)`` at that
     moment), exits or passes its own startup timeout; a server that fails is stopped. Returns the failures by
-    position. Interrupted (Ctrl-C), it stops every server still waited for before the interrupt goes on."""
+    position. Interrupted (Ctrl-C, or ``cancel`` set by another thread), it stops every server still waited for
+    before the interrupt goes on."""
     t0 = time.monotonic()
     waiting = dict(enumerate(servers))
     failures: dict[int, ServerError] = {}
     try:
         while waiting:
+            if cancel is not None and cancel.is_set():
+                raise KeyboardInterrupt("cancelled while the servers started")
             for i, server in list(waiting.items()):
                 error = None
                 if not server.running():
@@ -200,7 +204,7 @@ class Runtime(ArmPreparer, Protocol):
 
     def arm_vars(self, env: ArmEnv, dirs: ArmDirs) -> dict[str, str]: ...
     def server_spec(self, env: ArmEnv, *, argv_tail: list[str], extra_env: dict[str, str], dirs: ArmDirs,
-                    log_path: Path, port: int, redact: list[str]) -> ServerSpec: ...
+                    log_path: Path, port: int, redact: list[str], gpus: str | None = None) -> ServerSpec: ...
     def server(self, spec: ServerSpec) -> Server: ...
     def tool(self, env: ArmEnv, argv: list[str], dirs: ArmDirs) -> ToolCommand: ...
     def client_argv(self, env: ArmEnv, argv: list[str], dirs: ArmDirs, server: Server | None = None

@@ -236,6 +236,11 @@ class LocalRuntime(RuntimeBase):
     def client_cpus(self) -> frozenset[int] | None:
         return self.split[1] if self.split else None
 
+    @property
+    def device_var(self) -> str:
+        """The variable that selects a GPU host's devices for a process."""
+        return "CUDA_VISIBLE_DEVICES" if self.host == "cuda" else "HIP_VISIBLE_DEVICES"
+
     def device_state(self) -> list[GpuState] | None:
         """On a CUDA host, every GPU's clocks, P-state and power (nvidia-smi): two starts of one server can run at
         two speeds ~7 % apart (docs/gpu-h200.md), and the job record is where the reason can show."""
@@ -264,7 +269,7 @@ class LocalRuntime(RuntimeBase):
                 os.pathsep)
         gpus = self.matrix.runtime.gpus
         if self.host != "cpu" and gpus is not None:  # the GPU(s) this arm's processes see
-            out["CUDA_VISIBLE_DEVICES" if self.host == "cuda" else "HIP_VISIBLE_DEVICES"] = gpus
+            out[self.device_var] = gpus
         if self.host == "cuda":
             # vLLM's cuteDSL FlashAttention (FA4: Gemma 4's mixed head sizes) JIT-compiles its kernels at every
             # start (~40 s on the H200) unless its persistent cache is on. The cache namespaces its entries by
@@ -289,10 +294,14 @@ class LocalRuntime(RuntimeBase):
                               ld_preload=list(self.preload))
 
     def server_spec(self, env: ArmEnv, *, argv_tail: list[str], extra_env: dict[str, str], dirs: ArmDirs,
-                    log_path: Path, port: int, redact: list[str]) -> ServerSpec:
+                    log_path: Path, port: int, redact: list[str], gpus: str | None = None) -> ServerSpec:
+        """``gpus``: the GPUs of the server's restart set (runtime.gpu_groups), over the matrix's and the arm's
+        selection; nothing on a CPU host."""
         full_env = dict(os.environ)
         full_env.update(self.arm_vars(env, dirs))
         full_env.update(extra_env)
+        if gpus is not None and self.host != "cpu":
+            full_env[self.device_var] = gpus
         argv = [*vllm_command(), "serve", *argv_tail]
         return ServerSpec(arm=env.arm, argv=argv, env=full_env, log_path=log_path, host=self.matrix.runtime.host,
                           port=port, startup_timeout_s=self.matrix.runtime.startup_timeout_s, cwd=dirs.cache.resolve(),

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import os
 import pwd
 import re
@@ -654,9 +655,15 @@ class DockerRuntime(RuntimeBase):
                                 name_suffix=f"-{secrets.token_hex(3)}")
 
     def server_spec(self, env: ArmEnv, *, argv_tail: list[str], extra_env: dict[str, str], dirs: ArmDirs,
-                    log_path: Path, port: int, redact: list[str]) -> DockerServerSpec:
+                    log_path: Path, port: int, redact: list[str], gpus: str | None = None) -> DockerServerSpec:
+        """``gpus``: the GPUs of the server's restart set (runtime.gpu_groups) in place of runtime.docker.gpus:
+        CUDA `--gpus "device=..."`, ROCm HIP_VISIBLE_DEVICES (every device node stays mounted)."""
         cfg = self.container_config(env, argv_tail=argv_tail, extra_env=extra_env, dirs=dirs, port=port)
         docker = self.matrix.runtime.docker or DockerSpec()
+        if gpus is not None and docker.vendor == "cuda":
+            cfg = dataclasses.replace(cfg, gpus=gpus)
+        elif gpus is not None and docker.vendor == "rocm":
+            cfg = dataclasses.replace(cfg, environment={**cfg.environment, "HIP_VISIBLE_DEVICES": gpus})
         seed = (tool_config(self.matrix, env, AITER_SEED, extra_env={**self.arm_env_vars(env.arm), **extra_env},
                             dirs=dirs, name_suffix=f"-aiter-seed-{secrets.token_hex(3)}")
                 if docker.vendor == "rocm" and aiter_home_jit(cfg) is not None else None)

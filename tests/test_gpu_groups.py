@@ -1,0 +1,135 @@
+"""Restart sets at once on groups of GPUs (runtime.gpu_groups): the matrix's rules, the plan's sets and waves,
+each set's server on its group (local: CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES; docker: the container's
+GPUs), a cache per group, the runner's batches one wave at a time and the budget counted per wave.
+
+The command lines a GPU host would run are pinned here; the scheduling itself runs for real on the CPU in
+tests/test_gpu_groups_e2e.py.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from suite.errors import MatrixError
+from suite.matrix import parse_matrix
+from suite.plan import build_plan
+from suite.runner import batches
+from suite.runtime.base import ArmEnv
+from suite.runtime.docker.runtime import DockerRuntime
+from suite.runtime.local import LocalRuntime
+from suite.sequential import SequentialRun
+from suite.store import ArmDirs
+from suite.verdict import VerdictSpec
+
+BASE = """\
+name: groups
+model: {{id: some/model, max_model_len: 256}}
+runtime:
+  kind: {kind}
+{runtime}arms:
+  base: {{vllm: "0.26.0"}}
+  cand: {{vllm: "0.26.0", patches: [ll-bf16-router-gemm-dispatch]}}
+serve:
+  - {{isl: 8, osl: 4, concurrency: [1, 2], num_prompts: 4}}
+repeats: auto
+order: interleaved
+blocks: 2
+verdict: {{max_rounds: 6, looks: [{looks}]}}
+"""
+
+
+def matrix(groups: str = '["0", "1"]', looks: str = "4, 6", kind: str = "local", extra: str = ""):
+    runtime = f"  gpu_groups: {groups}\n{extra}"
+    return parse_matrix(BASE.format(kind=kind, runtime=runtime, looks=looks), "m.yaml")
+
+
+@pytest.mark.parametrize(("groups", "looks", "extra", "message"), [
+    ('["0", "0,1"]', "4, 6", "", "runtime.gpu_groups: GPU 0 is in two groups"),
+    ('["0", "x"]', "4, 6", "", "'x' is not a comma list of GPU indices"),
+    ('["0"]', "4, 6", "", "at least 2 items"),
+    ('["0", "1"]', "3, 6", "", "must be multiples of 2 (not 3), e.g. looks [4, 6]"),
+    ('["0", "1"]', "4, 6", '  gpus: "0"\n', "give either runtime.gpus"),
+])
+def test_a_matrix_with_gpu_groups_that_cannot_run_says_why_at_its_line(groups, looks, extra, message):
+    with pytest.raises(MatrixError) as err:
+        matrix(groups, looks, extra=extra)
+    assert message in str(err.value) and "m.yaml:5:" in str(err.value)
+
+
+def test_gpu_groups_need_interleaved_restart_sets():
+    text = BASE.format(kind="local", runtime='  gpu_groups: ["0", "1"]\n', looks="4, 6").replace(
+        "order: interleaved", "order: abba").replace("blocks: 2\n", "")
+    with pytest.raises(MatrixError, match="restart sets run at once only under order: interleaved"):
+        parse_matrix(text, "m.yaml")
+
+
+def test_each_restart_set_runs_on_its_group_and_the_sets_of_a_wave_together():
+    plan = build_plan(matrix())
+    assert plan.sets_at_once == 2
+    sets = {(s.arm, s.round): s.gpus for s in plan.sessions}
+    for r in range(6):  # set r on group r mod 2, both arms of the set on the same group
+        assert sets[("base", r)] == sets[("cand", r)] == ("0" if r % 2 == 0 else "1")
+    assert [plan.wave_of(r) for r in range(6)] == [0, 0, 1, 1, 2, 2]
+    by_set = {s.round: s for s in plan.sessions if s.arm == "base"}
+    assert [plan.group_of_session(by_set[r]) for r in range(6)] == [0, 1, 0, 1, 0, 1]
+    assert {plan.group_of(j) for j in by_set[3].jobs} == {1}
+    # the runner's units of work under repeats: auto: the correctness arm alone, then one wave at a time
+    todo = [(s, list(s.jobs)) for s in plan.sessions]
+    units = [sorted({s.round for s, _ in b if s.round is not None}) for b in batches(todo, True, plan)]
+    assert units == [[0, 1], [2, 3], [4, 5]]
+    # without groups nothing changes: one round a batch, no GPUs named
+    plain = build_plan(parse_matrix(BASE.format(kind="local", runtime="", looks="3, 6"), "m.yaml"))
+    assert plain.sets_at_once == 1 and {s.gpus for s in plain.sessions} == {None}
+    todo = [(s, list(s.jobs)) for s in plain.sessions]
+    assert len(batches(todo, True, plain)) == 6
+
+
+def test_a_local_server_sees_its_sets_gpus_and_its_groups_own_cache(tmp_path, monkeypatch):
+    monkeypatch.setattr("suite.runtime.local.vllm_command", lambda: ["vllm"])
+    run = tmp_path / "runs" / "r"
+    env = ArmEnv(arm="base", vllm_version="0.26.0")
+    seen = {}
+    for host in ("cuda", "rocm", "cpu"):
+        rt = LocalRuntime(matrix(), tmp_path / ".cache", host=host)
+        spec = rt.server_spec(env, argv_tail=["m"], extra_env={}, dirs=ArmDirs.in_run(run, "base", 1),
+                              log_path=run / "s.log", port=1, redact=[], gpus="1")
+        seen[host] = {k: spec.env.get(k) for k in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")}
+        assert spec.env["VLLM_CACHE_ROOT"] == str((run / "base" / "cache-group-1" / "vllm").resolve())
+    assert seen["cuda"]["CUDA_VISIBLE_DEVICES"] == "1" and seen["rocm"]["HIP_VISIBLE_DEVICES"] == "1"
+    assert seen["cpu"]["CUDA_VISIBLE_DEVICES"] is None and seen["cpu"]["HIP_VISIBLE_DEVICES"] is None
+    assert ArmDirs.in_run(run, "base", 0) == ArmDirs.in_run(run, "base")  # the first group: the arm's cache
+
+
+def test_a_docker_server_gets_its_sets_gpus(tmp_path, monkeypatch):
+    monkeypatch.setenv("SUITE_DOCKER_USER", "1000:1000")
+    run = tmp_path / "runs" / "20260101T000000Z-x"
+    (run / "base").mkdir(parents=True)
+    env = ArmEnv(arm="base", vllm_version="0.26.0", image="suite-vllm:test")
+    for vendor in ("cuda", "rocm"):
+        m = matrix(kind="docker", extra=f"  docker: {{vendor: {vendor}}}\n")
+        spec = DockerRuntime(m, tmp_path / "cache").server_spec(
+            env, argv_tail=["m", "--port", "8000"], extra_env={}, dirs=ArmDirs.in_run(run, "base", 1),
+            log_path=run / "base" / "server-0.log", port=8000, redact=[], gpus="2,3")
+        argv = spec.container.cli_argv()
+        if vendor == "cuda":
+            assert argv[argv.index("--gpus") + 1] == '"device=2,3"'
+            (req,) = spec.container.sdk_kwargs({})["device_requests"]
+            assert req["DeviceIDs"] == ["2", "3"]
+        else:
+            assert "-e HIP_VISIBLE_DEVICES=2,3" in " ".join(argv) and "/dev/kfd" in argv
+        assert f"VLLM_CACHE_ROOT={(run / 'base' / 'cache-group-1').resolve()}/vllm" in " ".join(argv)
+    with pytest.raises(MatrixError, match="leave runtime.docker.gpus at 'all'"):
+        matrix(kind="docker", extra='  docker: {vendor: cuda, gpus: "0"}\n')
+
+
+def test_the_budget_counts_a_wave_as_one_stretch_of_time(tmp_path: Path):
+    """A wave of two sets took 100 s: the next look (2 sets later) is one more wave, not two."""
+    spec = VerdictSpec(max_rounds=6, looks=(4, 6))
+    for per_batch, stops in ((2, False), (1, True)):
+        seq = SequentialRun(spec, budget_s=250.0, control_arm=None)
+        seq.started = time.monotonic() - 100.0
+        assert seq.after_round(tmp_path, 2, 2, per_batch=per_batch) is None
+        assert (seq.stop_after == 2) is stops  # 100 s so far + one 100 s wave fits 250 s; two would not

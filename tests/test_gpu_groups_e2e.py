@@ -1,0 +1,142 @@
+"""End to end through the CLI: restart sets at once on GPU groups (runtime.gpu_groups), real `vllm serve`
+processes on the tiny MoE. On a CPU host the groups select no device (tests/test_gpu_groups.py pins the
+variables a GPU host's servers get); what runs here for real is the scheduling: the two sets of a wave run at
+the same time, each with its own servers, bench client and compile cache, the look comes after the whole
+wave, the report says where each set ran, and a Ctrl-C in the middle of a wave stops every set's servers.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import REPO, processes_mentioning, run_matrix_once, run_suite, tiny_cpu_matrix
+
+pytestmark = pytest.mark.e2e
+
+BODY = """\
+arms:
+  baseline: {vllm: "0.32.0"}
+  slowed: {vllm: "0.32.0", patches: [synthetic-gate-delay], env: {SUITE_GATE_DELAY_US: "3000"}}
+serve:
+  - {isl: 64, osl: 16, concurrency: [1, 2], num_prompts: 2x, duration_s: 1, num_warmups: 1}
+repeats: auto
+order: interleaved
+order_seed: 1
+verdict: {metrics: [mean_tpot_ms], max_rounds: 2, looks: [2]}
+"""
+
+
+def groups_matrix(name: str, model) -> str:
+    return tiny_cpu_matrix(name, model, BODY, max_num_seqs=2).replace(
+        "runtime: {kind: local, startup_timeout_s: 600}",
+        'runtime: {kind: local, startup_timeout_s: 600, gpu_groups: ["0", "1"]}')
+
+
+@pytest.fixture(scope="module")
+def groups_run(tmp_path_factory, tiny_model):
+    base = tmp_path_factory.mktemp("gpu-groups")
+    return run_matrix_once(base, groups_matrix("groups", tiny_model))
+
+
+def _stamp(text: str) -> float:
+    return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def test_the_dry_run_shows_each_sets_wave_and_gpus(groups_run):
+    matrix, _, _ = groups_run
+    out = run_suite("run", str(matrix), "--dry-run").stdout
+    assert "session baseline#0 (server, 2 jobs, window 0, wave 0 on GPUs 0)" in out
+    assert "session slowed#1 (server, 2 jobs, window 1, wave 0 on GPUs 1)" in out
+
+
+def test_both_sets_of_the_wave_run_at_once_each_on_its_group(groups_run):
+    _, run_dir, proc = groups_run
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "jobs: 8 ok, 0 failed, 0 missing" in proc.stdout  # 2 sets x 1 block x 2 points x 2 arms
+    assert "look after 2 rounds: slowed " in proc.stdout  # one look, after the wave of both sets
+    starts = {}
+    for arm in ("baseline", "slowed"):
+        for session in (0, 1):
+            rec = json.loads((run_dir / arm / f"server-{session}.json").read_text())
+            assert rec["window"] == session and rec["gpus"] == str(session)
+            starts[(arm, session)] = _stamp(rec["started"]), rec["healthy_after_s"]
+    # the four servers were started together: each set's servers started before the other set's answered
+    first_healthy = min(t + h for t, h in starts.values())
+    assert all(t < first_healthy for t, _ in starts.values()), starts
+    # the jobs of the two sets overlap in time
+    spans = {}
+    for s in (0, 1):
+        recs = [json.loads(p.read_text()) for arm in ("baseline", "slowed")
+                for p in (run_dir / arm / "serve").glob(f"*/rep-{s}.job.json")]
+        spans[s] = (min(_stamp(r["started"]) for r in recs), max(_stamp(r["started"]) + r["seconds"] for r in recs))
+    assert spans[0][0] < spans[1][1] and spans[1][0] < spans[0][1], spans
+
+
+def test_each_group_has_its_own_compile_cache_and_bench_client(groups_run):
+    _, run_dir, _ = groups_run
+    for arm in ("baseline", "slowed"):
+        assert (run_dir / arm / "cache").is_dir() and (run_dir / arm / "cache-group-1").is_dir()
+    logs = sorted(p.name for p in (run_dir / "client").glob("client-*.log"))
+    assert logs == ["client-persistent-group-1.log", "client-persistent.log"]
+
+
+def test_the_report_says_where_each_set_ran(groups_run):
+    _, run_dir, _ = groups_run
+    md = (run_dir / "report.md").read_text()
+    assert ("2 restart sets at a time, each on its own GPU group, both arms of a set on the same group (set s on "
+            "group s mod 2; 0: GPUs 0; 1: GPUs 1)") in md
+    assert "each set's score: set 0 " in md and ", set 1 " in md
+
+
+def test_no_process_is_left(groups_run):
+    _, run_dir, _ = groups_run
+    assert processes_mentioning(str(run_dir)) == []
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def test_ctrl_c_during_a_wave_stops_every_sets_servers(tmp_path, tiny_model):
+    """SIGINT to the run while its two sets' four servers start: the run ends as interrupted, nothing of
+    either set is left running."""
+    matrix = tmp_path / "m.yaml"
+    matrix.write_text(groups_matrix("groups-stop", tiny_model))
+    log = tmp_path / "suite.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "suite", "run", str(matrix), "--out", str(tmp_path / "runs")],
+                                cwd=REPO, env={**os.environ, "COLUMNS": "200"}, stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_default_sigint)
+    try:
+        deadline = time.monotonic() + 300
+        run_dir = None
+        while time.monotonic() < deadline and proc.poll() is None:
+            runs = list((tmp_path / "runs").glob("*-groups-stop"))
+            # both sets launched: the second group's servers have logs
+            if runs and all((runs[0] / a / "server-1.log").is_file() for a in ("baseline", "slowed")):
+                run_dir = runs[0]
+                break
+            time.sleep(0.3)
+        assert run_dir is not None, log.read_text(errors="replace")[-3000:]
+        time.sleep(3)  # the servers are up and loading
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=180)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode != 0
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "interrupted", log.read_text(errors="replace")[-3000:]
+    deadline = time.monotonic() + 30
+    while processes_mentioning(str(run_dir)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert processes_mentioning(str(run_dir)) == []
