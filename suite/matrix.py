@@ -697,6 +697,12 @@ class Matrix(Strict):
         "random order (order_seed)"))
     order_seed: int = Field(0, ge=0, description="seed of the random arm order of abba rounds (a fresh "
                             "permutation per round, recorded in the manifest's plan)")
+    precompile: bool = Field(False, description=(
+        "before the first server session of a stretch (a run or a --resume), start every serving arm's server "
+        "once (with runtime.gpu_groups: once per group), wait for /health and stop it unmeasured: its compile "
+        "caches are filled, so every measured session starts warm. On the H200 the two servers of a restart set "
+        "that compiled cold sat 2-3 % apart for their whole life in 3 of 7 such sets, never in 12 warm ones "
+        "(docs/gpu-h200.md); costs one cold start of each arm"))
     quiet_s: float = Field(0, ge=0, le=600, description=(
         "no request reaches a server (in a side-by-side window: any of the window's servers) until this many "
         "seconds after it (the window's last) answered /health; then the warm-up"))
@@ -787,6 +793,9 @@ class Matrix(Strict):
                                  f"{self.runtime.port}: set runtime.port: 0 (a free port each)")
         elif self.runtime.gpu_groups is not None:
             raise ValueError("runtime.gpu_groups: restart sets run at once only under order: interleaved")
+        if self.precompile and self.runtime.kind == "slurm":
+            raise ValueError("precompile: the slurm runtime starts each session in a batch job of its own, with "
+                             "no server before it; leave precompile out")
         if self.side_by_side > 1:
             if self.order != "abba":
                 raise ValueError("side_by_side needs order: abba (a window holds sessions of one round)")

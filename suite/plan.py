@@ -103,6 +103,7 @@ class Plan(BaseModel):
     order: str
     blocks: int = 1  # order interleaved: blocks per restart set
     sets_at_once: int = 1  # runtime.gpu_groups: restart sets run at the same time (a wave), one per group
+    precompile: bool = False  # every serving arm's server started once, unmeasured, before the first session
     arms: dict[str, ArmSpec]
     baseline: str
     sessions: list[Session]
@@ -278,11 +279,14 @@ def build_plan(matrix: Matrix) -> Plan:
         for arm in names:
             add(arm, [_job(matrix, arms, kind, arm, counters[arm], pid, params)], True)
     return Plan(matrix=matrix.name, order=matrix.order, blocks=matrix.blocks, sets_at_once=matrix.sets_at_once,
-                arms=arms, baseline=matrix.baseline_arm, sessions=sessions)
+                precompile=matrix.precompile, arms=arms, baseline=matrix.baseline_arm, sessions=sessions)
 
 
 def format_plan(plan: Plan) -> str:
     lines = [f"plan for {plan.matrix}: {len(plan.sessions)} sessions, {len(plan.jobs)} jobs, order {plan.order}"]
+    if plan.precompile:
+        lines.append("  precompile: every serving arm's server started once (per GPU group) before the first session "
+                     "of a stretch, stopped unmeasured")
     for arm, spec in plan.arms.items():
         patches = ", ".join(("-" if p.reverse else "") + p.name for p in spec.patches) or "none"
         lines.append(f"  arm {arm}: vLLM {spec.vllm}; patches: {patches}")

@@ -149,6 +149,8 @@ def intro(run: RunData) -> list[Paragraph | BulletList | Note]:
            if matrix.quiet_s else "")
         + (f", settle: a session's first point measured {literal(f'{matrix.settle_s:g}')} s or more after its "
            "servers answered (load at that point's shape until then)" if matrix.settle_s else "")
+        + (", precompile: every serving arm's server started once before the first session of each stretch "
+           "(compile caches filled, nothing measured)" if matrix.precompile else "")
         + f"; repeats: {literal(matrix.repeats)}"
         + _offline_rounds(run),
         f"baseline: **{literal(run.baseline)}**; candidates: {literal(', '.join(run.candidates) or '(none)')}"

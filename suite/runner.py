@@ -230,9 +230,9 @@ class Launch:
             "argv": [redact_text(a, ctx.secrets) for a in spec.argv]})
 
 
-def _launch_server(ctx: RunContext, session: Session, attempt: int) -> Launch:
+def _launch_server(ctx: RunContext, session: Session, attempt: int, log_path: Path | None = None) -> Launch:
     """Start the session's server process (the stages shape its flags and env) on its restart set's GPUs
-    (runtime.gpu_groups); /health is not awaited."""
+    (runtime.gpu_groups); /health is not awaited. ``log_path``: another log than the session's (precompile)."""
     port = _pick_port(ctx)
     arm_spec = ctx.plan.arms[session.arm]
     extra_env = {**ctx.matrix.env, **arm_spec.env}
@@ -256,8 +256,8 @@ def _launch_server(ctx: RunContext, session: Session, attempt: int) -> Launch:
         ctx.arm_envs[session.arm],
         argv_tail=server_argv_tail(ctx.matrix, session.arm, ctx.plan, port, extra_args),
         extra_env=extra_env, dirs=dirs,
-        log_path=ctx.store.server_log(session.arm, session.index, attempt), port=port, redact=ctx.secrets,
-        gpus=session.gpus)
+        log_path=log_path or ctx.store.server_log(session.arm, session.index, attempt), port=port,
+        redact=ctx.secrets, gpus=session.gpus)
     server = ctx.here.server(spec)
     launch = Launch(server=server, session=session, attempt=attempt, started=utc_now(), t0=time.monotonic())
     try:
@@ -471,6 +471,52 @@ def run_wave(ctx: RunContext, windows: list[list[tuple[Session, list[Job]]]], ad
         raise errors[0]
 
 
+def precompile(ctx: RunContext, todo: Batch) -> None:
+    """Matrix ``precompile``: before the stretch's first server session, every serving arm's server (once per
+    GPU group, on the group's GPUs and compile cache) started from its first pending session's command, awaited
+    and stopped, nothing measured: torch.compile's and the kernels' caches are then warm for every measured
+    start. Under interleaved an arm's servers start together (they are alive at once anyway), else one after
+    another. Each log is ``<arm>/precompile[-group-N].log``, its start record the ``.json`` beside it; a server
+    that does not start is reported and the run goes on (its sessions meet the same error, recorded)."""
+    firsts: dict[tuple[str, int | None], Session] = {}
+    for session, pending in todo:
+        if pending and session.needs_server and ctx.plan.arms[session.arm].serving:
+            firsts.setdefault((session.arm, ctx.plan.group_of_session(session)), session)
+    if ctx.matrix.order == "interleaved":
+        _precompile_together(ctx, list(firsts.items()))
+    else:
+        for item in firsts.items():
+            _precompile_together(ctx, [item])
+
+
+def _precompile_together(ctx: RunContext, servers: list[tuple[tuple[str, int | None], Session]]) -> None:
+    if not servers:
+        return
+    ctx.console.print("precompile: " + " + ".join(arm + (f" (GPUs {s.gpus})" if s.gpus else "") for (arm, _), s in servers)
+                      + ": started to fill the compile caches, not measured", markup=False, highlight=False)
+    launches: list[Launch] = []
+
+    def healthy(i: int) -> None:
+        la = launches[i]
+        took = time.monotonic() - la.t0
+        atomic_write_json(la.server.spec.log_path.with_suffix(".json"), {
+            "arm": la.session.arm, "gpus": la.session.gpus, "started": la.started, "healthy_after_s": round(took, 3)})
+        ctx.console.print(f"precompile: {la.session.arm} answered after {took:.0f} s", markup=False, highlight=False)
+
+    try:
+        for (arm, group), session in servers:
+            try:
+                launches.append(_launch_server(ctx, session, 0, log_path=ctx.store.precompile_log(arm, group)))
+            except ServerError as exc:
+                ctx.console.print(f"[yellow]precompile: {str(exc).splitlines()[0]}[/yellow]")
+        failures = wait_healthy([la.server for la in launches], on_healthy=healthy, cancel=ctx.cancel)
+        for i, exc in failures.items():
+            ctx.console.print(f"[yellow]precompile: {launches[i].session.arm}: {str(exc).splitlines()[0]}[/yellow]")
+    finally:
+        for la in launches:
+            la.server.__exit__(None, None, None)
+
+
 # ---------------------------------------------------------------------------------------- the run
 
 
@@ -663,6 +709,8 @@ def execute(ctx: RunContext, scheduler: Scheduler | None = None) -> JobCounts:
     try:
         progress = _Progress(ctx, seq, total)
         with signals_as_interrupt(), progress.bar:
+            if ctx.plan.precompile:
+                precompile(ctx, todo)
             rounds_started, once_s = 0, 0.0
             for batch in batches(todo, by_round=seq is not None, plan=ctx.plan):
                 rnd = session_round(batch[-1][0])

@@ -252,6 +252,7 @@ class MatrixRecord(Recorded):
     quiet_s: float = 0
     settle_s: float = 0
     runtime: MatrixRuntimeRecord = MatrixRuntimeRecord()
+    precompile: bool = False
 
 
 class HostRecord(Recorded):
@@ -607,6 +608,11 @@ class RunStore:
     def session_dir(self, arm: str, kind: str, session: int) -> Path:
         """Per-session scratch of a stage (e.g. profiler traces of one server lifetime)."""
         return self.arm_dir(arm) / kind / f"session-{session}"
+
+    def precompile_log(self, arm: str, group: int | None = None) -> Path:
+        """The log of the arm's unmeasured precompile servers (matrix precompile: one per stretch, appended; a
+        GPU group after the first has its own)."""
+        return self.arm_dir(arm) / ("precompile.log" if not group else f"precompile-group-{group}.log")
 
     def server_record_path(self, arm: str, session: int, attempt: int = 0) -> Path:
         """The start record of one server (attempt: its restarts): when it became healthy, its command."""

@@ -30,14 +30,16 @@ serve:
 repeats: auto
 order: interleaved
 order_seed: 1
+precompile: true
 verdict: {metrics: [mean_tpot_ms], max_rounds: 2, looks: [2]}
 """
 
 
-def groups_matrix(name: str, model) -> str:
-    return tiny_cpu_matrix(name, model, BODY, max_num_seqs=2).replace(
+def groups_matrix(name: str, model, precompile: bool = True) -> str:
+    text = tiny_cpu_matrix(name, model, BODY, max_num_seqs=2).replace(
         "runtime: {kind: local, startup_timeout_s: 600}",
         'runtime: {kind: local, startup_timeout_s: 600, gpu_groups: ["0", "1"]}')
+    return text if precompile else text.replace("precompile: true\n", "")
 
 
 @pytest.fixture(scope="module")
@@ -80,6 +82,26 @@ def test_both_sets_of_the_wave_run_at_once_each_on_its_group(groups_run):
     assert spans[0][0] < spans[1][1] and spans[1][0] < spans[0][1], spans
 
 
+def test_each_arms_server_started_once_per_group_to_fill_its_caches_before_the_first_set(groups_run):
+    """precompile: true: four unmeasured servers (two arms x two groups), all stopped before set 0 began."""
+    _, run_dir, proc = groups_run
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("precompile: ") and "+" in ln)
+    assert line.endswith(": started to fill the compile caches, not measured"), line
+    assert sorted(line.removeprefix("precompile: ").split(":")[0].split(" + ")) == [
+        "baseline (GPUs 0)", "baseline (GPUs 1)", "slowed (GPUs 0)", "slowed (GPUs 1)"]
+    set0 = min(_stamp(json.loads((run_dir / a / f"server-{s}.json").read_text())["started"])
+               for a in ("baseline", "slowed") for s in (0, 1))
+    for arm in ("baseline", "slowed"):
+        for log in ("precompile.log", "precompile-group-1.log"):
+            rec = json.loads((run_dir / arm / log).with_suffix(".json").read_text())
+            assert rec["arm"] == arm and rec["gpus"] == ("0" if log == "precompile.log" else "1")
+            assert _stamp(rec["started"]) + rec["healthy_after_s"] < set0
+            assert "Application startup complete" in (run_dir / arm / log).read_text()
+    assert not list(run_dir.glob("*/serve/*/rep-*-precompile*"))  # nothing measured
+    md = (run_dir / "report.md").read_text()
+    assert "precompile: every serving arm's server started once before the first session of each stretch" in md
+
+
 def test_each_group_has_its_own_compile_cache_and_bench_client(groups_run):
     _, run_dir, _ = groups_run
     for arm in ("baseline", "slowed"):
@@ -109,7 +131,7 @@ def test_ctrl_c_during_a_wave_stops_every_sets_servers(tmp_path, tiny_model):
     """SIGINT to the run while its two sets' four servers start: the run ends as interrupted, nothing of
     either set is left running."""
     matrix = tmp_path / "m.yaml"
-    matrix.write_text(groups_matrix("groups-stop", tiny_model))
+    matrix.write_text(groups_matrix("groups-stop", tiny_model, precompile=False))
     log = tmp_path / "suite.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen([sys.executable, "-m", "suite", "run", str(matrix), "--out", str(tmp_path / "runs")],
