@@ -556,12 +556,15 @@ def _restart_sets(blocks: Mapping[int, Mapping[str, Mapping[str, float]]], n: in
             for key, value in row.items():
                 if value > 0:
                     grouped[(r // n, point, key)].append(value)
-    sets: dict[int, dict[str, dict[str, float]]] = defaultdict(dict)
+    sets: dict[int, dict[str, dict[str, float]]] = {}
     for r in sorted({r // n for r in blocks}):
+        sets[r] = {}
         for point in sorted({pt for b, pts in blocks.items() if b // n == r for pt in pts}):
-            sets[r][point] = {key: set_value(xs) for (s_, pt, key), xs in grouped.items()
-                              if s_ == r and pt == point and len(xs) == n}
-    return dict(sets)
+            values = {key: set_value(xs) for (s_, pt, key), xs in grouped.items()
+                      if s_ == r and pt == point and len(xs) == n}
+            if values:  # a point the set has fewer blocks of is missing from it: the set reads incomplete
+                sets[r][point] = values
+    return sets
 
 
 @dataclass(frozen=True)

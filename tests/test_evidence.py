@@ -521,6 +521,46 @@ def test_a_settle_does_not_shorten_the_h200s_slow_first_minute(tmp_path):
     assert "settle: a session's first point measured 30 s or more after its servers answered" in report
 
 
+def test_a_cold_first_set_sits_apart_and_a_precompiled_one_does_not(tmp_path):
+    """Two A/As on the H200 (2026-12-04, docs/gpu-h200.md). Without precompile (the machine was lost in set 1, 29
+    of 120 jobs): set 0's two servers, both compiling cold, sat 2-3.4 % apart in every block and point, and set
+    1's (warm) within 0.2 % — the third cold first set with such an offset, never a warm one. With precompile
+    (every arm's server started once and stopped before set 0): set 0 started warm and its servers agree like
+    every later set's, and the A/A read EQUIVALENT at the first look (3 sets)."""
+    from suite.analysis import load_run
+
+    points = ("isl128-osl64-c1-n16", "isl128-osl64-c8-n64", "isl128-osl64-c16-n128")
+    root = unpack(EVIDENCE / "h200-interleaved-aa6-20261204", tmp_path / "aa6")
+    run = load_run(root)
+    assert run.manifest.status == "running" and run.manifest.job_counts.ok == 29
+    cold = [_tpot(root, "baseline", p, k) / _tpot(root, "stock-again", p, k) for p in points for k in range(3)]
+    assert all(0.965 < r < 0.983 for r in cold)  # baseline 1.7-3.5 % faster, every block, every point
+    warm = [_tpot(root, "baseline", p, 3) / _tpot(root, "stock-again", p, 3) for p in points]
+    assert all(abs(r - 1) < 0.002 for r in warm)
+    report = (EVIDENCE / "h200-interleaved-aa6-20261204" / "report.md").read_text()
+    assert "status **running** (jobs ok 29, failed 0, missing 91)" in report
+    assert "dropped: set 1: incomplete" in report  # the set the machine was lost in
+
+    root = unpack(EVIDENCE / "h200-interleaved-aa-precompile-20261204", tmp_path / "precompile")
+    run = load_run(root)
+    (aa,) = run.summaries
+    assert run.manifest.status == "complete" and run.manifest.job_counts.ok == 60
+    assert [(lk.rounds, lk.outcomes["stock-again"]) for lk in run.manifest.sequential.looks] == [(3, "EQUIVALENT")]
+    for arm in ("baseline", "stock-again"):  # the precompile server: cold, stopped before set 0 began
+        pre = json.loads((root / arm / "precompile.json").read_text())
+        first = json.loads((root / arm / "server-0.json").read_text())
+        assert pre["healthy_after_s"] > 150 and first["healthy_after_s"] < 120
+        assert "saved AOT compiled function" in (root / arm / "precompile.log").read_text()
+        assert "Directly load AOT compilation" in (root / arm / "server-0.log").read_text()
+    scores = _set_scores(root, "baseline", "stock-again", 3)
+    assert all(0 < x < 0.006 for x in scores)  # set 0 like the others
+    assert aa.evaluation.composite.estimate_pct == pytest.approx((math.exp(sum(scores) / 3) - 1) * 100, abs=0.01)
+    report = (EVIDENCE / "h200-interleaved-aa-precompile-20261204" / "report.md").read_text()
+    assert "**stock-again vs baseline: EQUIVALENT** — composite +0.3% [-0.1, +0.7]" in report
+    assert "each set's score: set 0 +0.3%, set 1 +0.2%, set 2 +0.4%" in report
+    assert "precompile: every serving arm's server started once before the first session" in report
+
+
 def test_a_run_cut_after_two_of_four_sets_says_so_in_its_report(tmp_path):
     """The same A/A as the first machine left it (sets 0-1 measured, the manifest still `running`, no look
     taken): the report says the run did not finish and that its test is short of the first look (3 sets),
