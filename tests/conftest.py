@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -122,3 +124,38 @@ def engine():
     if client is None:
         pytest.skip("no Docker engine reachable (start dockerd or set DOCKER_HOST)")
     return client
+
+
+def _default_sigint() -> None:
+    # a shell starts background jobs with SIGINT ignored, and Python then never installs its Ctrl-C handler;
+    # give `suite` the SIGINT disposition of a foreground job whatever way pytest itself was started
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def start_suite_in_group(args: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen:
+    """`suite ...` in its own process group (as a shell would start a foreground job), its output into log."""
+    out = open(log, "ab")
+    try:
+        return subprocess.Popen([sys.executable, "-m", "suite", *args], cwd=REPO, env=env, stdout=out,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                                preexec_fn=_default_sigint)
+    finally:
+        out.close()
+
+
+def wait_for(what: str, pred, proc: subprocess.Popen | None, log: Path | None, timeout: float = 600.0):
+    """Poll pred until it returns something true (returned); fail with the log tail if suite exits first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = pred()
+        if value:
+            return value
+        if proc is not None and proc.poll() is not None:
+            value = pred()
+            if value:
+                return value
+            tail = log.read_text(errors="replace")[-4000:] if log else ""
+            raise AssertionError(f"suite exited ({proc.returncode}) before: {what}\n{tail}")
+        time.sleep(0.3)
+    tail = log.read_text(errors="replace")[-4000:] if log else ""
+    raise AssertionError(f"timed out waiting for: {what}\n{tail}")

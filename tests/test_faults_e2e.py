@@ -28,7 +28,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +36,7 @@ import psutil
 import pytest
 
 from suite.store import Manifest
-from tests.conftest import REPO, processes_mentioning, run_suite
+from tests.conftest import REPO, processes_mentioning, run_suite, start_suite_in_group, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -74,38 +73,8 @@ def suite_env() -> dict[str, str]:
     return {**os.environ, "HF_TOKEN": HF_SECRET, "COLUMNS": "200"}
 
 
-def _default_sigint() -> None:
-    # a shell starts background jobs with SIGINT ignored, and Python then never installs its Ctrl-C handler;
-    # give `suite` the SIGINT disposition of a foreground job whatever way pytest itself was started
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def start_suite(args: list[str], log: Path) -> subprocess.Popen:
-    """`suite ...` in its own process group (as a shell would start a foreground job)."""
-    out = open(log, "ab")
-    try:
-        return subprocess.Popen([sys.executable, "-m", "suite", *args], cwd=REPO, env=suite_env(), stdout=out,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                                preexec_fn=_default_sigint)
-    finally:
-        out.close()
-
-
-def wait_for(what: str, pred, proc: subprocess.Popen | None, log: Path | None, timeout: float = 600.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = pred()
-        if value:
-            return value
-        if proc is not None and proc.poll() is not None:
-            value = pred()
-            if value:
-                return value
-            tail = log.read_text(errors="replace")[-4000:] if log else ""
-            raise AssertionError(f"suite exited ({proc.returncode}) before: {what}\n{tail}")
-        time.sleep(0.3)
-    tail = log.read_text(errors="replace")[-4000:] if log else ""
-    raise AssertionError(f"timed out waiting for: {what}\n{tail}")
+    return start_suite_in_group(args, log, suite_env())
 
 
 def server_pids(cache_dir: Path) -> list[int]:

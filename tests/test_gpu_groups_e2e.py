@@ -11,13 +11,18 @@ import datetime as dt
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
 
-from tests.conftest import REPO, processes_mentioning, run_matrix_once, run_suite, tiny_cpu_matrix
+from tests.conftest import (
+    processes_mentioning,
+    run_matrix_once,
+    run_suite,
+    start_suite_in_group,
+    tiny_cpu_matrix,
+    wait_for,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -123,31 +128,21 @@ def test_no_process_is_left(groups_run):
     assert processes_mentioning(str(run_dir)) == []
 
 
-def _default_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def test_ctrl_c_during_a_wave_stops_every_sets_servers(tmp_path, tiny_model):
     """SIGINT to the run while its two sets' four servers start: the run ends as interrupted, nothing of
     either set is left running."""
     matrix = tmp_path / "m.yaml"
     matrix.write_text(groups_matrix("groups-stop", tiny_model, precompile=False))
     log = tmp_path / "suite.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "suite", "run", str(matrix), "--out", str(tmp_path / "runs")],
-                                cwd=REPO, env={**os.environ, "COLUMNS": "200"}, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_default_sigint)
+    proc = start_suite_in_group(["run", str(matrix), "--out", str(tmp_path / "runs")], log,
+                                {**os.environ, "COLUMNS": "200"})
     try:
-        deadline = time.monotonic() + 300
-        run_dir = None
-        while time.monotonic() < deadline and proc.poll() is None:
+        def both_sets_launched():  # the second group's servers have logs
             runs = list((tmp_path / "runs").glob("*-groups-stop"))
-            # both sets launched: the second group's servers have logs
-            if runs and all((runs[0] / a / "server-1.log").is_file() for a in ("baseline", "slowed")):
-                run_dir = runs[0]
-                break
-            time.sleep(0.3)
-        assert run_dir is not None, log.read_text(errors="replace")[-3000:]
+            return runs[0] if runs and all((runs[0] / a / "server-1.log").is_file() for a in ("baseline", "slowed")) \
+                else None
+
+        run_dir = wait_for("both sets' servers launched", both_sets_launched, proc, log, 300)
         time.sleep(3)  # the servers are up and loading
         os.killpg(proc.pid, signal.SIGINT)
         proc.wait(timeout=180)
