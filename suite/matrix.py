@@ -215,7 +215,7 @@ class RuntimeSpec(Strict):
     host: str = "127.0.0.1"
     port: int = Field(0, ge=0, le=65535, description="0 = pick a free port")
     max_restarts: int = Field(1, ge=0, le=MAX_RESTARTS, description="server restarts after a crash, per arm session")
-    gpus: str | None = Field(None, pattern=r"^\d+(,\d+)*$",
+    gpus: str | None = Field(None, pattern=GPU_LIST.pattern,
                              description="local runtime on a GPU host: CUDA_VISIBLE_DEVICES (ROCm: HIP_VISIBLE_DEVICES) "
                                          "of every arm's processes, e.g. \"0\" (None: as inherited; an arm's env may "
                                          "set its own)")

@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import groupby
 from pathlib import Path
 from typing import Any
 
@@ -496,7 +497,7 @@ def _precompile_together(ctx: RunContext, servers: list[tuple[tuple[str, int | N
                       + ": started to fill the compile caches, not measured", markup=False, highlight=False)
     launches: list[Launch] = []
 
-    def healthy(i: int) -> None:
+    def healthy(i: int) -> None:  # no session's record: what the precompile server was, and when it answered
         la = launches[i]
         took = time.monotonic() - la.t0
         atomic_write_json(la.server.spec.log_path.with_suffix(".json"), {
@@ -568,30 +569,24 @@ class HereScheduler:
     kind = "here"
 
     def run(self, ctx: RunContext, batch: Batch, progress: RunProgress) -> None:
-        i = 0
-        while i < len(batch):
-            session, pending = batch[i]
+        def together(item: tuple[Session, list[Job]]) -> tuple[str, int] | int:
+            """What runs at once: a wave of windows (GPU groups), a window, or one session alone (its index)."""
+            s = item[0]
+            if (wave := ctx.plan.wave_of_session(s)) is not None:
+                return ("wave", wave)
+            return ("window", s.window) if s.window is not None else id(item)
+
+        for _, unit in groupby(batch, key=together):
+            items = list(unit)
+            session, pending = items[0]
             if session.window is None:
                 if pending:
                     progress.now(f"{session.arm}#{session.index}")
                     run_session(ctx, session, pending, progress.job_done)
-                i += 1
                 continue
-            # a window runs once, at its first session; with GPU groups, every window of its wave with it
-            wave = ctx.plan.wave_of_session(session)
-            j = i
-            while j < len(batch) and batch[j][0].window is not None and (
-                    batch[j][0].window == session.window
-                    or (wave is not None and ctx.plan.wave_of_session(batch[j][0]) == wave)):
-                j += 1
-            windows: list[list[tuple[Session, list[Job]]]] = []
-            for s, p in batch[i:j]:
-                if not windows or windows[-1][0][0].window != s.window:
-                    windows.append([])
-                windows[-1].append((s, p))
+            windows = [list(w) for _, w in groupby(items, key=lambda it: it[0].window)]
             progress.now(" | ".join(" + ".join(f"{s.arm}#{s.index}" for s, _ in w) for w in windows))
             run_wave(ctx, windows, progress.job_done)
-            i = j
 
 
 def make_scheduler(matrix: Matrix) -> Scheduler:

@@ -14,6 +14,7 @@ control still undecided when every candidate is decided is judged at that stoppi
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -114,7 +115,7 @@ class SequentialRun:
             ends = [self.started, *self.round_ends]
             per_round = max(ends[-1] - ends[-2] - one_time_s, 0.0)
             nxt = next((k for k in looks if k > rounds_done), looks[-1])
-            over_budget = (now - self.started) + -(-(nxt - rounds_done) // per_batch) * per_round > self.budget_s
+            over_budget = (now - self.started) + math.ceil((nxt - rounds_done) / per_batch) * per_round > self.budget_s
         if rounds_done not in looks:
             if over_budget:  # the next look cannot be reached: stop here rather than run past the budget
                 self.stop_after = rounds_done

@@ -231,7 +231,6 @@ class ArmSpecRecord(Recorded):
 
 
 class MatrixRuntimeRecord(Recorded):
-    kind: str = "local"
     gpu_groups: list[str] | None = None  # restart sets at once, set s on group s mod N
 
 

@@ -50,7 +50,7 @@ from typing import Any
 
 from suite import REPO_ROOT
 from suite.errors import ServerError, SuiteError
-from suite.matrix import ArmSpec, DockerSpec, Matrix
+from suite.matrix import GPU_LIST, ArmSpec, DockerSpec, Matrix
 from suite.proc import ToolCommand, on_stop, read_tail, run_tool
 from suite.runtime.base import ArmEnv, ArmPlacement, RuntimeBase, Server, ServerBase, ServerSpec, arm_model
 from suite.store import SECRET_NAME, ArmDirs, ArmRuntimeInfo, ImageInfo
@@ -62,7 +62,6 @@ PASS_THROUGH = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")  # by name only, from the 
 CLIENT_ENV = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "HF_DATASETS_CACHE", "TOKENIZERS_PARALLELISM")
 MANAGED_LABEL = "suite.managed"
 CPU_SHM_SIZE = "1g"
-GPUS = re.compile(r"^\d+(,\d+)*$")
 DEV = Path("/dev")  # where the ROCm device nodes are looked up (their group ids go to --group-add)
 DOCKER_USER_ENV = "SUITE_DOCKER_USER"
 
@@ -218,7 +217,7 @@ def rocm_group_ids(dev: Path | None = None) -> list[str]:
 def vendor_flags(docker: DockerSpec) -> dict[str, Any]:
     """The vendor's run flags (docker/README.md) as ContainerConfig fields (+ environment for ROCm GPU selection)."""
     gpus = docker.gpus.strip().replace(" ", "")
-    if gpus != "all" and not GPUS.match(gpus):
+    if gpus != "all" and not GPU_LIST.match(gpus):
         raise SuiteError(f"runtime.docker.gpus must be 'all' or a comma list of device indices, not {gpus!r}")
     flags: dict[str, Any] = {"shm_size": docker.shm_size}
     if docker.vendor == "cpu":
