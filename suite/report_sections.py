@@ -211,17 +211,26 @@ def _between_looks(s: CandidateSummary, c: PrimaryResult) -> int | None:
     return None
 
 
+def _short_of(s: CandidateSummary, c: PrimaryResult) -> int | None:
+    """The rounds its look was planned after, when the test has fewer (a run stopped before that look)."""
+    planned = s.spec.looks[c.look - 1] if 0 < c.look <= len(s.spec.looks) else None
+    return planned if planned is not None and c.n_rounds < planned else None
+
+
 def _look(s: CandidateSummary, c: PrimaryResult) -> str:
     where = f"look {c.look} of {c.n_looks}"
-    planned = s.spec.looks[c.look - 1] if 0 < c.look <= len(s.spec.looks) else None
-    if planned is not None and c.n_rounds < planned:  # a run stopped before its first look: say so
+    if (planned := _short_of(s, c)) is not None:  # a run stopped before its first look: say so
         return f"{c.n_rounds} rounds, short of {where}, planned after {planned}; tested at that look's boundary"
     return where + (f", on {c.n_rounds} rounds" if _between_looks(s, c) is not None else "")
 
 
-def _reason(s: CandidateSummary, c: PrimaryResult) -> str:
+def _reason(s: CandidateSummary, c: PrimaryResult, unit: str) -> str:
     """Why the word, from the test's own numbers (its interval shown only when it is not absurdly wide)."""
     p = f"p={fmt_p(c.p_value)}" if c.p_value is not None else "no p-value"
+    if c.p_value is None and c.n_rounds < 2 and (planned := _short_of(s, c)) is not None:
+        # one round of a run that stopped before its first look: no test yet, and not a final one either
+        test = f"look {c.look} of {c.n_looks}" if c.n_looks > 1 else "the test (fixed design)"
+        return f"{c.n_rounds} {unit}{'s' if c.n_rounds != 1 else ''}: no interval; {test} is planned after {planned} {unit}s"
     where = "fixed design" if c.n_looks == 1 else _look(s, c)
     if c.outcome in (Outcome.IMPROVEMENT, Outcome.REGRESSION):
         return f"{p} < {c.nominal_alpha:.2g}: the interval excludes 0 ({where})"
@@ -282,10 +291,10 @@ def card(run: RunData, s: CandidateSummary) -> Card:
     over = ("points" if s.spec.points is None else
             f"the {len(s.spec.points)} declared points ({', '.join(literal(p) for p in s.spec.points)}; the others "
             "are shown, not tested)")
+    unit = "set" if run.order == "interleaved" else "round"
     lines = [f"{level}; better is +; composite of {metrics}, geometric mean over {over}",
-             _reason(s, c)]
+             _reason(s, c, unit)]
     if c.n_rounds >= 2:  # the values the test ran on: one far from the others is what widens its interval
-        unit = "set" if run.order == "interleaved" else "round"
         lines.append(f"each {unit}'s score: " + ", ".join(
             f"{unit} {r} {fmt_pct(v)}" for r, v in zip(c.rounds, c.scores_pct, strict=True)))
     if ev.outcome == Outcome.MIXED or ev.confirmed:
