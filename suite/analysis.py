@@ -123,6 +123,13 @@ class RunData:
         return self.order in ("abba", "interleaved")
 
     @property
+    def layouts(self) -> int:
+        """How many GPU layouts the restart sets cycle through (runtime.cross_groups: one per group, set s in
+        layout s mod N); 1 for every other design."""
+        rt = self.matrix.runtime
+        return len(rt.gpu_groups) if rt.cross_groups and rt.gpu_groups and self.order == "interleaved" else 1
+
+    @property
     def blocks(self) -> int:
         """Blocks per round (order interleaved: a restart set's blocks are its jobs' repeats); 1 otherwise."""
         return self.matrix.blocks if self.order == "interleaved" else 1
@@ -600,7 +607,7 @@ def primary(run: RunData, cand: str, spec: VerdictSpec, *, look: int | None = No
         return Primary(None, left_out)
     try:
         return Primary(evaluate(base, new, spec, aa_rounds=aa or None, look=k, final=final,
-                                unit="set" if run.order == "interleaved" else "round"), left_out)
+                                unit="set" if run.order == "interleaved" else "round", phases=run.layouts), left_out)
     except ValueError as exc:  # malformed values (negative, not a number): said, not hidden
         return Primary(None, left_out, f"primary test refused the values: {exc}")
 

@@ -227,6 +227,13 @@ class RuntimeSpec(Strict):
         "falls on both sides of the set's score; each group keeps its own compile cache. A look comes after "
         "a whole wave of N sets (verdict.looks: multiples of N). On a CPU host the groups select nothing: the "
         "sets only run at once"))
+    cross_groups: bool = Field(False, description=(
+        "with gpu_groups, for a model that cannot fit twice on one group: one restart set at a time, each serving "
+        "arm's server on a group of its own (as many groups as serving arms), the groups crossed over from set to "
+        "set (set s: the i-th serving arm on group (i + s) mod N). A GPU's own speed then enters each set's score "
+        "with that set's layout, and the test takes it out: the mean of the N layouts' means, the spread within "
+        "layouts on n - N degrees of freedom (verdict.looks: multiples of N, the first from 2N). Each arm keeps "
+        "a compile cache per group"))
     docker: DockerSpec | None = None
     slurm: SlurmSpec | None = None
 
@@ -793,6 +800,8 @@ class Matrix(Strict):
                                  f"{self.runtime.port}: set runtime.port: 0 (a free port each)")
         elif self.runtime.gpu_groups is not None:
             raise ValueError("runtime.gpu_groups: restart sets run at once only under order: interleaved")
+        if self.runtime.cross_groups and self.runtime.gpu_groups is None:
+            raise ValueError("runtime.cross_groups: crosses the arms over runtime.gpu_groups; give the groups")
         if self.precompile and self.runtime.kind == "slurm":
             raise ValueError("precompile: the slurm runtime starts each session in a batch job of its own, with "
                              "no server before it; leave precompile out")
@@ -819,6 +828,11 @@ class Matrix(Strict):
         groups = self.runtime.gpu_groups
         if groups is None:
             return
+        n_serving = sum(a.serving for a in self.arms.values()) + bool(self.aa)
+        if self.runtime.cross_groups and len(groups) != n_serving:
+            raise ValueError(f"runtime.cross_groups: each of the {n_serving} serving arms (the A/A arm included) "
+                             f"needs a GPU group of its own in every restart set: give {n_serving} groups, not "
+                             f"{len(groups)}")
         if self.runtime.gpus is not None:
             raise ValueError("runtime.gpu_groups: give either runtime.gpus (every server on those GPUs) or "
                              "runtime.gpu_groups (each restart set on its group), not both")
@@ -827,19 +841,29 @@ class Matrix(Strict):
             raise ValueError("runtime.gpu_groups: each restart set's containers get their group's GPUs; leave "
                              "runtime.docker.gpus at 'all'")
         n = len(groups)
+        if self.runtime.cross_groups and self.repeats != "auto" and self.repeats % n:
+            raise ValueError(f"runtime.cross_groups: the arms cross over the {n} groups every {n} restart sets: "
+                             f"repeats must be a multiple of {n} (not {self.repeats})")
         if self.repeats == "auto":
             assert self.verdict is not None and self.verdict.looks is not None
+            if self.runtime.cross_groups and self.verdict.looks[0] < 2 * n:
+                raise ValueError(f"runtime.cross_groups: the test takes the {n} GPU layouts' difference out, which "
+                                 f"leaves no degree of freedom after {n} sets: the first look must come after "
+                                 f"{2 * n} sets or more (verdict.looks, e.g. [{2 * n}, {3 * n}])")
             off = [k for k in (*self.verdict.looks, self.verdict.max_rounds) if k % n]
             if off:
-                raise ValueError(f"runtime.gpu_groups: {n} groups run {n} restart sets at a time, so a look can "
-                                 f"come only after a whole wave: verdict.looks and verdict.max_rounds must be "
+                why = (f"the arms cross over the {n} groups every {n} restart sets, so a look comes only after "
+                       "whole crossings (a GPU's own speed then cancels)" if self.runtime.cross_groups else
+                       f"{n} groups run {n} restart sets at a time, so a look can come only after a whole wave")
+                raise ValueError(f"runtime.gpu_groups: {why}: verdict.looks and verdict.max_rounds must be "
                                  f"multiples of {n} (not {', '.join(map(str, dict.fromkeys(off)))}), e.g. looks "
                                  f"[{2 * n}, {3 * n}] and max_rounds {3 * n}")
 
     @property
     def sets_at_once(self) -> int:
-        """Restart sets run at the same time: one per GPU group (runtime.gpu_groups), else one."""
-        return len(self.runtime.gpu_groups) if self.runtime.gpu_groups else 1
+        """Restart sets run at the same time: one per GPU group (runtime.gpu_groups), else one (and one under
+        runtime.cross_groups, whose every set holds all the groups)."""
+        return len(self.runtime.gpu_groups) if self.runtime.gpu_groups and not self.runtime.cross_groups else 1
 
     @model_validator(mode="after")
     def _model_flags(self) -> Matrix:
@@ -933,7 +957,7 @@ def _clean_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:
 # A whole-matrix check about one place names it first ("serve[2]: ...", "arms.patched.vllm: ..."), so that the
 # error points at that place's line.
 LOCATED = re.compile(r"^(?:(serve|latency)\[(\d+)\]|arms\.([A-Za-z0-9][A-Za-z0-9_.-]*)\.(vllm|patches|serve_args)"
-                     r"|(serve_args|accuracy)|runtime\.(gpu_groups)): ")
+                     r"|(serve_args|accuracy)|runtime\.(gpu_groups|cross_groups)): ")
 
 
 def _located(msg: str) -> tuple[tuple[Any, ...], str] | None:

@@ -93,7 +93,8 @@ class Session(BaseModel):
     jobs: list[Job]
     window: int | None = None  # sessions of one window run side by side (their servers alive at once)
     round: int | None = None  # interleaved: the restart set (its jobs' repeats are its blocks); else derived
-    gpus: str | None = None  # runtime.gpu_groups: the GPUs this session's server sees (its restart set's group)
+    gpus: str | None = None  # runtime.gpu_groups: the GPUs this session's server sees (its restart set's group;
+    # under runtime.cross_groups the arm's group in this set)
 
 
 class Plan(BaseModel):
@@ -103,6 +104,8 @@ class Plan(BaseModel):
     order: str
     blocks: int = 1  # order interleaved: blocks per restart set
     sets_at_once: int = 1  # runtime.gpu_groups: restart sets run at the same time (a wave), one per group
+    gpu_groups: list[str] | None = None  # runtime.gpu_groups, in the matrix's order (a group's index names its cache)
+    cross_groups: bool = False  # runtime.cross_groups: one set at a time, each serving arm on its own group
     precompile: bool = False  # every serving arm's server started once, unmeasured, before the first session
     arms: dict[str, ArmSpec]
     baseline: str
@@ -121,12 +124,20 @@ class Plan(BaseModel):
         return None if self.sets_at_once == 1 or session.round is None else self.wave_of(session.round)
 
     def group_of_session(self, session: Session) -> int | None:
-        """The index of the GPU group a session's server runs on (runtime.gpu_groups); None without groups."""
-        return None if self.sets_at_once == 1 or session.gpus is None else (session.round or 0) % self.sets_at_once
+        """The index of the GPU group a session's server runs on (runtime.gpu_groups; it names the arm's compile
+        cache there); None without groups."""
+        return None if not self.gpu_groups or session.gpus is None else self.gpu_groups.index(session.gpus)
 
     def group_of(self, job: Job) -> int | None:
-        """The GPU group of the server a job runs against (its restart set's); None without groups, and for an
-        offline job (no server)."""
+        """The GPU group of the server a job runs against; None without groups, and for an offline job (no
+        server)."""
+        if not self.gpu_groups or KINDS[job.kind].placement == "offline":
+            return None
+        return self.group_of_session(next(s for s in self.sessions if s.arm == job.arm and s.index == job.session))
+
+    def lane_of(self, job: Job) -> int | None:
+        """The lane (thread) a job's restart set runs in when sets run at once, one per GPU group: each lane has
+        its own bench client. None: the run's one client (no groups, one set at a time, an offline job)."""
         if self.sets_at_once == 1 or KINDS[job.kind].placement == "offline":
             return None
         return self.round_of(job) % self.sets_at_once
@@ -248,7 +259,7 @@ def build_plan(matrix: Matrix) -> Plan:
             for r in range(matrix.rounds):
                 for arm in (a for a in round_order(serving, r, matrix.order_seed) if in_round(matrix, a, r)):
                     add(arm, _server_jobs(matrix, arms, arm, counters[arm], range(r * b, (r + 1) * b), r == 0), True,
-                        window=r, rnd=r, gpus=groups[r % len(groups)] if groups else None)
+                        window=r, rnd=r, gpus=set_gpus(matrix, serving, arm, r))
         elif matrix.side_by_side > 1:  # abba in time windows of side_by_side servers, random order per round
             serving = [a for a in names if arms[a].serving]
             windows = 0
@@ -279,14 +290,26 @@ def build_plan(matrix: Matrix) -> Plan:
         for arm in names:
             add(arm, [_job(matrix, arms, kind, arm, counters[arm], pid, params)], True)
     return Plan(matrix=matrix.name, order=matrix.order, blocks=matrix.blocks, sets_at_once=matrix.sets_at_once,
+                gpu_groups=matrix.runtime.gpu_groups, cross_groups=matrix.runtime.cross_groups,
                 precompile=matrix.precompile, arms=arms, baseline=matrix.baseline_arm, sessions=sessions)
+
+
+def set_gpus(matrix: Matrix, serving: list[str], arm: str, r: int) -> str | None:
+    """The GPUs of an arm's server in restart set r (runtime.gpu_groups): the set's group (set r on group r mod
+    N); under runtime.cross_groups the i-th serving arm's own, group (i + r) mod N, so that over N sets every arm
+    has been on every group once."""
+    groups = matrix.runtime.gpu_groups
+    if not groups:
+        return None
+    return groups[(serving.index(arm) + r) % len(groups)] if matrix.runtime.cross_groups else groups[r % len(groups)]
 
 
 def format_plan(plan: Plan) -> str:
     lines = [f"plan for {plan.matrix}: {len(plan.sessions)} sessions, {len(plan.jobs)} jobs, order {plan.order}"]
     if plan.precompile:
         lines.append("  precompile: every serving arm's server started once (per GPU group) before the first session "
-                     "of a stretch, stopped unmeasured")
+                     "of a stretch, stopped unmeasured" + ("; crossed groups: one set's layout at a time"
+                                                           if plan.cross_groups else ""))
     for arm, spec in plan.arms.items():
         patches = ", ".join(("-" if p.reverse else "") + p.name for p in spec.patches) or "none"
         lines.append(f"  arm {arm}: vLLM {spec.vllm}; patches: {patches}")
@@ -296,7 +319,8 @@ def format_plan(plan: Plan) -> str:
         if s.round is not None and plan.blocks > 1:
             window += f", restart set {s.round}: blocks {s.round * plan.blocks}-{(s.round + 1) * plan.blocks - 1}"
         if s.gpus is not None:
-            window += f", wave {plan.wave_of(s.round or 0)} on GPUs {s.gpus}"
+            window += (f", on GPUs {s.gpus}" if plan.sets_at_once == 1 else
+                       f", wave {plan.wave_of(s.round or 0)} on GPUs {s.gpus}")
         lines.append(f"  session {s.arm}#{s.index} ({what}, {len(s.jobs)} jobs{window})")
         for j in s.jobs:
             lines.append(f"    {j.key}")

@@ -114,11 +114,16 @@ def _block_points(run: RunData) -> str:
     return " (every block in the matrix's order of points)" if len(blocks) > 1 else ""
 
 
-def _gpu_groups(groups: list[str] | None) -> str:
+def _gpu_groups(groups: list[str] | None, crossed: bool) -> str:
     """runtime.gpu_groups in the intro: how many restart sets ran at once, and on which GPUs."""
     if not groups:
         return ""
     where = "; ".join(f"{i}: GPUs {literal(g)}" for i, g in enumerate(groups))
+    if crossed:
+        return (f", each serving arm on a GPU group of its own, the groups crossed over from set to set (set s: the "
+                f"i-th serving arm on group (i + s) mod {len(groups)}; {where}): a group's own speed enters each set's "
+                f"score with its layout, and the test takes it out (the mean of the {len(groups)} layouts' means, "
+                f"the spread within layouts)")
     return (f", {len(groups)} restart sets at a time, each on its own GPU group, both arms of a set on the same "
             f"group (set s on group s mod {len(groups)}; {where})")
 
@@ -144,7 +149,7 @@ def intro(run: RunData) -> list[Paragraph | BulletList | Note]:
            f"{literal(matrix.blocks)} block{'s' if matrix.blocks != 1 else ''} of every point per set"
            f"{_block_points(run)}, the arms taking turns (seed {literal(matrix.order_seed)})"
            if run.order == "interleaved" else "")
-        + _gpu_groups(matrix.runtime.gpu_groups)
+        + _gpu_groups(matrix.runtime.gpu_groups, matrix.runtime.cross_groups)
         + (f", quiet: no request until {literal(f'{matrix.quiet_s:g}')} s after the servers answered"
            if matrix.quiet_s else "")
         + (f", settle: a session's first point measured {literal(f'{matrix.settle_s:g}')} s or more after its "
@@ -278,6 +283,9 @@ def card(run: RunData, s: CandidateSummary) -> Card:
     else:
         rounds = f"{c.n_rounds} round{'s' if c.n_rounds != 1 else ''} paired by round index" + (
             "" if run.paired else f" ({literal(run.order or 'unordered')} order: the pairing cancels no drift)")
+    if run.layouts > 1:
+        rounds += (f"; crossed over {run.layouts} GPU layouts: the mean of the layouts' means, the spread within "
+                   f"layouts ({c.n_rounds} sets, {c.n_rounds - run.layouts} degrees of freedom)")
     if ev.dropped:
         rounds += "; dropped: " + "; ".join(literal(d.split(" (", 1)[0]) for d in ev.dropped)
     later = sorted({r // run.blocks for p in run.points.values() for r in p.reps.get(s.candidate, {})

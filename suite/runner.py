@@ -73,13 +73,13 @@ class RunContext:
     ports: set[int] = field(default_factory=set)  # every port handed to a server of this run
     cancel: threading.Event = field(default_factory=threading.Event)  # a lane failed or Ctrl-C: the others stop
 
-    def scope_of(self, group: int | None) -> SessionScope:
-        """What lives as long as the run for one GPU group's restart sets (the bench client: one per group, as
-        their sets run at once); the run's own for the first group or none."""
-        if not group:
+    def scope_of(self, lane: int | None) -> SessionScope:
+        """What lives as long as the run for one lane's restart sets (the bench client: one per GPU group when
+        sets run at once); the run's own for the first lane or none."""
+        if not lane:
             return self.run_scope
         with self.lock:
-            return self.group_scopes.setdefault(group, SessionScope())
+            return self.group_scopes.setdefault(lane, SessionScope())
 
     def close_scopes(self) -> None:
         for scope in (self.run_scope, *self.group_scopes.values()):
@@ -152,8 +152,8 @@ def job_env(ctx: RunContext, job: Job, server: Server | None, scope: SessionScop
             pending: tuple[Job, ...] = (), settle_until: float | None = None) -> JobEnv:
     arm_env, arm_spec = ctx.arm_envs[job.arm], ctx.plan.arms[job.arm]
     offline = server is None
-    group = ctx.plan.group_of(job)
-    dirs = ctx.store.arm_dirs(job.arm, group)
+    dirs = ctx.store.arm_dirs(job.arm, ctx.plan.group_of(job))  # the compile cache of its server's GPU group
+    lane = ctx.plan.lane_of(job)  # the bench client of its restart set's lane (sets at once)
     return JobEnv(
         job=job, model=ctx.matrix.model_of(arm_spec), serve_args=[*ctx.matrix.serve_args, *arm_spec.serve_args],
         result=ctx.store.result_path(job), log=ctx.store.log_path(job), run_root=ctx.store.root,
@@ -163,8 +163,8 @@ def job_env(ctx: RunContext, job: Job, server: Server | None, scope: SessionScop
         client_cpus=ctx.here.client_cpus(),
         server=None if offline else ServerView(server), scope=scope,
         session_dir=ctx.store.session_dir(job.arm, job.kind, job.session), pending=pending,
-        run_scope=ctx.scope_of(group), client_in_server=ctx.here.client_in_server, settle_until=settle_until,
-        round=ctx.plan.round_of(job), group=group)
+        run_scope=ctx.scope_of(lane), client_in_server=ctx.here.client_in_server, settle_until=settle_until,
+        round=ctx.plan.round_of(job), lane=lane)
 
 
 def _run_job(ctx: RunContext, job: Job, server: Server | None, scope: SessionScope,
@@ -479,15 +479,27 @@ def precompile(ctx: RunContext, todo: Batch) -> None:
     start. Under interleaved an arm's servers start together (they are alive at once anyway), else one after
     another. Each log is ``<arm>/precompile[-group-N].log``, its start record the ``.json`` beside it; a server
     that does not start is reported and the run goes on (its sessions meet the same error, recorded)."""
+    for servers in precompile_windows(ctx.plan, todo):
+        _precompile_together(ctx, servers)
+
+
+def precompile_windows(plan: Plan, todo: Batch) -> list[list[tuple[tuple[str, int | None], Session]]]:
+    """The precompile's servers, ((arm, GPU group), the session whose command it starts), in the windows that
+    start together: every serving arm's first pending session per group; under interleaved all at once, except
+    under runtime.cross_groups, where a group holds one server at a time: one window per restart set that
+    brings an (arm, group) pair first (the first N sets' layouts); otherwise one server at a time."""
     firsts: dict[tuple[str, int | None], Session] = {}
     for session, pending in todo:
-        if pending and session.needs_server and ctx.plan.arms[session.arm].serving:
-            firsts.setdefault((session.arm, ctx.plan.group_of_session(session)), session)
-    if ctx.matrix.order == "interleaved":
-        _precompile_together(ctx, list(firsts.items()))
-    else:
-        for item in firsts.items():
-            _precompile_together(ctx, [item])
+        if pending and session.needs_server and plan.arms[session.arm].serving:
+            firsts.setdefault((session.arm, plan.group_of_session(session)), session)
+    if plan.order != "interleaved":
+        return [[item] for item in firsts.items()]
+    if not plan.cross_groups:
+        return [list(firsts.items())] if firsts else []
+    by_set: dict[int | None, list[tuple[tuple[str, int | None], Session]]] = {}
+    for item in firsts.items():
+        by_set.setdefault(item[1].round, []).append(item)
+    return list(by_set.values())
 
 
 def _precompile_together(ctx: RunContext, servers: list[tuple[tuple[str, int | None], Session]]) -> None:

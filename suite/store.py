@@ -232,6 +232,7 @@ class ArmSpecRecord(Recorded):
 
 class MatrixRuntimeRecord(Recorded):
     gpu_groups: list[str] | None = None  # restart sets at once, set s on group s mod N
+    cross_groups: bool = False  # one set at a time, the i-th serving arm on group (i + s) mod N
 
 
 class MatrixRecord(Recorded):

@@ -578,6 +578,7 @@ def primary_test(
     aa_scores: Mapping[int, float] | None = None,
     final: bool = False,
     metric: str | None = None,
+    phases: int = 1,
 ) -> PrimaryResult:
     """The declared test at one look of the sequential design.
 
@@ -589,6 +590,10 @@ def primary_test(
     round's candidate and A/A scores share the baseline session (correlation 1/2 at equal variances).
     ``final``: no more rounds will come (budget spent): an undecided test is decided INCONCLUSIVE.
     ``metric``: the single metric these scores are of (None: the composite); only labels and ``delta_pct``.
+    ``phases``: the scores repeat a layout of the arms on GPU groups every ``phases`` rounds (runtime.cross_groups:
+    round r in phase r mod N, whose groups' speed difference it carries): the estimate is the mean of the phase
+    means (each layout weighted alike, so a group's speed cancels) and the variance is the one within phases, on
+    n - N degrees of freedom; 1: no layout (every other design).
 
     Boundaries: Lan-DeMets spending of ``spec.alpha`` at information fraction look_rounds / max_rounds; each
     look's nominal two-sided alpha (``look_alphas``: matched on the t statistics of the planned design) is
@@ -602,7 +607,7 @@ def primary_test(
     k = _resolve_look(spec, look, len(s))
     n_looks = len(spec.looks)
     aa = ([v for v in _check_scores(aa_scores, "aa_scores").values() if math.isfinite(v)]
-          if spec.pool_aa and aa_scores is not None else [])
+          if spec.pool_aa and aa_scores is not None and phases == 1 else [])
     alpha_k = look_alphas(spec, pooled=len(aa) >= 2)[k - 1]
     last = final or k == n_looks
     where = (f"look {k} of {n_looks}, {SPENDING_LABEL[spec.spending]}" if n_looks > 1
@@ -627,14 +632,30 @@ def primary_test(
     if len(xs) < 2:
         known = dict(estimate_pct=_pct(xs[0]), delta_pct=_pct(own_sign * xs[0]), mean_log=xs[0]) if xs else {}
         return inconclusive(f"{len(xs)} round{'s' if len(xs) != 1 else ''}: no interval", **known)
-    mean, var = _var(xs)
     n = len(xs)
+    if phases > 1:
+        by_phase: dict[int, list[float]] = {}
+        for r, v in s.items():
+            by_phase.setdefault(r % phases, []).append(v)
+        means = [math.fsum(v) / len(v) for v in by_phase.values()]
+        mean = math.fsum(means) / phases
+        if len(by_phase) < phases or n <= phases:  # the estimate only once every layout is in it
+            known = (dict(estimate_pct=_pct(mean), delta_pct=_pct(own_sign * mean), mean_log=mean)
+                     if len(by_phase) == phases else {})
+            return inconclusive(f"{n} rounds in {len(by_phase)} of the {phases} GPU layouts: no interval once the "
+                                "layouts' difference is taken out", **known)
+        var = math.fsum((x - m) ** 2 for v, m in zip(by_phase.values(), means, strict=True) for x in v) / (n - phases)
+        n_eff = phases**2 / math.fsum(1 / len(v) for v in by_phase.values())  # = n when the layouts are balanced
+        df, variance = float(n - phases), f"paired, {n} rounds, within {phases} GPU layouts"
+    else:
+        mean, var = _var(xs)
+        n_eff, df, variance = float(n), n - 1.0, f"paired, {n} rounds"
     point = dict(estimate_pct=_pct(mean), delta_pct=_pct(own_sign * mean), mean_log=mean)
-    if math.sqrt(var / n) <= ZERO_SE:
+    if math.sqrt(var / n_eff) <= ZERO_SE:
         return inconclusive("no spread across rounds (identical scores): no interval", **point)
 
-    df, pooled, variance = n - 1.0, False, f"paired, {n} rounds"
-    if spec.pool_aa:
+    pooled = False
+    if spec.pool_aa and phases == 1:  # never across GPU layouts (aa is empty there)
         if len(aa) < 2:
             variance += "; not pooled: fewer than 2 A/A rounds"
         else:
@@ -653,7 +674,7 @@ def primary_test(
                     pooled = True
                     variance = f"pooled with {m} A/A rounds (F={f:.2f}, p={p_f:.2f}), df {df:.1f}"
 
-    se = math.sqrt(var / n)
+    se = math.sqrt(var / n_eff)
     t = mean / se
     crit = t_boundary(alpha_k, df)
     t95 = float(stdtrit(df, 0.975))
@@ -741,12 +762,13 @@ def evaluate_scores(
     aa_metric_scores: Mapping[str, Mapping[int, float]] | None = None,
     look: int | None = None,
     final: bool = False,
+    phases: int = 1,
 ) -> Evaluation:
     """The composite test and one test per metric (same method, same look) on per-round scores, combined
-    into the overall outcome (MIXED by Holm across metrics)."""
-    composite = primary_test(composite_scores, spec, look=look, aa_scores=aa_composite, final=final)
+    into the overall outcome (MIXED by Holm across metrics). ``phases``: see ``primary_test``."""
+    composite = primary_test(composite_scores, spec, look=look, aa_scores=aa_composite, final=final, phases=phases)
     per_metric = {
-        m: primary_test(metric_scores[m], spec, look=composite.look, final=final, metric=m,
+        m: primary_test(metric_scores[m], spec, look=composite.look, final=final, metric=m, phases=phases,
                         aa_scores=aa_metric_scores.get(m) if aa_metric_scores is not None else None)
         for m in spec.metrics
     }
@@ -773,6 +795,7 @@ def evaluate(
     look: int | None = None,
     final: bool = False,
     unit: str = "round",
+    phases: int = 1,
 ) -> Evaluation:
     """Everything for one candidate at one look: pair rounds by index, score them (``round_scores``, its notes
     naming a round ``unit``), then ``evaluate_scores``. ``*_rounds``: round index -> point -> metric -> value
@@ -784,5 +807,5 @@ def evaluate(
         aa_comp = round_scores(base_rounds, aa_rounds, spec.metrics).scores
         aa_per = {m: round_scores(base_rounds, aa_rounds, (m,)).scores for m in spec.metrics}
     ev = evaluate_scores(comp.scores, per, spec, aa_composite=aa_comp, aa_metric_scores=aa_per, look=look,
-                         final=final)
+                         final=final, phases=phases)
     return replace(ev, dropped=comp.dropped, skipped=comp.skipped)

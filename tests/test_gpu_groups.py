@@ -87,6 +87,73 @@ def test_each_restart_set_runs_on_its_group_and_the_sets_of_a_wave_together():
     assert len(batches(todo, True, plain)) == 6
 
 
+def crossed(groups: str = '["0", "1"]', looks: str = "4, 6", extra: str = "", body: str = ""):
+    text = BASE.format(kind="local", runtime=f"  gpu_groups: {groups}\n  cross_groups: true\n{extra}", looks=looks)
+    if body.startswith("repeats:"):  # a fixed number of sets in place of repeats: auto
+        return parse_matrix(text.replace("repeats: auto\n", body), "m.yaml")
+    return parse_matrix(text.replace("repeats: auto", body + "repeats: auto"), "m.yaml")
+
+
+@pytest.mark.parametrize(("groups", "looks", "body", "message", "line"), [
+    ('["0", "1", "2"]', "4, 6", "", "each of the 2 serving arms (the A/A arm included) needs a GPU group of its own "
+     "in every restart set: give 2 groups, not 3", 6),
+    ('["0", "1"]', "4, 6", "aa: true\n", "give 3 groups, not 2", 6),
+    ('["0", "1"]', "5, 6", "", "the arms cross over the 2 groups every 2 restart sets, so a look comes only after "
+     "whole crossings (a GPU's own speed then cancels): verdict.looks and verdict.max_rounds must be multiples "
+     "of 2 (not 5)", 5),
+    ('["0", "1"]', "2, 6", "", "the test takes the 2 GPU layouts' difference out, which leaves no degree of "
+     "freedom after 2 sets: the first look must come after 4 sets or more (verdict.looks, e.g. [4, 6])", 6),
+    ('["0", "1"]', "4, 6", "repeats: 3\n", "repeats must be a multiple of 2 (not 3)", 6),
+])
+def test_crossed_groups_that_cannot_balance_say_why_at_their_line(groups, looks, body, message, line):
+    with pytest.raises(MatrixError) as err:
+        crossed(groups, looks, body=body)
+    assert message in str(err.value) and f"m.yaml:{line}:" in str(err.value)
+    with pytest.raises(MatrixError, match="m.yaml:5: runtime.cross_groups: crosses the arms over "
+                                          "runtime.gpu_groups; give the groups"):
+        parse_matrix(BASE.format(kind="local", runtime="  cross_groups: true\n", looks="4, 6"), "m.yaml")
+
+
+def test_crossed_groups_put_each_arm_on_its_own_group_and_swap_them_every_set():
+    """runtime.cross_groups: one set at a time; in set r the i-th serving arm on group (i + r) mod N, so every
+    arm is on every group once per N sets; each (arm, group) keeps its own cache; one bench client for the run
+    (no lanes); the precompile starts the first N sets' layouts one after another (a group holds one server)."""
+    from suite.runner import precompile_windows
+
+    plan = build_plan(crossed())
+    assert plan.sets_at_once == 1 and plan.cross_groups
+    sets = {(s.arm, s.round): s.gpus for s in plan.sessions}
+    for r in range(6):
+        assert (sets[("base", r)], sets[("cand", r)]) == (("0", "1") if r % 2 == 0 else ("1", "0"))
+    by = {(s.arm, s.round): s for s in plan.sessions}
+    assert [plan.group_of_session(by[("cand", r)]) for r in range(4)] == [1, 0, 1, 0]
+    assert {plan.group_of(j) for j in by[("cand", 1)].jobs} == {0}  # its server's cache: cand's on group 0
+    assert {plan.lane_of(j) for s in plan.sessions for j in s.jobs} == {None}  # the run's one client
+    todo = [(s, list(s.jobs)) for s in plan.sessions]
+    assert [sorted({s.round for s, _ in b}) for b in batches(todo, True, plan)] == [[r] for r in range(6)]
+    windows = precompile_windows(plan, todo)
+    assert [sorted((arm, g) for (arm, g), _ in w) for w in windows] == [
+        [("base", 0), ("cand", 1)], [("base", 1), ("cand", 0)]]
+    assert [{s.round for _, s in w} for w in windows] == [{0}, {1}]
+    # resumed after set 0: set 1 and set 2 bring the pairs left, each in its own window
+    later = [(s, jobs) for s, jobs in todo if s.round is None or s.round >= 1]
+    assert [sorted((arm, g) for (arm, g), _ in w) for w in precompile_windows(plan, later)] == [
+        [("base", 1), ("cand", 0)], [("base", 0), ("cand", 1)]]
+    # the same groups not crossed: both arms of a set on one group, every pair in one window
+    together = build_plan(matrix())
+    (w,) = precompile_windows(together, [(s, list(s.jobs)) for s in together.sessions])
+    assert sorted(k for k, _ in w) == [("base", 0), ("base", 1), ("cand", 0), ("cand", 1)]
+
+
+def test_the_dry_run_names_each_crossed_servers_gpus():
+    from suite.plan import format_plan
+
+    text = format_plan(build_plan(crossed()))
+    assert "session base#0 (server, 4 jobs, window 0, restart set 0: blocks 0-1, on GPUs 0)" in text
+    assert "session cand#1 (server, 4 jobs, window 1, restart set 1: blocks 2-3, on GPUs 0)" in text
+    assert "wave" not in text
+
+
 def test_a_local_server_sees_its_sets_gpus_and_its_groups_own_cache(tmp_path, monkeypatch):
     monkeypatch.setattr("suite.runtime.local.vllm_command", lambda: ["vllm"])
     run = tmp_path / "runs" / "r"

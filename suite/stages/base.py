@@ -88,7 +88,7 @@ class JobEnv:
     client_in_server: bool = False  # client tools run inside the server's container: one client per server
     settle_until: float | None = None  # time.monotonic() before which a session's first point is not measured
     round: int = 0  # the round the job belongs to (interleaved: its restart set; else its repeat)
-    group: int | None = None  # runtime.gpu_groups: the GPU group of its server (its restart set's), by index
+    lane: int | None = None  # runtime.gpu_groups, sets at once: its restart set's lane (a GPU group's), by index
 
     @property
     def tokenizer(self) -> str:

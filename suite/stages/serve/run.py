@@ -107,7 +107,7 @@ def session_client(env: JobEnv) -> PersistentClient:
     scope = env.scope if env.client_in_server or env.run_scope is None else env.run_scope
     assert env.session_dir is not None
     log_dir = env.session_dir if scope is env.scope else env.run_root / "client"
-    name = f"client-{mode}" + (f"-group-{env.group}" if env.group else "")  # GPU groups: a client per group
+    name = f"client-{mode}" + (f"-group-{env.lane}" if env.lane else "")  # sets at once: a client per GPU group
     return scope.get(f"bench-client-{mode}-{'|'.join(worker)}", lambda: PersistentClient(
         worker, env=env.client_env, log_path=log_dir / f"{name}.log", cli=cli, mode=mode,
         cpus=env.client_cpus))
