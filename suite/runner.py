@@ -68,7 +68,7 @@ class RunContext:
     secrets: list[str] = field(default_factory=list)
     run_scope: SessionScope = field(default_factory=SessionScope)  # lives as long as the run (bench client)
     # runtime.gpu_groups: restart sets run at once, each in a thread of its own (a lane, one per GPU group)
-    group_scopes: dict[int, SessionScope] = field(default_factory=dict)  # a later group's run-long resources
+    lane_scopes: dict[int, SessionScope] = field(default_factory=dict)  # a later lane's run-long resources
     lock: threading.RLock = field(default_factory=threading.RLock)  # ports handed out, progress, scopes
     ports: set[int] = field(default_factory=set)  # every port handed to a server of this run
     cancel: threading.Event = field(default_factory=threading.Event)  # a lane failed or Ctrl-C: the others stop
@@ -79,10 +79,10 @@ class RunContext:
         if not lane:
             return self.run_scope
         with self.lock:
-            return self.group_scopes.setdefault(lane, SessionScope())
+            return self.lane_scopes.setdefault(lane, SessionScope())
 
     def close_scopes(self) -> None:
-        for scope in (self.run_scope, *self.group_scopes.values()):
+        for scope in (self.run_scope, *self.lane_scopes.values()):
             scope.close()
 
     @property
@@ -476,8 +476,8 @@ def precompile(ctx: RunContext, todo: Batch) -> None:
     """Matrix ``precompile``: before the stretch's first server session, every serving arm's server (once per
     GPU group, on the group's GPUs and compile cache) started from its first pending session's command, awaited
     and stopped, nothing measured: torch.compile's and the kernels' caches are then warm for every measured
-    start. Under interleaved an arm's servers start together (they are alive at once anyway), else one after
-    another. Each log is ``<arm>/precompile[-group-N].log``, its start record the ``.json`` beside it; a server
+    start. Under interleaved an arm's servers start together (they are alive at once anyway; under
+    runtime.cross_groups one set's layout at a time), else one after another (``precompile_windows``). Each log is ``<arm>/precompile[-group-N].log``, its start record the ``.json`` beside it; a server
     that does not start is reported and the run goes on (its sessions meet the same error, recorded)."""
     for servers in precompile_windows(ctx.plan, todo):
         _precompile_together(ctx, servers)
