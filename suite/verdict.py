@@ -642,7 +642,7 @@ def primary_test(
         if len(by_phase) < phases or n <= phases:  # the estimate only once every layout is in it
             known = (dict(estimate_pct=_pct(mean), delta_pct=_pct(own_sign * mean), mean_log=mean)
                      if len(by_phase) == phases else {})
-            return inconclusive(f"{n} rounds in {len(by_phase)} of the {phases} GPU layouts: no interval once the "
+            return inconclusive(f"{n} restart sets in {len(by_phase)} of the {phases} GPU layouts: no interval once the "
                                 "layouts' difference is taken out", **known)
         var = math.fsum((x - m) ** 2 for v, m in zip(by_phase.values(), means, strict=True) for x in v) / (n - phases)
         n_eff = phases**2 / math.fsum(1 / len(v) for v in by_phase.values())  # = n when the layouts are balanced

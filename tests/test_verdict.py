@@ -451,5 +451,5 @@ def test_a_crossed_layout_is_taken_out_of_the_test_not_left_in_its_spread():
     short = primary_test({0: 0.03, 1: 0.01}, spec, phases=2)
     assert short.outcome == Outcome.INCONCLUSIVE and short.rci_low_pct is None
     assert short.estimate_pct == pytest.approx(math.expm1(0.02) * 100)
-    assert "2 rounds in 2 of the 2 GPU layouts: no interval once the layouts' difference is taken out" in short.reason
+    assert "2 restart sets in 2 of the 2 GPU layouts: no interval once the layouts' difference is taken out" in short.reason
     assert primary_test({0: 0.03, 2: 0.01, 4: 0.02}, spec, phases=2).estimate_pct is None  # layout 1 missing
