@@ -477,8 +477,9 @@ def precompile(ctx: RunContext, todo: Batch) -> None:
     GPU group, on the group's GPUs and compile cache) started from its first pending session's command, awaited
     and stopped, nothing measured: torch.compile's and the kernels' caches are then warm for every measured
     start. Under interleaved an arm's servers start together (they are alive at once anyway; under
-    runtime.cross_groups one set's layout at a time), else one after another (``precompile_windows``). Each log is ``<arm>/precompile[-group-N].log``, its start record the ``.json`` beside it; a server
-    that does not start is reported and the run goes on (its sessions meet the same error, recorded)."""
+    runtime.cross_groups one set's layout at a time), else one after another (``precompile_windows``). Each
+    log is ``<arm>/precompile[-group-N].log``, its start record the ``.json`` beside it; a server that does not
+    start is reported and the run goes on (its sessions meet the same error, recorded)."""
     for servers in precompile_windows(ctx.plan, todo):
         _precompile_together(ctx, servers)
 
@@ -496,10 +497,8 @@ def precompile_windows(plan: Plan, todo: Batch) -> list[list[tuple[tuple[str, in
         return [[item] for item in firsts.items()]
     if not plan.cross_groups:
         return [list(firsts.items())] if firsts else []
-    by_set: dict[int | None, list[tuple[tuple[str, int | None], Session]]] = {}
-    for item in firsts.items():
-        by_set.setdefault(item[1].round, []).append(item)
-    return list(by_set.values())
+    # the plan holds a set's sessions together, so the pairs each set brings first come one set after another
+    return [list(items) for _, items in groupby(firsts.items(), key=lambda item: item[1].round)]
 
 
 def _precompile_together(ctx: RunContext, servers: list[tuple[tuple[str, int | None], Session]]) -> None:
