@@ -398,7 +398,8 @@ def compare_cell(run: RunData, point: PointResults, cand: str, key: str, floors:
         side = run.baseline if not bv else cand
         return CellResult(point.point, key, None, None, None, rounds, None, f"missing: no {side} value",
                           tuple(left_out), tuple(dropped), run.blocks)
-    c = compare_metric(key, bv, cv, noise_floor_pct=floors.get(key), paired=run.paired)
+    layouts = dict(phases=run.layouts, rounds=rounds) if run.layouts > 1 else {}  # the GPU layouts taken out
+    c = compare_metric(key, bv, cv, noise_floor_pct=floors.get(key), paired=run.paired, **layouts)
     verdict, reason = c.verdict, c.reason
     whole = [f"{arm}: {why}" for arm in (run.baseline, cand) for why in run.quality.cell_reasons(arm, point.point, key)]
     if spoiled or whole:

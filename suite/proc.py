@@ -79,6 +79,26 @@ def group_members(pgid: int) -> list[int]:
     return members
 
 
+def narrow_group(pgid: int, cpus: frozenset[int]) -> int:
+    """Every thread of every live process in the group onto ``cpus``: a thread already held to some of them (an
+    OpenMP thread vLLM bound to one core) keeps just those; the others get all of ``cpus``. Two passes, so a
+    thread started while the first ran is narrowed too. Returns how many threads changed."""
+    changed = 0
+    for _ in range(2):
+        for pid in group_members(pgid):
+            for task in Path(f"/proc/{pid}/task").glob("[0-9]*"):
+                tid = int(task.name)
+                try:
+                    now = os.sched_getaffinity(tid)
+                    new = (now & cpus) or cpus
+                    if new != now:
+                        os.sched_setaffinity(tid, new)
+                        changed += 1
+                except (ProcessLookupError, PermissionError, OSError):
+                    continue  # the thread ended meanwhile
+    return changed
+
+
 def wait_group_gone(pgid: int, timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
     while True:

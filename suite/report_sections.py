@@ -269,11 +269,12 @@ def card(run: RunData, s: CandidateSummary) -> Card:
         # offline stages only (NO SERVING TEST: their tables hold data and verdicts), or nothing to read
         return Card(title_, s.word, outcome_style(NO_DATA), f"no primary test: {literal(why)}", correctness=correct)
     c = ev.composite
-    level = ("95 % interval" if c.n_looks == 1
-             else f"repeated {100 * (1 - c.nominal_alpha):.3g} % interval, look {c.look} of {c.n_looks} "
-                  f"({SPENDING_LABEL[c.spending]})"
-             + (f": {c.n_rounds} rounds at that look's boundary (the run ended before the look after {nxt})"
-                if (nxt := _between_looks(s, c)) is not None else ""))
+    planned = "planned: " if _short_of(s, c) is not None else ""  # no look reached yet: the design, not a result
+    level = planned + ("95 % interval" if c.n_looks == 1
+                       else f"repeated {100 * (1 - c.nominal_alpha):.3g} % interval, look {c.look} of {c.n_looks} "
+                            f"({SPENDING_LABEL[c.spending]})"
+                       + (f": {c.n_rounds} rounds at that look's boundary (the run ended before the look after {nxt})"
+                          if (nxt := _between_looks(s, c)) is not None else ""))
     metrics = ", ".join(METRICS[m].label for m in s.spec.metrics)
     headline = f"composite {fmt_pct(c.estimate_pct)} {_interval(c.rci_low_pct, c.rci_high_pct)}"
     if run.order == "interleaved":  # the restart set is the unit: its blocks share one start of the servers

@@ -186,19 +186,52 @@ def _pct(log_ratio: float) -> float:
     return 100.0 * math.expm1(log_ratio) if log_ratio < 700 else math.inf
 
 
-def _mean_var(xs: Sequence[float]) -> tuple[float, float]:
+def mean_var(xs: Sequence[float]) -> tuple[float, float]:
+    """(mean, sample variance) of two values or more."""
     m = math.fsum(xs) / len(xs)
     return m, math.fsum((x - m) ** 2 for x in xs) / (len(xs) - 1)
+
+
+@dataclass(frozen=True)
+class WithinLayouts:
+    """Paired differences measured over GPU layouts that repeat (runtime.cross_groups: set s in layout s mod N),
+    each layout's own offset taken out: ``mean`` is the mean of the layouts' means (each layout weighted alike,
+    so a group's speed cancels even when a layout has fewer sets), ``var`` the variance within layouts on ``df``
+    = n - N degrees of freedom, and ``n_eff`` the count that scales it to the mean's (n when balanced)."""
+
+    mean: float
+    var: float
+    n_eff: float
+    df: float
+
+
+def within_layouts(values: Sequence[float], layouts: Sequence[int], n_layouts: int) -> WithinLayouts | float | None:
+    """``values[i]`` measured in layout ``layouts[i]`` (0 .. n_layouts - 1). The layouts' difference can be taken
+    out only once every layout has a value and one layout has two: otherwise the mean of the layouts' means
+    (float) when every layout is in, else None."""
+    by_layout: dict[int, list[float]] = {}
+    for v, k in zip(values, layouts, strict=True):
+        by_layout.setdefault(k, []).append(v)
+    if len(by_layout) < n_layouts:
+        return None
+    means = {k: math.fsum(v) / len(v) for k, v in by_layout.items()}
+    mean = math.fsum(means.values()) / n_layouts
+    n = len(values)
+    if n <= n_layouts:
+        return mean
+    var = math.fsum((x - means[k]) ** 2 for k, v in by_layout.items() for x in v) / (n - n_layouts)
+    return WithinLayouts(mean, var, n_layouts**2 / math.fsum(1 / len(v) for v in by_layout.values()),
+                         float(n - n_layouts))
 
 
 def _log_t(lb: list[float], lc: list[float], paired: bool) -> tuple[float, float, float]:
     """(difference of mean logs, its standard error, degrees of freedom); needs n >= 2 per arm."""
     if paired:
         diffs = [c - b for b, c in zip(lb, lc, strict=True)]
-        d, var = _mean_var(diffs)
+        d, var = mean_var(diffs)
         return d, math.sqrt(var / len(diffs)), len(diffs) - 1.0
-    mb, varb = _mean_var(lb)
-    mc, varc = _mean_var(lc)
+    mb, varb = mean_var(lb)
+    mc, varc = mean_var(lc)
     vb, vc = varb / len(lb), varc / len(lc)
     se2 = vb + vc
     denom = vb * vb / (len(lb) - 1) + vc * vc / (len(lc) - 1)
@@ -216,6 +249,8 @@ def compare(
     paired: bool = False,
     max_cv: float = MAX_CV,
     max_half_width_log: float = MAX_HALF_WIDTH_LOG,
+    phases: int = 1,
+    rounds: Sequence[int] | None = None,
 ) -> Comparison:
     """Compare repeats of one metric at one point: Δ% of candidate vs baseline with an interval and a verdict.
 
@@ -223,6 +258,9 @@ def compare(
     uses per-pair log ratios, which cancels drift between rounds. An interval whose log-scale half-width
     exceeds ``max_half_width_log`` (default log 2) makes the comparison ``unreliable``; its interval and
     minimum detectable effect are then None (the reason gives the width), Δ and p stay.
+    ``phases`` > 1 (paired only): pair i was measured in round ``rounds[i]``, in GPU layout rounds[i] mod
+    ``phases`` (runtime.cross_groups); the layouts' difference is taken out as in the primary test
+    (``within_layouts``: the mean of the layouts' means, the spread within layouts, n - N df).
     """
     b = _check_values(baseline, "baseline")
     c = _check_values(candidate, "candidate")
@@ -236,8 +274,12 @@ def compare(
         raise ValueError("negative values: throughputs and latencies cannot be negative")
     if paired and len(b) != len(c):
         raise ValueError(f"paired comparison needs equal repeats, got {len(b)} baseline, {len(c)} candidate")
+    if phases > 1 and (not paired or rounds is None or len(rounds) != len(b)):
+        raise ValueError("GPU layouts (phases > 1) need paired values and the round of each pair")
 
     method = "paired t on log ratios" if paired else "Welch t on log values"
+    if phases > 1:
+        method += f", within {phases} GPU layouts"
     base = dict(
         baseline=summarize(b),
         candidate=summarize(c),
@@ -264,11 +306,22 @@ def compare(
         return unreliable("zero value(s) in repeats: ratio undefined")
     lb, lc = [math.log(x) for x in b], [math.log(x) for x in c]
     log_ratio = math.fsum(lc) / len(lc) - math.fsum(lb) / len(lb)
+    within = None
+    if phases > 1:
+        within = within_layouts([y - x for x, y in zip(lb, lc, strict=True)], [r % phases for r in rounds], phases)
+        log_ratio = within.mean if isinstance(within, WithinLayouts) else within if within is not None else log_ratio
     point = dict(ratio=math.exp(log_ratio), delta_pct=_pct(log_ratio))
     if min(len(b), len(c)) < 2:
         return unreliable(f"1 repeat: no interval (baseline n={len(b)}, candidate n={len(c)})", **point)
+    if phases > 1 and not isinstance(within, WithinLayouts):
+        seen = len({r % phases for r in rounds})
+        return unreliable(f"{len(b)} rounds in {seen} of the {phases} GPU layouts: no interval once the layouts' "
+                          "difference is taken out", **(point if within is not None else {}))
 
-    d, se, df = _log_t(lb, lc, paired)
+    if isinstance(within, WithinLayouts):
+        d, se, df = within.mean, math.sqrt(within.var / within.n_eff), within.df
+    else:
+        d, se, df = _log_t(lb, lc, paired)
     if se <= ZERO_SE:  # identical values up to rounding of the logs
         return unreliable("no spread across repeats (identical values): interval undefined", **point)
     tcrit = float(stdtrit(df, 0.5 + confidence / 2))
@@ -384,7 +437,7 @@ class PairedAccuracy:
 
 
 def _stderr(xs: Sequence[float]) -> float:
-    return math.sqrt(_mean_var(xs)[1] / len(xs)) if len(xs) > 1 else 0.0
+    return math.sqrt(mean_var(xs)[1] / len(xs)) if len(xs) > 1 else 0.0
 
 
 def _tango_score(up: int, down: int, n: int, d: float) -> float:

@@ -39,7 +39,18 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from scipy.optimize import brentq
 from scipy.special import fdtrc, ndtr, ndtri, stdtr, stdtrit
 
-from suite.stats import HEADLINE, MAX_HALF_WIDTH_LOG, METRICS, ZERO_SE, fmt_interval, fmt_pct, holm
+from suite.stats import (
+    HEADLINE,
+    MAX_HALF_WIDTH_LOG,
+    METRICS,
+    ZERO_SE,
+    WithinLayouts,
+    fmt_interval,
+    fmt_pct,
+    holm,
+    mean_var,
+    within_layouts,
+)
 
 Spending = Literal["obrien-fleming", "pocock"]
 SPENDING_LABEL = {"obrien-fleming": "O'Brien–Fleming", "pocock": "Pocock"}
@@ -565,11 +576,6 @@ def _check_scores(scores: Mapping[int, float], what: str) -> dict[int, float]:
     return dict(sorted(out.items()))
 
 
-def _var(xs: Sequence[float]) -> tuple[float, float]:
-    m = math.fsum(xs) / len(xs)
-    return m, math.fsum((x - m) ** 2 for x in xs) / (len(xs) - 1)
-
-
 def primary_test(
     scores: Mapping[int, float],
     spec: VerdictSpec,
@@ -634,21 +640,15 @@ def primary_test(
         return inconclusive(f"{len(xs)} round{'s' if len(xs) != 1 else ''}: no interval", **known)
     n = len(xs)
     if phases > 1:
-        by_phase: dict[int, list[float]] = {}
-        for r, v in s.items():
-            by_phase.setdefault(r % phases, []).append(v)
-        means = [math.fsum(v) / len(v) for v in by_phase.values()]
-        mean = math.fsum(means) / phases
-        if len(by_phase) < phases or n <= phases:  # the estimate only once every layout is in it
-            known = (dict(estimate_pct=_pct(mean), delta_pct=_pct(own_sign * mean), mean_log=mean)
-                     if len(by_phase) == phases else {})
-            return inconclusive(f"{n} restart sets in {len(by_phase)} of the {phases} GPU layouts: no interval once the "
-                                "layouts' difference is taken out", **known)
-        var = math.fsum((x - m) ** 2 for v, m in zip(by_phase.values(), means, strict=True) for x in v) / (n - phases)
-        n_eff = phases**2 / math.fsum(1 / len(v) for v in by_phase.values())  # = n when the layouts are balanced
-        df, variance = float(n - phases), f"paired, {n} rounds, within {phases} GPU layouts"
+        w = within_layouts(xs, [r % phases for r in s], phases)
+        if not isinstance(w, WithinLayouts):  # the estimate only once every layout is in it
+            known = dict(estimate_pct=_pct(w), delta_pct=_pct(own_sign * w), mean_log=w) if w is not None else {}
+            return inconclusive(f"{n} restart sets in {len({r % phases for r in s})} of the {phases} GPU layouts: no "
+                                "interval once the layouts' difference is taken out", **known)
+        mean, var, n_eff, df = w.mean, w.var, w.n_eff, w.df
+        variance = f"paired, {n} rounds, within {phases} GPU layouts"
     else:
-        mean, var = _var(xs)
+        mean, var = mean_var(xs)
         n_eff, df, variance = float(n), n - 1.0, f"paired, {n} rounds"
     point = dict(estimate_pct=_pct(mean), delta_pct=_pct(own_sign * mean), mean_log=mean)
     if math.sqrt(var / n_eff) <= ZERO_SE:
@@ -659,7 +659,7 @@ def primary_test(
         if len(aa) < 2:
             variance += "; not pooled: fewer than 2 A/A rounds"
         else:
-            _, var_aa = _var(aa)
+            _, var_aa = mean_var(aa)
             if var_aa <= ZERO_SE**2:
                 variance += "; not pooled: no spread in the A/A scores"
             else:

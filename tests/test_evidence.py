@@ -585,6 +585,8 @@ def test_seed_000s_precompiled_first_set_reads_like_the_warm_sets_of_earlier_run
     report = (EVIDENCE / "h200-interleaved-precompile-20261204" / "report.md").read_text()
     assert "**ll-bf16 vs baseline: INCONCLUSIVE** — composite +2.2% (no interval)" in report
     assert "1 set: no interval; look 1 of 2 is planned after 3 sets" in report
+    # the design line says what the first look will use, not an interval it has
+    assert "  - planned: repeated 97.6 % interval, look 1 of 2 (O'Brien–Fleming); better is +" in report
     assert "final: no more rounds" not in report
     assert "restart set 0, block 2: Mean TPOT 5.46 ms, +4.9%" in report  # the one block off its set, named
     aa6 = (EVIDENCE / "h200-interleaved-aa6-20261204" / "report.md").read_text()

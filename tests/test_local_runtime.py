@@ -183,3 +183,87 @@ serve:
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
     assert runtime.tool(ArmEnv(arm="local", vllm_version="0.32.0+cpu"), ["vllm"], ArmDirs(tmp_path, tmp_path / "l")).env[
         "HF_HUB_OFFLINE"] == "0"
+
+
+def test_the_kv_cache_flag_is_not_overridden_by_the_suites_default_size(tmp_path, monkeypatch):
+    """vLLM's CPU backend lets VLLM_CPU_KVCACHE_SPACE win over `--kv-cache-memory-bytes`: the suite's default of
+    1 GiB gives way to the flag (server and offline tool alike), and never to a size the user set."""
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    runtime = LocalRuntime(parse_matrix(MATRIX, "m.yaml"), tmp_path / ".cache", host="cpu")
+    arm = ArmEnv(arm="baseline", vllm_version="0.32.0+cpu", vllm_root=None)
+
+    def server_env(tail: list[str], extra: dict[str, str]) -> dict[str, str]:
+        return runtime.server_spec(arm, argv_tail=tail, extra_env=extra, dirs=ArmDirs(tmp_path, tmp_path / "c"),
+                                   log_path=tmp_path / "s.log", port=1, redact=[]).env
+
+    assert server_env(["m"], {})["VLLM_CPU_KVCACHE_SPACE"] == "1"
+    for flag in (["--kv-cache-memory-bytes", "64M"], ["--kv-cache-memory-bytes=64M"]):
+        assert "VLLM_CPU_KVCACHE_SPACE" not in server_env(["m", *flag], {})
+    assert server_env(["m", "--kv-cache-memory-bytes", "64M"], {"VLLM_CPU_KVCACHE_SPACE": "2"})[
+        "VLLM_CPU_KVCACHE_SPACE"] == "2"  # the matrix's env: the user's choice, vLLM's precedence
+    assert "VLLM_CPU_KVCACHE_SPACE" not in runtime.tool(arm, ["bench", "latency", "--kv-cache-memory-bytes=8M"],
+                                                        ArmDirs(tmp_path, tmp_path / "c")).env
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "3")
+    assert server_env(["m", "--kv-cache-memory-bytes", "64M"], {})["VLLM_CPU_KVCACHE_SPACE"] == "3"
+
+
+def test_a_server_starts_on_every_cpu_and_serves_on_its_own(tmp_path):
+    """A restart set's servers import in parallel on every CPU (nothing is measured while they start); the moment
+    one answers /health each thread of its process group is narrowed to the server's CPUs, a child bound
+    elsewhere included."""
+    import time
+
+    from suite.proc import group_members
+    from suite.runtime.base import ServerSpec, free_port, wait_healthy
+    from suite.runtime.local import LocalServer
+
+    allowed = frozenset(os.sched_getaffinity(0))
+    if len(allowed) < 2:
+        return  # nothing to narrow on one CPU
+    server_cpus = frozenset({min(allowed)})
+    (tmp_path / "health").write_text("ok")  # http.server answers GET /health from this file
+    port = free_port()
+    script = (f"import os, subprocess, sys, time; "
+              f"subprocess.Popen(['taskset', '-c', '{max(allowed)}', 'sleep', '60']); time.sleep(1.5); "
+              f"os.execv(sys.executable, [sys.executable, '-m', 'http.server', '{port}', '--bind', '127.0.0.1'])")
+    server = LocalServer(ServerSpec(arm="a", argv=[sys.executable, "-c", script], env=dict(os.environ),
+                                    log_path=tmp_path / "s.log", host="127.0.0.1", port=port, startup_timeout_s=30,
+                                    cwd=tmp_path, cpus=server_cpus))
+    server.start()
+    try:
+        time.sleep(0.5)
+        assert os.sched_getaffinity(server.proc.pid) == allowed  # starting: every CPU
+        assert wait_healthy([server]) == {}
+        members = group_members(server.proc.pid)
+        assert len(members) == 2  # the server and its bound child
+        for pid in members:
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                assert os.sched_getaffinity(int(task.name)) == server_cpus, (pid, task.name)
+    finally:
+        server.stop()
+
+
+def test_narrowing_keeps_a_binding_inside_the_servers_cpus():
+    """vLLM binds each OpenMP thread to one of the server's CPUs (VLLM_CPU_OMP_THREADS_BIND): narrowing the group
+    onto the server's CPUs leaves such a thread where it is."""
+    import subprocess
+    import time
+
+    from suite.proc import narrow_group
+
+    allowed = frozenset(os.sched_getaffinity(0))
+    if len(allowed) < 2:
+        return
+    one = max(allowed)
+    proc = subprocess.Popen(["taskset", "-c", str(one), "sleep", "30"], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 5
+        while os.sched_getaffinity(proc.pid) != {one} and time.monotonic() < deadline:  # taskset binds, then execs
+            time.sleep(0.1)
+        assert narrow_group(proc.pid, allowed) == 0
+        assert os.sched_getaffinity(proc.pid) == {one}
+        assert narrow_group(proc.pid, frozenset({min(allowed)})) == 1
+        assert os.sched_getaffinity(proc.pid) == {min(allowed)}
+    finally:
+        proc.kill()
+        proc.wait()

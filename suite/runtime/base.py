@@ -39,7 +39,8 @@ class ServerSpec:
     startup_timeout_s: float
     cwd: Path | None = None
     redact: list[str] = field(default_factory=list)
-    cpus: frozenset[int] | None = None  # the server (and its engine processes) pinned to these CPUs
+    # the server (and its engine processes) on these CPUs once it answers /health; it starts on all of them
+    cpus: frozenset[int] | None = None
 
     @property
     def base_url(self) -> str:
@@ -92,6 +93,9 @@ class ServerBase:
 
     def describe(self, what: str) -> str:
         raise NotImplementedError
+
+    def serving(self) -> None:
+        """The moment it first answers /health (before anything is measured on it)."""
 
     def __enter__(self):
         try:
@@ -155,6 +159,7 @@ def wait_healthy(servers: Sequence[ServerBase], on_healthy: Callable[[int], None
                     error = ServerError(server.describe("exited before it became healthy"))
                 elif http_ok(f"{server.base_url}/health", timeout=2.0):
                     del waiting[i]
+                    server.serving()
                     if on_healthy is not None:
                         on_healthy(i)
                     continue

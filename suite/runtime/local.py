@@ -21,7 +21,16 @@ from pathlib import Path
 
 from suite.errors import ServerError, SuiteError
 from suite.matrix import ArmSpec
-from suite.proc import ToolCommand, cpu_list, cpu_split, group_watchdog, read_tail, start, stop_group
+from suite.proc import (
+    ToolCommand,
+    cpu_list,
+    cpu_split,
+    group_watchdog,
+    narrow_group,
+    read_tail,
+    start,
+    stop_group,
+)
 from suite.runtime.base import ArmEnv, ArmPlacement, RuntimeBase, Server, ServerBase, ServerSpec
 from suite.runtime.gpu import HostKind, gpu_state, host_kind, process_tree, release_gpu
 from suite.store import SERVER_START_MARK, ArmDirs, ArmRuntimeInfo, CpuSplit, GpuState
@@ -128,13 +137,21 @@ class LocalServer(ServerBase):
         header = f"{SERVER_START_MARK}{time.strftime('%Y-%m-%dT%H:%M:%S%z')} ---\n"
         try:
             self.proc = start(self.spec.argv, env=self.spec.env, log_path=self.spec.log_path, cwd=self.spec.cwd,
-                              header=header, cpus=self.spec.cpus)
+                              header=header)
         except SuiteError as exc:
             raise ServerError(f"arm {self.spec.arm}: {str(exc).splitlines()[0]}") from None
         self.watchdog = group_watchdog(self.proc.pid)  # ends the whole server group if suite is killed
 
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+    def serving(self) -> None:
+        """Onto the server's CPUs now that it answers: it started on every CPU, since nothing is measured while a
+        restart set's servers start, and their imports then use the client's CPU too (four tiny-MoE servers
+        answered after 70 s instead of 100 s, 2026-12-05, docs/benchmarks.md). vLLM's own OpenMP binding
+        (VLLM_CPU_OMP_THREADS_BIND, the server's CPUs) is kept."""
+        if self.spec.cpus and self.proc is not None:
+            narrow_group(self.proc.pid, self.spec.cpus)
 
     def log_tail(self, n: int = 40) -> str:
         lines = read_tail(self.spec.log_path, n + 1, self.spec.redact).splitlines()
@@ -173,6 +190,8 @@ def short_tmpdir(key: Path) -> Path:
     return tmp
 
 
+KV_SPACE_VAR = "VLLM_CPU_KVCACHE_SPACE"  # the CPU backend's KV cache size, whole GiB
+KV_BYTES_FLAG = "--kv-cache-memory-bytes"
 TCMALLOC = "libtcmalloc_minimal.so.4"
 LIB_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib")
 
@@ -279,7 +298,7 @@ class LocalRuntime(RuntimeBase):
             out["FLASH_ATTENTION_CUTE_DSL_CACHE_DIR"] = str((self.cache_root / "flash-attn-cute").resolve())
         if self.host == "cpu":
             # by default the CPU backend reserves ~92% of the NUMA node's memory (vLLM's CPU backend, VLLM_CPU_KVCACHE_SPACE unset)
-            out["VLLM_CPU_KVCACHE_SPACE"] = os.environ.get("VLLM_CPU_KVCACHE_SPACE") or "1"
+            out[KV_SPACE_VAR] = os.environ.get(KV_SPACE_VAR) or "1"
             out["PYTHONHASHSEED"] = os.environ.get("PYTHONHASHSEED") or "0"  # same dict/set order every start
             if self.split:  # OpenMP threads on the server's CPUs only
                 out["VLLM_CPU_OMP_THREADS_BIND"] = cpu_list(self.split[0])
@@ -287,6 +306,17 @@ class LocalRuntime(RuntimeBase):
                 out["LD_PRELOAD"] = ":".join(dict.fromkeys(
                     [*filter(None, os.environ.get("LD_PRELOAD", "").split(":")), *self.preload]))
         return out
+
+    def with_kv_size(self, full_env: dict[str, str], argv: list[str], user_env: dict[str, str]) -> dict[str, str]:
+        """vLLM's CPU backend lets VLLM_CPU_KVCACHE_SPACE override `--kv-cache-memory-bytes`, so the suite's
+        default of 1 GiB gives way to the flag when the command line has it and neither this host's environment
+        nor the matrix's `env:` sets the variable. The flag takes sizes below a GiB: four tiny-MoE servers
+        starting together zero 4 GiB of KV cache with the default, and started in 100 s instead of 137 with
+        `--kv-cache-memory-bytes 64M` (2026-12-05, docs/benchmarks.md)."""
+        if (self.host == "cpu" and any(a == KV_BYTES_FLAG or a.startswith(KV_BYTES_FLAG + "=") for a in argv)
+                and KV_SPACE_VAR not in os.environ and KV_SPACE_VAR not in user_env):
+            full_env.pop(KV_SPACE_VAR, None)
+        return full_env
 
     def arm_info(self, arm: str) -> ArmRuntimeInfo:  # noqa: ARG002
         split = CpuSplit(server=sorted(self.split[0]), client=sorted(self.split[1])) if self.split else None
@@ -297,9 +327,8 @@ class LocalRuntime(RuntimeBase):
                     log_path: Path, port: int, redact: list[str], gpus: str | None = None) -> ServerSpec:
         """``gpus``: the GPUs of the server's restart set (runtime.gpu_groups), over the matrix's and the arm's
         selection; nothing on a CPU host."""
-        full_env = dict(os.environ)
-        full_env.update(self.arm_vars(env, dirs))
-        full_env.update(extra_env)
+        full_env = self.with_kv_size({**os.environ, **self.arm_vars(env, dirs), **extra_env}, argv_tail,
+                                     user_env=extra_env)
         if gpus is not None and self.host != "cpu":
             full_env[self.device_var] = gpus
         argv = [*vllm_command(), "serve", *argv_tail]
@@ -311,7 +340,8 @@ class LocalRuntime(RuntimeBase):
         """An offline tool (`vllm bench latency`, the kernel and layer benches) in the arm's vLLM: the suite's
         interpreter and vLLM with the arm's overlay first on PYTHONPATH, the matrix's and the arm's `env:`, and
         HF_HUB_OFFLINE=1 (unless set) when the arm's model is a local directory."""
-        full_env = {**os.environ, **self.arm_vars(env, dirs), **self.arm_env_vars(env.arm)}
+        user_env = self.arm_env_vars(env.arm)
+        full_env = self.with_kv_size({**os.environ, **self.arm_vars(env, dirs), **user_env}, argv, user_env=user_env)
         if Path(self.arm_model(env.arm).id).is_dir():
             full_env.setdefault("HF_HUB_OFFLINE", "1")
         return ToolCommand(host_vllm(argv), full_env)
