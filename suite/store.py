@@ -228,6 +228,7 @@ class ModelRecord(Recorded):
 class ArmSpecRecord(Recorded):
     serving: bool = True
     model: ModelRecord | None = None  # the arm's own model (arms.NAME.model), when it does not serve the matrix's
+    env: dict[str, str] = {}  # the arm's `env:` (secrets redacted)
 
 
 class MatrixRuntimeRecord(Recorded):

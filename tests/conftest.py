@@ -47,8 +47,8 @@ def tiny_cpu_matrix(name: str, model: Path | str, body: str, *, max_model_len: i
     return (f"name: {name}\n"
             f"model: {{id: {model}, served_name: tiny-moe, max_model_len: {max_model_len}}}\n"
             "runtime: {kind: local, startup_timeout_s: 600}\n"
-            f'serve_args: [--dtype, bfloat16, --max-num-seqs, "{max_num_seqs}", --enforce-eager]\n'
-            'env: {VLLM_CPU_KVCACHE_SPACE: "1"}\n' + body)
+            f'serve_args: [--dtype, bfloat16, --max-num-seqs, "{max_num_seqs}", --enforce-eager, '
+            '--kv-cache-memory-bytes, 64M]\n' + body)
 
 
 def run_matrix_once(base: Path, matrix_text: str,

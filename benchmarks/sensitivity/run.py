@@ -93,8 +93,8 @@ def outcome_of(run_dir: Path) -> list[dict]:
     for s in summarize_candidates(run) + ([run.control] if run.control is not None else []):
         ev = s.evaluation
         c = ev.composite if ev else None
-        arm = run.matrix["arms"].get(s.candidate, {})
-        delay = (arm.get("env") or {}).get("SUITE_GATE_DELAY_US")
+        arm = run.matrix.arms.get(s.candidate)
+        delay = arm.env.get("SUITE_GATE_DELAY_US") if arm is not None else None
         control = s.candidate == run.aa_arm
         rows.append({"run": str(run_dir), "candidate": s.candidate + (" (A/A control)" if control else ""),
                      "outcome": s.overall if control else s.word,
