@@ -29,6 +29,7 @@ from suite.runtime.base import free_port
 from suite.runtime.local import LocalRuntime, vllm_command
 from suite.stages.serve.run import serve_command
 from suite.stages.serve.spec import ServeParams
+from suite.store import ArmDirs
 
 REPO = Path(__file__).resolve().parents[2]
 MATRIX = Path(__file__).with_name("matrix.yaml")
@@ -49,9 +50,9 @@ def main() -> int:
     arm_env = runtime.prepare_arm("a", matrix.arms["a"])
     port = free_port()
     spec = runtime.server_spec(arm_env, argv_tail=server_argv_tail(matrix, "a", plan, port),
-                               extra_env=dict(matrix.env), cache_dir=out / "cache", log_path=out / "server.log",
+                               extra_env=dict(matrix.env), dirs=ArmDirs.in_run(out, "a"), log_path=out / "server.log",
                                port=port, redact=[])
-    client_env = {k: v for k, v in runtime.tool(arm_env, ["vllm"], out / "cache").env.items() if k != "PYTHONPATH"}
+    client_env = {k: v for k, v in runtime.tool(arm_env, ["vllm"], ArmDirs.in_run(out, "a")).env.items() if k != "PYTHONPATH"}
     rows = []
     print(f"load {load_average()}; server log {out / 'server.log'}", flush=True)
     with runtime.server(spec) as server:

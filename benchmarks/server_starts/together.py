@@ -33,23 +33,11 @@ from suite.proc import cpu_list, load_average
 from suite.runner import server_argv_tail
 from suite.runtime.base import free_port, wait_healthy
 from suite.runtime.local import KV_BYTES_FLAG, KV_SPACE_VAR, LocalRuntime
+from suite.stages.serve.client import without_flag
 from suite.store import ArmDirs
 
 REPO = Path(__file__).resolve().parents[2]
 MATRIX = REPO / "matrices" / "smoke-cpu.yaml"
-
-
-def without_kv_flag(argv: list[str]) -> list[str]:
-    """The command line less `--kv-cache-memory-bytes N` (or `=N`)."""
-    out, skip = [], False
-    for a in argv:
-        if skip:
-            skip = False
-        elif a == KV_BYTES_FLAG:
-            skip = True
-        elif not a.startswith(KV_BYTES_FLAG + "="):
-            out.append(a)
-    return out
 
 
 VARIANTS = ("shipped", "kv-64M-pinned", "kv-1GiB-pinned")
@@ -63,7 +51,7 @@ def start_set(runtime: LocalRuntime, matrix, plan, envs: dict, out: Path, varian
         tail = server_argv_tail(matrix, arm, plan, port)
         extra = {**matrix.env, **plan.arms[arm].env}
         if variant == "kv-1GiB-pinned":
-            tail, extra = without_kv_flag(tail), {**extra, KV_SPACE_VAR: "1"}
+            tail, extra = without_flag(tail, KV_BYTES_FLAG), {**extra, KV_SPACE_VAR: "1"}
         spec = runtime.server_spec(envs[arm], argv_tail=tail, extra_env=extra, dirs=ArmDirs.in_run(out, arm),
                                    log_path=out / arm / f"server-{variant}.log", port=port, redact=[])
         if variant != "shipped" and spec.cpus:  # pinned before Python starts, as taskset does
