@@ -94,8 +94,8 @@ def narrow_group(pgid: int, cpus: frozenset[int]) -> int:
                     if new != now:
                         os.sched_setaffinity(tid, new)
                         changed += 1
-                except (ProcessLookupError, PermissionError, OSError):
-                    continue  # the thread ended meanwhile
+                except OSError:  # the thread ended meanwhile
+                    continue
     return changed
 
 

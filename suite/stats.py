@@ -309,7 +309,8 @@ def compare(
     within = None
     if phases > 1:
         within = within_layouts([y - x for x, y in zip(lb, lc, strict=True)], [r % phases for r in rounds], phases)
-        log_ratio = within.mean if isinstance(within, WithinLayouts) else within if within is not None else log_ratio
+        if within is not None:  # every layout in: the mean of the layouts' means
+            log_ratio = within.mean if isinstance(within, WithinLayouts) else within
     point = dict(ratio=math.exp(log_ratio), delta_pct=_pct(log_ratio))
     if min(len(b), len(c)) < 2:
         return unreliable(f"1 repeat: no interval (baseline n={len(b)}, candidate n={len(c)})", **point)
