@@ -1,5 +1,5 @@
-"""Sensitivity of the suite's verdicts, measured through the real `suite run` (ABBA, the declared primary
-test, rounds until decided): how often an injected router-gate slowdown comes out REGRESSION, and how often a
+"""Sensitivity of the suite's verdicts, measured through the real `suite run` (the source matrix's design, the
+declared primary test, its looks): how often an injected router-gate slowdown comes out REGRESSION, and how often a
 change that does nothing comes out anything but EQUIVALENT / INCONCLUSIVE.
 
     .venv/bin/python benchmarks/sensitivity/run.py --levels 0,300,1000 --runs 3
@@ -10,9 +10,9 @@ order, repeats/budget and verdict block of `--matrix`; no eval): `baseline` (the
 `gate-<d>us`, the patch set `synthetic-gate-delay` with `SUITE_GATE_DELAY_US=d`. Level 0 is the same patched
 door with the delay off (the patched module tests one constant and does nothing): an A/A run whose every
 REGRESSION, IMPROVEMENT or MIXED is a false positive; a run with an A/A arm (`aa: true`, as the demo) adds
-its A/A control as one more row. Runs go level by level in a shuffled order per replicate,
-one server at a time. The table gives, per level: the measured effect (the primary test's estimate), the
-verdict counts, the detection rate with a Wilson 95 % interval, rounds used and wall time per run. Run it on a
+its A/A control as one more row. Runs go level by level in a shuffled order per replicate, one run at a time
+(the demo's matrix: interleaved, both arms' servers alive at once, three restart sets of two blocks). The table
+gives, per level: the measured effect (the primary test's estimate), the verdict counts, the detection rate with a Wilson 95 % interval, rounds used and wall time per run. Run it on a
 quiet box; it prints the load average before and after every run.
 """
 
