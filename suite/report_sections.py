@@ -229,6 +229,13 @@ def _look(s: CandidateSummary, c: PrimaryResult) -> str:
     return where + (f", on {c.n_rounds} rounds" if _between_looks(s, c) is not None else "")
 
 
+def _own_delta(r: PrimaryResult | None) -> str:
+    """A confirmed metric's own Δ (a latency rise is +) and p, as the verdict's reason gives them."""
+    if r is None or r.delta_pct is None:
+        return ""
+    return f" ({fmt_pct(r.delta_pct)}" + (f", p={r.p_value:.2g})" if r.p_value is not None else ")")
+
+
 def _reason(s: CandidateSummary, c: PrimaryResult, unit: str) -> str:
     """Why the word, from the test's own numbers (its interval shown only when it is not absurdly wide)."""
     p = f"p={fmt_p(c.p_value)}" if c.p_value is not None else "no p-value"
@@ -308,7 +315,8 @@ def card(run: RunData, s: CandidateSummary) -> Card:
             f"{unit} {r} {fmt_pct(v)}" for r, v in zip(c.rounds, c.scores_pct, strict=True)))
     if ev.outcome == Outcome.MIXED or ev.confirmed:
         lines.append("confirmed per metric (Holm across metrics): " + ", ".join(
-            f"{METRICS[m].label} {'better' if o == Outcome.IMPROVEMENT else 'worse'}" for m, o in ev.confirmed.items()))
+            f"{METRICS[m].label} {'better' if o == Outcome.IMPROVEMENT else 'worse'}{_own_delta(ev.per_metric.get(m))}"
+            for m, o in ev.confirmed.items()))
     if changed:
         lines.insert(0, f"**{OUTPUT_CHANGED}**: greedy outputs differ from the baseline's in "
                         f"{eq.n - eq.n_identical} of {eq.n} prompts — a speed verdict says nothing about correctness")

@@ -651,3 +651,18 @@ def test_seed_000s_latency_row_is_read_across_engine_starts(tmp_path):
     order = "; ".join(" → ".join(sorted(("baseline", "ll-bf16"), key=lambda a, r=r: started[(a, r)])) for r in range(3))
     assert order == "baseline → ll-bf16; ll-bf16 → baseline; ll-bf16 → baseline"
     assert f"offline stages: 3 rounds, each arm once a round, in the order {order}" in (run / "report.md").read_text()
+
+
+def test_a_confirmed_metric_on_the_card_carries_its_own_delta(tmp_path):
+    """A word a metric's own test decided must show how big that metric moved and how sure: the card's
+    "confirmed per metric" line gives each confirmed metric's Δ in its own direction (TPOT down is better) and
+    p, the numbers of the per-metric test itself."""
+    from suite.analysis import load_run
+
+    name = "h200-gemma4-quiet8-20261202"
+    run = load_run(unpack(EVIDENCE / name, tmp_path / name))
+    ll = next(s for s in run.summaries if s.candidate == "ll-bf16")
+    tpot = ll.evaluation.per_metric["mean_tpot_ms"]
+    assert ll.evaluation.confirmed == {"mean_tpot_ms": ll.evaluation.outcome} and tpot.delta_pct < 0
+    line = f"confirmed per metric (Holm across metrics): Mean TPOT better ({tpot.delta_pct:+.1f}%, p={tpot.p_value:.2g})"
+    assert line in (EVIDENCE / name / "report.md").read_text()

@@ -98,7 +98,7 @@ def outcome_of(run_dir: Path) -> list[dict]:
         control = s.candidate == run.aa_arm
         rows.append({"run": str(run_dir), "candidate": s.candidate + (" (A/A control)" if control else ""),
                      "outcome": s.overall if control else s.word,
-                     "delay_us": int(delay) if delay is not None else None,
+                     "delay_us": float(delay) if delay is not None else None,
                      "estimate_pct": c.estimate_pct if c else None, "ci": (c.rci_low_pct, c.rci_high_pct) if c
                      else None, "mde_pct": c.mde_pct if c else None, "rounds": c.n_rounds if c else None,
                      "stopped_after": stopped_after(run)})
@@ -121,7 +121,7 @@ def table(rows: list[dict], walls: dict[str, float]) -> str:
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     groups: dict[str, list[dict]] = {}
     for r in rows:
-        key = f"{r['delay_us']} µs" if r["delay_us"] is not None else r["candidate"]
+        key = f"{r['delay_us']:g} µs" if r["delay_us"] is not None else r["candidate"]
         groups.setdefault(key, []).append(r)
     for key, rs in sorted(groups.items(), key=lambda kv: (kv[1][0]["delay_us"] is None, kv[1][0]["delay_us"] or 0,
                                                            kv[0])):
@@ -153,8 +153,12 @@ def main() -> int:
     args = ap.parse_args()
     walls: dict[str, float] = {}
     if args.tally:
-        run_dirs = [p for d in args.tally for p in ([d] if (d / "manifest.json").is_file()
-                                                      else sorted(x.parent for x in d.glob("**/manifest.json")))]
+        run_dirs = []
+        for d in args.tally:
+            found = [d] if (d / "manifest.json").is_file() else sorted(x.parent for x in d.glob("**/manifest.json"))
+            if not found:
+                ap.error(f"--tally {d}: {'no such directory' if not d.is_dir() else 'holds no run (no manifest.json)'}")
+            run_dirs += found
         out = None
         for d in run_dirs:
             m = json.loads((d / "manifest.json").read_text())

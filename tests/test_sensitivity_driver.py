@@ -1,0 +1,54 @@
+"""The sensitivity benchmark's driver (benchmarks/sensitivity/run.py): the two-arm matrix it derives from the
+demo's is one the suite accepts and keeps the demo's design, and `--tally` reads a stored run's words (it
+was broken for a while once the manifest was typed, and nothing noticed)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import yaml
+
+from suite.matrix import load_matrix
+from tests.test_evidence import EVIDENCE, unpack
+
+REPO = Path(__file__).resolve().parent.parent
+
+def driver() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("sensitivity_run", REPO / "benchmarks" / "sensitivity" / "run.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+def test_the_derived_matrix_is_the_demos_design_with_two_arms(tmp_path):
+    raw = driver().derive_matrix(REPO / "matrices" / "smoke-cpu.yaml", 150, None)
+    path = tmp_path / "matrix.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    m = load_matrix(path)
+    demo = load_matrix(REPO / "matrices" / "smoke-cpu.yaml")
+    assert list(m.arms) == ["baseline", "gate-150us"]
+    assert m.arms["gate-150us"].env == {"SUITE_GATE_DELAY_US": "150"}
+    assert [p.name for p in m.arms["gate-150us"].patches] == ["synthetic-gate-delay"]
+    assert (m.order, m.blocks, m.verdict, m.serve_args) == (demo.order, demo.blocks, demo.verdict, demo.serve_args)
+    assert not m.aa and m.accuracy is None
+    assert Path(m.model.id).is_absolute()
+
+def test_tally_reads_a_stored_runs_words(tmp_path, capsys):
+    run = unpack(EVIDENCE / "h200-gemma4-quiet8-20261202", tmp_path / "h200-gemma4-quiet8-20261202")
+    rows = {r["candidate"]: r for r in driver().outcome_of(run)}
+    assert rows["ll-bf16"]["outcome"] == "IMPROVEMENT" and rows["ll-bf16"]["estimate_pct"] > 0
+    assert rows["slowed-gate"]["outcome"] == "REGRESSION" and rows["slowed-gate"]["delay_us"] == 1.5  # µs, not a whole number
+    assert "baseline.aa (A/A control)" in rows
+
+
+def test_tally_of_a_path_without_runs_is_an_error_not_an_empty_table(tmp_path, monkeypatch, capsys):
+    """A mistyped run directory used to print an empty table and exit 0."""
+    run = driver()
+    for arg, why in ((tmp_path / "nowhere", "no such directory"), (tmp_path, "holds no run")):
+        monkeypatch.setattr("sys.argv", ["run.py", "--tally", str(arg)])
+        with pytest.raises(SystemExit) as exc:
+            run.main()
+        assert exc.value.code == 2 and why in capsys.readouterr().err
