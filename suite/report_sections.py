@@ -43,7 +43,7 @@ from suite.quality.run import ACROSS_ROUNDS
 from suite.stages.accuracy.read import GATE_FILTER, ArmsCorrectness
 from suite.stats import METRICS, Verdict, fmt_interval, fmt_pct
 from suite.store import Manifest, MatrixRecord
-from suite.verdict import SPENDING_LABEL, Outcome, PrimaryResult
+from suite.verdict import SPENDING_LABEL, Outcome, PrimaryResult, own_delta
 
 MAX_SHOWN_PCT = 1000.0  # an MDE beyond +1,000 % (×11) is said in words
 # the composite's interval is shown unless it spans more than a factor 11 either way around its estimate (an
@@ -229,13 +229,6 @@ def _look(s: CandidateSummary, c: PrimaryResult) -> str:
     return where + (f", on {c.n_rounds} rounds" if _between_looks(s, c) is not None else "")
 
 
-def _own_delta(r: PrimaryResult | None) -> str:
-    """A confirmed metric's own Δ (a latency rise is +) and p, as the verdict's reason gives them."""
-    if r is None or r.delta_pct is None:
-        return ""
-    return f" ({fmt_pct(r.delta_pct)}" + (f", p={r.p_value:.2g})" if r.p_value is not None else ")")
-
-
 def _reason(s: CandidateSummary, c: PrimaryResult, unit: str) -> str:
     """Why the word, from the test's own numbers (its interval shown only when it is not absurdly wide)."""
     p = f"p={fmt_p(c.p_value)}" if c.p_value is not None else "no p-value"
@@ -315,7 +308,7 @@ def card(run: RunData, s: CandidateSummary) -> Card:
             f"{unit} {r} {fmt_pct(v)}" for r, v in zip(c.rounds, c.scores_pct, strict=True)))
     if ev.outcome == Outcome.MIXED or ev.confirmed:
         lines.append("confirmed per metric (Holm across metrics): " + ", ".join(
-            f"{METRICS[m].label} {'better' if o == Outcome.IMPROVEMENT else 'worse'}{_own_delta(ev.per_metric.get(m))}"
+            f"{METRICS[m].label} {'better' if o == Outcome.IMPROVEMENT else 'worse'}{own_delta(ev.per_metric.get(m))}"
             for m, o in ev.confirmed.items()))
     if changed:
         lines.insert(0, f"**{OUTPUT_CHANGED}**: greedy outputs differ from the baseline's in "

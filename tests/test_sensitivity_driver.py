@@ -16,12 +16,14 @@ from tests.test_evidence import EVIDENCE, unpack
 
 REPO = Path(__file__).resolve().parent.parent
 
+
 def driver() -> ModuleType:
     spec = importlib.util.spec_from_file_location("sensitivity_run", REPO / "benchmarks" / "sensitivity" / "run.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
 
 def test_the_derived_matrix_is_the_demos_design_with_two_arms(tmp_path):
     raw = driver().derive_matrix(REPO / "matrices" / "smoke-cpu.yaml", 150, None)
@@ -36,7 +38,8 @@ def test_the_derived_matrix_is_the_demos_design_with_two_arms(tmp_path):
     assert not m.aa and m.accuracy is None
     assert Path(m.model.id).is_absolute()
 
-def test_tally_reads_a_stored_runs_words(tmp_path, capsys):
+
+def test_tally_reads_a_stored_runs_words(tmp_path):
     run = unpack(EVIDENCE / "h200-gemma4-quiet8-20261202", tmp_path / "h200-gemma4-quiet8-20261202")
     rows = {r["candidate"]: r for r in driver().outcome_of(run)}
     assert rows["ll-bf16"]["outcome"] == "IMPROVEMENT" and rows["ll-bf16"]["estimate_pct"] > 0
