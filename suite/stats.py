@@ -176,10 +176,18 @@ def fmt_pct(value: float | None, digits: int = 1) -> str:
 
 
 def fmt_interval(low: float | None, high: float | None) -> str:
-    """A percent interval without the unit: ``[-1.2, +3.4]``; ``—`` when unknown."""
+    """A percent interval without the unit: ``[-1.2, +3.4]``; ``—`` when unknown. An end within 0.05 of zero
+    gets the digits that show its first figure (``[-14.5, -0.02]``, up to three decimals): an interval that
+    excludes 0 by a hair must not read as touching it."""
     if low is None or high is None:
         return "—"
-    return f"[{fmt_pct(low)[:-1]}, {fmt_pct(high)[:-1]}]"
+    return f"[{fmt_pct(low, _end_digits(low))[:-1]}, {fmt_pct(high, _end_digits(high))[:-1]}]"
+
+
+def _end_digits(value: float) -> int:
+    if not math.isfinite(value) or value == 0 or abs(value) >= 0.05:
+        return 1
+    return min(3, -math.floor(math.log10(abs(value))))
 
 
 def _pct(log_ratio: float) -> float:

@@ -403,12 +403,16 @@ def test_rounds_needed():
 
 def test_fmt_pct_is_one_format_for_tables_cards_and_reasons():
     """One way to write a change: the verdict's reasons and the report's cells read alike; an interval's end
-    just below zero keeps its sign ([-0.0, +0.7] includes 0; [+0.0, +0.7] would read as if it did not)."""
+    near zero keeps its sign and shows its first figure: [-14.5, -0.0] beside "p=0.0497: the interval excludes 0"
+    (a stored sensitivity run, 2026-12-05) read as if it touched 0."""
     from suite.stats import fmt_interval
 
     assert fmt_pct(-24.84) == "-24.8%" and fmt_pct(3.0) == "+3.0%" and fmt_pct(-0.01) == "-0.0%"
     assert fmt_pct(math.inf) == "+∞%" and fmt_pct(-math.inf) == "-∞%" and fmt_pct(None) == "n/a"
-    assert fmt_interval(-0.04, 0.7) == "[-0.0, +0.7]" and fmt_interval(None, 1.0) == "—"
+    assert fmt_interval(-0.04, 0.7) == "[-0.04, +0.7]" and fmt_interval(None, 1.0) == "—"
+    assert fmt_interval(-14.52, -0.0234) == "[-14.5, -0.02]" and fmt_interval(0.004, 2.0) == "[+0.004, +2.0]"
+    assert fmt_interval(-3.0, -0.00001) == "[-3.0, -0.000]" and fmt_interval(-0.05, 0.0) == "[-0.1, +0.0]"
+    assert fmt_interval(-math.inf, 0.01) == "[-∞, +0.01]"
 
 
 def test_an_arm_of_every_other_round_has_its_own_looks():
