@@ -413,6 +413,14 @@ def elapsed_s(start: str | None, end: str | None) -> float | None:
         return None
 
 
+def boot_id() -> str | None:
+    """This boot's id (Linux: /proc/sys/kernel/random/boot_id); None where there is none."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip() or None
+    except OSError:
+        return None
+
+
 class Stretch(Recorded):
     """One `suite run` (or `--resume`) that executed jobs of the run: when, where, how many it had to run. A run
     resumed on another machine has one per machine; the wall time of the run is the sum of its stretches."""
@@ -420,17 +428,21 @@ class Stretch(Recorded):
     started: str
     finished: str | None = None
     hostname: str | None = None
+    # the kernel's boot id: host names repeat (every device machine of 2026-12-05 and this box were all "vm"),
+    # and a pid means something only on the boot that gave it
+    boot_id: str | None = None
     pid: int | None = None  # the `suite run` process: whether a stretch with no end is still alive
     jobs: int = 0  # jobs this stretch set out to run
 
     @classmethod
     def begin(cls, jobs: int) -> Stretch:
-        return cls(started=utc_now(), hostname=socket.gethostname(), pid=os.getpid(), jobs=jobs)
+        return cls(started=utc_now(), hostname=socket.gethostname(), boot_id=boot_id(), pid=os.getpid(), jobs=jobs)
 
     def alive(self) -> bool | None:
         """Whether this stretch's process still runs: None when that cannot be told from here (it ended, ran on
-        another host, or predates the pid being recorded)."""
-        if self.finished is not None or self.pid is None or self.hostname != socket.gethostname():
+        another host or boot, or predates the pid and boot id being recorded)."""
+        if (self.finished is not None or self.pid is None or self.boot_id is None
+                or (self.hostname, self.boot_id) != (socket.gethostname(), boot_id())):
             return None
         try:
             os.kill(self.pid, 0)

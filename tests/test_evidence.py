@@ -49,6 +49,14 @@ def test_stored_run_regenerates_its_report(run, tmp_path):
             "and say why")
 
 
+def test_a_report_made_from_inside_its_run_directory_names_the_run(tmp_path, monkeypatch):
+    """`suite report .` (2026-12-05, the H100 run read where it was unpacked) wrote "run: ``": the name of '.'."""
+    copy = unpack(EVIDENCE / "h200-abba-20261203", tmp_path / "h200-abba-20261203")
+    monkeypatch.chdir(copy)
+    assert main(["report", "."]) == 0
+    assert "- run: `h200-abba-20261203`, status" in (copy / "report.md").read_text()
+
+
 def test_a_candidate_decided_at_a_look_keeps_that_look(tmp_path):
     """The second H200 run: the runner's look after two rounds decided ll-bf16 (EQUIVALENT) and went on for
     slowed-gate; the report keeps ll-bf16's test at that look, not re-testing it on the rounds after it, and

@@ -305,10 +305,14 @@ def test_plan_command_prices_rounds_at_the_run_s_own_running_time(tmp_path, caps
 
 def test_an_unfinished_run_says_whether_its_process_still_runs(tmp_path):
     """A manifest that says `running` with jobs missing: the report tells a live run (its `suite` process on this
-    host) from one killed without closing its manifest, and says it cannot tell for a run from another host."""
+    host) from one killed without closing its manifest, and says it cannot tell for a run from another host or
+    boot: 2026-12-05's H100 run, read here, said "its process 803 on this host is gone" because both machines
+    were named vm."""
     import socket
     import subprocess
     import sys
+
+    from suite.store import boot_id
 
     store = RunStore.open(make_run(tmp_path, scaled([100] * 3, [110] * 3), skip=frozenset(
         {("patched", "serve/isl64-osl16-c2-n8/rep-2")})))
@@ -318,19 +322,24 @@ def test_an_unfinished_run_says_whether_its_process_still_runs(tmp_path):
                               job_counts={"ok": 11, "failed": 0, "missing": 1})
         return render_markdown(load_run(store.root)).split("## Verdict")[0]
 
-    here = socket.gethostname()
+    here, boot = socket.gethostname(), boot_id()
     live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "suite", "run"])
     try:
-        text = intro_with(Stretch(started="2026-12-04T06:00:00+00:00", hostname=here, pid=live.pid, jobs=12))
+        text = intro_with(Stretch(started="2026-12-04T06:00:00+00:00", hostname=here, boot_id=boot, pid=live.pid,
+                                  jobs=12))
         assert f"still running (process {live.pid} on this host)" in text
     finally:
         live.kill()
         live.wait()
-    text = intro_with(Stretch(started="2026-12-04T06:00:00+00:00", hostname=here, pid=live.pid, jobs=12))
+    text = intro_with(Stretch(started="2026-12-04T06:00:00+00:00", hostname=here, boot_id=boot, pid=live.pid,
+                              jobs=12))
     assert f"stopped without closing its manifest (its process {live.pid} on this host is gone" in text
     assert "`suite run --resume` runs the rest" in text
-    text = intro_with(Stretch(started="2026-12-04T06:00:00+00:00", hostname="a-gpu-host", pid=live.pid, jobs=12))
-    assert "the run has not finished, or stopped without closing its manifest (a lost machine, a kill)" in text
+    lost = "the run has not finished, or stopped without closing its manifest (a lost machine, a kill)"
+    for host, boot_of in (("a-gpu-host", boot), (here, "another-boot"), (here, None)):
+        text = intro_with(Stretch(started="2026-12-04T06:00:00+00:00", hostname=host, boot_id=boot_of, pid=live.pid,
+                                  jobs=12))
+        assert lost in text and "on this host" not in text, (host, boot_of)
 
 
 def test_interleaved_findings_say_which_set_and_block(tmp_path):
