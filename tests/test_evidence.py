@@ -331,6 +331,37 @@ def test_one_server_at_a_time_decides_seed_000_at_the_first_look_too(tmp_path):
     assert 1.5 < expected < 2.5
 
 
+def test_the_h100s_two_rounds_leave_seed_000_undecided_with_no_c1_gain(tmp_path):
+    """The H100 run of gemma4-h100-abba.yaml (docs/gpu-h200.md, 2026-12-05): two rounds of four came back.
+    INCONCLUSIVE at the look after two rounds; the composite is what the two round scores give, one of them
+    carried by the stock server's slow first c1 point (flagged); at the sessions' ends ll-bf16's c1 is no faster
+    (the H200's ABBA rounds read -2.6 and -2.9 % there)."""
+    import json
+    import math
+
+    from suite.analysis import load_run
+
+    root = unpack(EVIDENCE / "h100-abba-20261205", tmp_path / "h100")
+    run = load_run(root)
+    (ll,) = run.summaries
+    assert run.manifest.host.cpu_count == 16 and run.manifest.status == "running"
+    assert run.manifest.sequential.looks[0].outcomes == {"ll-bf16": "INCONCLUSIVE"}
+    assert (ll.overall, ll.evaluation.composite.n_rounds) == ("INCONCLUSIVE", 2)
+
+    def tpot(arm: str, point: str, rep: str) -> float:
+        return json.loads((root / arm / "serve" / point / f"{rep}.json").read_text())["mean_tpot_ms"]
+
+    points = sorted(p.name for p in (root / "baseline" / "serve").iterdir() if p.name.startswith("isl"))
+    scores = [sum(math.log(tpot("baseline", p, f"rep-{r}") / tpot("ll-bf16", p, f"rep-{r}")) for p in points)
+              / len(points) for r in range(2)]
+    assert [round(100 * math.expm1(x), 1) for x in scores] == [-1.6, 2.9]
+    assert ll.evaluation.composite.estimate_pct == pytest.approx(100 * math.expm1(sum(scores) / 2), abs=0.05)
+    c1 = "isl128-osl64-c1-n16"
+    assert tpot("baseline", c1, "rep-1") / tpot("baseline", c1, "rep-1-drift") > 1.05  # the slow first point
+    at_end = [tpot("ll-bf16", c1, f"rep-{r}-drift") / tpot("baseline", c1, f"rep-{r}-drift") - 1 for r in range(2)]
+    assert all(0 <= d < 0.01 for d in at_end)
+
+
 def test_interleaved_on_the_h200_decides_seed_000_on_three_restart_sets(tmp_path):
     """The H200 run of gemma4-h200-interleaved.yaml (docs/gpu-h200.md): both servers alive at once, three blocks
     a restart set, stopped by hand after three sets (the stretch's end). The look after two sets was
