@@ -376,6 +376,11 @@ def control_card(run: RunData, s: CandidateSummary) -> Card:
         why = ("no false alarm: the same test found no change between two identical arms (the baseline started "
                f"again in {rounds})")
     lines = [why, *base.lines]
+    alarms = len(s.regressions) + len(s.improvements)
+    if alarms and word != CONTROL_FAILED:  # its test passed, yet cells of two identical arms were called changed
+        lines.append(f"{alarms} of its cells significant between two identical arms (above): false alarms of the "
+                     "cells, which Holm over an arm's cells allows in 5 % of runs; a candidate's lone significant "
+                     "cell can be one too")
     seq = run.manifest.sequential
     if s.decided_after is not None and s.evaluation is not None and seq is not None:
         c = s.evaluation.composite

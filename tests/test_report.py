@@ -550,6 +550,30 @@ def test_the_aa_control_passes_for_two_identical_arms_and_is_never_pooled_with_i
     assert "class='card ov-control-passed'" in render_html(run)
 
 
+def test_a_passed_aa_control_calls_its_own_significant_cells_false_alarms(tmp_path):
+    """A fresh `make demo` (2026-12-05, an AMD EPYC box): CONTROL PASSED, and under it "▼ worse: c1 P99 E2E latency
+    +17.0 %" with nothing said. Two identical arms' significant cell is a false alarm by construction; the card
+    says so, and that a candidate's lone cell can be one too."""
+    noise = {"baseline": (100, 112, 95, 104), "baseline.aa": (101, 111, 95.5, 103), "patched": (80, 91, 74, 85)}
+
+    def values(arm: str, conc: int, r: int):
+        t = noise[arm][r]
+        lats = dict.fromkeys(LATENCIES, 100.0 / t)
+        if arm == "baseline.aa" and conc == 2:  # one cell outside the composite, 17 % worse in every round
+            lats["p99_e2el_ms"] = 117.0 / t
+        return t, lats
+
+    root = make_run(tmp_path, values, order="abba", repeats=4, matrix_text=AA_MATRIX)
+    run = load_run(root)
+    assert run.control is not None and run.control.control_word == "CONTROL PASSED"
+    assert [(c.point, c.metric) for c in run.control.regressions] == [("isl64-osl16-c2-n8", "p99_e2el_ms")]
+    card = build_report(root).read_text().split("- **A/A control: ")[1].split("\n\n")[0]
+    assert "▼ worse: isl64-osl16-c2-n8 P99 E2E latency +17.1% [+15.3, +19.0]" in card
+    assert "1 of its cells significant between two identical arms (above): false alarms of the cells" in card
+    quiet = make_run(tmp_path / "quiet", aa_values(1.0), order="abba", repeats=4, matrix_text=AA_MATRIX)
+    assert "significant between two identical arms" not in build_report(quiet).read_text()
+
+
 def test_a_failed_aa_control_is_named_on_every_candidate_card(tmp_path):
     root = make_run(tmp_path, aa_values(1.2), order="abba", repeats=4, matrix_text=AA_MATRIX)
     run = load_run(root)
