@@ -165,9 +165,8 @@ class RunData:
 
 
 def load_run(run_dir: Path) -> RunData:
-    """Read a run directory (manifest, job records, serving results) through the store. The path is made
-    absolute first: the report names its run by the directory's name, and `suite report .` has none."""
-    store = RunStore.open(Path(run_dir).resolve())
+    """Read a run directory (manifest, job records, serving results) through the store."""
+    store = RunStore.open(Path(run_dir))
     try:
         records = store.records()
         return RunData(store=store, manifest=store.manifest(), records=records, serve=load_points(store, records))

@@ -59,7 +59,7 @@ SESSION_CHECKS = ("drift", "bimodal-sessions")  # findings about an arm's rounds
 
 def title(run: RunData) -> str:
     compared = [a for a in run.arms if a != run.aa_arm]  # the A/A arm is the control, not a compared arm
-    return f"{literal(run.matrix.name or run.root.name)}: {literal(' vs '.join(compared))}"
+    return f"{literal(run.matrix.name or run_name(run))}: {literal(' vs '.join(compared))}"
 
 
 def weights_line(matrix: MatrixRecord) -> str | None:
@@ -70,6 +70,11 @@ def weights_line(matrix: MatrixRecord) -> str | None:
     config = (f"real-shape config {code(model.generate)}" if model.generate else f"the config of {code(model.id)}")
     return (f"weights: **dummy** ({code('--load-format dummy')}, {config}): timings are real, outputs are not a "
             "model's")
+
+
+def run_name(run: RunData) -> str:
+    """The run directory's name, also for a relative path without one (`suite report .`)."""
+    return run.root.resolve().name
 
 
 def _unfinished(m: Manifest) -> str:
@@ -137,7 +142,7 @@ def intro(run: RunData) -> list[Paragraph | BulletList | Note]:
         out.append(Paragraph(literal(matrix.description)))
     jobs = f" (jobs ok {counts.ok}, failed {counts.failed}, missing {counts.missing})" if counts else ""
     out.append(BulletList([
-        f"run: {code(run.root.name)}, status **{literal(m.status)}**{jobs}"
+        f"run: {code(run_name(run))}, status **{literal(m.status)}**{jobs}"
         + (_unfinished(m) if m.status == "running" and counts and counts.missing else ""),
         f"model: {code(matrix.model.id)}"
         + "".join(f" ({literal(a)}: its own, {code(info.model)})" for a, info in m.arms.items() if info.model)

@@ -54,7 +54,8 @@ def test_a_report_made_from_inside_its_run_directory_names_the_run(tmp_path, mon
     copy = unpack(EVIDENCE / "h200-abba-20261203", tmp_path / "h200-abba-20261203")
     monkeypatch.chdir(copy)
     assert main(["report", "."]) == 0
-    assert "- run: `h200-abba-20261203`, status" in (copy / "report.md").read_text()
+    text = (copy / "report.md").read_text()
+    assert "- run: `h200-abba-20261203`, status" in text and "raw files in `h200-abba-20261203`;" in text
 
 
 def test_a_candidate_decided_at_a_look_keeps_that_look(tmp_path):
