@@ -45,11 +45,27 @@ REDACTED = "<redacted>"
 SERVER_START_MARK = "--- suite: vllm serve started "
 
 
+def umask() -> int:
+    """The process's umask, read without changing it where Linux shows it (/proc/self/status)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``path`` whole or not at all (a temporary file, then a rename), with the mode a plain ``open``
+    would give (0666 less the umask: mkstemp's 0600 kept every report and result from a team's other users)."""
     tmp = ""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        os.fchmod(fd, 0o666 & ~umask())
         with os.fdopen(fd, "w") as fh:
             fh.write(text)
             fh.flush()

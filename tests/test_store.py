@@ -102,3 +102,25 @@ def test_the_recorded_verdict_block_reads_as_the_verdict_spec_it_was_dumped_from
                           | {"verdict": older})
     assert store.manifest().matrix.verdict.looks == (2, 4)
     assert json.loads(store.manifest_path.read_text())["matrix"]["verdict"] == older
+
+
+def test_results_and_reports_get_the_mode_a_plain_open_would(tmp_path):
+    """Atomic writes go through mkstemp, whose 0600 left the H100 run's reports (2026-12-05) and every result
+    unreadable to a team's other users on a shared filesystem: the file gets 0666 less the umask, as open()."""
+    import os
+    import stat
+
+    from suite.store import atomic_write_json, atomic_write_text, umask
+
+    before = os.umask(0o027)
+    try:
+        assert umask() == 0o027
+        atomic_write_text(tmp_path / "report.md", "# r\n")
+        atomic_write_json(tmp_path / "rep-0.json", {"a": 1})
+        os.umask(0o002)
+        atomic_write_text(tmp_path / "report.md", "# r again\n")  # replaced: the new file's mode
+    finally:
+        os.umask(before)
+    assert stat.S_IMODE((tmp_path / "rep-0.json").stat().st_mode) == 0o640
+    assert stat.S_IMODE((tmp_path / "report.md").stat().st_mode) == 0o664
+    assert (tmp_path / "report.md").read_text() == "# r again\n" and not list(tmp_path.glob(".*.tmp"))
