@@ -2,17 +2,28 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 SUITE = [sys.executable, "-m", "suite"]
+
+
+def load_script(path: Path, name: str) -> ModuleType:
+    """A script that is no package module (a benchmark, a Docker build helper), imported from its file."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture(scope="session")

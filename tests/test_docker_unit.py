@@ -37,7 +37,7 @@ from suite.runtime.docker.runtime import (
 )
 from suite.stages.serve.client import WORKER_PATH
 from suite.store import ArmDirs
-from tests.conftest import REPO, run_suite
+from tests.conftest import REPO, load_script, run_suite
 
 DOCKERFILES = sorted(DOCKER_DIR.glob("*/Dockerfile"))
 NO_ENGINE = {"DOCKER_HOST": "unix:///nonexistent/docker.sock"}
@@ -574,8 +574,6 @@ def test_cpu_image_lock_agrees_with_the_repo_lock():
 def test_image_suite_modules_are_enough_for_the_patches_command(tmp_path):
     """What `suite build` copies of the suite into an image runs `suite patches` there on its own: the command
     module through docker/apply_patches.py's runner, nothing else of the suite importable."""
-    import importlib.util
-
     from suite.runtime.docker.images import suite_files
 
     files = suite_files()
@@ -584,9 +582,7 @@ def test_image_suite_modules_are_enough_for_the_patches_command(tmp_path):
     for rel in files:
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(REPO / rel, tmp_path / rel)
-    spec = importlib.util.spec_from_file_location("apply_patches", DOCKER_DIR / "apply_patches.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script(DOCKER_DIR / "apply_patches.py", "apply_patches")
     # -I -S: no .pth files, so the checkout's editable install cannot fill in a module the copy lacks
     boot = ("import sys; sys.path[:0] = [sys.argv.pop(1)]; sys.path.append(sys.argv.pop(1)); "
             "exec(sys.argv.pop(1))")

@@ -4,7 +4,6 @@ was broken for a while once the manifest was typed, and nothing noticed)."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from types import ModuleType
 
@@ -12,17 +11,12 @@ import pytest
 import yaml
 
 from suite.matrix import load_matrix
+from tests.conftest import REPO, load_script
 from tests.test_evidence import EVIDENCE, unpack
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 def driver() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("sensitivity_run", REPO / "benchmarks" / "sensitivity" / "run.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(REPO / "benchmarks" / "sensitivity" / "run.py", "sensitivity_run")
 
 
 def test_the_derived_matrix_is_the_demos_design_with_two_arms(tmp_path):

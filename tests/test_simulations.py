@@ -4,21 +4,18 @@ docs/statistics.md; a change of the checks' input types once left them passing d
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from types import ModuleType
 
 import numpy as np
 
+from tests.conftest import load_script
+
 SIMULATION = Path(__file__).resolve().parent.parent / "benchmarks" / "simulation"
 
 
 def simulation(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"simulation_{name}", SIMULATION / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SIMULATION / f"{name}.py", f"simulation_{name}")
 
 
 def test_block_outlier_simulation_names_its_planted_block():
