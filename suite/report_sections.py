@@ -43,7 +43,7 @@ from suite.quality.run import ACROSS_ROUNDS
 from suite.stages.accuracy.read import GATE_FILTER, ArmsCorrectness
 from suite.stats import METRICS, Verdict, fmt_interval, fmt_pct
 from suite.store import Manifest, MatrixRecord
-from suite.verdict import SPENDING_LABEL, Outcome, PrimaryResult, own_delta
+from suite.verdict import SPENDING_LABEL, Outcome, PrimaryResult, confirmed_change
 
 MAX_SHOWN_PCT = 1000.0  # an MDE beyond +1,000 % (×11) is said in words
 # the composite's interval is shown unless it spans more than a factor 11 either way around its estimate (an
@@ -313,8 +313,7 @@ def card(run: RunData, s: CandidateSummary) -> Card:
             f"{unit} {r} {fmt_pct(v)}" for r, v in zip(c.rounds, c.scores_pct, strict=True)))
     if ev.outcome == Outcome.MIXED or ev.confirmed:
         lines.append("confirmed per metric (Holm across metrics): " + ", ".join(
-            f"{METRICS[m].label} {'better' if o == Outcome.IMPROVEMENT else 'worse'}{own_delta(ev.per_metric.get(m))}"
-            for m, o in ev.confirmed.items()))
+            confirmed_change(METRICS[m].label, o, ev.per_metric.get(m)) for m, o in ev.confirmed.items()))
     if changed:
         lines.insert(0, f"**{OUTPUT_CHANGED}**: greedy outputs differ from the baseline's in "
                         f"{eq.n - eq.n_identical} of {eq.n} prompts — a speed verdict says nothing about correctness")

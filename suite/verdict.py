@@ -753,11 +753,13 @@ class Evaluation:
     skipped: tuple[str, ...]  # values skipped inside kept rounds (zero or missing)
 
 
-def own_delta(r: PrimaryResult | None) -> str:
-    """" (Δ, p=…)": a metric's own Δ (a latency rise is +) and p, as a confirmed metric is named."""
+def confirmed_change(name: str, outcome: Outcome, r: PrimaryResult | None) -> str:
+    """"<name> worse (+2.6%, p=0.0064)": a confirmed metric as the verdict's reason and the card name it, with its
+    own Δ (a latency rise is +) and p."""
+    said = f"{name} {'better' if outcome == Outcome.IMPROVEMENT else 'worse'}"
     if r is None or r.delta_pct is None:
-        return ""
-    return f" ({fmt_pct(r.delta_pct)}" + (f", p={r.p_value:.2g})" if r.p_value is not None else ")")
+        return said
+    return f"{said} ({fmt_pct(r.delta_pct)}" + (f", p={r.p_value:.2g})" if r.p_value is not None else ")")
 
 
 def evaluate_scores(
@@ -782,8 +784,7 @@ def evaluate_scores(
     confirmed = holm_confirmed(per_metric, composite.nominal_alpha)
     outcome = overall_outcome(per_metric, composite)
     if outcome != composite.outcome:  # a confirmed metric decided the word: say which, with its own Δ
-        parts = [f"{m} {'better' if o == Outcome.IMPROVEMENT else 'worse'}{own_delta(per_metric[m])}"
-                 for m, o in confirmed.items()]
+        parts = [confirmed_change(m, o, per_metric[m]) for m, o in confirmed.items()]
         reason = (f"confirmed (Holm across metrics): {', '.join(parts)}; composite "
                   f"{composite.outcome.value}: {composite.reason}")
     else:
