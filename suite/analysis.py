@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import cached_property
@@ -38,16 +38,26 @@ from suite.stages.serve.read import PointResults, ServePoints, load_points, serv
 from suite.stats import (
     DETAIL,
     Comparison,
+    OneWay,
     Verdict,
     compare_metric,
     geometric_mean_ratio,
     holm_threshold,
     noise_floor_pct,
+    one_way,
     set_value,
 )
 from suite.stats import holm as stats_holm
 from suite.store import JobRecord, Manifest, MatrixRecord, PlanRecord, RunStore, Unreadable
-from suite.verdict import Evaluation, Outcome, VerdictSpec, evaluate, every_other_look, every_other_round
+from suite.verdict import (
+    Evaluation,
+    Outcome,
+    VerdictSpec,
+    evaluate,
+    every_other_look,
+    every_other_round,
+    round_scores,
+)
 
 FAMILY_ALPHA = 0.05  # Holm: family-wise error rate over a candidate's cells
 NO_DATA = "NO DATA"
@@ -172,6 +182,18 @@ def load_run(run_dir: Path) -> RunData:
         return RunData(store=store, manifest=store.manifest(), records=records, serve=load_points(store, records))
     except (OSError, json.JSONDecodeError) as exc:
         raise SuiteError(f"{run_dir}: cannot read the run: {exc}") from None
+
+
+def gpu_models(run: RunData) -> dict[str, int]:
+    """The GPUs nvidia-smi listed before each job, as "1 × NVIDIA H100 80GB HBM3" -> how many jobs saw that; empty
+    where no job recorded a GPU's name (a CPU host, a run recorded before the names were). More than one entry:
+    the jobs ran on different GPUs (a run resumed on another machine kind)."""
+    seen: Counter[str] = Counter()
+    for rec in run.records:
+        names = Counter(g.name for g in (rec.device.before or [] if rec.device else []) if g.name)
+        if names:
+            seen[", ".join(f"{n} × {name}" for name, n in sorted(names.items()))] += 1
+    return dict(seen.most_common())
 
 
 def failed_jobs(run: RunData) -> list[JobRecord]:
@@ -528,10 +550,11 @@ def decided_after(run: RunData, cand: str) -> int | None:
     return next((look.rounds for look in (seq.looks if seq is not None else []) if look.decided.get(cand)), None)
 
 
-def round_data(run: RunData, arm: str, metrics: tuple[str, ...], points: tuple[str, ...] | None = None
-               ) -> tuple[dict[int, dict[str, dict[str, float]]], list[str]]:
+def round_data(run: RunData, arm: str, metrics: tuple[str, ...], points: tuple[str, ...] | None = None,
+               *, sets: bool = True) -> tuple[dict[int, dict[str, dict[str, float]]], list[str]]:
     """round -> point -> metric -> value of one arm (``points``: only those), without values a data-quality
-    check spoiled (listed)."""
+    check spoiled (listed). Order interleaved: a round is a restart set, its blocks combined (``sets=False``:
+    block -> point -> metric -> value, the blocks as they were measured)."""
     rounds: dict[int, dict[str, dict[str, float]]] = defaultdict(dict)
     left_out: list[str] = []
     for p in run.points.values():
@@ -548,7 +571,7 @@ def round_data(run: RunData, arm: str, metrics: tuple[str, ...], points: tuple[s
                     continue
                 row[key] = value
             rounds[r][p.point] = row
-    if run.blocks > 1:
+    if run.blocks > 1 and sets:
         return _restart_sets(rounds, run.blocks), left_out
     return dict(sorted(rounds.items())), left_out
 
@@ -573,6 +596,26 @@ def _restart_sets(blocks: Mapping[int, Mapping[str, Mapping[str, float]]], n: in
             if values:  # a point the set has fewer blocks of is missing from it: the set reads incomplete
                 sets[r][point] = values
     return sets
+
+
+def block_scores(run: RunData, cand: str, spec: VerdictSpec) -> dict[int, list[float]]:
+    """Order interleaved: restart set -> the primary test's score of each of its blocks (``cand`` against the
+    baseline block by block, the composite of the declared metrics and points), the sets with all their blocks;
+    empty for any other order."""
+    if run.blocks <= 1:
+        return {}
+    base, _ = round_data(run, run.baseline, spec.metrics, spec.points, sets=False)
+    new, _ = round_data(run, cand, spec.metrics, spec.points, sets=False)
+    by_set: dict[int, list[float]] = defaultdict(list)
+    for block, score in sorted(round_scores(base, new, spec.metrics).scores.items()):
+        by_set[block // run.blocks].append(score)
+    return {s: v for s, v in by_set.items() if len(v) == run.blocks}
+
+
+def set_spread(run: RunData, cand: str, spec: VerdictSpec) -> OneWay | None:
+    """Order interleaved: how much of the restart sets' spread is the noise of their blocks and how much a set's
+    own (a server start's offset, shared by its blocks): the one-way analysis of ``block_scores``."""
+    return one_way(list(block_scores(run, cand, spec).values()))
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from suite.analysis import (
     CandidateSummary,
     RunData,
     failed_jobs,
+    gpu_models,
 )
 from suite.document import (
     BulletList,
@@ -522,6 +523,16 @@ def slurm_section(run: RunData) -> Section | None:
     return Section(SLURM_TITLE, 2, blocks, anchor="slurm")
 
 
+def gpus_line(models: dict[str, int]) -> str:
+    """Provenance: the GPUs the jobs ran on (``analysis.gpu_models``), and a warning when they differ."""
+    if len(models) == 1:
+        ((gpus, n),) = models.items()
+        return f"GPUs (nvidia-smi before each job): {literal(gpus)}, in all {n} jobs that recorded them"
+    return ("**GPUs differ between jobs** (nvidia-smi before each job): " + "; ".join(
+        f"{literal(gpus)} in {n} jobs" for gpus, n in models.items())
+        + ": the run mixes GPU models (a run resumed on another machine), and its rounds with them")
+
+
 def provenance_section(run: RunData) -> Section:
     m = run.manifest
     host = m.host
@@ -533,6 +544,8 @@ def provenance_section(run: RunData) -> Section:
         items.append(f"ran in {len(m.stretches)} stretches (resumed): " + "; ".join(
             f"{literal(s.started)} to {literal(s.finished or '—')} on {literal(s.hostname)}, {s.jobs} jobs to run"
             for s in m.stretches))
+    if models := gpu_models(run):
+        items.append(gpus_line(models))
     gpus = (m.model_extra or {}).get("gpus") or (host.model_extra or {}).get("gpus")
     if gpus:
         items.append(f"GPUs: {literal(json.dumps(gpus))}")

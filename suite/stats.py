@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from scipy.optimize import brentq
-from scipy.special import ndtr, ndtri, stdtr, stdtrit
+from scipy.special import fdtrc, ndtr, ndtri, stdtr, stdtrit
 from scipy.stats import binomtest
 
 POWER = 0.80  # power used for the minimum detectable effect
@@ -230,6 +230,62 @@ def within_layouts(values: Sequence[float], layouts: Sequence[int], n_layouts: i
     var = math.fsum((x - means[k]) ** 2 for k, v in by_layout.items() for x in v) / (n - n_layouts)
     return WithinLayouts(mean, var, n_layouts**2 / math.fsum(1 / len(v) for v in by_layout.values()),
                          float(n - n_layouts))
+
+
+@dataclass(frozen=True)
+class OneWay:
+    """A one-way analysis of variance of values in groups (order interleaved: each restart set's block scores):
+    sums of squares and degrees of freedom between and within the groups. Runs are independent, so their
+    analyses add (``+``): each run keeps its own mean (its own effect), the spreads pool."""
+
+    ss_between: float
+    df_between: int
+    ss_within: float
+    df_within: int
+    groups: int
+    values: int
+
+    def __add__(self, other: OneWay) -> OneWay:
+        return OneWay(self.ss_between + other.ss_between, self.df_between + other.df_between,
+                      self.ss_within + other.ss_within, self.df_within + other.df_within,
+                      self.groups + other.groups, self.values + other.values)
+
+    @property
+    def f(self) -> float:
+        """Mean square between groups over mean square within: about 1 when the groups differ only by the
+        noise of their values; large when each group has an offset of its own."""
+        within = self.ss_within / self.df_within
+        return math.inf if within <= 0 else (self.ss_between / self.df_between) / within
+
+    @property
+    def p(self) -> float:
+        """That the groups differ by more than their values' noise (F test)."""
+        return 0.0 if math.isinf(self.f) else float(fdtrc(self.df_between, self.df_within, self.f))
+
+    @property
+    def within_sd(self) -> float:
+        """The values' SD inside a group."""
+        return math.sqrt(self.ss_within / self.df_within)
+
+    @property
+    def group_sd(self) -> float:
+        """The SD of a group's own offset (the variance component, 0 where the groups spread less than their
+        values' noise predicts): var(group mean) = group_sd² + within_sd² / values per group."""
+        per_group = self.values / self.groups
+        return math.sqrt(max(0.0, (self.ss_between / self.df_between - self.within_sd**2) / per_group))
+
+
+def one_way(groups: Sequence[Sequence[float]]) -> OneWay | None:
+    """The analysis of ``groups`` (each a list of values); None without two groups or a group of two values."""
+    groups = [list(g) for g in groups if g]
+    values = sum(map(len, groups))
+    if len(groups) < 2 or values <= len(groups):
+        return None
+    grand = math.fsum(math.fsum(g) for g in groups) / values
+    means = [math.fsum(g) / len(g) for g in groups]
+    return OneWay(math.fsum(len(g) * (m - grand) ** 2 for g, m in zip(groups, means, strict=True)), len(groups) - 1,
+                  math.fsum((x - m) ** 2 for g, m in zip(groups, means, strict=True) for x in g),
+                  values - len(groups), len(groups), values)
 
 
 def _log_t(lb: list[float], lc: list[float], paired: bool) -> tuple[float, float, float]:

@@ -162,6 +162,7 @@ class GpuState(BaseModel):
     temperature_gpu: str | None = Field(None, alias="temperature.gpu")  # C
     utilization_gpu: str | None = Field(None, alias="utilization.gpu")  # %
     memory_used: str | None = Field(None, alias="memory.used")  # MiB
+    name: str | None = None  # the GPU's model, e.g. "NVIDIA H100 80GB HBM3" (records before 2026-12-05: None)
     clock_event_reasons: str | None = None  # a bitmask; None where the driver names no such field
 
 

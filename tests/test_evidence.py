@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 import tarfile
 from pathlib import Path
 
@@ -332,35 +333,51 @@ def test_one_server_at_a_time_decides_seed_000_at_the_first_look_too(tmp_path):
     assert 1.5 < expected < 2.5
 
 
-def test_the_h100s_two_rounds_leave_seed_000_undecided_with_no_c1_gain(tmp_path):
-    """The H100 run of gemma4-h100-abba.yaml (docs/gpu-h200.md, 2026-12-05): two rounds of four came back.
-    INCONCLUSIVE at the look after two rounds; the composite is what the two round scores give, one of them
-    carried by the stock server's slow first c1 point (flagged); at the sessions' ends ll-bf16's c1 is no faster
-    (the H200's ABBA rounds read -2.6 and -2.9 % there)."""
-    import json
-    import math
-
+def test_the_h100_run_is_undecided_because_its_two_machines_disagree(tmp_path):
+    """The H100 run of gemma4-h100-abba.yaml (docs/gpu-h200.md, 2026-12-05): rounds 0-1 on one machine, rounds 2-3
+    on another (resumed). INCONCLUSIVE after the last look; the composite is the four round scores' mean. On the
+    second machine ll-bf16 is ~2.6 % faster at c1 at both ends of both sessions (the H200's and the layer's size);
+    on the first it is no faster at the sessions' ends."""
     from suite.analysis import load_run
 
     root = unpack(EVIDENCE / "h100-abba-20261205", tmp_path / "h100")
     run = load_run(root)
     (ll,) = run.summaries
-    assert run.manifest.host.cpu_count == 16 and run.manifest.status == "running"
-    assert run.manifest.sequential.looks[0].outcomes == {"ll-bf16": "INCONCLUSIVE"}
-    assert (ll.overall, ll.evaluation.composite.n_rounds) == ("INCONCLUSIVE", 2)
-
-    def tpot(arm: str, point: str, rep: str) -> float:
-        return json.loads((root / arm / "serve" / point / f"{rep}.json").read_text())["mean_tpot_ms"]
+    assert run.manifest.host.cpu_count == 16 and run.manifest.status == "complete"
+    assert len(run.manifest.stretches) == 2
+    assert [look.outcomes for look in run.manifest.sequential.looks] == [{"ll-bf16": "INCONCLUSIVE"}] * 2
+    assert (ll.overall, ll.evaluation.composite.n_rounds) == ("INCONCLUSIVE", 4)
 
     points = sorted(p.name for p in (root / "baseline" / "serve").iterdir() if p.name.startswith("isl"))
-    scores = [sum(math.log(tpot("baseline", p, f"rep-{r}") / tpot("ll-bf16", p, f"rep-{r}")) for p in points)
-              / len(points) for r in range(2)]
-    assert [round(100 * math.expm1(x), 1) for x in scores] == [-1.6, 2.9]
-    assert ll.evaluation.composite.estimate_pct == pytest.approx(100 * math.expm1(sum(scores) / 2), abs=0.05)
+    scores = [sum(math.log(_tpot(root, "baseline", p, r) / _tpot(root, "ll-bf16", p, r)) for p in points)
+              / len(points) for r in range(4)]
+    assert [round(100 * math.expm1(x), 1) for x in scores] == [-1.6, 2.9, 2.1, 2.0]
+    assert ll.evaluation.composite.estimate_pct == pytest.approx(100 * math.expm1(sum(scores) / 4), abs=0.05)
     c1 = "isl128-osl64-c1-n16"
-    assert tpot("baseline", c1, "rep-1") / tpot("baseline", c1, "rep-1-drift") > 1.05  # the slow first point
-    at_end = [tpot("ll-bf16", c1, f"rep-{r}-drift") / tpot("baseline", c1, f"rep-{r}-drift") - 1 for r in range(2)]
-    assert all(0 <= d < 0.01 for d in at_end)
+    assert _tpot(root, "baseline", c1, 1) / _tpot(root, "baseline", c1, "1-drift") > 1.05  # the slow first point
+    at_end = [_tpot(root, "ll-bf16", c1, f"{r}-drift") / _tpot(root, "baseline", c1, f"{r}-drift") - 1
+              for r in range(4)]
+    assert all(0 <= d < 0.01 for d in at_end[:2])  # machine 1: no gain
+    assert all(-0.03 < d < -0.02 for d in at_end[2:])  # machine 2: seed 000's size
+    assert all(-0.03 < _tpot(root, "ll-bf16", c1, r) / _tpot(root, "baseline", c1, r) - 1 < -0.02 for r in (2, 3))
+
+
+def test_the_h100s_decoder_layer_gains_what_seed_000_claims(tmp_path):
+    """The layer stage on the second H100 (2026-12-05, gemma4-h200-layer-decide.yaml as it is): every T's row
+    across six processes per arm reads 'better' for ll-bf16; at T = 1 the Δ is about seed 000's -3.85 µs a
+    layer, recomputed from the raw per-process medians; the device is named as an H100."""
+    run = EVIDENCE / "h100-layer-decide-20261205"
+    root = unpack(run, tmp_path / run.name)
+    medians = {arm: [next(r["median_us"] for r in json.loads(
+        (root / arm / "layer" / "layer0" / f"rep-{rep}.json").read_text())["results"] if r["m"] == 1)
+        for rep in range(6)] for arm in ("baseline", "ll-bf16")}
+    base, cand = (math.exp(statistics.fmean(map(math.log, medians[a]))) for a in ("baseline", "ll-bf16"))
+    assert -4.5 < cand - base < -3.5
+    text = (run / "report.md").read_text()
+    across = [line for line in text.splitlines() if line.startswith("| ") and "(6) |" in line]
+    assert len(across) == 4 and all("better: 95% interval excludes 0" in line for line in across), across
+    assert f"| {base:.2f} (6) | {cand:.2f} (6) | {100 * (cand / base - 1):.1f}% [" in across[0]
+    assert "Device: NVIDIA H100 80GB HBM3." in text
 
 
 def test_interleaved_on_the_h200_decides_seed_000_on_three_restart_sets(tmp_path):
@@ -393,8 +410,6 @@ def test_an_interleaved_aa_on_the_h200_reads_equivalent_while_both_servers_move_
     together, while inside each set the pair agreed to 0.5 %: what a sequential design would read as noise, the
     pairing by set removes. No position bias: the test reads EQUIVALENT within +-1 % at its last look, and one
     block slow just after a cold start (stock-again, set 2, c1: +6 %) is left out by its set's median."""
-    import statistics
-
     from suite.analysis import load_run
 
     root = unpack(EVIDENCE / "h200-interleaved-aa-20261204", tmp_path / "h200-interleaved-aa-20261204")
@@ -449,8 +464,6 @@ def _set_scores(root: Path, a: str, b: str, sets: int, skip: frozenset[int] = fr
     """Each restart set's score from the raw JSON: the mean over points of log(a's TPOT / b's TPOT), each arm's
     blocks at a point (three a set, those in ``skip`` left out) combined by their median in log, as the verdict
     combines them (``rule="mean"``: their geometric mean, the rule before 2026-12-04)."""
-    import statistics
-
     points = sorted(p.name for p in (root / a / "serve").iterdir() if p.name.startswith("isl"))
     combine = statistics.median if rule == "median" else statistics.fmean
 
@@ -706,3 +719,45 @@ def test_a_confirmed_metric_on_the_card_carries_its_own_delta(tmp_path):
     assert ll.evaluation.confirmed == {"mean_tpot_ms": ll.evaluation.outcome} and tpot.delta_pct < 0
     line = f"confirmed per metric (Holm across metrics): Mean TPOT better ({tpot.delta_pct:+.1f}%, p={tpot.p_value:.2g})"
     assert line in (EVIDENCE / name / "report.md").read_text()
+
+
+def test_a_run_resumed_on_another_gpu_model_says_so_in_its_report(tmp_path):
+    """The H100 run resumed on a second machine (2026-12-05) was an H100 both times; had the second been an H200
+    (`nvidia-h200` may lend either), nothing in the report said so. Each job's nvidia-smi record now carries the
+    GPU's name, and the report names the GPUs, in bold when the jobs differ."""
+    root = unpack(EVIDENCE / "h100-abba-20261205", tmp_path / "h100")
+    for rec in root.glob("*/serve/*/*.job.json"):
+        data = json.loads(rec.read_text())
+        name = "NVIDIA H100 80GB HBM3" if int(rec.name.split("-")[1].split(".")[0]) < 2 else "NVIDIA H200"
+        for state in data["device"]["before"]:
+            state["name"] = name
+        rec.write_text(json.dumps(data))
+    assert main(["report", str(root)]) == 0
+    text = (root / "report.md").read_text()
+    assert ("- **GPUs differ between jobs** (nvidia-smi before each job): 1 × NVIDIA H100 80GB HBM3 in 16 jobs; "
+            "1 × NVIDIA H200 in 16 jobs: the run mixes GPU models") in text
+
+
+def test_plan_tells_a_restart_sets_own_offset_from_its_blocks_noise(tmp_path, capsys):
+    """`suite plan` from an interleaved run says where its noise is: the H200 A/A whose set 0 held a 2.2 % start
+    offset in every block has a set part (F on 3 and 8 df); the precompiled A/A's sets spread no more than
+    their blocks (2026-12-04); the numbers are the block scores' one-way analysis, recomputed here by scipy."""
+    from scipy.stats import f_oneway
+
+    from suite.analysis import block_scores, load_run, verdict_spec
+
+    lines = {}
+    for name, matrix in (("h200-interleaved-aa-blocks-20261204", "gemma4-h200-interleaved-aa.yaml"),
+                         ("h200-interleaved-aa-precompile-20261204", "gemma4-h200-interleaved-aa-precompile.yaml")):
+        root = unpack(EVIDENCE / name, tmp_path / name)
+        assert main(["plan", str(EVIDENCE.parent.parent / "matrices" / matrix), "--from", str(root)]) == 0
+        lines[name] = " ".join(capsys.readouterr().out.split())
+        run = load_run(root)
+        expected = f_oneway(*block_scores(run, "stock-again", verdict_spec(run)).values())
+        assert f"F = {expected.statistic:.2f}" in lines[name] and f"p = {expected.pvalue:.2g};" in lines[name]
+    assert ("stock-again: its blocks spread 0.62 % inside a restart set, a set's own part 1.29 % (F = 13.99 on 3 "
+            "and 8 degrees of freedom, p = 0.0015; 4 sets of 3 blocks). The sets carry offsets of their own"
+            ) in lines["h200-interleaved-aa-blocks-20261204"]
+    assert "a set's own part 0.00 %" in lines["h200-interleaved-aa-precompile-20261204"]
+    assert "No sign of a set's own part: the sets spread as their 3 blocks predict" in lines[
+        "h200-interleaved-aa-precompile-20261204"]

@@ -30,7 +30,7 @@ serve:
 """
 
 
-def fake_smi(tmp_path: Path, monkeypatch, gpus: str = "0, NVIDIA H200, 143771") -> Path:
+def fake_smi(tmp_path: Path, monkeypatch, gpus: str = "0, NVIDIA H200, 143771", name: str = "NVIDIA H200") -> Path:
     """An `nvidia-smi` on PATH that lists one GPU and, as compute apps, the live pids written to holders.txt
     (each holding 1000 MiB), the way the real one lists a server's EngineCore."""
     bindir = tmp_path / "bin"
@@ -41,7 +41,7 @@ def fake_smi(tmp_path: Path, monkeypatch, gpus: str = "0, NVIDIA H200, 143771") 
     smi.write_text(textwrap.dedent(f"""\
         #!/bin/sh
         case "$1" in
-          --query-gpu=index,pstate,*) echo "0, P0, 1980, 3201, 512.25, 41, 97, 101375" ;;
+          --query-gpu=index,pstate,*) echo "0, P0, 1980, 3201, 512.25, 41, 97, 101375, {name}" ;;
           --query-gpu=clocks_event_reasons.active) echo "0x0000000000000001" ;;
           --query-gpu=*) echo "{gpus}" ;;
           --query-compute-apps=*)
@@ -188,17 +188,18 @@ def test_a_background_run_ends_through_its_interrupt_path(sig):
 
 
 def test_a_cuda_host_records_each_gpus_clocks_and_pstate(tmp_path, monkeypatch):
-    """Two starts of one server ran ~7 % apart on the H200: the state a job ran in is kept for each job."""
-    fake_smi(tmp_path, monkeypatch)
+    """Two starts of one server ran ~7 % apart on the H200: the state a job ran in is kept for each job, with the
+    GPU's name (a run resumed on an H100 after an H200 must show it); a comma in a name stays in it."""
+    fake_smi(tmp_path, monkeypatch, name="NVIDIA H100 80GB HBM3, rev 2")
     state = gpu.gpu_state()
     (one,) = state
-    assert (one.index, one.pstate, one.clocks_sm, one.clocks_mem, one.clock_event_reasons) == (
-        "0", "P0", "1980", "3201", "0x0000000000000001")
+    assert (one.index, one.pstate, one.clocks_sm, one.clocks_mem, one.name, one.clock_event_reasons) == (
+        "0", "P0", "1980", "3201", "NVIDIA H100 80GB HBM3, rev 2", "0x0000000000000001")
     # stored under nvidia-smi's own query names, as every earlier run's records were
     assert one.model_dump(by_alias=True) == {
         "index": "0", "pstate": "P0", "clocks.sm": "1980", "clocks.mem": "3201", "power.draw": "512.25",
         "temperature.gpu": "41", "utilization.gpu": "97", "memory.used": "101375",
-        "clock_event_reasons": "0x0000000000000001"}
+        "name": "NVIDIA H100 80GB HBM3, rev 2", "clock_event_reasons": "0x0000000000000001"}
     runtime = LocalRuntime(parse_matrix(MATRIX, "m.yaml"), tmp_path / ".cache", host="cuda")
     assert runtime.device_state() == state
     assert LocalRuntime(parse_matrix(MATRIX, "m.yaml"), tmp_path / ".cache", host="cpu").device_state() is None

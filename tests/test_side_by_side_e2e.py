@@ -45,7 +45,7 @@ def _t(stamp: str) -> float:
 SMI = """\
 #!/bin/sh
 case "$1" in
-  --query-gpu=index,pstate,*) echo "0, P0, 1980, 3201, 512.25, 41, 97, 101375" ;;
+  --query-gpu=index,pstate,*) echo "0, P0, 1980, 3201, 512.25, 41, 97, 101375, NVIDIA H200" ;;
   --query-gpu=clocks_event_reasons.active) echo "0x0000000000000000" ;;
   --query-gpu=*) echo "0, NVIDIA H200, 143771" ;;
 esac
@@ -154,3 +154,7 @@ def test_the_gpu_state_is_recorded_around_every_job(sbs_run):
         for when in ("before", "after"):
             (gpu,) = device[when]
             assert gpu["pstate"] == "P0" and gpu["clocks.mem"] == "3201" and gpu["clock_event_reasons"] == "0x0000000000000000"
+            assert gpu["name"] == "NVIDIA H200"
+    # the report says what the jobs ran on
+    assert "- GPUs (nvidia-smi before each job): 1 × NVIDIA H200, in all 8 jobs that recorded them" in (
+        run_dir / "report.md").read_text()

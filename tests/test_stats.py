@@ -585,3 +585,29 @@ def test_a_cells_gpu_layouts_are_taken_out_as_in_the_primary_test():
         res = compare(list(b), list(c), higher_is_better=True, paired=True, phases=2, rounds=range(6))
         covered += res.ci_low_pct <= 1.0 <= res.ci_high_pct
     assert abs(covered / TRIALS - 0.95) <= 0.012, covered / TRIALS
+
+
+def test_one_way_splits_a_sets_spread_into_its_blocks_noise_and_its_own_part():
+    """stats.one_way against scipy's f_oneway on the same groups; runs add (each keeps its own mean); the set's
+    own part is the variance component, 0 where the sets spread less than their blocks predict."""
+    import random
+
+    from scipy.stats import f_oneway
+
+    from suite.stats import one_way
+
+    rng = random.Random(7)
+    offsets = [rng.gauss(0, 0.05) for _ in range(40)]
+    groups = [[o + rng.gauss(0, 0.02) for _ in range(3)] for o in offsets]
+    ow = one_way(groups)
+    ref = f_oneway(*groups)
+    assert (ow.f, ow.p) == (pytest.approx(ref.statistic), pytest.approx(ref.pvalue))
+    assert ow.within_sd == pytest.approx(0.02, rel=0.2) and ow.group_sd == pytest.approx(0.05, rel=0.3)
+    # two runs with different effects: their analyses add, the effect does not count as a set's own part
+    a, b = one_way(groups[:20]), one_way([[x + 0.5 for x in g] for g in groups[20:]])
+    pooled = a + b
+    assert (pooled.df_between, pooled.df_within, pooled.groups) == (38, 80, 40)
+    assert pooled.ss_within == pytest.approx(ow.ss_within) and pooled.ss_between < 10 * ow.ss_between
+    quiet = one_way([[0.0, 0.1], [0.05, 0.05]])  # the sets agree better than their blocks: no own part
+    assert quiet.f < 1 and quiet.group_sd == 0.0
+    assert one_way([[1.0, 2.0]]) is None and one_way([[1.0], [2.0]]) is None

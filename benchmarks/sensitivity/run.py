@@ -19,6 +19,7 @@ quiet box; it prints the load average before and after every run.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import random
@@ -31,9 +32,18 @@ from pathlib import Path
 
 import yaml
 
-from suite.analysis import OUTPUT_CHANGED, OUTPUT_IDENTICAL, load_run, stopped_after, summarize_candidates
+from suite.analysis import (
+    OUTPUT_CHANGED,
+    OUTPUT_IDENTICAL,
+    load_run,
+    set_spread,
+    stopped_after,
+    summarize_candidates,
+    verdict_spec,
+)
 from suite.matrix import load_matrix
 from suite.proc import load_average
+from suite.stats import OneWay
 from suite.verdict import Outcome
 
 REPO = Path(__file__).resolve().parents[2]
@@ -96,12 +106,14 @@ def outcome_of(run_dir: Path) -> list[dict]:
         arm = run.matrix.arms.get(s.candidate)
         delay = arm.env.get("SUITE_GATE_DELAY_US") if arm is not None else None
         control = s.candidate == run.aa_arm
+        spread = set_spread(run, s.candidate, verdict_spec(run))
         rows.append({"run": str(run_dir), "candidate": s.candidate + (" (A/A control)" if control else ""),
                      "outcome": s.overall if control else s.word,
                      "delay_us": float(delay) if delay is not None else None,
                      "estimate_pct": c.estimate_pct if c else None, "ci": (c.rci_low_pct, c.rci_high_pct) if c
                      else None, "mde_pct": c.mde_pct if c else None, "rounds": c.n_rounds if c else None,
-                     "stopped_after": stopped_after(run)})
+                     "stopped_after": stopped_after(run),
+                     "set_spread": dataclasses.asdict(spread) if spread is not None else None})
     return rows
 
 
@@ -138,6 +150,21 @@ def table(rows: list[dict], walls: dict[str, float]) -> str:
             f"{statistics.median(rounds):g}" if rounds else "n/a",
             f"{statistics.median(wall) / 60:.1f}" if wall else "n/a"]) + " |")
     return "\n".join(out) + "\n"
+
+
+def spread_lines(rows: list[dict]) -> str:
+    """Per level, the restart sets' spread pooled over its runs (interleaved runs): how much is the blocks' noise
+    and how much each set's own, the one-way analysis of every run's block scores added up."""
+    pooled: dict[str, OneWay] = {}
+    for r in rows:
+        if r.get("set_spread"):
+            key = f"{r['delay_us']:g} µs" if r["delay_us"] is not None else r["candidate"]
+            one = OneWay(**r["set_spread"])
+            pooled[key] = pooled[key] + one if key in pooled else one
+    return "".join(
+        f"- {key}: blocks inside a restart set SD {100 * s.within_sd:.2f} %, a set's own part {100 * s.group_sd:.2f} % "
+        f"(F = {s.f:.2f} on {s.df_between} and {s.df_within} degrees of freedom, p = {s.p:.2g}; {s.groups} sets)\n"
+        for key, s in pooled.items())
 
 
 def main() -> int:
@@ -185,6 +212,8 @@ def main() -> int:
                     walls[str(r)] = walls_s
     rows = [row for d in run_dirs for row in outcome_of(d)]
     text = table(rows, walls)
+    if spread := spread_lines(rows):
+        text += "\nRestart sets, pooled over each level's runs:\n\n" + spread
     print(text)
     for r in rows:
         speed = ("no speed test" if r["estimate_pct"] is None else

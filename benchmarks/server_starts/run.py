@@ -30,7 +30,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from suite.analysis import load_run, round_data
+from suite.analysis import block_scores, load_run, round_data
 from suite.matrix import load_matrix
 from suite.proc import load_average
 from suite.runtime.local import find_tcmalloc
@@ -148,14 +148,7 @@ def analyze(base: Path) -> dict:
     sd_score = statistics.stdev(scores) if len(scores) >= 2 else None
     blocks = {}
     if run.blocks > 1:  # the A/A score per block too: its spread inside a restart set against across sets
-        by_block = {arm: {r: {p.point: {m: v for m in spec.metrics if (v := raw.number(m)) is not None}
-                              for p in run.points.values() if (raw := p.reps.get(arm, {}).get(r)) is not None}
-                          for r in sorted({r for p in run.points.values() for r in p.reps.get(arm, {})})}
-                    for arm in arms[:2]}
-        bs = round_scores(by_block[arms[0]], by_block[arms[1]], spec.metrics).scores
-        sets: dict[int, list[float]] = {}
-        for r, v in bs.items():
-            sets.setdefault(r // run.blocks, []).append(v)
+        sets = block_scores(run, arms[1], spec)
         within = _pooled([(statistics.stdev(v), len(v)) for v in sets.values() if len(v) >= 2])
         var_sets = sd_score ** 2 if sd_score else None
         blocks = {"block_scores_pct": {k: [round(100 * math.expm1(x), 2) for x in v] for k, v in sets.items()},

@@ -1,6 +1,8 @@
 """`suite plan MATRIX --from RUN_DIR --target-mde 2%`: how many rounds (and how much wall time) the matrix's
 primary test needs to see a change of that size, from the round-to-round spread of an earlier run of the
-same matrix (an A/A run, or any run: each candidate's per-round scores against the baseline)."""
+same matrix (an A/A run, or any run: each candidate's per-round scores against the baseline). From an
+interleaved run, also how much of its restart sets' spread is their blocks' noise and how much each set's own,
+which says whether more blocks a set or only more sets would narrow the test."""
 
 from __future__ import annotations
 
@@ -12,9 +14,10 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from suite.analysis import load_run, round_data
+from suite.analysis import load_run, round_data, set_spread
 from suite.errors import SuiteError
 from suite.matrix import load_matrix
+from suite.stats import OneWay
 from suite.store import Manifest
 from suite.verdict import VerdictSpec, round_scores, rounds_needed
 
@@ -70,5 +73,22 @@ def run(args: argparse.Namespace) -> int:
         n = rounds_needed(sd, target, spec)
         wall = f"{n * per_round / 60:.0f} min" if per_round and math.isfinite(n) else "n/a"
         table.add_row(arm, str(len(scores)), f"{100 * math.expm1(sd):.1f} %", str(n), wall)
-    Console().print(table)
+    console = Console()
+    console.print(table)
+    for arm in others if run_.blocks > 1 else []:
+        if (spread := set_spread(run_, arm, spec)) is not None:
+            console.print(set_spread_line(arm, spread, run_.blocks))
     return 0
+
+
+def set_spread_line(arm: str, spread: OneWay, blocks: int) -> str:
+    """What an interleaved run's restart sets say about where its noise is (``analysis.set_spread``)."""
+    head = (f"{arm}: its blocks spread {100 * spread.within_sd:.2f} % inside a restart set, a set's own part "
+            f"{100 * spread.group_sd:.2f} % (F = {spread.f:.2f} on {spread.df_between} and {spread.df_within} "
+            f"degrees of freedom, p = {spread.p:.2g}; {spread.groups} sets of {blocks} blocks). ")
+    if spread.p < 0.05:
+        return head + ("The sets carry offsets of their own (a server start's): only more restart sets narrow the "
+                       "test; more blocks a set do not.")
+    return head + (f"No sign of a set's own part: the sets spread as their {blocks} blocks predict, so more blocks a "
+                   "set narrow a set's score too; more sets do that and add degrees of freedom (the set stays the "
+                   "test's unit).")

@@ -74,20 +74,22 @@ def nvidia_gpus() -> list[str]:
 
 
 # what a job's timing can depend on, per GPU; the clock-event reasons are asked for apart (older drivers call
-# them clocks_throttle_reasons and refuse the whole query over one unknown field)
+# them clocks_throttle_reasons and refuse the whole query over one unknown field); the name last, so that a
+# comma in it stays in it
 GPU_STATE_FIELDS = ("index", "pstate", "clocks.sm", "clocks.mem", "power.draw", "temperature.gpu",
-                    "utilization.gpu", "memory.used")
+                    "utilization.gpu", "memory.used", "name")
 GPU_EVENT_FIELDS = (("clocks_event_reasons.active",), ("clocks_throttle_reasons.active",))
 
 
 def gpu_state() -> list[GpuState] | None:
     """Per NVIDIA GPU: its P-state, SM and memory clocks (MHz), power (W), temperature (C), utilization (%),
-    memory used (MiB) and the active clock-event reasons (a bitmask), as nvidia-smi prints them; None when
+    memory used (MiB), its name and the active clock-event reasons (a bitmask), as nvidia-smi prints them; None when
     nvidia-smi cannot answer. Recorded before and after every job on a CUDA host."""
     lines = _smi([f"--query-gpu={','.join(GPU_STATE_FIELDS)}"])
     if lines is None:
         return None
-    states = [dict(zip(GPU_STATE_FIELDS, (v.strip() for v in line.split(",")), strict=False)) for line in lines]
+    states = [dict(zip(GPU_STATE_FIELDS, (v.strip() for v in line.split(",", len(GPU_STATE_FIELDS) - 1)),
+                       strict=False)) for line in lines]
     for fields in GPU_EVENT_FIELDS:
         reasons = _smi([f"--query-gpu={fields[0]}"])
         if reasons is not None and len(reasons) == len(states):
