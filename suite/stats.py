@@ -259,7 +259,7 @@ class OneWay:
 
     @property
     def p(self) -> float:
-        """That the groups differ by more than their values' noise (F test)."""
+        """The F test's p: how often an F this large comes when the groups differ only by their values' noise."""
         return 0.0 if math.isinf(self.f) else float(fdtrc(self.df_between, self.df_within, self.f))
 
     @property
