@@ -140,7 +140,9 @@ class SequentialRun:
                                            "control_decided": True})
         elif look.control_decided:
             self.control_after = rounds_done
-        self.looks.append(look)
+        # a resumed run looks again at the rounds it already had: the new look replaces the stored one (the 2026-12-05
+        # H100 run, resumed on a second machine, listed its look after 2 rounds twice)
+        self.looks = sorted([*(lk for lk in self.looks if lk.rounds != rounds_done), look], key=lambda lk: lk.rounds)
         if over_budget:  # a final look: every test decides (INCONCLUSIVE at the latest)
             self.stop_after = rounds_done
             self.why = f"time budget ({self.budget_s / 60:g} min) would be spent before the next look"

@@ -220,6 +220,9 @@ def test_the_control_stops_at_the_first_look_that_decides_its_own_test():
     assert stored.control_after == 2 and [lk.control for lk in stored.looks] == ["EQUIVALENT"] * 3
     resumed = SequentialRun.resume(seq.spec, None, stored, control_arm="baseline.aa")
     assert resumed.control_after == 2 and not resumed.needed_session(_session("baseline.aa", 3))
+    # a resumed run looks again at the rounds it has: one look per round count, the newer one
+    again = resumed.take_look(_look(6, "REGRESSION", True, None, None))
+    assert [lk.rounds for lk in resumed.record().looks] == [2, 4, 6] and resumed.record().looks[-1] is again
 
 
 def test_a_failed_control_stops_too_and_an_undecided_one_waits_for_the_runs_stop():
