@@ -1150,3 +1150,18 @@ def test_the_dry_run_shows_where_each_arms_processes_run(tmp_path):
         tool = next(line for line in out if line.startswith(f"  [{arm}] offline tools: "))
         assert "docker run --rm" in tool and "ARM-IMAGE" in tool and "bench latency" in tool
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_cuda_image_run_records_the_hosts_gpus_around_each_job(tmp_path, monkeypatch):
+    """Docker runs recorded no GPU state (clocks, P-state, names) where a local run did: a CUDA image's
+    containers run on this host's GPUs, so nvidia-smi here says what they ran on; CPU and ROCm images record none."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "nvidia-smi").write_text(
+        '#!/bin/sh\ncase "$1" in\n  --query-gpu=index,pstate,*) echo "0, P0, 1980, 2619, 320.5, 41, 0, 62819, NVIDIA '
+        'H100 80GB HBM3" ;;\n  *) echo "0x0000000000000000" ;;\nesac\n')
+    (bindir / "nvidia-smi").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    (state,) = DockerRuntime(gpu_matrix("cuda"), tmp_path).device_state()
+    assert (state.name, state.clocks_sm, state.pstate) == ("NVIDIA H100 80GB HBM3", "1980", "P0")
+    assert DockerRuntime(gpu_matrix("rocm", patch="rocm-aiter-router-gemm"), tmp_path).device_state() is None

@@ -53,7 +53,8 @@ from suite.errors import ServerError, SuiteError
 from suite.matrix import GPU_LIST, ArmSpec, DockerSpec, Matrix
 from suite.proc import ToolCommand, on_stop, read_tail, run_tool
 from suite.runtime.base import ArmEnv, ArmPlacement, RuntimeBase, Server, ServerBase, ServerSpec, arm_model
-from suite.store import SECRET_NAME, ArmDirs, ArmRuntimeInfo, ImageInfo
+from suite.runtime.gpu import gpu_state
+from suite.store import SECRET_NAME, ArmDirs, ArmRuntimeInfo, GpuState, ImageInfo
 
 STOP_GRACE_S = 30
 PASS_THROUGH = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")  # by name only, from the host environment
@@ -560,6 +561,12 @@ class DockerRuntime(RuntimeBase):
         self._client = client
         self.console = console
         self.images: dict[str, ImageInfo] = {}
+
+    def device_state(self) -> list[GpuState] | None:
+        """A CUDA image's containers run on this host's GPUs (``--gpus``): their clocks, P-state, power and names
+        around every job, from nvidia-smi here, as for a local run (2026-12-05: Docker runs recorded none)."""
+        docker = self.matrix.runtime.docker
+        return gpu_state() if docker is not None and docker.vendor == "cuda" else None
 
     @property
     def client(self) -> Any:
