@@ -542,7 +542,9 @@ def provenance_section(run: RunData) -> Section:
              f"Python {literal(host.python)}"]
     if len(m.stretches) > 1:  # resumed: each stretch's own time and machine
         items.append(f"ran in {len(m.stretches)} stretches (resumed): " + "; ".join(
-            f"{literal(s.started)} to {literal(s.finished or '—')} on {literal(s.hostname)}, {s.jobs} jobs to run"
+            f"{literal(s.started)} to {literal(s.finished or '—')} on {literal(s.hostname)}"
+            # host names repeat (every device machine is "vm"): the boot tells two machines apart
+            f"{f' (boot {literal(s.boot_id[:8])})' if s.boot_id else ''}, {s.jobs} jobs to run"
             for s in m.stretches))
     if models := gpu_models(run):
         items.append(gpus_line(models))

@@ -266,7 +266,8 @@ def test_a_run_resumed_on_another_machine_keeps_each_stretch(tmp_path):
     first = Stretch(started="2026-12-04T03:21:28+00:00", hostname="gpu-a", jobs=80)
     store.begin_stretch(first)
     store.end_stretch("2026-12-04T03:30:30+00:00")
-    second = Stretch(started="2026-12-04T05:59:45+00:00", hostname="gpu-b", jobs=40)
+    second = Stretch(started="2026-12-04T05:59:45+00:00", hostname="gpu-b", jobs=40,
+                     boot_id="00021aac-5c1e-4f0e-9a51-3c7f1d2e8b90")
     store.begin_stretch(second)
     m = store.end_stretch("2026-12-04T06:09:05+00:00")
     assert (m.started, m.finished) == ("2026-12-04T03:21:28+00:00", "2026-12-04T06:09:05+00:00")
@@ -274,7 +275,8 @@ def test_a_run_resumed_on_another_machine_keeps_each_stretch(tmp_path):
     assert [s.hostname for s in m.stretches] == ["gpu-a", "gpu-b"]
     text = render_markdown(load_run(store.root))
     assert ("ran in 2 stretches (resumed): 2026-12-04T03:21:28+00:00 to 2026-12-04T03:30:30+00:00 on gpu-a, 80 "
-            "jobs to run; 2026-12-04T05:59:45+00:00 to 2026-12-04T06:09:05+00:00 on gpu-b, 40 jobs to run") in text
+            "jobs to run; 2026-12-04T05:59:45+00:00 to 2026-12-04T06:09:05+00:00 on gpu-b (boot 00021aac), 40 jobs "
+            "to run") in text  # host names repeat: the boot tells two machines apart
     # a stretch that never ended (kill -9) leaves the running time unknown, not counted across the gap
     m = store.begin_stretch(Stretch.begin(0))
     assert m.running_seconds() is None and m.started == "2026-12-04T03:21:28+00:00"
