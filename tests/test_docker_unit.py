@@ -1154,7 +1154,8 @@ def test_the_dry_run_shows_where_each_arms_processes_run(tmp_path):
 
 def test_a_cuda_image_run_records_the_hosts_gpus_around_each_job(tmp_path, monkeypatch):
     """Docker runs recorded no GPU state (clocks, P-state, names) where a local run did: a CUDA image's
-    containers run on this host's GPUs, so nvidia-smi here says what they ran on; CPU and ROCm images record none."""
+    containers run on this host's GPUs, so nvidia-smi here says what they ran on; ROCm images and a remote engine
+    record none."""
     bindir = tmp_path / "bin"
     bindir.mkdir()
     (bindir / "nvidia-smi").write_text(
@@ -1162,6 +1163,9 @@ def test_a_cuda_image_run_records_the_hosts_gpus_around_each_job(tmp_path, monke
         'H100 80GB HBM3" ;;\n  *) echo "0x0000000000000000" ;;\nesac\n')
     (bindir / "nvidia-smi").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.delenv("DOCKER_HOST", raising=False)  # the local engine
     (state,) = DockerRuntime(gpu_matrix("cuda"), tmp_path).device_state()
     assert (state.name, state.clocks_sm, state.pstate) == ("NVIDIA H100 80GB HBM3", "1980", "P0")
     assert DockerRuntime(gpu_matrix("rocm", patch="rocm-aiter-router-gemm"), tmp_path).device_state() is None
+    monkeypatch.setenv("DOCKER_HOST", "ssh://gpu-box")  # an engine elsewhere: this host's GPUs are not its
+    assert DockerRuntime(gpu_matrix("cuda"), tmp_path).device_state() is None

@@ -564,9 +564,12 @@ class DockerRuntime(RuntimeBase):
 
     def device_state(self) -> list[GpuState] | None:
         """A CUDA image's containers run on this host's GPUs (``--gpus``): their clocks, P-state, power and names
-        around every job, from nvidia-smi here, as for a local run (2026-12-05: Docker runs recorded none)."""
+        around every job, from nvidia-smi here, as for a local run (2026-12-05: Docker runs recorded none). None
+        for an engine on another host (``DOCKER_HOST`` not a local socket): nvidia-smi here would name the wrong
+        GPUs."""
         docker = self.matrix.runtime.docker
-        return gpu_state() if docker is not None and docker.vendor == "cuda" else None
+        remote = not os.environ.get("DOCKER_HOST", "unix://").startswith("unix://")
+        return gpu_state() if docker is not None and docker.vendor == "cuda" and not remote else None
 
     @property
     def client(self) -> Any:
