@@ -548,9 +548,6 @@ def provenance_section(run: RunData) -> Section:
             for s in m.stretches))
     if models := gpu_models(run):
         items.append(gpus_line(models))
-    gpus = (m.model_extra or {}).get("gpus") or (host.model_extra or {}).get("gpus")
-    if gpus:
-        items.append(f"GPUs: {literal(json.dumps(gpus))}")
     weights = weights_line(run.matrix)
     if weights:
         args = m.weights.model_args if m.weights else []
