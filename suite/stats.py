@@ -275,6 +275,14 @@ class OneWay:
         return math.sqrt(max(0.0, (self.ss_between / self.df_between - self.within_sd**2) / per_group))
 
 
+def fmt_set_spread(spread: OneWay) -> str:
+    """An interleaved run's (or runs') restart-set spread in words: the blocks' SD inside a set, the set's own
+    part, the F test and the design it came from."""
+    return (f"its blocks spread {100 * spread.within_sd:.2f} % inside a restart set, a set's own part "
+            f"{100 * spread.group_sd:.2f} % (F = {spread.f:.2f} on {spread.df_between} and {spread.df_within} "
+            f"degrees of freedom, p = {spread.p:.2g}; {spread.groups} sets of {spread.values / spread.groups:g} blocks)")
+
+
 def one_way(groups: Sequence[Sequence[float]]) -> OneWay | None:
     """The analysis of ``groups`` (each a list of values); None without two groups or a group of two values."""
     groups = [list(g) for g in groups if g]

@@ -43,7 +43,7 @@ from suite.analysis import (
 )
 from suite.matrix import load_matrix
 from suite.proc import load_average
-from suite.stats import OneWay
+from suite.stats import OneWay, fmt_set_spread
 from suite.verdict import Outcome
 
 REPO = Path(__file__).resolve().parents[2]
@@ -126,6 +126,11 @@ def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
     return (max(0.0, centre - half), min(1.0, centre + half))
 
 
+def level(row: dict) -> str:
+    """The table's row a run's candidate counts in: its injected delay, or (no delay) its own name."""
+    return f"{row['delay_us']:g} µs" if row["delay_us"] is not None else row["candidate"]
+
+
 def table(rows: list[dict], walls: dict[str, float]) -> str:
     words = [*(o.value for o in Outcome), OUTPUT_CHANGED, OUTPUT_IDENTICAL]
     head = ["candidate / delay", "runs", "measured Δ (median, range)", *words, "flagged (95 % CI)",
@@ -133,8 +138,7 @@ def table(rows: list[dict], walls: dict[str, float]) -> str:
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     groups: dict[str, list[dict]] = {}
     for r in rows:
-        key = f"{r['delay_us']:g} µs" if r["delay_us"] is not None else r["candidate"]
-        groups.setdefault(key, []).append(r)
+        groups.setdefault(level(r), []).append(r)
     for key, rs in sorted(groups.items(), key=lambda kv: (kv[1][0]["delay_us"] is None, kv[1][0]["delay_us"] or 0,
                                                            kv[0])):
         est = [r["estimate_pct"] for r in rs if r["estimate_pct"] is not None]
@@ -158,13 +162,9 @@ def spread_lines(rows: list[dict]) -> str:
     pooled: dict[str, OneWay] = {}
     for r in rows:
         if r.get("set_spread"):
-            key = f"{r['delay_us']:g} µs" if r["delay_us"] is not None else r["candidate"]
-            one = OneWay(**r["set_spread"])
+            key, one = level(r), OneWay(**r["set_spread"])
             pooled[key] = pooled[key] + one if key in pooled else one
-    return "".join(
-        f"- {key}: blocks inside a restart set SD {100 * s.within_sd:.2f} %, a set's own part {100 * s.group_sd:.2f} % "
-        f"(F = {s.f:.2f} on {s.df_between} and {s.df_within} degrees of freedom, p = {s.p:.2g}; {s.groups} sets)\n"
-        for key, s in pooled.items())
+    return "".join(f"- {key}: {fmt_set_spread(s)}\n" for key, s in pooled.items())
 
 
 def main() -> int:

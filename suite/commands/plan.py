@@ -17,7 +17,7 @@ from rich.table import Table
 from suite.analysis import load_run, round_data, set_spread
 from suite.errors import SuiteError
 from suite.matrix import load_matrix
-from suite.stats import OneWay
+from suite.stats import OneWay, fmt_set_spread
 from suite.store import Manifest
 from suite.verdict import VerdictSpec, round_scores, rounds_needed
 
@@ -83,9 +83,7 @@ def run(args: argparse.Namespace) -> int:
 
 def set_spread_line(arm: str, spread: OneWay, blocks: int) -> str:
     """What an interleaved run's restart sets say about where its noise is (``analysis.set_spread``)."""
-    head = (f"{arm}: its blocks spread {100 * spread.within_sd:.2f} % inside a restart set, a set's own part "
-            f"{100 * spread.group_sd:.2f} % (F = {spread.f:.2f} on {spread.df_between} and {spread.df_within} "
-            f"degrees of freedom, p = {spread.p:.2g}; {spread.groups} sets of {blocks} blocks). ")
+    head = f"{arm}: {fmt_set_spread(spread)}. "
     if spread.p < 0.05:
         return head + ("The sets carry offsets of their own (a server start's): only more restart sets narrow the "
                        "test; more blocks a set do not.")
