@@ -647,6 +647,44 @@ def test_seed_000s_precompiled_first_set_reads_like_the_warm_sets_of_earlier_run
     assert "1 set: no interval; the test (fixed design) is planned after 6 sets" in aa6
 
 
+def test_seed_000_precompiled_decides_at_its_first_look_on_the_h200(tmp_path, capsys):
+    """Seed 000 with precompile on one H200 to its verdict (2026-12-05 19:49-20:01 UTC, 60 of 80 jobs): the look
+    after three sets decides IMPROVEMENT +2.2 %, each set +2.1 to +2.2 %, c1 TPOT -3.0 % (the hand run's figure,
+    FACTS §12). The set scores are recomputed from the raw JSON; `suite plan` from it prices the next run at the
+    matrix's first look (3 sets), never at fewer than a run of that matrix can decide on, and shows an SD under
+    1 % with two decimals (it printed "0.0 %" and "2" rounds before)."""
+    from suite.analysis import load_run
+
+    name = "h200-interleaved-precompile-20261205"
+    root = unpack(EVIDENCE / name, tmp_path / name)
+    run = load_run(root)
+    (ll,) = run.summaries
+    (look,) = run.manifest.sequential.looks
+    assert (look.rounds, look.outcomes, look.decided) == (3, {"ll-bf16": "IMPROVEMENT"}, {"ll-bf16": True})
+    assert run.manifest.status == "complete" and run.manifest.job_counts.ok == 60
+    assert (ll.overall, ll.evaluation.composite.n_rounds) == ("IMPROVEMENT", 3)
+    scores = _set_scores(root, "baseline", "ll-bf16", 3)
+    assert all(0.020 < x < 0.023 for x in scores)
+    assert ll.evaluation.composite.estimate_pct == pytest.approx((math.exp(sum(scores) / 3) - 1) * 100, abs=0.05)
+    c1 = [_tpot(root, "ll-bf16", "isl128-osl64-c1-n16", k) / _tpot(root, "baseline", "isl128-osl64-c1-n16", k)
+          for k in range(9)]
+    assert all(0.965 < r < 0.975 for r in c1)  # -2.5 to -3.5 % in each of the nine blocks
+    for arm in ("baseline", "ll-bf16"):
+        assert "Directly load AOT compilation" in (root / arm / "server-0.log").read_text()
+    report = (EVIDENCE / name / "report.md").read_text()
+    assert "**ll-bf16 vs baseline: IMPROVEMENT** — composite +2.2% [+2.0, +2.4]" in report
+    assert "1 × NVIDIA H200, in all 60 jobs" in report
+
+    assert main(["plan", str(EVIDENCE.parent.parent / "matrices" / "gemma4-h200-interleaved.yaml"),
+                 "--from", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert "looks after 3, 4 rounds" in " ".join(out.split())
+    (row,) = [line for line in out.splitlines() if line.startswith("│ ll-bf16")]
+    cols = [c.strip() for c in row.strip("│ ").split("│")]
+    sd = 100 * math.expm1(statistics.stdev(scores))
+    assert cols[1:4] == ["3", f"{sd:.2f} %", "3"]
+
+
 def test_a_run_cut_after_two_of_four_sets_says_so_in_its_report(tmp_path):
     """The same A/A as the first machine left it (sets 0-1 measured, the manifest still `running`, no look
     taken): the report says the run did not finish and that its test is short of the first look (3 sets),

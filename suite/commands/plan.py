@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     if not base or not others:
         raise SuiteError(f"{args.run_dir}: needs serving rounds of the baseline and of one more arm")
     table = Table(title=f"{matrix.name}: rounds for a ±{target:g} % change at {spec.power:.0%} power "
-                        f"(alpha {spec.alpha:g}, {spec.spending}, looks every {spec.looks[0]} rounds)")
+                        f"(alpha {spec.alpha:g}, {spec.spending}, looks after {', '.join(map(str, spec.looks))} rounds)")
     for col in ("from arm", "rounds seen", "SD of round scores", "rounds needed", "wall time"):
         table.add_column(col, justify="right" if col != "from arm" else "left")
     per_round = _seconds_per_round(run_.manifest, len(base))
@@ -70,9 +70,10 @@ def run(args: argparse.Namespace) -> int:
             table.add_row(arm, str(len(scores)), "n/a (needs 2 rounds)", "", "")
             continue
         sd = statistics.stdev(scores.values())
-        n = rounds_needed(sd, target, spec)
+        n = max(rounds_needed(sd, target, spec), spec.looks[0])  # no run of this matrix decides before its first look
         wall = f"{n * per_round / 60:.0f} min" if per_round and math.isfinite(n) else "n/a"
-        table.add_row(arm, str(len(scores)), f"{100 * math.expm1(sd):.1f} %", str(n), wall)
+        sd_pct = 100 * math.expm1(sd)
+        table.add_row(arm, str(len(scores)), f"{sd_pct:.2f} %" if sd_pct < 1 else f"{sd_pct:.1f} %", str(n), wall)
     console = Console()
     console.print(table)
     for arm in others if run_.blocks > 1 else []:
