@@ -49,3 +49,22 @@ def test_tally_of_a_path_without_runs_is_an_error_not_an_empty_table(tmp_path, m
         with pytest.raises(SystemExit) as exc:
             run.main()
         assert exc.value.code == 2 and why in capsys.readouterr().err
+
+
+def test_redecide_reproduces_each_runs_own_words_and_says_where_a_design_needs_more(tmp_path):
+    """`--tally … --spending S` re-decides a stored run at its matrix's looks under another alpha spending, through
+    the runner's own look (suite.sequential.evaluate_look). Under the spending it ran with it must give back the
+    words and stopping points the runner wrote; where a design would have gone past the stored rounds it says so
+    instead of deciding on rounds that were never measured."""
+    run = driver()
+    for name, word, sets in (("h200-abba-20261203", "IMPROVEMENT", 2), ("h100-abba-20261205", "INCONCLUSIVE", 4),
+                             ("h200-interleaved-precompile-20261205", "IMPROVEMENT", 3)):
+        root = unpack(EVIDENCE / name, tmp_path / name)
+        (row,) = run.redecide(root, "obrien-fleming")
+        assert (row["candidate"], row["outcome"], row["rounds"]) == ("ll-bf16", word, sets), name
+        (pocock,) = run.redecide(root, "pocock")
+        if word == "IMPROVEMENT":  # decided at its first look: Pocock's first boundary is the looser one
+            assert (pocock["outcome"], pocock["rounds"]) == (word, sets), name
+    cut = unpack(EVIDENCE / "h200-interleaved-20261203", tmp_path / "cut")  # stopped by hand after its look at 2
+    (row,) = run.redecide(cut, "obrien-fleming")
+    assert (row["outcome"], row["rounds"]) == ("needs more sets", None)

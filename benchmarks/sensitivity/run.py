@@ -4,6 +4,7 @@ change that does nothing comes out anything but EQUIVALENT / INCONCLUSIVE.
 
     .venv/bin/python benchmarks/sensitivity/run.py --levels 0,300,1000 --runs 3
     .venv/bin/python benchmarks/sensitivity/run.py --tally runs/demo-1 runs/demo-2 ...   # tally earlier runs
+    .venv/bin/python benchmarks/sensitivity/run.py --tally RUN_DIR... --spending pocock  # ... re-decided
 
 Each run is one `suite run` of a two-arm matrix derived from the demo's (model, serve arguments, points,
 order, repeats/budget and verdict block of `--matrix`; no eval): `baseline` (the installed vLLM) against
@@ -43,6 +44,7 @@ from suite.analysis import (
 )
 from suite.matrix import load_matrix
 from suite.proc import load_average
+from suite.sequential import evaluate_look
 from suite.stats import OneWay, fmt_set_spread
 from suite.verdict import Outcome
 
@@ -117,6 +119,28 @@ def outcome_of(run_dir: Path) -> list[dict]:
     return rows
 
 
+def redecide(run_dir: Path, spending: str) -> list[dict]:
+    """One row per serving candidate of a stored sequential run: the word and sets it would have had with the
+    matrix's looks under another alpha spending (``suite.sequential.evaluate_look`` at each look in turn on the
+    stored rounds, stopping at the first look that decides, as the runner does); "needs more sets" where that
+    design would have gone past the rounds the run stored."""
+    run = load_run(run_dir)
+    spec = verdict_spec(run).model_copy(update={"spending": spending})
+    stored = stopped_after(run) or 0
+    assert spec.looks is not None
+    words: dict[str, tuple[str, int | None]] = {}
+    for k, n in enumerate(spec.looks):
+        if n > stored:
+            words.update({c: ("needs more sets", None) for c in run.candidates if run.serves(c) and c not in words})
+            break
+        look = evaluate_look(run_dir, spec, n, final=k == len(spec.looks) - 1, control=False)
+        words.update({c: (look.outcomes[c], n) for c in look.outcomes
+                      if c not in words and (look.decided[c] or look.final)})
+        if all(c in words for c in look.outcomes):
+            break
+    return [{"run": str(run_dir), "candidate": c, "outcome": w, "rounds": n} for c, (w, n) in words.items()]
+
+
 def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
     if n == 0:
         return (math.nan, math.nan)
@@ -177,7 +201,11 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=REPO / "runs")
     ap.add_argument("--tally", type=Path, nargs="+", default=None, metavar="RUN_DIR",
                     help="only tally stored run directories (e.g. repeated `make demo` runs)")
+    ap.add_argument("--spending", choices=("obrien-fleming", "pocock"), default=None,
+                    help="with --tally: also each run re-decided at its matrix's looks under this alpha spending")
     args = ap.parse_args()
+    if args.spending and not args.tally:
+        ap.error("--spending re-decides stored runs: give them with --tally")
     walls: dict[str, float] = {}
     if args.tally:
         run_dirs = []
@@ -220,6 +248,14 @@ def main() -> int:
                  f"{r['estimate_pct']:+.1f} % after {r['rounds']} rounds"
                  + (f" (MDE {r['mde_pct']:.1f} %)" if r["mde_pct"] is not None else ""))
         print(f"- {r['run']}: {r['candidate']} {r['outcome']} {speed}")
+    if args.spending:
+        print(f"\nRe-decided at each run's looks with {args.spending} spending (as run → re-decided, sets):")
+        as_run = {(r["run"], r["candidate"]): r for r in rows}
+        for d in run_dirs:
+            for r in redecide(d, args.spending):
+                was = as_run.get((r["run"], r["candidate"]))
+                print(f"- {r['run']}: {r['candidate']} {was['outcome'] if was else '?'} after "
+                      f"{was['stopped_after'] if was else '?'} → {r['outcome']} after {r['rounds'] or '-'}")
     if out is not None:
         (out / "table.md").write_text(text)
         (out / "rows.json").write_text(json.dumps(rows, indent=2))
