@@ -706,7 +706,9 @@ def primary_test(
                   f"({where})")
     else:
         outcome, decided = Outcome.INCONCLUSIVE, last
-        plan = f"; needs ≈ {needed} rounds for ±{spec.target_pct:g} %" if needed is not None else ""
+        # rounds for the target only where it has fewer: with as many, the estimate sits between no change and
+        # the target's bound (more rounds narrow it, no plan says how many)
+        plan = f"; needs ≈ {needed} rounds for ±{spec.target_pct:g} %" if needed is not None and needed > n else ""
         mde = stats["mde_pct"]
         could = f"could detect ±{mde:.0f} %" if mde < 1000 else "could detect only changes beyond 10×"
         if crit * se > MAX_HALF_WIDTH_LOG:

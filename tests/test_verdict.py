@@ -457,3 +457,18 @@ def test_a_crossed_layout_is_taken_out_of_the_test_not_left_in_its_spread():
     assert short.estimate_pct == pytest.approx(math.expm1(0.02) * 100)
     assert "2 restart sets in 2 of the 2 GPU layouts: no interval once the layouts' difference is taken out" in short.reason
     assert primary_test({0: 0.03, 2: 0.01, 4: 0.02}, spec, phases=2).estimate_pct is None  # layout 1 missing
+
+
+def test_an_inconclusive_run_with_rounds_enough_for_its_target_is_not_told_to_need_fewer():
+    """2026-12-05, an AMD-box run re-decided under Pocock: "-5.3 % [-10.9, +0.7]: could detect ±8 % at 80 % power;
+    needs ≈ 4 rounds for ±10 %" after five rounds. It had the rounds; its estimate sits between no change and
+    the bound. The plan is said only where it asks for more rounds than the run has."""
+    spec = VerdictSpec(metrics=("mean_tpot_ms",), target_pct=10, max_rounds=5, looks=(3, 5), spending="pocock")
+    scores = dict(enumerate(math.log(1 - x / 100) for x in (2.0, 9.5, 4.0, 8.5, 2.5)))
+    r = primary_test(scores, spec, look=2, final=True)
+    assert r.outcome == Outcome.INCONCLUSIVE and r.rounds_for_target is not None and r.rounds_for_target <= 5
+    assert "could detect ±" in r.reason and "needs ≈" not in r.reason
+    more = primary_test(dict(enumerate(math.log(1 - x / 100) for x in (2.0, 19.5, 4.0, 14.5, -6.5))), spec,
+                        look=2, final=True)
+    assert more.outcome == Outcome.INCONCLUSIVE and more.rounds_for_target > 5
+    assert f"needs ≈ {more.rounds_for_target} rounds for ±10 %" in more.reason
