@@ -41,6 +41,7 @@ from suite.errors import SuiteError
 from suite.plan import KINDS
 from suite.quality.finding import CHECK_ORDER, Finding, order_findings
 from suite.quality.run import ACROSS_ROUNDS
+from suite.quality.series import DRIFT_MIN_ROUNDS
 from suite.stages.accuracy.read import GATE_FILTER, ArmsCorrectness
 from suite.stats import METRICS, Verdict, fmt_interval, fmt_pct
 from suite.store import Manifest, MatrixRecord
@@ -449,8 +450,13 @@ def data_quality_section(run: RunData) -> Section | None:
         return None
     findings = order_findings(run.findings)
     if not findings:
+        rounds = len({r // run.blocks for p in run.points.values() for reps in p.reps.values() for r in reps})
+        unit = "restart sets" if run.blocks > 1 else "rounds"
+        checks = [c if c != "drift" or rounds >= DRIFT_MIN_ROUNDS else
+                  f"drift: not tested, a trend needs {DRIFT_MIN_ROUNDS} {unit} and this run has {rounds}"
+                  for c in CHECK_ORDER]
         return Section("Data quality", 2, [Paragraph(
-            f"No problem found by any check ({', '.join(CHECK_ORDER)}).")], anchor="quality")
+            f"No problem found by any check ({', '.join(checks)}).")], anchor="quality")
     groups: dict[tuple[str, str, str], list[Any]] = {}
     for f in findings:
         groups.setdefault((f.severity, f.check, f.arm), []).append(f)

@@ -26,8 +26,8 @@ slow-request        a request's TTFT ≥ 4× its repeat's median TTFT (≥ 8 req
                     repeat's mean / P99 TTFT, E2E latency and throughput carry it
 server-health       restarts; time to healthy > 3× the median of the other sessions (≥ 2);  warning
                     ERROR / Traceback lines in the server log
-drift               exact Mann–Kendall trend of output throughput against round, p < 0.05:  warning
-                    per (arm, point), and per arm pooled over points (seasonal Kendall)
+drift               exact Mann–Kendall trend of an arm's level of output throughput (the      warning
+                    geometric mean of its points) against round, p < 0.05 / arms; ≥ 5 rounds
 bimodal-sessions    an arm's per-session throughput levels split in two clusters (≥ 2       warning
                     each): best split R² ≥ max(0.8, its 95th percentile under one normal
                     cluster) and cluster levels ≥ 5 % apart
