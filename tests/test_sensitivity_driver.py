@@ -68,3 +68,5 @@ def test_redecide_reproduces_each_runs_own_words_and_says_where_a_design_needs_m
     cut = unpack(EVIDENCE / "h200-interleaved-20261203", tmp_path / "cut")  # stopped by hand after its look at 2
     (row,) = run.redecide(cut, "obrien-fleming")
     assert (row["outcome"], row["rounds"]) == ("needs more sets", None)
+    fixed = unpack(EVIDENCE / "h200-probe-20261201", tmp_path / "fixed")  # repeats: 1, no looks taken
+    assert {r["outcome"] for r in run.redecide(fixed, "pocock")} == {"not a sequential run"}

@@ -37,6 +37,7 @@ from suite.analysis import (
     OUTPUT_CHANGED,
     OUTPUT_IDENTICAL,
     load_run,
+    round_data,
     set_spread,
     stopped_after,
     summarize_candidates,
@@ -126,7 +127,10 @@ def redecide(run_dir: Path, spending: str) -> list[dict]:
     design would have gone past the rounds the run stored."""
     run = load_run(run_dir)
     spec = verdict_spec(run).model_copy(update={"spending": spending})
-    stored = stopped_after(run) or 0
+    if run.manifest.sequential is None:  # a fixed design has one look: no spending to change
+        return [{"run": str(run_dir), "candidate": c, "outcome": "not a sequential run", "rounds": None}
+                for c in run.candidates if run.serves(c)]
+    stored = len(round_data(run, run.baseline, spec.metrics, spec.points)[0])  # the baseline's rounds (sets)
     assert spec.looks is not None
     words: dict[str, tuple[str, int | None]] = {}
     for k, n in enumerate(spec.looks):

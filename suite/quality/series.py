@@ -127,7 +127,7 @@ def check_drift(repeats: Sequence[RepeatResult], metric: str = "output_throughpu
     server's and the window's state, so they are one observation of the round, not several), the exact
     Mann–Kendall test (rank-based: one wild round cannot make a trend) on that one series, at ``DRIFT_ALPHA``
     = 0.05 shared by the arms tested (Bonferroni: each arm at 0.05 / arms). Five rounds are the fewest one
-    series can reach 0.05 with (``DRIFT_MIN_ROUNDS``); six with four arms. The size is Sen's slope of the log
+    series can reach 0.05 with (``DRIFT_MIN_ROUNDS``); six with three arms or more. The size is Sen's slope of the log
     levels, in % per round. A warning: pairing by round cancels a drift shared by the arms, but a trend says the
     machine (or one arm's server) was not steady while it was measured.
 
