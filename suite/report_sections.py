@@ -326,7 +326,10 @@ def card(run: RunData, s: CandidateSummary) -> Card:
     n = sum(s.counts.values())
     lines.append(f"where (point × metric cells, Holm over {s.family_size}): {s.counts[Verdict.WORSE]} worse, "
                  f"{s.counts[Verdict.BETTER]} better, {s.counts[Verdict.NOT_SIGNIFICANT]} not significant, "
-                 f"{s.counts[Verdict.UNRELIABLE]} unreliable of {n}")
+                 f"{s.counts[Verdict.UNRELIABLE]} unreliable of {n}"
+                 # a cell is unreliable for a data-quality finding or for an interval too wide to show: the
+                 # Data quality box lists only the first kind, so say where each cell's reason is
+                 + (" (each one's reason: Statistics per point)" if s.counts[Verdict.UNRELIABLE] else ""))
     cells_changed = s.regressions + s.improvements
     for c_ in cells_changed[:MAX_LISTED_CELLS]:
         lo_hi = fmt_interval(*c_.interval) if c_.interval else ""

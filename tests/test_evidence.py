@@ -800,3 +800,16 @@ def test_plan_tells_a_restart_sets_own_offset_from_its_blocks_noise(tmp_path, ca
     assert "a set's own part 0.00 %" in lines["h200-interleaved-aa-precompile-20261204"]
     assert "No sign of a set's own part: the sets spread as their 3 blocks predict" in lines[
         "h200-interleaved-aa-precompile-20261204"]
+
+
+def test_a_cards_unreliable_cells_point_at_their_reasons():
+    """An unreliable cell is either left out by a data-quality finding or has an interval too wide to show; the
+    Data quality box counts only the first kind, so a card that said "13 unreliable" beside a box that lists none
+    sent the reader to the wrong place (2026-12-05, the demo's "1 unreliable" beside "0 unreliable finding(s)").
+    The card now points at Statistics per point, which gives each cell's reason."""
+    report = (EVIDENCE / "h200-abba-20261203" / "report.md").read_text()
+    assert "13 unreliable of 36 (each one's reason: Statistics per point)" in report
+    reasons = [line for line in report.split("## Statistics per point")[1].splitlines() if "| unreliable:" in line]
+    assert len(reasons) == 13 and all("too wide to show" in line for line in reasons)
+    assert "0 unreliable of" in (EVIDENCE / "h200-interleaved-20261203" / "report.md").read_text()
+    assert "0 unreliable of 36 (each" not in (EVIDENCE / "h200-interleaved-20261203" / "report.md").read_text()
