@@ -29,12 +29,19 @@ from pathlib import Path
 
 from suite.document import Note, Section, code, literal
 from suite.errors import SuiteError
-from suite.plan import AA_SUFFIX
+from suite.plan import AA_SUFFIX, each_round
 from suite.quality.fast_path import check_fast_path, gate_shapes_from_config
 from suite.quality.finding import Finding, RepeatResult, order_findings, repeat_name
 from suite.quality.run import run_checks
 from suite.stages.accuracy.read import ArmsCorrectness, compare_arms
-from suite.stages.serve.read import PointResults, ServePoints, load_points, server_logs, server_records
+from suite.stages.serve.read import (
+    PointResults,
+    ServePoints,
+    load_points,
+    precompile_records,
+    server_logs,
+    server_records,
+)
 from suite.stats import (
     DETAIL,
     Comparison,
@@ -531,6 +538,17 @@ def verdict_spec(run: RunData) -> VerdictSpec:
     n = max(2, repeats if isinstance(repeats, int) and not isinstance(repeats, bool) else 1)
     kept = declared.model_dump(exclude={"max_rounds", "looks"}) if declared is not None else {}
     return VerdictSpec.model_validate({**kept, "max_rounds": n, "looks": [n]})
+
+
+def one_time_seconds(run: RunData) -> float:
+    """Seconds of the run that more rounds would not repeat: its precompile (the servers of one window start
+    together: the window's slowest; the last stretch's, as recorded) and the jobs placed once a run
+    (correctness, the probe) or in offline rounds, from their records."""
+    windows: dict[str | None, float] = {}
+    for rec in precompile_records(run.store, run.arms):
+        if rec.healthy_after_s is not None:
+            windows[rec.started] = max(windows.get(rec.started, 0.0), rec.healthy_after_s)
+    return sum(windows.values()) + sum(r.seconds or 0.0 for r in run.records if not each_round(r.job.kind))
 
 
 def stopped_after(run: RunData) -> int | None:

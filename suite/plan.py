@@ -173,6 +173,12 @@ def _job(matrix: Matrix, arms: dict[str, ArmSpec], kind: str, arm: str, session:
                hash=_hash(matrix, arms[arm], kind, params))
 
 
+def each_round(kind: str) -> bool:
+    """Whether jobs of ``kind`` repeat in every round (the serving points), not once a run (correctness, the
+    probe) or in offline rounds of their own."""
+    return KINDS[kind].placement == "each-round"
+
+
 def _asked(matrix: Matrix, placement: Placement) -> list[tuple[str, str, BaseModel]]:
     """(kind, point id, params) of every job the matrix asks for at a placement, in KINDS order."""
     return [(kind, pid, params) for kind, spec in KINDS.items() if spec.placement == placement

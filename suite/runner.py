@@ -25,7 +25,7 @@ from suite import REPO_ROOT
 from suite.errors import ServerError, SuiteError
 from suite.fixtures.gemma4 import ensure_model
 from suite.matrix import Matrix, load_matrix, missing_model_paths
-from suite.plan import KINDS, Job, Plan, Session, build_plan, format_plan, round_order
+from suite.plan import KINDS, Job, Plan, Session, build_plan, each_round, format_plan, round_order
 from suite.proc import signals_as_interrupt
 from suite.runtime.base import ArmEnv, ArmPreparer, Runtime, Server, free_port, port_in_use, wait_healthy
 from suite.runtime.docker.runtime import DockerRuntime
@@ -36,6 +36,7 @@ from suite.runtime.slurm.runtime import SlurmRuntime
 from suite.sequential import SequentialRun, aa_arm, session_round
 from suite.stages.base import JobEnv, SessionEnv, SessionScope, trusts_remote_code
 from suite.stages.registry import STAGES
+from suite.stages.serve.read import PrecompileStart
 from suite.stages.serve.run import serve_command
 from suite.store import (
     ArmRecord,
@@ -511,8 +512,8 @@ def _precompile_together(ctx: RunContext, servers: list[tuple[tuple[str, int | N
     def healthy(i: int) -> None:  # no session's record: what the precompile server was, and when it answered
         la = launches[i]
         took = time.monotonic() - la.t0
-        atomic_write_json(la.server.spec.log_path.with_suffix(".json"), {
-            "arm": la.session.arm, "gpus": la.session.gpus, "started": la.started, "healthy_after_s": round(took, 3)})
+        atomic_write_json(la.server.spec.log_path.with_suffix(".json"), PrecompileStart(
+            arm=la.session.arm, gpus=la.session.gpus, started=la.started, healthy_after_s=round(took, 3)).model_dump())
         ctx.console.print(f"precompile: {la.session.arm} answered after {took:.0f} s", markup=False, highlight=False)
 
     try:
@@ -678,7 +679,7 @@ def one_time_seconds(ctx: RunContext, batch: Batch) -> float:
     """Seconds the batch's jobs that no later round repeats took (correctness and probe jobs: every placement
     but each-round), from their records."""
     return sum(rec.seconds or 0.0 for _, jobs in batch for job in jobs
-               if KINDS[job.kind].placement != "each-round" and (rec := ctx.store.record(job)) is not None)
+               if not each_round(job.kind) and (rec := ctx.store.record(job)) is not None)
 
 
 def _take_look(ctx: RunContext, seq: SequentialRun, rnd: int, rounds_started: int, one_time_s: float) -> None:

@@ -683,6 +683,13 @@ def test_seed_000_precompiled_decides_at_its_first_look_on_the_h200(tmp_path, ca
     cols = [c.strip() for c in row.strip("│ ").split("│")]
     sd = 100 * math.expm1(statistics.stdev(scores))
     assert cols[1:4] == ["3", f"{sd:.2f} %", "3"]
+    # the wall time split: the precompile's 174 s once (both servers started together: the slower), the rest
+    # of the run's running time over its three sets
+    once = max(json.loads((root / a / "precompile.json").read_text())["healthy_after_s"] for a in ("baseline", "ll-bf16"))
+    per_set = (run.manifest.running_seconds() - once) / 3
+    assert f"wall time: {once / 60:.1f} min once (precompile, correctness and probe jobs) + {per_set / 60:.1f} min a " \
+           "round" in " ".join(out.split())
+    assert cols[4] == f"{(once + 3 * per_set) / 60:.0f} min"
 
 
 def test_a_run_cut_after_two_of_four_sets_says_so_in_its_report(tmp_path):

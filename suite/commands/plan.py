@@ -14,11 +14,10 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from suite.analysis import load_run, round_data, set_spread
+from suite.analysis import load_run, one_time_seconds, round_data, set_spread
 from suite.errors import SuiteError
 from suite.matrix import load_matrix
 from suite.stats import OneWay, fmt_set_spread
-from suite.store import Manifest
 from suite.verdict import VerdictSpec, round_scores, rounds_needed
 
 NAME = "plan"
@@ -43,11 +42,6 @@ def _pct(text: str) -> float:
     return value
 
 
-def _seconds_per_round(manifest: Manifest, rounds: int) -> float | None:
-    seconds = manifest.running_seconds()
-    return seconds / rounds if seconds is not None and rounds else None
-
-
 def run(args: argparse.Namespace) -> int:
     matrix = load_matrix(args.matrix)
     spec = matrix.verdict or VerdictSpec()
@@ -63,7 +57,9 @@ def run(args: argparse.Namespace) -> int:
                         f"(alpha {spec.alpha:g}, {spec.spending}, looks after {', '.join(map(str, spec.looks))} rounds)")
     for col in ("from arm", "rounds seen", "SD of round scores", "rounds needed", "wall time"):
         table.add_column(col, justify="right" if col != "from arm" else "left")
-    per_round = _seconds_per_round(run_.manifest, len(base))
+    # the run's seconds split into what a run pays once (precompile, correctness jobs) and what a round costs
+    running, once = run_.manifest.running_seconds(), one_time_seconds(run_)
+    per_round = (running - once) / len(base) if running is not None and running > once else None
     for arm in others:
         scores = round_scores(base, round_data(run_, arm, spec.metrics, spec.points)[0], spec.metrics).scores
         if len(scores) < 2:
@@ -71,11 +67,14 @@ def run(args: argparse.Namespace) -> int:
             continue
         sd = statistics.stdev(scores.values())
         n = max(rounds_needed(sd, target, spec), spec.looks[0])  # no run of this matrix decides before its first look
-        wall = f"{n * per_round / 60:.0f} min" if per_round and math.isfinite(n) else "n/a"
+        wall = f"{(once + n * per_round) / 60:.0f} min" if per_round and math.isfinite(n) else "n/a"
         sd_pct = 100 * math.expm1(sd)
         table.add_row(arm, str(len(scores)), f"{sd_pct:.2f} %" if sd_pct < 1 else f"{sd_pct:.1f} %", str(n), wall)
     console = Console()
     console.print(table)
+    if per_round:
+        console.print(f"wall time: {once / 60:.1f} min once (precompile, correctness and probe jobs) + "
+                      f"{per_round / 60:.1f} min a round, as this run spent them")
     for arm in others if run_.blocks > 1 else []:
         if (spread := set_spread(run_, arm, spec)) is not None:
             console.print(set_spread_line(arm, spread, run_.blocks))

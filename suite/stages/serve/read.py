@@ -132,6 +132,31 @@ def load_points(store: RunStore, records: Sequence[JobRecord]) -> ServePoints:
     return ServePoints({p.point: p for p in sorted(points.values(), key=order)}, stored.unreadable)
 
 
+class PrecompileStart(BaseModel):
+    """The record of one precompile server (matrix ``precompile``), as the runner writes it beside its log once
+    /health answered; a stretch's precompile writes it again, so it holds the last stretch's."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    arm: str
+    gpus: str | None = None
+    started: str | None = None  # servers of one window share it: they start together
+    healthy_after_s: float | None = None
+
+
+def precompile_records(store: RunStore, arms: Sequence[str]) -> list[PrecompileStart]:
+    """Every precompile server's record of the given arms (one a GPU group); one that cannot be read as a
+    `PrecompileStart` is passed over."""
+    out = []
+    for arm in arms:
+        for path in sorted(store.arm_dir(arm).glob("precompile*.json")):
+            try:
+                out.append(PrecompileStart.model_validate(read_json(path)))
+            except (OSError, json.JSONDecodeError, ValidationError):
+                continue
+    return out
+
+
 def server_records(store: RunStore, sessions: set[tuple[str, int]]) -> list[ServerStart]:
     """The record of every server start (attempt) of the given (arm, session)s, as the runner wrote it beside
     the server log; one that cannot be read as a `ServerStart` is passed over (the log still counts)."""
