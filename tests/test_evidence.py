@@ -820,3 +820,17 @@ def test_a_cards_unreliable_cells_point_at_their_reasons():
     assert len(reasons) == 13 and all("too wide to show" in line for line in reasons)
     assert "0 unreliable of" in (EVIDENCE / "h200-interleaved-20261203" / "report.md").read_text()
     assert "0 unreliable of 36 (each" not in (EVIDENCE / "h200-interleaved-20261203" / "report.md").read_text()
+
+
+def test_plan_says_why_a_resumed_runs_wall_time_is_unknown(tmp_path, capsys):
+    """The H100 run's first stretch has no recorded end (its machine was lost with the run going): its running
+    time is unknown, and `suite plan` says so instead of a bare "n/a"; a run with nothing paid once (ABBA, no
+    precompile) prices rounds alone."""
+    root = unpack(EVIDENCE / "h100-abba-20261205", tmp_path / "h100")
+    assert main(["plan", str(EVIDENCE.parent.parent / "matrices" / "gemma4-h100-abba.yaml"), "--from", str(root)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "wall time: n/a: a stretch of this run has no recorded end" in out
+    root = unpack(EVIDENCE / "h200-abba-20261203", tmp_path / "h200")
+    assert main(["plan", str(EVIDENCE.parent.parent / "matrices" / "gemma4-h200-abba.yaml"), "--from", str(root)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "min a round, as this run spent them" in out and "once" not in out

@@ -73,8 +73,11 @@ def run(args: argparse.Namespace) -> int:
     console = Console()
     console.print(table)
     if per_round:
-        console.print(f"wall time: {once / 60:.1f} min once (precompile, correctness and probe jobs) + "
-                      f"{per_round / 60:.1f} min a round, as this run spent them")
+        console.print("wall time: " + (f"{once / 60:.1f} min once (precompile, correctness and probe jobs) + "
+                                       if once else "") + f"{per_round / 60:.1f} min a round, as this run spent them")
+    elif running is None:
+        console.print("wall time: n/a: a stretch of this run has no recorded end (a machine lost or a run killed), "
+                      "so its running time is unknown")
     for arm in others if run_.blocks > 1 else []:
         if (spread := set_spread(run_, arm, spec)) is not None:
             console.print(set_spread_line(arm, spread, run_.blocks))
