@@ -666,13 +666,13 @@ def look_line(look: LookRecord, seq: SequentialRun) -> str:
     identical arms called different; anything else is none), and why the run stops there, if it does."""
     alarm = look.control in ("REGRESSION", "IMPROVEMENT", "MIXED")
     stopped = ("" if seq.control_after is None or seq.control_after >= look.rounds
-               else f", decided after {seq.control_after} rounds")
-    own = ("; its own test decided: its sessions of later rounds are not run"
+               else f", decided after {seq.control_after} {seq.unit}")
+    own = (f"; its own test decided: its sessions of later {seq.unit} are not run"
            if seq.control_after == look.rounds and (seq.stop_after is None or seq.stop_after > look.rounds) else "")
     words = ", ".join(f"{c} {o}" for c, o in look.outcomes.items()) + (
         f"; A/A control: {'FALSE ALARM' if alarm else 'no false alarm'} ({look.control}{stopped}){own}"
         if look.control else "")
-    return f"look after {look.rounds} rounds: {words}" + (f"; stopping: {seq.why}" if seq.stop_after is not None else "")
+    return f"look after {look.rounds} {seq.unit}: {words}" + (f"; stopping: {seq.why}" if seq.stop_after is not None else "")
 
 
 def one_time_seconds(ctx: RunContext, batch: Batch) -> float:
@@ -688,7 +688,7 @@ def _take_look(ctx: RunContext, seq: SequentialRun, rnd: int, rounds_started: in
         ctx.console.print(look_line(look, seq), markup=False, highlight=False, soft_wrap=True)
         ctx.store.update_manifest(sequential=seq.record())
     elif seq.stop_after == rnd + 1:  # stopped between looks (the budget)
-        ctx.console.print(f"stopping after {rnd + 1} round(s): {seq.why}", markup=False,
+        ctx.console.print(f"stopping after {rnd + 1} {seq.unit}: {seq.why}", markup=False,
                           highlight=False, soft_wrap=True)
         ctx.store.update_manifest(sequential=seq.record())
 
@@ -703,7 +703,8 @@ def execute(ctx: RunContext, scheduler: Scheduler | None = None) -> JobCounts:
         assert ctx.matrix.verdict is not None
         budget = ctx.matrix.budget_min * 60 if ctx.matrix.budget_min else None
         seq = SequentialRun.resume(ctx.matrix.verdict, budget, ctx.store.manifest().sequential,
-                                   control_arm=aa_arm(ctx.plan))
+                                   control_arm=aa_arm(ctx.plan),
+                                   unit="restart sets" if ctx.matrix.order == "interleaved" else "rounds")
         todo = [(s, p) for s, p in todo if seq.needed_session(s)]
     total = sum(len(p) for _, p in todo)
     skipped = len(ctx.plan.jobs) - total

@@ -71,12 +71,13 @@ class SequentialRun:
     round_ends: list[float] = field(default_factory=list)  # when each round of this process finished
     control_arm: str | None = None  # the A/A arm: its sessions of rounds after its own test decided are not run
     control_after: int | None = None  # rounds after which the A/A control's own test decided
+    unit: str = "rounds"  # what a round is called in the lines it writes ("restart sets" under order interleaved)
 
     @classmethod
     def resume(cls, spec: VerdictSpec, budget_s: float | None, stored: SequentialRecord | None,
-               control_arm: str | None = None) -> SequentialRun:
+               control_arm: str | None = None, unit: str = "rounds") -> SequentialRun:
         """The state a stored run left: its looks, and where it (and its A/A control) stopped and why."""
-        state = cls(spec=spec, budget_s=budget_s, control_arm=control_arm)
+        state = cls(spec=spec, budget_s=budget_s, control_arm=control_arm, unit=unit)
         if stored is not None:
             state.looks = list(stored.looks)
             state.stop_after, state.why = stored.stop_after, stored.why
@@ -120,7 +121,7 @@ class SequentialRun:
             if over_budget:  # the next look cannot be reached: stop here rather than run past the budget
                 self.stop_after = rounds_done
                 self.why = (f"time budget ({self.budget_s / 60:g} min) would be spent before the next look "
-                            f"(after {nxt} rounds); {rounds_done} round(s) measured, no look taken")
+                            f"(after {nxt} {self.unit}); {rounds_done} of them measured, no look taken")
             return None
         look = evaluate_look(run_dir, self.spec, rounds_done, final=last or over_budget,
                              control=self.control_after is None)
@@ -147,7 +148,7 @@ class SequentialRun:
             self.stop_after = rounds_done
             self.why = f"time budget ({self.budget_s / 60:g} min) would be spent before the next look"
         elif last:  # every test decides at the last look, INCONCLUSIVE at the latest: say which stop this is
-            self.stop_after, self.why = rounds_done, f"last look of the design (after {rounds_done} rounds)"
+            self.stop_after, self.why = rounds_done, f"last look of the design (after {rounds_done} {self.unit})"
         elif all(look.decided.values()) and look.decided:
             k = looks.index(rounds_done) + 1
             self.stop_after, self.why = rounds_done, f"every candidate decided at look {k} of {len(looks)}"

@@ -69,7 +69,7 @@ def test_both_sets_of_the_wave_run_at_once_each_on_its_group(groups_run):
     _, run_dir, proc = groups_run
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "jobs: 8 ok, 0 failed, 0 missing" in proc.stdout  # 2 sets x 1 block x 2 points x 2 arms
-    assert "look after 2 rounds: slowed " in proc.stdout  # one look, after the wave of both sets
+    assert "look after 2 restart sets: slowed " in proc.stdout  # one look, after the wave of both sets
     starts = {}
     for arm in ("baseline", "slowed"):
         for session in (0, 1):

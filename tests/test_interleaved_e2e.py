@@ -53,7 +53,7 @@ def test_run_completes_with_every_job(il_run):
     _, run_dir, proc = il_run
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "jobs: 16 ok, 0 failed, 0 missing" in proc.stdout  # 2 sets x 2 blocks x 2 points x 2 arms
-    assert "look after 2 rounds: slowed " in proc.stdout  # the look comes after two restart sets, not two blocks
+    assert "look after 2 restart sets: slowed " in proc.stdout  # after two restart sets, not two blocks
 
 
 def test_each_restart_set_is_a_fresh_start_of_every_arm_holding_all_its_blocks(il_run):

@@ -127,6 +127,19 @@ def test_the_look_line_says_whether_the_control_raised_a_false_alarm():
                                           "decided at look 1 of 2")
 
 
+def test_an_interleaved_runs_lines_count_restart_sets():
+    """The report calls an interleaved run's rounds restart sets; the runner's lines did not ("look after 3
+    rounds" for the H200 run's three sets, 2026-12-05). The runner resumes its state with that unit."""
+    from suite.runner import look_line
+    from suite.store import LookRecord
+
+    seq = SequentialRun.resume(VerdictSpec(max_rounds=4, looks=(3, 4)), None, None, unit="restart sets")
+    look = LookRecord(rounds=4, outcomes={"ll-bf16": "INCONCLUSIVE"}, decided={"ll-bf16": True}, final=True)
+    assert seq.take_look(look) is not None and seq.why == "last look of the design (after 4 restart sets)"
+    assert look_line(look, seq) == ("look after 4 restart sets: ll-bf16 INCONCLUSIVE; stopping: last look of the "
+                                    "design (after 4 restart sets)")
+
+
 def test_one_time_seconds_are_the_rounds_correctness_jobs(tmp_path):
     """Through the demo's real plan and the runner's own batches: the correctness-only arm's session is a batch
     of no round (the runner counts its whole wall time as one-time); of round 0's batch, the accuracy and
