@@ -55,7 +55,7 @@ from suite.stats import (
     set_value,
 )
 from suite.stats import holm as stats_holm
-from suite.store import JobRecord, Manifest, MatrixRecord, PlanRecord, RunStore, Unreadable
+from suite.store import JobRecord, Manifest, MatrixRecord, PlanRecord, RunStore, Unreadable, elapsed_s
 from suite.verdict import (
     Evaluation,
     Outcome,
@@ -538,6 +538,27 @@ def verdict_spec(run: RunData) -> VerdictSpec:
     n = max(2, repeats if isinstance(repeats, int) and not isinstance(repeats, bool) else 1)
     kept = declared.model_dump(exclude={"max_rounds", "looks"}) if declared is not None else {}
     return VerdictSpec.model_validate({**kept, "max_rounds": n, "looks": [n]})
+
+
+def running_seconds(run: RunData) -> tuple[float | None, int]:
+    """(seconds the run executed, stretches counted to their last job): each stretch from its start to its end,
+    or, for one that never recorded an end (its machine lost, the run killed), to the last job record written
+    before the next stretch began; None when such a stretch wrote no record."""
+    stretches = run.manifest.stretches
+    if not stretches:
+        return run.manifest.running_seconds(), 0
+    total, estimated = 0.0, 0
+    for i, st in enumerate(stretches):
+        if (seconds := st.seconds()) is not None:
+            total += seconds
+            continue
+        until = stretches[i + 1].started if i + 1 < len(stretches) else None
+        written = [r.written for r in run.records if r.written and r.written >= st.started
+                   and (until is None or r.written < until)]
+        if not written or (seconds := elapsed_s(st.started, max(written))) is None:
+            return None, estimated
+        total, estimated = total + seconds, estimated + 1
+    return total, estimated
 
 
 def one_time_seconds(run: RunData) -> float:

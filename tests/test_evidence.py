@@ -822,14 +822,26 @@ def test_a_cards_unreliable_cells_point_at_their_reasons():
     assert "0 unreliable of 36 (each" not in (EVIDENCE / "h200-interleaved-20261203" / "report.md").read_text()
 
 
-def test_plan_says_why_a_resumed_runs_wall_time_is_unknown(tmp_path, capsys):
-    """The H100 run's first stretch has no recorded end (its machine was lost with the run going): its running
-    time is unknown, and `suite plan` says so instead of a bare "n/a"; a run with nothing paid once (ABBA, no
-    precompile) prices rounds alone."""
+def test_plan_counts_a_stretch_without_its_end_to_its_last_job(tmp_path, capsys):
+    """The H100 run's first stretch has no recorded end (its machine was lost with the run going): `suite plan`
+    printed a bare "n/a" for its wall time. It now counts that stretch to the last job record written before
+    the next stretch began, and says so; a run with nothing paid once (ABBA, no precompile) prices rounds
+    alone."""
+    from datetime import datetime
+
+    from suite.analysis import load_run
+
     root = unpack(EVIDENCE / "h100-abba-20261205", tmp_path / "h100")
+    run = load_run(root)
+    first, second = run.manifest.stretches
+    assert first.finished is None and second.finished is not None
+    last = max(r.written for r in run.records if r.written < second.started)
+    seconds = ((datetime.fromisoformat(last) - datetime.fromisoformat(first.started))
+               + (datetime.fromisoformat(second.finished) - datetime.fromisoformat(second.started))).total_seconds()
     assert main(["plan", str(EVIDENCE.parent.parent / "matrices" / "gemma4-h100-abba.yaml"), "--from", str(root)]) == 0
     out = " ".join(capsys.readouterr().out.split())
-    assert "wall time: n/a: a stretch of this run has no recorded end" in out
+    assert (f"wall time: {seconds / 4 / 60:.1f} min a round, as this run spent them (1 stretch(es) with no recorded "
+            "end counted to their last job)") in out
     root = unpack(EVIDENCE / "h200-abba-20261203", tmp_path / "h200")
     assert main(["plan", str(EVIDENCE.parent.parent / "matrices" / "gemma4-h200-abba.yaml"), "--from", str(root)]) == 0
     out = " ".join(capsys.readouterr().out.split())

@@ -14,7 +14,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from suite.analysis import load_run, one_time_seconds, round_data, set_spread
+from suite.analysis import load_run, one_time_seconds, round_data, running_seconds, set_spread
 from suite.errors import SuiteError
 from suite.matrix import load_matrix
 from suite.stats import OneWay, fmt_set_spread
@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     for col in ("from arm", "rounds seen", "SD of round scores", "rounds needed", "wall time"):
         table.add_column(col, justify="right" if col != "from arm" else "left")
     # the run's seconds split into what a run pays once (precompile, correctness jobs) and what a round costs
-    running, once = run_.manifest.running_seconds(), one_time_seconds(run_)
+    (running, estimated), once = running_seconds(run_), one_time_seconds(run_)
     per_round = (running - once) / len(base) if running is not None and running > once else None
     for arm in others:
         scores = round_scores(base, round_data(run_, arm, spec.metrics, spec.points)[0], spec.metrics).scores
@@ -74,10 +74,11 @@ def run(args: argparse.Namespace) -> int:
     console.print(table)
     if per_round:
         console.print("wall time: " + (f"{once / 60:.1f} min once (precompile, correctness and probe jobs) + "
-                                       if once else "") + f"{per_round / 60:.1f} min a round, as this run spent them")
+                                       if once else "") + f"{per_round / 60:.1f} min a round, as this run spent them"
+                      + (f" ({estimated} stretch(es) with no recorded end counted to their last job)" if estimated else ""))
     elif running is None:
-        console.print("wall time: n/a: a stretch of this run has no recorded end (a machine lost or a run killed), "
-                      "so its running time is unknown")
+        console.print("wall time: n/a: a stretch of this run has no recorded end (a machine lost or a run killed) "
+                      "and no job record, so its running time is unknown")
     for arm in others if run_.blocks > 1 else []:
         if (spread := set_spread(run_, arm, spec)) is not None:
             console.print(set_spread_line(arm, spread, run_.blocks))
