@@ -540,22 +540,32 @@ def verdict_spec(run: RunData) -> VerdictSpec:
     return VerdictSpec.model_validate({**kept, "max_rounds": n, "looks": [n]})
 
 
+def stretch_last_jobs(run: RunData) -> list[str | None]:
+    """Per stretch of the run, the time its last job record was written (before the next stretch began): where a
+    stretch that never recorded its end (its machine lost, the run killed) can be said to have stopped."""
+    stretches = run.manifest.stretches
+    out = []
+    for i, st in enumerate(stretches):
+        until = stretches[i + 1].started if i + 1 < len(stretches) else None
+        written = [r.written for r in run.records if r.written and r.written >= st.started
+                   and (until is None or r.written < until)]
+        out.append(max(written) if written else None)
+    return out
+
+
 def running_seconds(run: RunData) -> tuple[float | None, int]:
     """(seconds the run executed, stretches counted to their last job): each stretch from its start to its end,
-    or, for one that never recorded an end (its machine lost, the run killed), to the last job record written
-    before the next stretch began; None when such a stretch wrote no record."""
+    or, for one that never recorded an end, to its last job record (`stretch_last_jobs`); None when such a
+    stretch wrote no record."""
     stretches = run.manifest.stretches
     if not stretches:
         return run.manifest.running_seconds(), 0
     total, estimated = 0.0, 0
-    for i, st in enumerate(stretches):
+    for st, last in zip(stretches, stretch_last_jobs(run), strict=True):
         if (seconds := st.seconds()) is not None:
             total += seconds
             continue
-        until = stretches[i + 1].started if i + 1 < len(stretches) else None
-        written = [r.written for r in run.records if r.written and r.written >= st.started
-                   and (until is None or r.written < until)]
-        if not written or (seconds := elapsed_s(st.started, max(written))) is None:
+        if (seconds := elapsed_s(st.started, last)) is None:
             return None, estimated
         total, estimated = total + seconds, estimated + 1
     return total, estimated

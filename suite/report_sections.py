@@ -22,6 +22,7 @@ from suite.analysis import (
     RunData,
     failed_jobs,
     gpu_models,
+    stretch_last_jobs,
 )
 from suite.document import (
     BulletList,
@@ -551,10 +552,12 @@ def provenance_section(run: RunData) -> Section:
              f"Python {literal(host.python)}"]
     if len(m.stretches) > 1:  # resumed: each stretch's own time and machine
         items.append(f"ran in {len(m.stretches)} stretches (resumed): " + "; ".join(
-            f"{literal(s.started)} to {literal(s.finished or '—')} on {literal(s.hostname)}"
+            f"{literal(s.started)} to {literal(s.finished or '—')}"
+            + (f" (no end recorded; its last job ended {literal(last)})" if s.finished is None and last else "")
+            + f" on {literal(s.hostname)}"
             # host names repeat (every device machine is "vm"): the boot tells two machines apart
             f"{f' (boot {literal(s.boot_id[:8])})' if s.boot_id else ''}, {s.jobs} jobs to run"
-            for s in m.stretches))
+            for s, last in zip(m.stretches, stretch_last_jobs(run), strict=True)))
     if models := gpu_models(run):
         items.append(gpus_line(models))
     weights = weights_line(run.matrix)

@@ -842,6 +842,8 @@ def test_plan_counts_a_stretch_without_its_end_to_its_last_job(tmp_path, capsys)
     out = " ".join(capsys.readouterr().out.split())
     assert (f"wall time: {seconds / 4 / 60:.1f} min a round, as this run spent them (1 stretch(es) with no recorded "
             "end counted to their last job)") in out
+    report = (EVIDENCE / "h100-abba-20261205" / "report.md").read_text()
+    assert f"{first.started} to — (no end recorded; its last job ended {last}) on vm, 32 jobs to run" in report
     root = unpack(EVIDENCE / "h200-abba-20261203", tmp_path / "h200")
     assert main(["plan", str(EVIDENCE.parent.parent / "matrices" / "gemma4-h200-abba.yaml"), "--from", str(root)]) == 0
     out = " ".join(capsys.readouterr().out.split())
