@@ -74,6 +74,9 @@ def expand_env(value: Any) -> Any:
     return out
 
 
+# the compile caches the runtimes keep per arm (and GPU group); a matrix's env must not point two arms at one
+COMPILE_CACHE_VARS = ("VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -820,7 +823,27 @@ class Matrix(Strict):
                 raise ValueError(f"arms.{name}.vllm: a vLLM from a {kind} is built into the arm's image, so it "
                                  f"needs runtime.kind: docker (the {self.runtime.kind} runtime runs an installed "
                                  "vLLM)")
+        self._check_shared_compile_caches()
         return self
+
+    def _check_shared_compile_caches(self) -> None:
+        """Arms whose `env:` (the matrix's, then the arm's) points a compile cache at one directory: vLLM 0.26.0
+        keys its AOT-compiled graph without the arm's patch (every server of the 2026-12-05 H100 run, stock and
+        patched, used one key: docs/gpu-h200.md), so a shared cache can serve one arm the other's graph. Left
+        unset, the runtimes give every arm (and GPU group) a cache of its own."""
+        for var in COMPILE_CACHE_VARS:
+            holders: dict[str, list[str]] = {}
+            for name, arm in self.arms.items():
+                if (value := {**self.env, **arm.env}.get(var)) is not None:
+                    holders.setdefault(value, []).append(name)
+            for value, names in holders.items():
+                if len(names) > 1:  # named where the second arm got it: its own env, else the matrix's
+                    where = f"arms.{names[1]}.env" if var in self.arms[names[1]].env else "env"
+                    raise ValueError(
+                        f"{where}: {var}={value} is shared by arms {', '.join(names)}: a compile cache shared by "
+                        "arms of different code can serve one arm another's compiled graph (vLLM keys its AOT "
+                        f"artifact without the patch: docs/gpu-h200.md); leave {var} unset (every arm gets a cache "
+                        "of its own) or give each arm its own under arms.<name>.env")
 
     def _check_gpu_groups(self) -> None:
         """Restart sets at once on groups of GPUs: the groups replace runtime.gpus / runtime.docker.gpus, and a
@@ -956,8 +979,8 @@ def _clean_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:
 
 # A whole-matrix check about one place names it first ("serve[2]: ...", "arms.patched.vllm: ..."), so that the
 # error points at that place's line.
-LOCATED = re.compile(r"^(?:(serve|latency)\[(\d+)\]|arms\.([A-Za-z0-9][A-Za-z0-9_.-]*)\.(vllm|patches|serve_args)"
-                     r"|(serve_args|accuracy)|runtime\.(gpu_groups|cross_groups)): ")
+LOCATED = re.compile(r"^(?:(serve|latency)\[(\d+)\]|arms\.([A-Za-z0-9][A-Za-z0-9_.-]*)\.(vllm|patches|serve_args|env)"
+                     r"|(serve_args|accuracy|env)|runtime\.(gpu_groups|cross_groups)): ")
 
 
 def _located(msg: str) -> tuple[tuple[Any, ...], str] | None:

@@ -369,3 +369,23 @@ def test_interleaved_and_its_blocks_are_checked_where_they_are_given(tmp_path):
     assert "cannot share runtime.port 8000" in msg
     assert "order: abba or interleaved" in error_of(write(tmp_path, BASE + "repeats: auto\n"))
     assert "m.yaml" in error_of(write(tmp_path, BASE + "order: interleaved\nblocks: 0\n"))
+
+
+def test_arms_pointed_at_one_compile_cache_are_refused(tmp_path):
+    """vLLM 0.26.0 keys its AOT-compiled graph without the arm's patch (every server of the 2026-12-05 H100 run,
+    stock and patched, used one key), so a compile cache the matrix's env shares between arms can serve the
+    patched arm the stock graph. Refused at validate, through the CLI, naming the variable and the arms; each arm
+    its own directory, or none set (the runtimes give every arm its own), passes."""
+    f = write(tmp_path, BASE + "env: {VLLM_CACHE_ROOT: /data/vllm-cache}\n")
+    proc = run_suite("validate", str(f))
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    out = proc.stdout + proc.stderr
+    assert f"{f}:10: env: VLLM_CACHE_ROOT=/data/vllm-cache is shared by arms baseline, patched" in out
+    assert "leave VLLM_CACHE_ROOT unset" in out
+    per_arm = BASE.replace('baseline: {vllm: "0.33.0"}', 'baseline: {vllm: "0.33.0", env: {TRITON_CACHE_DIR: /c/a}}') \
+        .replace('patched: {vllm: "0.33.0",', 'patched: {vllm: "0.33.0", env: {TRITON_CACHE_DIR: /c/a},')
+    p = write(tmp_path, per_arm, "p.yaml")
+    assert error_of(p).startswith(f"{p}:7: arms.patched.env: TRITON_CACHE_DIR=/c/a is shared by arms baseline, patched")
+    own = per_arm.replace("TRITON_CACHE_DIR: /c/a},\n", "TRITON_CACHE_DIR: /c/b},\n").replace(
+        "patched: {vllm: \"0.33.0\", env: {TRITON_CACHE_DIR: /c/a}", "patched: {vllm: \"0.33.0\", env: {TRITON_CACHE_DIR: /c/b}")
+    assert load_matrix(write(tmp_path, own, "o.yaml")).arms["patched"].env == {"TRITON_CACHE_DIR": "/c/b"}
