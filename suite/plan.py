@@ -179,6 +179,12 @@ def each_round(kind: str) -> bool:
     return KINDS[kind].placement == "each-round"
 
 
+def rounds_word(order: str) -> str:
+    """What the rounds of a run of this order are called in the runner's lines and the report: under order
+    interleaved a round is a restart set (every serving arm's server started together)."""
+    return "restart sets" if order == "interleaved" else "rounds"
+
+
 def _asked(matrix: Matrix, placement: Placement) -> list[tuple[str, str, BaseModel]]:
     """(kind, point id, params) of every job the matrix asks for at a placement, in KINDS order."""
     return [(kind, pid, params) for kind, spec in KINDS.items() if spec.placement == placement

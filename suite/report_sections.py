@@ -39,7 +39,7 @@ from suite.document import (
     outcome_style,
 )
 from suite.errors import SuiteError
-from suite.plan import KINDS
+from suite.plan import KINDS, rounds_word
 from suite.quality.finding import CHECK_ORDER, Finding, order_findings
 from suite.quality.run import ACROSS_ROUNDS
 from suite.quality.series import DRIFT_MIN_ROUNDS
@@ -455,9 +455,8 @@ def data_quality_section(run: RunData) -> Section | None:
     findings = order_findings(run.findings)
     if not findings:
         rounds = len({r // run.blocks for p in run.points.values() for reps in p.reps.values() for r in reps})
-        unit = "restart sets" if run.blocks > 1 else "rounds"
-        checks = [c if c != "drift" or rounds >= DRIFT_MIN_ROUNDS else
-                  f"drift: not tested, a trend needs {DRIFT_MIN_ROUNDS} {unit} and this run has {rounds}"
+        checks = [c if c != "drift" or rounds >= DRIFT_MIN_ROUNDS else f"drift: not tested, a trend needs "
+                  f"{DRIFT_MIN_ROUNDS} {rounds_word(run.matrix.order)} and this run has {rounds}"
                   for c in CHECK_ORDER]
         return Section("Data quality", 2, [Paragraph(
             f"No problem found by any check ({', '.join(checks)}).")], anchor="quality")

@@ -25,7 +25,17 @@ from suite import REPO_ROOT
 from suite.errors import ServerError, SuiteError
 from suite.fixtures.gemma4 import ensure_model
 from suite.matrix import Matrix, load_matrix, missing_model_paths
-from suite.plan import KINDS, Job, Plan, Session, build_plan, each_round, format_plan, round_order
+from suite.plan import (
+    KINDS,
+    Job,
+    Plan,
+    Session,
+    build_plan,
+    each_round,
+    format_plan,
+    round_order,
+    rounds_word,
+)
 from suite.proc import signals_as_interrupt
 from suite.runtime.base import ArmEnv, ArmPreparer, Runtime, Server, free_port, port_in_use, wait_healthy
 from suite.runtime.docker.runtime import DockerRuntime
@@ -704,7 +714,7 @@ def execute(ctx: RunContext, scheduler: Scheduler | None = None) -> JobCounts:
         budget = ctx.matrix.budget_min * 60 if ctx.matrix.budget_min else None
         seq = SequentialRun.resume(ctx.matrix.verdict, budget, ctx.store.manifest().sequential,
                                    control_arm=aa_arm(ctx.plan),
-                                   unit="restart sets" if ctx.matrix.order == "interleaved" else "rounds")
+                                   unit=rounds_word(ctx.matrix.order))
         todo = [(s, p) for s, p in todo if seq.needed_session(s)]
     total = sum(len(p) for _, p in todo)
     skipped = len(ctx.plan.jobs) - total
