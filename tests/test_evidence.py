@@ -363,6 +363,26 @@ def test_the_h100_run_is_undecided_because_its_two_machines_disagree(tmp_path):
     assert all(-0.03 < _tpot(root, "ll-bf16", c1, r) / _tpot(root, "baseline", c1, r) - 1 < -0.02 for r in (2, 3))
 
 
+def test_a_third_h100_runs_ll_bf16_gemm_in_its_graphs_and_gains(tmp_path):
+    """The probe on a third H100 (2026-12-05, gemma4-h200-probe.yaml as it is): ll-bf16's decode buckets M = 1-16
+    were captured with the dispatch to ll_bf16_gemm (startup counts in the raw JSON), the stock arm's ran the
+    frozen graph with no gate call at all; its one c1 point reads ll-bf16 ~2.6 % faster, the second machine's size
+    (docs/gpu-h200.md: the first machine is the odd one of three)."""
+    run = EVIDENCE / "h100-probe-20261205"
+    rundir = unpack(run, tmp_path / run.name)
+    paths = {arm: json.loads((rundir / arm / "probe" / "gate-paths" / "rep-0.json").read_text())
+             for arm in ("baseline", "ll-bf16")}
+    captured = {c["bucket"]: c["path"] for c in paths["ll-bf16"]["startup_counts"] if c["kind"] == "outside"}
+    assert {b: captured[b].rsplit(" > ", 1)[1] for b in ("1", "2-4", "5-8", "9-16")} == dict.fromkeys(
+        ("1", "2-4", "5-8", "9-16"), "ll_bf16_gemm")
+    assert not [c for c in paths["baseline"]["startup_counts"] + paths["baseline"]["counts"] if c["kind"] != "steps"]
+    c1 = "isl128-osl64-c1-n16"
+    ratio = _tpot(rundir, "ll-bf16", c1, 0) / _tpot(rundir, "baseline", c1, 0) - 1
+    assert -0.03 < ratio < -0.02
+    text = (run / "report.md").read_text()
+    assert "NVIDIA H100 80GB HBM3" in text and f"4.82 → 4.70 ({100 * ratio:.1f}%)" in text
+
+
 def test_the_h100s_decoder_layer_gains_what_seed_000_claims(tmp_path):
     """The layer stage on the second H100 (2026-12-05, gemma4-h200-layer-decide.yaml as it is): every T's row
     across six processes per arm reads 'better' for ll-bf16; at T = 1 the Δ is about seed 000's -3.85 µs a
