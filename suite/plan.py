@@ -329,7 +329,8 @@ def format_plan(plan: Plan) -> str:
         what = "server" if s.needs_server else "offline"
         window = f", window {s.window}" if s.window is not None else ""
         if s.round is not None and plan.blocks > 1:
-            window += f", restart set {s.round}: blocks {s.round * plan.blocks}-{(s.round + 1) * plan.blocks - 1}"
+            window += (f", restart set {s.round}: {plan.blocks} blocks, rep-{s.round * plan.blocks} to "
+                           f"rep-{(s.round + 1) * plan.blocks - 1}")
         if s.gpus is not None:
             window += (f", on GPUs {s.gpus}" if plan.sets_at_once == 1 else
                        f", wave {plan.wave_of(s.round or 0)} on GPUs {s.gpus}")

@@ -466,13 +466,13 @@ def test_an_interleaved_aa_on_the_h200_reads_equivalent_while_both_servers_move_
     slow = sorted((f.arm, f.point, f.round) for f in run.findings if f.check == "slow-request")
     assert slow == [("baseline", "isl128-osl64-c8-n64", 2), ("stock-again", "isl128-osl64-c16-n128", 0),
                     ("stock-again", "isl128-osl64-c16-n128", 5)]
-    assert ("restart set 0, block 0: the first 16 of 128 requests (the first wave at concurrency 16) waited ≥ 4× the median for "
+    assert ("restart set 0, block 0, rep-0: the first 16 of 128 requests (the first wave at concurrency 16) waited ≥ 4× the median for "
             "their first token (slowest 971 ms, median 141 ms)") in report
     # the slow c1 block after set 2's cold start is named, and it is the run's only block off its set
     blocks = [(f.arm, f.point, f.round) for f in run.findings if f.check == "block-outlier"]
     assert blocks == [("stock-again", c1, 6)]
     # a drift repeat is named by its restart set and block, not as "round 11" of a four-set run
-    assert "Drift check stock-again restart set 3, block 11, the point again at the session's end" in report
+    assert "Drift check stock-again restart set 3, block 2, rep-11, the point again at the session's end" in report
 
 
 def _tpot(root: Path, arm: str, point: str, rep: int | str) -> float:
@@ -534,7 +534,7 @@ def test_the_h200_interleaved_runs_with_blocks_in_random_order(tmp_path):
     assert "**ll-bf16 vs baseline: IMPROVEMENT** — composite +2.2% [+1.6, +2.8]" in report
     assert "▲ better: isl128-osl64-c1-n16 Mean TPOT -3.0% [-3.4, -2.6]" in report
     assert "3 blocks of every point per set (each block's points in a random order of its own" in report
-    assert "restart set 2, block 6: Mean TPOT 5.45 ms at the point's first measurement" in report
+    assert "restart set 2, block 0, rep-6: Mean TPOT 5.45 ms at the point's first measurement" in report
 
     root = unpack(EVIDENCE / "h200-interleaved-aa-blocks-20261204", tmp_path / "h200-interleaved-aa-blocks-20261204")
     run = load_run(root)
@@ -662,7 +662,7 @@ def test_seed_000s_precompiled_first_set_reads_like_the_warm_sets_of_earlier_run
     # the design line says what the first look will use, not an interval it has
     assert "  - planned: repeated 97.6 % interval, look 1 of 2 (O'Brien–Fleming); better is +" in report
     assert "final: no more rounds" not in report
-    assert "restart set 0, block 2: Mean TPOT 5.46 ms, +4.9%" in report  # the one block off its set, named
+    assert "restart set 0, block 2, rep-2: Mean TPOT 5.46 ms, +4.9%" in report  # the one block off its set, named
     aa6 = (EVIDENCE / "h200-interleaved-aa6-20261204" / "report.md").read_text()
     assert "1 set: no interval; the test (fixed design) is planned after 6 sets" in aa6
 
@@ -731,7 +731,7 @@ def test_a_run_cut_after_two_of_four_sets_says_so_in_its_report(tmp_path):
     # the report says the test ran short of that look
     assert "**stock-again vs baseline: EQUIVALENT** — composite -0.1% [-1.0, +0.9]" in report
     assert "2 rounds, short of look 1 of 2, planned after 3; tested at that look's boundary" in report
-    assert "Drift check stock-again restart set 1, block 5, the point again at the session's end" in report
+    assert "Drift check stock-again restart set 1, block 2, rep-5, the point again at the session's end" in report
     assert "Drift check stock-again restart set 2" not in report
 
 

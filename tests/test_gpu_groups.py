@@ -149,8 +149,8 @@ def test_the_dry_run_names_each_crossed_servers_gpus():
     from suite.plan import format_plan
 
     text = format_plan(build_plan(crossed()))
-    assert "session base#0 (server, 4 jobs, window 0, restart set 0: blocks 0-1, on GPUs 0)" in text
-    assert "session cand#1 (server, 4 jobs, window 1, restart set 1: blocks 2-3, on GPUs 0)" in text
+    assert "session base#0 (server, 4 jobs, window 0, restart set 0: 2 blocks, rep-0 to rep-1, on GPUs 0)" in text
+    assert "session cand#1 (server, 4 jobs, window 1, restart set 1: 2 blocks, rep-2 to rep-3, on GPUs 0)" in text
     assert "wave" not in text
 
 

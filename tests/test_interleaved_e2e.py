@@ -46,7 +46,7 @@ def test_the_dry_run_shows_restart_sets_of_blocks(il_run):
     matrix, _, _ = il_run
     out = run_suite("run", str(matrix), "--dry-run").stdout
     assert "order interleaved" in out
-    assert "window 0, restart set 0: blocks 0-1" in out and "window 1, restart set 1: blocks 2-3" in out
+    assert "window 0, restart set 0: 2 blocks, rep-0 to rep-1" in out and "window 1, restart set 1: 2 blocks, rep-2 to rep-3" in out
 
 
 def test_run_completes_with_every_job(il_run):

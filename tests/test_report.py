@@ -240,7 +240,7 @@ def test_pairing_by_round_index_drops_a_lost_round_from_both_sides(tmp_path):
 def test_interleaved_names_a_lost_block_by_its_restart_set_not_as_a_round(tmp_path):
     """Interleaved, 2 restart sets of 2 blocks: the candidate's block 3 is lost at one point. The block is
     dropped from both sides of set 1 (set 1 is block 2 alone), and the report and the cell's own notes name it
-    "restart set 1, block 3": "round 3" of a two-set run would send a reader to a round that does not exist."""
+    "restart set 1, block 1, rep-3": "round 3" of a two-set run would send a reader to a round that does not exist."""
     matrix = MATRIX.replace("order: %(order)s", "order: %(order)s\nblocks: 2")
     base = [100, 200, 100, 300]
     cand = [110, 220, 110, 330]
@@ -251,9 +251,9 @@ def test_interleaved_names_a_lost_block_by_its_restart_set_not_as_a_round(tmp_pa
     cell = s.cells[("isl64-osl16-c2-n8", "output_throughput")]
     assert cell.rounds == (0, 1) and cell.dropped == ((3, "patched"),)
     assert cell.before == pytest.approx(gm([gm([100, 200]), 100])) and cell.delta_pct == pytest.approx(10.0)
-    assert cell.notes == ["restart set 1, block 3: no patched value, dropped from both sides"]
+    assert cell.notes == ["restart set 1, block 1, rep-3: no patched value, dropped from both sides"]
     text = render_markdown(run)
-    assert "Unpaired blocks dropped from both sides: restart set 1, block 3 (no patched value)" in text
+    assert "Unpaired blocks dropped from both sides: restart set 1, block 1, rep-3 (no patched value)" in text
     assert "round 3" not in text
 
 
@@ -346,7 +346,7 @@ def test_an_unfinished_run_says_whether_its_process_still_runs(tmp_path):
 
 def test_interleaved_findings_say_which_set_and_block(tmp_path):
     """Under order interleaved a per-repeat finding is about one block and a check across rounds about one
-    restart set: the Every finding table's Where column says which ("restart set 1, block 3"), never a bare 3
+    restart set: the Every finding table's Where column says which ("restart set 1, block 1, rep-3"), never a bare 3
     that a reader would take for a round."""
     matrix = MATRIX.replace("order: %(order)s", "order: %(order)s\nblocks: 2")
     root = make_run(tmp_path, scaled([100, 200, 100, 300], [110, 220, 110, 330]), order="interleaved", repeats=2,
@@ -355,7 +355,7 @@ def test_interleaved_findings_say_which_set_and_block(tmp_path):
     raw_ = json.loads(result.read_text())
     result.write_text(json.dumps(raw_ | {"ttfts": [0.9, 0.9] + [0.1] * 6}))  # the first wave stalled
     text = render_markdown(load_run(root))
-    assert ("| warning | slow-request | patched | isl64-osl16-c2-n8 | restart set 1, block 3 | restart set 1, block 3: the first 2 "
+    assert ("| warning | slow-request | patched | isl64-osl16-c2-n8 | restart set 1, block 1, rep-3 | restart set 1, block 1, rep-3: the first 2 "
             "of 8 requests (the first wave at concurrency 2) waited") in text
     assert "| Severity | Check | Arm | Point | Where | Finding |" in text
 
