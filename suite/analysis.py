@@ -573,13 +573,16 @@ def running_seconds(run: RunData) -> tuple[float | None, int]:
 
 def one_time_seconds(run: RunData) -> float:
     """Seconds of the run that more rounds would not repeat: its precompile (the servers of one window start
-    together: the window's slowest; the last stretch's, as recorded) and the jobs placed once a run
-    (correctness, the probe) or in offline rounds, from their records."""
+    together: the window's slowest; the last stretch's, as recorded), the jobs placed once a run (correctness,
+    the probe) or in offline rounds, from their records, and the server starts of correctness-only arms
+    (`serving: false`: one session a run, whatever the rounds)."""
     windows: dict[str | None, float] = {}
     for rec in precompile_records(run.store, run.arms):
         if rec.healthy_after_s is not None:
             windows[rec.started] = max(windows.get(rec.started, 0.0), rec.healthy_after_s)
-    return sum(windows.values()) + sum(r.seconds or 0.0 for r in run.records if not each_round(r.job.kind))
+    lone = {(r.job.arm, r.job.session) for r in run.records if not run.serves(r.job.arm)}
+    return (sum(windows.values()) + sum(r.seconds or 0.0 for r in run.records if not each_round(r.job.kind))
+            + sum(s.healthy_after_s or 0.0 for s in server_records(run.store, lone)))
 
 
 def stopped_after(run: RunData) -> int | None:

@@ -707,7 +707,7 @@ def test_seed_000_precompiled_decides_at_its_first_look_on_the_h200(tmp_path, ca
     # of the run's running time over its three sets
     once = max(json.loads((root / a / "precompile.json").read_text())["healthy_after_s"] for a in ("baseline", "ll-bf16"))
     per_set = (run.manifest.running_seconds() - once) / 3
-    assert f"wall time: {once / 60:.1f} min once (precompile, correctness and probe jobs) + {per_set / 60:.1f} min a " \
+    assert f"wall time: {once / 60:.1f} min once (precompile, correctness and probe jobs, correctness-only servers) + {per_set / 60:.1f} min a " \
            "round" in " ".join(out.split())
     assert cols[4] == f"{(once + 3 * per_set) / 60:.0f} min"
 

@@ -645,3 +645,21 @@ def test_a_run_whose_serve_results_are_all_unreadable_does_not_read_as_offline_o
     assert "no serving result could be read (the serving section names the files)" in verdict
     assert "offline stages only" not in verdict and "this matrix measures no serving points" not in verdict
     assert "12 stored results of jobs that ended ok could not be read" in text
+
+
+def test_a_correctness_only_arms_server_start_is_paid_once_not_a_round(tmp_path):
+    """`suite plan`'s wall time splits a run into what it pays once and what a round costs: a correctness-only arm
+    (`serving: false`) starts its one server once a run, whatever the rounds, so its start counts as once (it was
+    spread over the rounds: the demo's wrong gate, 43 s, priced every restart set)."""
+    from suite.analysis import one_time_seconds
+
+    matrix = MATRIX.replace("  patched:", "  wrong: {vllm: \"0.32.0\", serving: false}\n  patched:") + \
+        "accuracy: {limit: 4}\n"
+    root = make_run(tmp_path, scaled([100] * 3, [110] * 3), matrix_text=matrix)
+    store = RunStore.open(root)
+    run = load_run(root)
+    before = one_time_seconds(run)
+    (session,) = {r.job.session for r in run.records if r.job.arm == "wrong"}
+    for arm, s, healthy in (("wrong", session, 43.0), ("baseline", 0, 30.0)):
+        atomic_write_json(store.server_record_path(arm, s), {"arm": arm, "session": s, "healthy_after_s": healthy})
+    assert one_time_seconds(load_run(root)) == pytest.approx(before + 43.0)  # the serving arm's start is a round's

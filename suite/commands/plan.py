@@ -73,7 +73,8 @@ def run(args: argparse.Namespace) -> int:
     console = Console()
     console.print(table)
     if per_round:
-        console.print("wall time: " + (f"{once / 60:.1f} min once (precompile, correctness and probe jobs) + "
+        console.print("wall time: " + (f"{once / 60:.1f} min once (precompile, correctness and probe jobs, "
+                                       "correctness-only servers) + "
                                        if once else "") + f"{per_round / 60:.1f} min a round, as this run spent them"
                       + (f" ({estimated} stretch(es) with no recorded end counted to their last job)" if estimated else ""))
     elif running is None:
