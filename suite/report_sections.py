@@ -321,7 +321,8 @@ def card(run: RunData, s: CandidateSummary) -> Card:
         lines.insert(0, f"**{OUTPUT_CHANGED}**: greedy outputs differ from the baseline's in "
                         f"{eq.n - eq.n_identical} of {eq.n} prompts — a speed verdict says nothing about correctness")
     if s.geomean_throughput_pct is not None:
-        lines.append(f"output throughput {fmt_pct(s.geomean_throughput_pct)} (geometric mean over {s.points} points)")
+        over = f"{s.points} point" + ("" if s.points == 1 else "s")
+        lines.append(f"output throughput {fmt_pct(s.geomean_throughput_pct)} (geometric mean over {over})")
     if s.left_out:
         lines.append(f"{len(s.left_out)} values left out of the test by data-quality checks (see Data quality)")
     n = sum(s.counts.values())

@@ -381,6 +381,7 @@ def test_a_third_h100_runs_ll_bf16_gemm_in_its_graphs_and_gains(tmp_path):
     assert -0.03 < ratio < -0.02
     text = (run / "report.md").read_text()
     assert "NVIDIA H100 80GB HBM3" in text and f"4.82 → 4.70 ({100 * ratio:.1f}%)" in text
+    assert "output throughput +2.2% (geometric mean over 1 point)" in text  # one point, not "1 points"
 
 
 def test_the_h100s_decoder_layer_gains_what_seed_000_claims(tmp_path):
