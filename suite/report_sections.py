@@ -315,8 +315,12 @@ def card(run: RunData, s: CandidateSummary) -> Card:
         lines.append(f"each {unit}'s score: " + ", ".join(
             f"{unit} {r} {fmt_pct(v)}" for r, v in zip(c.rounds, c.scores_pct, strict=True)))
     if ev.outcome == Outcome.MIXED or ev.confirmed:
-        lines.append("confirmed per metric (Holm across metrics): " + ", ".join(
-            confirmed_change(METRICS[m].label, o, ev.per_metric.get(m)) for m, o in ev.confirmed.items()))
+        named = ", ".join(confirmed_change(METRICS[m].label, o, ev.per_metric.get(m)) for m, o in ev.confirmed.items())
+        if ev.outcome == Outcome.MIXED or c.significant:
+            lines.append(f"confirmed per metric (Holm across metrics): {named}")
+        else:  # named, not the word: a metric's own test beside the composite's would cry wolf more than alpha
+            lines.append(f"confirmed by a metric's own test only (Holm across metrics): {named}; alone it cannot make "
+                         "the word a change" + (", nor let it be EQUIVALENT" if c.outcome == Outcome.EQUIVALENT else ""))
     if changed:
         lines.insert(0, f"**{OUTPUT_CHANGED}**: greedy outputs differ from the baseline's in "
                         f"{eq.n - eq.n_identical} of {eq.n} prompts — a speed verdict says nothing about correctness")
@@ -421,12 +425,13 @@ def verdict_section(run: RunData) -> Section:
     legend = Paragraph(
         "One primary test per candidate, declared before the run: per round, the geometric mean over points and "
         "metrics of candidate/baseline (signed so better is +), paired by round, t test over rounds. "
-        "**REGRESSION** / **IMPROVEMENT**: its interval excludes 0, or a metric's own test (Holm across metrics) "
-        "confirmed it worse / better with none confirmed the other way; **EQUIVALENT**: the interval lies inside "
+        "**REGRESSION** / **IMPROVEMENT**: its interval excludes 0 and no metric's own test (Holm across metrics) "
+        "confirmed the other way; **EQUIVALENT**: the interval lies inside "
         f"±{spec.target_pct:g} % (TOST) and no metric is confirmed changed; **MIXED**: metrics confirmed in both "
         "directions, or one against the composite's; "
-        "**INCONCLUSIVE**: none of these, with the smallest change the run could have detected. The cells below "
-        "only show where it changed."
+        "**INCONCLUSIVE**: none of these, with the smallest change the run could have detected (a metric confirmed "
+        "by its own test alone is named, not made the word: beside the composite's test it would call an unchanged "
+        "candidate changed more often than the test's α). The cells below only show where it changed."
         + (" **A/A control**: the baseline started again as a second arm and judged by the same test; "
            "**CONTROL FAILED** means two identical arms came out different, so this run's speed verdicts are "
            "suspect; it does not say why, and in a sound run it happens by chance too ("

@@ -788,6 +788,29 @@ def test_a_confirmed_metric_on_the_card_carries_its_own_delta(tmp_path):
     assert line in (EVIDENCE / name / "report.md").read_text()
 
 
+def test_a_slowdown_whose_ttft_alone_read_better_is_inconclusive_not_an_improvement(tmp_path):
+    """The CPU run (2026-12-06) where a 150 us gate slowdown read IMPROVEMENT: the composite's interval held 0
+    and lay inside ±10 %, and Mean TTFT's own test on three restart sets (2 df) confirmed it 6.9 % lower, which
+    then decided the word. One metric's test beside the composite's calls an unchanged candidate changed more
+    often than alpha (benchmarks/simulation/word_rule.py): the word is now INCONCLUSIVE (not EQUIVALENT either,
+    with a metric confirmed changed), and the card names TTFT as its own test's finding."""
+    from suite.analysis import load_run
+    from suite.verdict import Outcome
+
+    name = "cpu-sensitivity-150us-improvement-20261206"
+    run = load_run(unpack(EVIDENCE / name, tmp_path / name))
+    (s,) = run.summaries
+    ev = s.evaluation
+    ttft = ev.per_metric["mean_ttft_ms"]
+    assert ev.composite.outcome == Outcome.EQUIVALENT and ev.composite.rci_low_pct < 0 < ev.composite.rci_high_pct
+    assert ev.confirmed == {"mean_ttft_ms": Outcome.IMPROVEMENT} and ttft.df == 2 and ttft.p_value < 0.0125
+    assert ev.outcome == Outcome.INCONCLUSIVE == s.word
+    text = (EVIDENCE / name / "report.md").read_text()
+    assert "**gate-150us vs baseline: INCONCLUSIVE**" in text
+    assert (f"confirmed by a metric's own test only (Holm across metrics): Mean TTFT better ({ttft.delta_pct:+.1f}%, "
+            f"p={ttft.p_value:.2g}); alone it cannot make the word a change, nor let it be EQUIVALENT") in text
+
+
 def test_a_run_resumed_on_another_gpu_model_says_so_in_its_report(tmp_path):
     """The H100 run resumed on a second machine (2026-12-05) was an H100 both times; had the second been an H200
     (`nvidia-h200` may lend either), nothing in the report said so. Each job's nvidia-smi record now carries the

@@ -70,3 +70,29 @@ def test_crossed_groups_simulation_takes_the_gpu_difference_out_through_the_real
     assert all(o == Outcome.IMPROVEMENT for o in runs(layout, float(np.log1p(0.01)), 2))
     assert not any(o == Outcome.IMPROVEMENT for o in runs(layout, float(np.log1p(0.01)), 1))
     assert all(o == Outcome.REGRESSION for o in runs([(0, 1)] * 6, 0.0, 1))
+
+
+def test_word_rule_simulation_runs_the_report_rule_and_the_one_before():
+    """benchmarks/simulation/word_rule.py through evaluate_scores: TTFT alone 6 % worse and steady, the rest noisy, is
+    confirmed on its own and the composite is EQUIVALENT; the word is INCONCLUSIVE, the rule before said
+    REGRESSION. Under the measured spread, no-change runs: a change word only where the composite (or metrics
+    in both directions) made it."""
+    import math
+
+    from suite.verdict import Outcome
+
+    sim = simulation("word_rule")
+    spec = sim.DESIGNS["demo: one look after 3 sets"]
+    rng = np.random.default_rng(1)
+    quiet = np.diag([0.05, 0.002, 0.05, 0.05])  # TTFT steady, the others noisy and unchanged
+    ev = sim.one_run(rng, spec, quiet, np.array(sim.CASES["TTFT alone 6 % worse"]), None)
+    assert ev.composite.outcome == Outcome.EQUIVALENT and ev.confirmed == {"mean_ttft_ms": Outcome.REGRESSION}
+    assert ev.outcome == Outcome.INCONCLUSIVE and sim.old_word(ev) == Outcome.REGRESSION
+    cov = sim.CORR * np.outer(sim.SD, sim.SD)
+    w, v = np.linalg.eigh(cov)
+    root = v @ np.diag(np.sqrt(np.clip(w, 0.0, None)))
+    assert np.allclose(root @ root.T, cov) and math.isclose(sim.SD[1], 0.04746)
+    for _ in range(200):
+        ev = sim.one_run(rng, spec, root, np.zeros(4), None)
+        if ev.outcome in sim.CHANGE:
+            assert ev.composite.significant or set(ev.confirmed.values()) >= {Outcome.IMPROVEMENT, Outcome.REGRESSION}

@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from suite.verdict import (
     HEADLINE,
     Outcome,
+    PrimaryResult,
     VerdictSpec,
     evaluate,
     fmt_pct,
@@ -212,10 +213,11 @@ def test_mixed():
     assert overall_outcome(worse, ev.composite) == Outcome.REGRESSION
 
 
-def test_a_metric_confirmed_worse_is_never_equivalent():
+def test_a_metric_confirmed_worse_is_never_equivalent_and_alone_never_the_word():
     """The audit's case: TTFT alone 6 % worse, the other headline metrics unchanged; the composite (four
-    metrics averaged) reads EQUIVALENT while TTFT's own test confirms the rise. The word is REGRESSION, and
-    the reason names TTFT with its own Δ."""
+    metrics averaged) reads EQUIVALENT while TTFT's own test confirms the rise. The word is not EQUIVALENT, and
+    not REGRESSION either (one metric's own test beside the composite's would call a no-change candidate changed
+    more often than alpha): INCONCLUSIVE, the reason naming TTFT with its own Δ."""
     rng = np.random.default_rng(11)
     base, cand = {}, {}
     for r in range(8):
@@ -229,9 +231,50 @@ def test_a_metric_confirmed_worse_is_never_equivalent():
         cand[r] = c
     ev = evaluate(base, cand, SPEC, look=4)
     assert ev.confirmed == {"mean_ttft_ms": Outcome.REGRESSION}
-    assert ev.composite.outcome in (Outcome.EQUIVALENT, Outcome.INCONCLUSIVE)
-    assert ev.outcome == Outcome.REGRESSION
-    assert re.search(r"mean_ttft_ms worse \(\+[56]\.\d%", ev.reason) and f"composite {ev.composite.outcome.value}" in ev.reason
+    assert ev.composite.outcome == Outcome.EQUIVALENT
+    assert ev.outcome == Outcome.INCONCLUSIVE
+    assert re.search(r"mean_ttft_ms worse \(\+[56]\.\d%", ev.reason) and "composite EQUIVALENT" in ev.reason
+    assert "own test only" in ev.reason
+
+
+def _result(outcome: Outcome, mean_log: float, p: float) -> PrimaryResult:
+    """A test result with only what the word rule reads: outcome, direction, p and the look's alpha."""
+    return PrimaryResult(
+        metric=None, n_rounds=3, rounds=(0, 1, 2), scores_pct=(), look=1, n_looks=1, spending="obrien-fleming",
+        estimate_pct=None, delta_pct=None, ci_low_pct=None, ci_high_pct=None, rci_low_pct=None, rci_high_pct=None,
+        p_value=p, nominal_alpha=0.05, boundary_t=None, df=2.0, mean_log=mean_log, se_log=None, sd_score=None,
+        mde_pct=None, tost=None, rounds_for_target=None, pooled=False, variance="", outcome=outcome, decided=True,
+        reason="")
+
+
+@pytest.mark.parametrize(
+    ("composite", "metrics", "word"),
+    [
+        # nothing confirmed: the composite's word, whatever it is
+        (Outcome.EQUIVALENT, {"a": (0.01, 0.5), "b": (-0.01, 0.6)}, Outcome.EQUIVALENT),
+        (Outcome.INCONCLUSIVE, {"a": (0.05, 0.2)}, Outcome.INCONCLUSIVE),
+        (Outcome.REGRESSION, {"a": (-0.05, 0.02), "b": (-0.05, 0.04)}, Outcome.REGRESSION),
+        # a metric confirmed beside an EQUIVALENT composite: not equivalent, and not a change on its own
+        (Outcome.EQUIVALENT, {"a": (-0.06, 0.001), "b": (0.0, 0.9)}, Outcome.INCONCLUSIVE),
+        (Outcome.EQUIVALENT, {"a": (0.06, 0.001), "b": (0.0, 0.9)}, Outcome.INCONCLUSIVE),
+        # ... nor beside an INCONCLUSIVE one (the CPU run that read IMPROVEMENT for a slowdown: TTFT alone, p 0.0026)
+        (Outcome.INCONCLUSIVE, {"ttft": (0.07, 0.0026), "tpot": (0.0, 0.94)}, Outcome.INCONCLUSIVE),
+        # confirmed in the composite's own direction: the composite's word
+        (Outcome.IMPROVEMENT, {"a": (0.05, 0.001)}, Outcome.IMPROVEMENT),
+        # confirmed against a significant composite: MIXED
+        (Outcome.REGRESSION, {"a": (-0.05, 0.001), "b": (0.04, 0.002)}, Outcome.MIXED),
+        (Outcome.IMPROVEMENT, {"a": (-0.04, 0.001)}, Outcome.MIXED),
+        # confirmed in both directions: MIXED whatever the composite (they net out in it)
+        (Outcome.INCONCLUSIVE, {"a": (0.2, 0.0001), "b": (-0.3, 0.0001)}, Outcome.MIXED),
+        (Outcome.EQUIVALENT, {"a": (0.2, 0.0001), "b": (-0.3, 0.0001)}, Outcome.MIXED),
+        # Holm: the second-smallest p must pass alpha / (m - 1), so one lucky metric of four is not enough
+        (Outcome.REGRESSION, {"a": (-0.05, 0.001), "b": (0.04, 0.03), "c": (0.0, 0.5), "d": (0.0, 0.5)},
+         Outcome.REGRESSION),
+    ],
+)
+def test_the_word_rule(composite, metrics, word):
+    per = {m: _result(Outcome.INCONCLUSIVE, mean, p) for m, (mean, p) in metrics.items()}
+    assert overall_outcome(per, _result(composite, 0.0, 0.5)) == word
 
 
 def test_evaluate_reports_dropped_rounds_and_a_regression():
