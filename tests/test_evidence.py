@@ -384,6 +384,37 @@ def test_a_third_h100_runs_ll_bf16_gemm_in_its_graphs_and_gains(tmp_path):
     assert "output throughput +2.2% (geometric mean over 1 point)" in text  # one point, not "1 points"
 
 
+def test_a_fourth_h100_runs_abba_start_to_end_and_confirms_seed_000(tmp_path):
+    """gemma4-h100-abba.yaml as it is, on one H100 from start to end (2026-12-06; the 2026-12-05 run was split over
+    two machines that disagreed): INCONCLUSIVE at the look after 2 rounds (one degree of freedom), IMPROVEMENT at
+    the last look after 4, every round's score +2.0 to +2.3 % (recomputed from the raw JSON); the same machine's
+    probe (next session's call) captured ll_bf16_gemm in the decode buckets M = 1-16 and read c1 ~2.7 % faster."""
+    from suite.analysis import load_run
+
+    root = unpack(EVIDENCE / "h100-abba-one-machine-20261206", tmp_path / "abba")
+    run = load_run(root)
+    (ll,) = run.summaries
+    assert run.manifest.status == "complete" and len(run.manifest.stretches) == 1
+    looks = run.manifest.sequential.looks
+    assert [(lk.rounds, lk.outcomes["ll-bf16"]) for lk in looks] == [(2, "INCONCLUSIVE"), (4, "IMPROVEMENT")]
+    points = sorted(p.name for p in (root / "baseline" / "serve").iterdir() if p.name.startswith("isl"))
+    scores = [sum(math.log(_tpot(root, "baseline", p, r) / _tpot(root, "ll-bf16", p, r)) for p in points)
+              / len(points) for r in range(4)]
+    assert all(0.020 < math.expm1(x) < 0.023 for x in scores), scores
+    assert ll.evaluation.composite.estimate_pct == pytest.approx(100 * math.expm1(sum(scores) / 4), abs=0.05)
+    assert ll.overall == "IMPROVEMENT" and ll.evaluation.composite.rci_low_pct > 1.5
+    text = (EVIDENCE / "h100-abba-one-machine-20261206" / "report.md").read_text()
+    assert "1 × NVIDIA H100 80GB HBM3, in all 32 jobs" in text
+
+    probe = unpack(EVIDENCE / "h100-probe-20261206", tmp_path / "probe")
+    paths = json.loads((probe / "ll-bf16" / "probe" / "gate-paths" / "rep-0.json").read_text())
+    captured = {c["bucket"]: c["path"] for c in paths["startup_counts"] if c["kind"] == "outside"}
+    assert {b: captured[b].rsplit(" > ", 1)[1] for b in ("1", "2-4", "5-8", "9-16")} == dict.fromkeys(
+        ("1", "2-4", "5-8", "9-16"), "ll_bf16_gemm")
+    c1 = "isl128-osl64-c1-n16"
+    assert -0.03 < _tpot(probe, "ll-bf16", c1, 0) / _tpot(probe, "baseline", c1, 0) - 1 < -0.02
+
+
 def test_the_h100s_decoder_layer_gains_what_seed_000_claims(tmp_path):
     """The layer stage on the second H100 (2026-12-05, gemma4-h200-layer-decide.yaml as it is): every T's row
     across six processes per arm reads 'better' for ll-bf16; at T = 1 the Δ is about seed 000's -3.85 µs a
