@@ -267,3 +267,36 @@ def test_narrowing_keeps_a_binding_inside_the_servers_cpus():
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_cpu_server_runs_in_one_process_with_an_openmp_thread_per_cpu(tmp_path, monkeypatch):
+    """On a CPU host with the split, a server gets vLLM's in-process engine (VLLM_ENABLE_V1_MULTIPROCESSING=0) and
+    OMP_NUM_THREADS = its CPUs; the host's or the matrix's VLLM_ENABLE_V1_MULTIPROCESSING keeps vLLM's processes,
+    the matrix's OMP_NUM_THREADS is kept; a GPU host and a run without the split get neither."""
+    monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "64")  # a shell's setting for other work: not the server's
+    matrix = parse_matrix(MATRIX, "m.yaml")
+    runtime = LocalRuntime(matrix, tmp_path / ".cache", host="cpu")
+    runtime.split = (frozenset({0, 1, 2}), frozenset({3}))
+    arm = ArmEnv(arm="baseline", vllm_version="0.32.0+cpu", vllm_root=None)
+    dirs = ArmDirs(tmp_path, tmp_path / "c")
+
+    def server_env(rt: LocalRuntime, user_env: dict[str, str]) -> dict[str, str]:
+        return rt.server_spec(arm, argv_tail=["m"], extra_env=user_env, dirs=dirs, log_path=tmp_path / "s.log",
+                              port=1, redact=[]).env
+
+    env = server_env(runtime, {})
+    assert env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0" and env["OMP_NUM_THREADS"] == "3"
+    assert env["VLLM_CPU_OMP_THREADS_BIND"] == "0-2"
+    assert runtime.arm_info("baseline").server_env == {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": "3"}
+    assert server_env(runtime, {"OMP_NUM_THREADS": "2"})["OMP_NUM_THREADS"] == "2"
+    kept = server_env(runtime, {"VLLM_ENABLE_V1_MULTIPROCESSING": "1"})
+    assert kept["VLLM_ENABLE_V1_MULTIPROCESSING"] == "1" and kept["OMP_NUM_THREADS"] == "64"
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")
+    assert server_env(runtime, {})["VLLM_ENABLE_V1_MULTIPROCESSING"] == "1"
+    monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING")
+    runtime.split = None
+    assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in server_env(runtime, {})
+    assert runtime.arm_info("baseline").server_env is None
+    gpu = LocalRuntime(matrix, tmp_path / ".cache", host="cuda")
+    assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in server_env(gpu, {})

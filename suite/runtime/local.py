@@ -318,10 +318,27 @@ class LocalRuntime(RuntimeBase):
             full_env.pop(KV_SPACE_VAR, None)
         return full_env
 
-    def arm_info(self, arm: str) -> ArmRuntimeInfo:  # noqa: ARG002
+    def one_process_vars(self, user_env: dict[str, str]) -> dict[str, str]:
+        """A CPU server in one process: the API server, its EngineCore and the worker (vLLM's in-process engine
+        with the UniProcExecutor, which vLLM's CPU platform keeps when VLLM_ENABLE_V1_MULTIPROCESSING=0), with
+        as many OpenMP threads as the server has CPUs (vLLM binds OpenMP only in workers it spawns, so the count
+        is set here: Intel OpenMP would otherwise start one thread per CPU the server started on, all of them).
+        On the 2-core box a restart set's two servers answered 2.0x sooner and a run took 0.74 of the time, with
+        the noise not told apart (docs/benchmarks.md, 2026-12-05 sixth session). The host's environment or the
+        matrix's `env:` setting VLLM_ENABLE_V1_MULTIPROCESSING keeps vLLM's processes; the matrix's
+        OMP_NUM_THREADS is kept. Only with a CPU split (the server's CPUs known)."""
+        if self.host != "cpu" or not self.split:
+            return {}
+        if "VLLM_ENABLE_V1_MULTIPROCESSING" in os.environ or "VLLM_ENABLE_V1_MULTIPROCESSING" in user_env:
+            return {}
+        return {"VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+                "OMP_NUM_THREADS": user_env.get("OMP_NUM_THREADS") or str(len(self.split[0]))}
+
+    def arm_info(self, arm: str) -> ArmRuntimeInfo:
         split = CpuSplit(server=sorted(self.split[0]), client=sorted(self.split[1])) if self.split else None
+        own = self.one_process_vars(self.arm_env_vars(arm))
         return ArmRuntimeInfo(host=self.host, gpus=self.matrix.runtime.gpus, cpu_split=split,
-                              ld_preload=list(self.preload))
+                              ld_preload=list(self.preload), **({"server_env": own} if own else {}))
 
     def server_spec(self, env: ArmEnv, *, argv_tail: list[str], extra_env: dict[str, str], dirs: ArmDirs,
                     log_path: Path, port: int, redact: list[str], gpus: str | None = None) -> ServerSpec:
@@ -329,6 +346,7 @@ class LocalRuntime(RuntimeBase):
         selection; nothing on a CPU host."""
         full_env = self.with_kv_size({**os.environ, **self.arm_vars(env, dirs), **extra_env}, argv_tail,
                                      user_env=extra_env)
+        full_env.update(self.one_process_vars(extra_env))
         if gpus is not None and self.host != "cpu":
             full_env[self.device_var] = gpus
         argv = [*vllm_command(), "serve", *argv_tail]
