@@ -314,7 +314,7 @@ class ArmRuntimeInfo(BaseModel):
     gpus: str | None = None
     cpu_split: CpuSplit | None = None
     ld_preload: list[str] | None = None
-    server_env: dict[str, str] | None = None  # what the runtime sets for how vLLM runs (a CPU server in one process)
+    server_env: dict[str, str] | None = None  # what the runtime sets for how vLLM runs (a CPU worker in its EngineCore)
     image_info: ImageInfo | None = None
 
     def fields(self) -> dict[str, Any]:

@@ -269,8 +269,8 @@ def test_narrowing_keeps_a_binding_inside_the_servers_cpus():
         proc.wait()
 
 
-def test_a_cpu_server_runs_in_one_process_with_an_openmp_thread_per_cpu(tmp_path, monkeypatch):
-    """On a CPU host with the split, a server gets vLLM's in-process engine (VLLM_ENABLE_V1_MULTIPROCESSING=0) and
+def test_a_cpu_servers_worker_runs_in_its_engine_core_with_an_openmp_thread_per_cpu(tmp_path, monkeypatch):
+    """On a CPU host with the split, a server gets vLLM's uni executor (VLLM_ENABLE_V1_MULTIPROCESSING=0) and
     OMP_NUM_THREADS = its CPUs; the host's or the matrix's VLLM_ENABLE_V1_MULTIPROCESSING keeps vLLM's processes,
     the matrix's OMP_NUM_THREADS is kept; a GPU host and a run without the split get neither."""
     monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)

@@ -319,10 +319,10 @@ class LocalRuntime(RuntimeBase):
         return full_env
 
     def one_process_vars(self, user_env: dict[str, str]) -> dict[str, str]:
-        """A CPU server in one process: the API server, its EngineCore and the worker (vLLM's in-process engine
-        with the UniProcExecutor, which vLLM's CPU platform keeps when VLLM_ENABLE_V1_MULTIPROCESSING=0), with
-        as many OpenMP threads as the server has CPUs (vLLM binds OpenMP only in workers it spawns, so the count
-        is set here: Intel OpenMP would otherwise start one thread per CPU the server started on, all of them).
+        """A CPU server's worker inside its EngineCore (vLLM's UniProcExecutor, which its CPU platform keeps when
+        VLLM_ENABLE_V1_MULTIPROCESSING=0; the API server still spawns the EngineCore: two processes, not three),
+        with as many OpenMP threads as the server has CPUs (vLLM binds OpenMP only in workers it spawns, so the
+        count is set here: Intel OpenMP would otherwise start one thread per CPU the server started on, all).
         On the 2-core box a restart set's two servers answered 2.0x sooner and a run took 0.74 of the time, with
         the noise not told apart (docs/benchmarks.md, 2026-12-05 sixth session). The host's environment or the
         matrix's `env:` setting VLLM_ENABLE_V1_MULTIPROCESSING keeps vLLM's processes; the matrix's
