@@ -15,9 +15,10 @@ SD inside a set, 2.6 to 13.6 %: the box has quiet and noisy stretches, and a run
 ``--block-sd``. The noise is drawn per arm and block and shared by the points, so the block score carries it
 whole.
 
-What it leaves out: the verdict's other door (a metric's own test, Holm across the four headline metrics,
-confirming it worse with none better): only the composite's test is simulated here, so the power printed is
-the composite's, a lower bound on the verdict's. The real runs' words, re-read under each design, are
+Only the composite's test is simulated here: since 2026-12-06 it alone makes the word a change (a metric's own
+test, Holm across the four headline metrics, can keep the word from EQUIVALENT or make it MIXED, never a
+REGRESSION by itself: benchmarks/simulation/word_rule.py), so the power printed is the verdict's. The real
+runs' words, re-read under each design, are
 ``benchmarks/sensitivity/run.py --redecide``'s (docs/benchmarks.md).
 
 Per trial the SAME code as the report: each point's set values from ``suite.analysis.by_round`` (the median of
