@@ -193,7 +193,7 @@ def test_container_gpus_of_an_amd_host_are_its_device_nodes(tmp_path):
 
 
 @pytest.mark.docker
-def test_container_gpus_tries_docker_run_gpus_on_this_engine():
+def test_container_gpus_tries_docker_run_gpus_on_this_engine(engine):
     """This engine has no NVIDIA Container Toolkit: `docker run --gpus all` on an image here is refused (or,
     with no image here, the engine is found to lack the nvidia runtime); either way the check fails and says
     what to install. The request is the runtime's own (`--gpus all`)."""
@@ -202,12 +202,9 @@ def test_container_gpus_tries_docker_run_gpus_on_this_engine():
 
     (req,) = gpu_requests("all")
     assert req["Count"] == -1 and req["Capabilities"] == [["gpu"]]
-    import docker
-
-    client = docker.from_env()
-    before = {c.id for c in client.containers.list(all=True)}
+    before = {c.id for c in engine.containers.list(all=True)}
     check = _container_nvidia("GPU 0: NVIDIA H200 (UUID: GPU-0)", True, None)
-    assert {c.id for c in client.containers.list(all=True)} == before  # the refused container is removed
+    assert {c.id for c in engine.containers.list(all=True)} == before  # the refused container is removed
     assert check.failed and check.name == "container GPUs (CUDA)", check
     assert "NVIDIA Container Toolkit" in check.hint or "no Docker engine" in check.detail, check
     assert "docker run --gpus all" in check.detail or "no nvidia runtime" in check.detail, check
