@@ -46,7 +46,7 @@ from suite.quality.series import DRIFT_MIN_ROUNDS
 from suite.stages.accuracy.read import GATE_FILTER, ArmsCorrectness
 from suite.stats import METRICS, Verdict, fmt_interval, fmt_pct
 from suite.store import Manifest, MatrixRecord
-from suite.verdict import SPENDING_LABEL, Outcome, PrimaryResult, confirmed_change
+from suite.verdict import SPENDING_LABEL, Outcome, PrimaryResult, cannot_make, confirmed_change
 
 MAX_SHOWN_PCT = 1000.0  # an MDE beyond +1,000 % (×11) is said in words
 # the composite's interval is shown unless it spans more than a factor 11 either way around its estimate (an
@@ -320,7 +320,7 @@ def card(run: RunData, s: CandidateSummary) -> Card:
             lines.append(f"confirmed per metric (Holm across metrics): {named}")
         else:  # named, not the word: a metric's own test beside the composite's would cry wolf more than alpha
             lines.append(f"confirmed by a metric's own test only (Holm across metrics): {named}; alone it cannot make "
-                         "the word a change" + (", nor let it be EQUIVALENT" if c.outcome == Outcome.EQUIVALENT else ""))
+                         f"{cannot_make(c)}")
     if changed:
         lines.insert(0, f"**{OUTPUT_CHANGED}**: greedy outputs differ from the baseline's in "
                         f"{eq.n - eq.n_identical} of {eq.n} prompts — a speed verdict says nothing about correctness")

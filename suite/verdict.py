@@ -774,6 +774,11 @@ def confirmed_change(name: str, outcome: Outcome, r: PrimaryResult | None) -> st
     return f"{said} ({fmt_pct(r.delta_pct)}" + (f", p={r.p_value:.2g})" if r.p_value is not None else ")")
 
 
+def cannot_make(composite: PrimaryResult) -> str:
+    """What a metric confirmed by its own test alone cannot do to the word (the reason's and the card's words)."""
+    return "the word a change" + (", nor let it be EQUIVALENT" if composite.outcome == Outcome.EQUIVALENT else "")
+
+
 def evaluate_scores(
     composite_scores: Mapping[int, float],
     metric_scores: Mapping[str, Mapping[int, float]],
@@ -800,9 +805,8 @@ def evaluate_scores(
         reason = (f"confirmed (Holm across metrics): {', '.join(parts)}; composite "
                   f"{composite.outcome.value}: {composite.reason}")
     elif parts and not composite.significant:  # named, not the word: one metric's test cannot decide it alone
-        nor = ", nor let it be EQUIVALENT" if composite.outcome == Outcome.EQUIVALENT else ""
         reason = (f"confirmed by its own test only (Holm across metrics): {', '.join(parts)}, which alone cannot make "
-                  f"the word a change{nor}; composite {composite.outcome.value}: {composite.reason}")
+                  f"{cannot_make(composite)}; composite {composite.outcome.value}: {composite.reason}")
     else:
         reason = composite.reason
     return Evaluation(outcome=outcome, reason=reason, composite=composite, per_metric=per_metric,

@@ -89,8 +89,7 @@ def test_word_rule_simulation_runs_the_report_rule_and_the_one_before():
     assert ev.composite.outcome == Outcome.EQUIVALENT and ev.confirmed == {"mean_ttft_ms": Outcome.REGRESSION}
     assert ev.outcome == Outcome.INCONCLUSIVE and sim.old_word(ev) == Outcome.REGRESSION
     cov = sim.CORR * np.outer(sim.SD, sim.SD)
-    w, v = np.linalg.eigh(cov)
-    root = v @ np.diag(np.sqrt(np.clip(w, 0.0, None)))
+    root = sim.covariance_root(cov)
     assert np.allclose(root @ root.T, cov) and math.isclose(sim.SD[1], 0.04746)
     for _ in range(200):
         ev = sim.one_run(rng, spec, root, np.zeros(4), None)

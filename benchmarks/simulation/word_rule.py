@@ -95,6 +95,12 @@ def measured_covariance(dirs: list[Path]) -> np.ndarray:
     return cov
 
 
+def covariance_root(cov: np.ndarray) -> np.ndarray:
+    """R with R @ R.T == cov, by eigenvalues: it tolerates the near-singular throughput/E2EL pair."""
+    w, v = np.linalg.eigh(cov)
+    return v @ np.diag(np.sqrt(np.clip(w, 0.0, None)))
+
+
 def one_run(rng: np.random.Generator, spec: VerdictSpec, chol: np.ndarray, effect: np.ndarray,
             tails: int | None) -> Evaluation:
     z = rng.standard_normal((len(HEADLINE), spec.max_rounds))
@@ -117,8 +123,7 @@ def main() -> None:
                     help="stored run directories (or folders holding them) to measure the covariance from")
     args = ap.parse_args()
     cov = measured_covariance(args.runs) if args.runs else CORR * np.outer(SD, SD)
-    w, v = np.linalg.eigh(cov)  # a square root that tolerates the near-singular throughput/E2EL pair
-    chol = v @ np.diag(np.sqrt(np.clip(w, 0.0, None)))
+    chol = covariance_root(cov)
     print(f"{args.trials} runs a cell; shares in % of runs. 'change' = REGRESSION, IMPROVEMENT or MIXED.\n")
     print("| design | case | noise | word now: change | REGRESSION | IMPROVEMENT | MIXED | EQUIVALENT "
           "| rule before: change | REGRESSION | IMPROVEMENT | EQUIVALENT | composite alone: change |")
