@@ -13,6 +13,7 @@ import json
 
 import pytest
 
+from suite.stages.serve.checks import CHUNK_SHARE
 from tests.conftest import run_matrix_once, tiny_cpu_matrix
 
 pytestmark = pytest.mark.e2e
@@ -56,8 +57,11 @@ def test_the_planted_chunking_is_named_for_its_arm_only(quality_run):
     for point in POINTS:
         bursty = json.loads((quality_run / "bursty" / "serve" / point / "rep-0.json").read_text())
         assert all(len(gaps) <= 2 for gaps in bursty["itls"]), bursty["itls"]
+        # baseline streams token by token; on a busy 2-core box vLLM's API server may merge a request's pending
+        # outputs now and then (CI saw it under the uni executor), but never so that a request reads as chunked
         base = json.loads((quality_run / "baseline" / "serve" / point / "rep-0.json").read_text())
-        assert all(len(gaps) == 23 for gaps in base["itls"])
+        assert all(len(gaps) >= CHUNK_SHARE * 23 for gaps in base["itls"]), base["itls"]
+        assert sum(len(gaps) for gaps in base["itls"]) >= 0.9 * 23 * len(base["itls"]), base["itls"]
 
 
 def test_only_the_spoiled_metric_is_left_out(quality_run):
