@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from itertools import groupby
 from pathlib import Path
 from typing import Any
@@ -37,7 +38,16 @@ from suite.plan import (
     rounds_word,
 )
 from suite.proc import signals_as_interrupt
-from suite.runtime.base import ArmEnv, ArmPreparer, Runtime, Server, free_port, port_in_use, wait_healthy
+from suite.runtime.base import (
+    ArmEnv,
+    ArmPreparer,
+    Runtime,
+    Server,
+    free_port,
+    port_in_use,
+    stop_together,
+    wait_healthy,
+)
 from suite.runtime.docker.runtime import DockerRuntime
 from suite.runtime.local import LocalRuntime
 from suite.runtime.scheduler import Batch, RunProgress, Scheduler
@@ -441,8 +451,7 @@ def run_window(ctx: RunContext, items: list[tuple[Session, list[Job]]], advance:
                 live.step(advance)
             turn += 1
     finally:
-        for live in lives:
-            live.close()
+        stop_together([live.close for live in lives])
 
 
 def run_wave(ctx: RunContext, windows: list[list[tuple[Session, list[Job]]]], advance: Callable[..., None]) -> None:
@@ -536,8 +545,7 @@ def _precompile_together(ctx: RunContext, servers: list[tuple[tuple[str, int | N
         for i, exc in failures.items():
             ctx.console.print(f"[yellow]precompile: {launches[i].session.arm}: {str(exc).splitlines()[0]}[/yellow]")
     finally:
-        for la in launches:
-            la.server.__exit__(None, None, None)
+        stop_together([partial(la.server.__exit__, None, None, None) for la in launches])
 
 
 # ---------------------------------------------------------------------------------------- the run

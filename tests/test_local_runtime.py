@@ -6,6 +6,9 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
+from suite.errors import ServerError
 from suite.matrix import parse_matrix
 from suite.proc import cpu_list, cpu_split
 from suite.runtime.base import ArmEnv
@@ -300,3 +303,44 @@ def test_a_cpu_servers_worker_runs_in_its_engine_core_with_an_openmp_thread_per_
     assert runtime.arm_info("baseline").server_env is None
     gpu = LocalRuntime(matrix, tmp_path / ".cache", host="cuda")
     assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in server_env(gpu, {})
+
+
+def test_a_sets_servers_are_stopped_together_and_every_one_is_stopped(tmp_path):
+    """`stop_together`: each server's SIGTERM is sent before any of them has finished its shutdown (a server
+    here takes 1 s to exit after SIGTERM, like vLLM's), and a stop that fails neither keeps the others running
+    nor is lost."""
+    import time
+
+    from suite.proc import group_members
+    from suite.runtime.base import ServerSpec, free_port, stop_together
+    from suite.runtime.local import LocalServer
+
+    script = ("import signal, sys, time\n"
+              "def term(*_):\n"
+              "    open(sys.argv[1] + '.term', 'w').write(repr(time.time())); time.sleep(1.0)\n"
+              "    open(sys.argv[1] + '.exit', 'w').write(repr(time.time())); sys.exit(0)\n"
+              "signal.signal(signal.SIGTERM, term)\n"
+              "open(sys.argv[1] + '.up', 'w').write('up')\n"
+              "while True: time.sleep(0.1)\n")
+    servers = []
+    for i in range(3):
+        mark = tmp_path / f"s{i}"
+        servers.append(LocalServer(ServerSpec(arm=f"a{i}", argv=[sys.executable, "-c", script, str(mark)],
+                                              env=dict(os.environ), log_path=tmp_path / f"s{i}.log",
+                                              host="127.0.0.1", port=free_port(), startup_timeout_s=30,
+                                              cwd=tmp_path)))
+    for server in servers:
+        server.start()
+    while not all((tmp_path / f"s{i}.up").exists() for i in range(3)):
+        time.sleep(0.05)
+    pids = [s.proc.pid for s in servers]
+
+    def fails() -> None:
+        raise ServerError("arm broken: could not be stopped")
+
+    with pytest.raises(ServerError, match="could not be stopped"):
+        stop_together([servers[0].stop, fails, servers[1].stop, servers[2].stop])
+    terms = [float((tmp_path / f"s{i}.term").read_text()) for i in range(3)]
+    exits = [float((tmp_path / f"s{i}.exit").read_text()) for i in range(3)]
+    assert max(terms) < min(exits)  # every server was told to stop before any had stopped
+    assert all(not group_members(pid) for pid in pids)

@@ -172,10 +172,42 @@ def wait_healthy(servers: Sequence[ServerBase], on_healthy: Callable[[int], None
             if waiting:
                 time.sleep(1.0)
     except BaseException:
-        for server in waiting.values():
-            server.stop()
+        stop_together([server.stop for server in waiting.values()])
         raise
     return failures
+
+
+def stop_together(stops: Sequence[Callable[[], None]]) -> None:
+    """Run every stop at once, each in a thread of its own, and wait for them all: a stop is mostly a wait
+    (vLLM's shutdown, a GPU's memory let go, a container removed), so a restart set's servers stopped one
+    after another cost the sum (four tiny-MoE CPU servers ~8 s, 1.8-2 s each, 2026-12-06) and together about
+    the longest. Every stop is made even when one fails; the first error is raised once all have ended."""
+    if len(stops) <= 1:
+        for stop in stops:
+            stop()
+        return
+    errors: list[BaseException] = []
+
+    def one(stop: Callable[[], None]) -> None:
+        try:
+            stop()
+        except BaseException as exc:  # noqa: BLE001 - raised in the calling thread below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=one, args=(stop,), name="stop-server", daemon=True) for stop in stops]
+    for t in threads:
+        t.start()
+    interrupted: BaseException | None = None
+    for t in threads:
+        while t.is_alive():
+            try:
+                t.join(0.5)
+            except KeyboardInterrupt as exc:  # a Ctrl-C while stopping: every stop (bounded by its grace) ends first
+                interrupted = exc
+    if interrupted is not None:
+        raise interrupted
+    if errors:
+        raise errors[0]
 
 
 @dataclass(frozen=True)
