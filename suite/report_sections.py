@@ -230,11 +230,11 @@ def _short_of(s: CandidateSummary, c: PrimaryResult) -> int | None:
     return planned if planned is not None and c.n_rounds < planned else None
 
 
-def _look(s: CandidateSummary, c: PrimaryResult) -> str:
+def _look(s: CandidateSummary, c: PrimaryResult, unit: str) -> str:
     where = f"look {c.look} of {c.n_looks}"
     if (planned := _short_of(s, c)) is not None:  # a run stopped before its first look: say so
-        return f"{c.n_rounds} rounds, short of {where}, planned after {planned}; tested at that look's boundary"
-    return where + (f", on {c.n_rounds} rounds" if _between_looks(s, c) is not None else "")
+        return f"{c.n_rounds} {unit}s, short of {where}, planned after {planned}; tested at that look's boundary"
+    return where + (f", on {c.n_rounds} {unit}s" if _between_looks(s, c) is not None else "")
 
 
 def _reason(s: CandidateSummary, c: PrimaryResult, unit: str) -> str:
@@ -244,14 +244,14 @@ def _reason(s: CandidateSummary, c: PrimaryResult, unit: str) -> str:
         # one round of a run that stopped before its first look: no test yet, and not a final one either
         test = f"look {c.look} of {c.n_looks}" if c.n_looks > 1 else "the test (fixed design)"
         return f"{c.n_rounds} {unit}{'s' if c.n_rounds != 1 else ''}: no interval; {test} is planned after {planned} {unit}s"
-    where = "fixed design" if c.n_looks == 1 else _look(s, c)
+    where = "fixed design" if c.n_looks == 1 else _look(s, c, unit)
     if c.outcome in (Outcome.IMPROVEMENT, Outcome.REGRESSION):
         return f"{p} < {c.nominal_alpha:.2g}: the interval excludes 0 ({where})"
     if c.outcome == Outcome.EQUIVALENT:
         return f"the interval lies inside ±{s.spec.target_pct:g} % (TOST p={fmt_p(c.tost)}; {where})"
     if c.p_value is None:
         return literal(c.reason)
-    plan = (f"; about {c.rounds_for_target} rounds would detect ±{s.spec.target_pct:g} %"
+    plan = (f"; about {c.rounds_for_target} {unit}s would detect ±{s.spec.target_pct:g} %"
             if c.rounds_for_target is not None and c.rounds_for_target > c.n_rounds else "")
     return f"neither a change nor equivalence within ±{s.spec.target_pct:g} %: {p}{plan} ({where})"
 
@@ -277,11 +277,12 @@ def card(run: RunData, s: CandidateSummary) -> Card:
         # offline stages only (NO SERVING TEST: their tables hold data and verdicts), or nothing to read
         return Card(title_, s.word, outcome_style(NO_DATA), f"no primary test: {literal(why)}", correctness=correct)
     c = ev.composite
+    unit = "set" if run.order == "interleaved" else "round"  # what the test pairs: a restart set, or a round
     planned = "planned: " if _short_of(s, c) is not None else ""  # no look reached yet: the design, not a result
     level = planned + ("95 % interval" if c.n_looks == 1
                        else f"repeated {100 * (1 - c.nominal_alpha):.3g} % interval, look {c.look} of {c.n_looks} "
                             f"({SPENDING_LABEL[c.spending]})"
-                       + (f": {c.n_rounds} rounds at that look's boundary (the run ended before the look after {nxt})"
+                       + (f": {c.n_rounds} {unit}s at that look's boundary (the run ended before the look after {nxt})"
                           if (nxt := _between_looks(s, c)) is not None else ""))
     metrics = ", ".join(METRICS[m].label for m in s.spec.metrics)
     headline = f"composite {fmt_pct(c.estimate_pct)} {_interval(c.rci_low_pct, c.rci_high_pct)}"
@@ -300,7 +301,7 @@ def card(run: RunData, s: CandidateSummary) -> Card:
     later = sorted({r // run.blocks for p in run.points.values() for r in p.reps.get(s.candidate, {})
                     if s.decided_after is not None and r // run.blocks >= s.decided_after})
     if later:  # decided at a look, measured on for other candidates: the test stopped at its look
-        rounds += (f"; decided at the look after {s.decided_after} rounds: round{'s' if len(later) > 1 else ''} "
+        rounds += (f"; decided at the look after {s.decided_after} {unit}s: {unit}{'s' if len(later) > 1 else ''} "
                    f"{', '.join(map(str, later))} measured for the other candidates, shown in the cells, not tested")
     mde = (f"smallest change it could detect: ±{c.mde_pct:.1f} % at {100 * s.spec.power:g} % power"
            if c.mde_pct is not None and c.mde_pct < MAX_SHOWN_PCT else
@@ -308,7 +309,6 @@ def card(run: RunData, s: CandidateSummary) -> Card:
     over = ("points" if s.spec.points is None else
             f"the {len(s.spec.points)} declared points ({', '.join(literal(p) for p in s.spec.points)}; the others "
             "are shown, not tested)")
-    unit = "set" if run.order == "interleaved" else "round"
     lines = [f"{level}; better is +; composite of {metrics}, geometric mean over {over}",
              _reason(s, c, unit)]
     if c.n_rounds >= 2:  # the values the test ran on: one far from the others is what widens its interval
@@ -347,7 +347,7 @@ def card(run: RunData, s: CandidateSummary) -> Card:
     doubts = sorted({f"{f.check} ({f.arm})" for f in run.findings
                      if f.check in SESSION_CHECKS and f.arm in (s.baseline, s.candidate)})
     if doubts:  # what the rounds' independence rests on: the Data quality box has the numbers
-        lines.append(f"data quality: {', '.join(literal(d) for d in doubts)} — the rounds may not be independent "
+        lines.append(f"data quality: {', '.join(literal(d) for d in doubts)} — the {unit}s may not be independent "
                      "draws; see Data quality")
     for check, meaning in (("session-drift", "a server measured a point differently at its session's start and end"),
                            ("round-outlier", "a round measured a point far from its arm's other rounds")):
@@ -376,18 +376,19 @@ def control_card(run: RunData, s: CandidateSummary) -> Card:
     base = card(run, s)
     word = s.control_word
     eq = s.correctness.equivalence
+    unit = rounds_word(run.matrix.order)  # "restart sets" under order interleaved
     if word == CONTROL_FAILED:
-        why = ("the same test called two identical arms different: this run's rounds were not independent draws "
+        why = (f"the same test called two identical arms different: this run's {unit} were not independent draws "
                "(the machine's speed drifted, or sessions differed); a candidate verdict near this size is not "
-               "evidence — rerun on a steadier machine or with more rounds")
+               f"evidence — rerun on a steadier machine or with more {unit}")
     elif word == NO_DATA:
         why = "no A/A result: the control could not be judged"
     elif word == CONTROL_UNTESTED:
-        why = ("not tested: the test needs at least two rounds with a spread between them, so it can neither "
+        why = (f"not tested: the test needs at least two {unit} with a spread between them, so it can neither "
                "pass nor fail this run; the between-start difference below is one draw, not a noise estimate")
     else:
-        rounds = ("every round" if run.matrix.aa != "alternate" or s.evaluation is None
-                  else "rounds " + ", ".join(map(str, s.evaluation.composite.rounds)) + " (aa: alternate)")
+        rounds = (f"every {unit.removesuffix('s')}" if run.matrix.aa != "alternate" or s.evaluation is None
+                  else f"{unit} " + ", ".join(map(str, s.evaluation.composite.rounds)) + " (aa: alternate)")
         why = ("no false alarm: the same test found no change between two identical arms (the baseline started "
                f"again in {rounds})")
     lines = [why, *base.lines]
@@ -399,9 +400,9 @@ def control_card(run: RunData, s: CandidateSummary) -> Card:
     seq = run.manifest.sequential
     if s.decided_after is not None and s.evaluation is not None and seq is not None:
         c = s.evaluation.composite
-        at = (f"its own sequential test decided at its look {c.look} of {c.n_looks}, after {s.decided_after} rounds "
-              f"of the run (the A/A arm's rounds {', '.join(map(str, c.rounds))})")
-        lines.insert(1, at + (": the A/A arm's sessions of later rounds were not run"
+        at = (f"its own sequential test decided at its look {c.look} of {c.n_looks}, after {s.decided_after} {unit} "
+              f"of the run (the A/A arm's {unit} {', '.join(map(str, c.rounds))})")
+        lines.insert(1, at + (f": the A/A arm's sessions of later {unit} were not run"
                               if seq.stop_after is None or s.decided_after < seq.stop_after
                               else ", where the run stopped"))
     if eq is not None and eq.n_identical < eq.n:

@@ -762,7 +762,7 @@ def test_a_run_cut_after_two_of_four_sets_says_so_in_its_report(tmp_path):
     # the two sets' medians agree within 0.1 %: inside +-1 % even at the first look's stricter boundary, and
     # the report says the test ran short of that look
     assert "**stock-again vs baseline: EQUIVALENT** — composite -0.1% [-1.0, +0.9]" in report
-    assert "2 rounds, short of look 1 of 2, planned after 3; tested at that look's boundary" in report
+    assert "2 sets, short of look 1 of 2, planned after 3; tested at that look's boundary" in report
     assert "Drift check stock-again restart set 1, block 2, rep-5, the point again at the session's end" in report
     assert "Drift check stock-again restart set 2" not in report
 
