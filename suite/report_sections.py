@@ -423,9 +423,10 @@ def verdict_section(run: RunData) -> Section:
     if not run.summaries:
         return Section("Verdict", 2, [Paragraph("No candidate arm: nothing to compare.")], anchor="verdict")
     spec = run.summaries[0].spec
+    unit = "restart set" if run.order == "interleaved" else "round"  # what the test pairs
     legend = Paragraph(
-        "One primary test per candidate, declared before the run: per round, the geometric mean over points and "
-        "metrics of candidate/baseline (signed so better is +), paired by round, t test over rounds. "
+        f"One primary test per candidate, declared before the run: per {unit}, the geometric mean over points and "
+        f"metrics of candidate/baseline (signed so better is +), paired by {unit}, t test over {unit}s. "
         "**REGRESSION** / **IMPROVEMENT**: its interval excludes 0 and no metric's own test (Holm across metrics) "
         "confirmed the other way; **EQUIVALENT**: the interval lies inside "
         f"±{spec.target_pct:g} % (TOST) and no metric is confirmed changed; **MIXED**: metrics confirmed in both "
