@@ -545,6 +545,11 @@ class RunStore:
     # ------------------------------------------------------------------ creation
     @classmethod
     def create(cls, out_base: Path, matrix_name: str) -> RunStore:
+        """A new run directory under ``out_base``, named by the time and the matrix. Its path is absolute: every
+        path the run hands to a tool starts from it, and a tool in a container (the docker runtime mounts the
+        run directory at its host path) has another working directory, so `--out runs`, the default, would have
+        sent `vllm bench serve`'s result file nowhere the host sees."""
+        out_base = out_base.resolve()
         stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
         root = out_base / f"{stamp}-{matrix_name}"
         n = 1
@@ -567,7 +572,7 @@ class RunStore:
         if version != SCHEMA_VERSION:
             raise SuiteError(f"{run_dir}: written with run-directory schema {version!r}; this suite "
                              f"{__version__} reads schema {SCHEMA_VERSION} (use the suite version that wrote it)")
-        return cls(run_dir)
+        return cls(run_dir.resolve())  # absolute, as `create` makes it: a resumed run's tools see the same paths
 
     # ------------------------------------------------------------------ manifest
     @property

@@ -84,7 +84,9 @@ def docker_run(engine, cpu_images, tmp_path_factory):
     out = tmp_path_factory.mktemp("docker-runs")
     env = {"HF_TOKEN": "hf_docker_test_secret_4711"}
     t0 = time.monotonic()
-    proc = run_suite("run", str(matrix), "--out", str(out), env=env, timeout=1800)
+    # as a user types it: `--out` relative to where suite runs (the default is `runs`), which a container's tool,
+    # with a working directory of its own, must still write into
+    proc = run_suite("run", str(matrix), "--out", out.name, cwd=out.parent, env=env, timeout=1800)
     runs = run_dirs(out)
     assert len(runs) == 1, proc.stdout + proc.stderr
     return runs[0], proc, time.monotonic() - t0
