@@ -210,7 +210,7 @@ def run(args: argparse.Namespace) -> int:
     label_b = args.label_b or default_label(run_b)
     if label_a == label_b and run_a.resolve() != run_b.resolve():
         label_a, label_b = f"{label_a}-a", f"{label_b}-b"
-    out = args.out or args.runs / f"compare-{safe(run_a.name)}-vs-{safe(run_b.name)}"
+    out = (args.out or args.runs / f"compare-{safe(run_a.name)}-vs-{safe(run_b.name)}").resolve()  # as its reports
     summary = [f"# suite compare: {name_b}", "",
                f"`{run_a.name}` ({label_a}, {ma.status}) → `{run_b.name}` ({label_b}, {mb.status})", ""]
     failing = 0
