@@ -61,7 +61,6 @@ def test_the_planted_chunking_is_named_for_its_arm_only(quality_run):
         # outputs now and then (CI saw it under the uni executor), but never so that a request reads as chunked
         base = json.loads((quality_run / "baseline" / "serve" / point / "rep-0.json").read_text())
         assert all(len(gaps) >= CHUNK_SHARE * 23 for gaps in base["itls"]), base["itls"]
-        assert sum(len(gaps) for gaps in base["itls"]) >= 0.9 * 23 * len(base["itls"]), base["itls"]
 
 
 def test_only_the_spoiled_metric_is_left_out(quality_run):
