@@ -376,7 +376,7 @@ def control_card(run: RunData, s: CandidateSummary) -> Card:
     base = card(run, s)
     word = s.control_word
     eq = s.correctness.equivalence
-    unit = rounds_word(run.matrix.order)  # "restart sets" under order interleaved
+    unit = rounds_word(run.order)  # "restart sets" under order interleaved
     if word == CONTROL_FAILED:
         why = (f"the same test called two identical arms different: this run's {unit} were not independent draws "
                "(the machine's speed drifted, or sessions differed); a candidate verdict near this size is not "
@@ -423,7 +423,7 @@ def verdict_section(run: RunData) -> Section:
     if not run.summaries:
         return Section("Verdict", 2, [Paragraph("No candidate arm: nothing to compare.")], anchor="verdict")
     spec = run.summaries[0].spec
-    unit = "restart set" if run.order == "interleaved" else "round"  # what the test pairs
+    unit = rounds_word(run.order).removesuffix("s")  # what the test pairs: a restart set, or a round
     legend = Paragraph(
         f"One primary test per candidate, declared before the run: per {unit}, the geometric mean over points and "
         f"metrics of candidate/baseline (signed so better is +), paired by {unit}, t test over {unit}s. "
