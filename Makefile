@@ -3,6 +3,9 @@ VENV    ?= .venv
 PY      := $(VENV)/bin/python
 SUITE   := $(VENV)/bin/suite
 PYTEST_ARGS ?=
+# the server-bound tests (e2e, docker, slurm) in one pytest-xdist worker, one module at a time; the rest in the
+# other worker(s) beside them (tests/lanes.py). XDIST= runs everything in one process.
+XDIST ?= -n auto --dist loadgroup --no-loadscope-reorder
 
 .PHONY: setup model demo test test-fast lint bench-cuda bench-rocm bench clean
 
@@ -19,10 +22,10 @@ demo: setup
 	$(SUITE) demo
 
 test: setup
-	$(VENV)/bin/pytest $(PYTEST_ARGS)
+	$(VENV)/bin/pytest $(XDIST) $(PYTEST_ARGS)
 
 test-fast: setup
-	$(VENV)/bin/pytest -m "not e2e and not docker and not slurm" $(PYTEST_ARGS)
+	$(VENV)/bin/pytest $(XDIST) -m "not e2e and not docker and not slurm" $(PYTEST_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check suite tests benchmarks

@@ -14,6 +14,9 @@ from types import ModuleType
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+
+# the suite's wall time, its slowest set-ups and a warning past the budget; the server-bound lane beside the rest
+pytest_plugins = ["tests.budget", "tests.lanes"]
 SUITE = [sys.executable, "-m", "suite"]
 
 
@@ -33,9 +36,15 @@ def repo_root() -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_model() -> Path:
+    import fcntl
+
     from suite.fixtures.tiny_moe import generate_tiny_moe
 
-    return generate_tiny_moe(REPO / "models" / "tiny-moe")
+    out = REPO / "models" / "tiny-moe"
+    out.parent.mkdir(exist_ok=True)
+    with open(out.parent / ".tiny-moe.lock", "w") as lock:  # each xdist worker asks; one generates
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return generate_tiny_moe(out)
 
 
 def run_suite(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: float = 1800,

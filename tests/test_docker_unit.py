@@ -1169,3 +1169,40 @@ def test_a_cuda_image_run_records_the_hosts_gpus_around_each_job(tmp_path, monke
     assert DockerRuntime(gpu_matrix("rocm", patch="rocm-aiter-router-gemm"), tmp_path).device_state() is None
     monkeypatch.setenv("DOCKER_HOST", "ssh://gpu-box")  # an engine elsewhere: this host's GPUs are not its
     assert DockerRuntime(gpu_matrix("cuda"), tmp_path).device_state() is None
+
+
+def test_a_second_build_of_a_tag_waits_for_the_first_and_another_tag_does_not(tmp_path):
+    """build_lock: a real second process holds the tag's lock for a while; this one announces that it waits,
+    gets the lock only once the other let go, and a different tag is not held up at all."""
+    import time
+    import uuid
+
+    from suite.runtime.docker.images import build_lock
+
+    tag = f"suite-vllm:cpu-locktest-{uuid.uuid4().hex[:8]}"
+    held, released = tmp_path / "held", tmp_path / "released"
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import pathlib, sys, time\n"
+        "from suite.runtime.docker.images import build_lock\n"
+        f"with build_lock({tag!r}):\n"
+        f"    pathlib.Path({str(held)!r}).write_text('1')\n"
+        "    time.sleep(1.5)\n"
+        f"    pathlib.Path({str(released)!r}).write_text(repr(time.time()))\n")], cwd=REPO)
+    try:
+        deadline = time.monotonic() + 60
+        while not held.exists():
+            assert holder.poll() is None and time.monotonic() < deadline, "the holder never took the lock"
+            time.sleep(0.05)
+        other_events = []
+        t0 = time.monotonic()
+        with build_lock(tag + "-other", other_events.append):
+            assert time.monotonic() - t0 < 1.0 and not released.exists()
+        assert other_events == []
+        events = []
+        with build_lock(tag, events.append):
+            got = time.time()
+        assert released.exists() and got >= float(released.read_text())
+        assert [e.kind for e in events] == ["wait"] and tag in events[0].text
+    finally:
+        holder.wait(timeout=60)
+    assert holder.returncode == 0

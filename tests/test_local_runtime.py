@@ -156,6 +156,36 @@ def test_a_patched_arms_overlay_records_what_was_applied_when_built_and_when_reu
     assert built.patches == reused.patches
 
 
+def test_an_overlay_another_process_finished_first_is_kept_not_replaced(tmp_path, monkeypatch):
+    """Two runs on one host (two test lanes, two users) may build the same overlay at once: the one that
+    finishes second keeps the first one's overlay, which may already serve, instead of deleting it under it."""
+    import suite.patches as patches
+    from suite.runtime.local import prepare_local_arm
+
+    matrix = parse_matrix(MATRIX.replace('{vllm: "0.32.0"}', '{vllm: "0.32.0", patches: [synthetic-gate-delay]}'),
+                          "m.yaml")
+    spec = matrix.arms["baseline"]
+    overlays = tmp_path / "overlays"
+    real_apply = patches.apply_patch_sets
+    other = {}
+
+    def apply_while_another_process_finishes(*args, **kwargs):
+        if not other:  # the other process builds and renames its overlay while this one is still applying
+            monkeypatch.setattr(patches, "apply_patch_sets", real_apply)
+            with monkeypatch.context() as m:  # another process: its own temporary names
+                m.setattr(os, "getpid", lambda: 4_000_000)
+                other["env"] = prepare_local_arm("baseline", spec, overlays)
+            other["marker"] = other["env"].vllm_root / "serving.marker"
+            other["marker"].write_text("in use")
+        return real_apply(*args, **kwargs)
+
+    monkeypatch.setattr(patches, "apply_patch_sets", apply_while_another_process_finishes)
+    mine = prepare_local_arm("baseline", spec, overlays)
+    assert mine.vllm_root == other["env"].vllm_root and other["marker"].read_text() == "in use"
+    assert mine.patches == other["env"].patches
+    assert sorted(p.name for p in overlays.iterdir()) == [mine.vllm_root.name]  # no temporary copy left
+
+
 def test_an_offline_tool_is_one_whole_command_in_the_arms_environment(tmp_path, monkeypatch):
     """`tool` gives the command line and its environment together: the suite's interpreter, the arm's overlay
     first on PYTHONPATH, the matrix's then the arm's `env:`, and HF_HUB_OFFLINE=1 only when the arm serves a

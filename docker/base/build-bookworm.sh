@@ -23,6 +23,10 @@ if [ -z "${DOCKER:-}" ]; then
   if [ -x /usr/bin/docker ]; then DOCKER=/usr/bin/docker; else DOCKER=docker; fi
 fi
 
+# one build of a tag at a time: a second call (CI builds the base in the background while the venv is made;
+# two `suite build`s at once) waits for the first, then finds its image
+exec 9>"${TMPDIR:-/tmp}/suite-bookworm-${tag//[^A-Za-z0-9_.-]/_}.lock"
+flock 9
 if [ "$force" = 0 ] && "$DOCKER" image inspect "$tag" >/dev/null 2>&1; then
   echo "$tag exists ($("$DOCKER" image inspect -f '{{.Id}}' "$tag")); --force rebuilds it"
   exit 0

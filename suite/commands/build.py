@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
                 if event.kind == "step":
                     progress.update(task, total=event.total, completed=event.step - 1,
                                     detail=event.text[:70])
-                elif event.kind in ("pull", "base", "log"):
+                elif event.kind in ("pull", "base", "log", "wait"):
                     progress.update(task, detail=event.text.strip()[:70])
                 elif event.kind in ("done", "cached"):
                     progress.update(task, total=1, completed=1, detail=event.text)

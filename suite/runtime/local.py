@@ -110,8 +110,14 @@ def prepare_local_arm(arm: str, spec: ArmSpec, overlays_dir: Path) -> ArmEnv:
         except BaseException:  # a patch that does not apply (or Ctrl-C) leaves no half-built overlay behind
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-        shutil.rmtree(overlay, ignore_errors=True)
-        tmp.rename(overlay)
+        if overlay.exists() and not record.is_file():  # a leftover without its record (renames carry one)
+            shutil.rmtree(overlay, ignore_errors=True)
+        try:
+            tmp.rename(overlay)
+        except OSError:  # another process built the same overlay meanwhile: theirs is complete and maybe serving
+            if not record.is_file():
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
     applied = [AppliedPatch.model_validate(a) for a in json.loads(record.read_text())]
     return ArmEnv(arm=arm, vllm_version=installed, vllm_root=overlay, patches=applied)
 

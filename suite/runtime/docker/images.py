@@ -25,7 +25,8 @@ import shlex
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -554,7 +555,7 @@ def assemble_context(plan: ImagePlan, dest: Path) -> Path:
 
 @dataclass
 class BuildEvent:
-    kind: str  # step | log | done | cached | pull | base
+    kind: str  # step | log | done | cached | pull | base | wait (another build of the tag runs: build_lock)
     text: str
     step: int | None = None
     total: int | None = None
@@ -609,9 +610,38 @@ def ensure_base(client: Any, plan: ImagePlan, on_event: Callable[[BuildEvent], N
     return plan if digest == plan.base_digest else with_digest(plan, digest)
 
 
+@contextmanager
+def build_lock(tag: str, on_event: Callable[[BuildEvent], None] = lambda e: None) -> Iterator[None]:
+    """One build of an image tag at a time on this host: a second `suite build` (or a run building its images,
+    or CI building them ahead of its tests) waits for the first and then finds its image instead of building
+    the same layers again beside it. A lock file in the system's temporary folder, held by the open file (the
+    kernel lets go of it when the process ends, however it ends)."""
+    import fcntl
+    import tempfile
+
+    path = Path(tempfile.gettempdir()) / f"suite-image-{re.sub(r'[^A-Za-z0-9_.-]', '_', tag)}.lock"
+    with open(path, "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            on_event(BuildEvent("wait", f"{tag}: another build of it is running on this host; waiting for it"))
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def build_image(client: Any, plan: ImagePlan, cache_root: Path,
                 on_event: Callable[[BuildEvent], None] = lambda e: None, keep_context: bool = False) -> BuildResult:
-    """Build the plan's image unless an image with its tag and identity exists. SuiteError on failure."""
+    """Build the plan's image unless an image with its tag and identity exists (after any build of the same tag
+    running on this host has ended: ``build_lock``). SuiteError on failure."""
+    with build_lock(plan.tag, on_event):
+        return _build_image(client, plan, cache_root, on_event, keep_context)
+
+
+def _build_image(client: Any, plan: ImagePlan, cache_root: Path, on_event: Callable[[BuildEvent], None],
+                 keep_context: bool) -> BuildResult:
     import time
 
     from docker.errors import DockerException

@@ -596,7 +596,7 @@ class DockerRuntime(RuntimeBase):
         say(f"arm {arm}: image {plan.tag} ({plan.vendor}, base {plan.base_image})")
         self._check_driver(plan.base_image)
         result = build_image(self.client, plan, self.cache_root,
-                             on_event=lambda e: say(f"  {e.text}") if e.kind in ("step", "pull", "base") else None)
+                             on_event=lambda e: say(f"  {e.text}") if e.kind in ("step", "pull", "base", "wait") else None)
         say(f"arm {arm}: {'built' if result.built else 'cached'} {result.tag} in {result.seconds:.0f} s")
         labels = result.labels
         self.images[arm] = ImageInfo(tag=result.tag, id=result.image_id, identity=labels.get("suite.identity"),
