@@ -10,7 +10,8 @@ the server, the persistent `vllm bench serve` client (`docker exec` in the serve
 complete, its results and report written, every file in it owned by the invoking user, and the host
 environment must hold no vllm, torch or lm_eval.
 
-Marked docker and e2e: it starts a vLLM server (run it under `flock /tmp/e2e.lock`, one at a time).
+Marked docker and e2e: it starts a vLLM server, so it runs in the server-bound lane, one module at a time
+(tests/lanes.py).
 """
 
 from __future__ import annotations
