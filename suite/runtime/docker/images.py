@@ -613,9 +613,9 @@ def ensure_base(client: Any, plan: ImagePlan, on_event: Callable[[BuildEvent], N
 @contextmanager
 def build_lock(tag: str, on_event: Callable[[BuildEvent], None] = lambda e: None) -> Iterator[None]:
     """One build of an image tag at a time on this host: a second `suite build` (or a run building its images,
-    or CI building them ahead of its tests) waits for the first and then finds its image instead of building
-    the same layers again beside it. A lock file in the system's temporary folder, held by the open file (the
-    kernel lets go of it when the process ends, however it ends)."""
+    or the test suite's own build beside its server tests) waits for the first and then finds its image instead
+    of building the same layers again beside it. A lock file in the system's temporary folder, held while the
+    file is open (closing it, or the process ending however it ends, lets go)."""
     import fcntl
     import tempfile
 
@@ -626,10 +626,7 @@ def build_lock(tag: str, on_event: Callable[[BuildEvent], None] = lambda e: None
         except BlockingIOError:
             on_event(BuildEvent("wait", f"{tag}: another build of it is running on this host; waiting for it"))
             fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+        yield
 
 
 def build_image(client: Any, plan: ImagePlan, cache_root: Path,
