@@ -330,6 +330,10 @@ def check_container_gpus(required: bool, dev: Path = Path("/dev"), client: objec
     return checks
 
 
+# the GPU check's own container carries these, so that it (and a test) can tell it from any other on the engine
+GPU_PROBE_LABELS = {"suite.managed": "1", "suite.doctor": "container-gpus"}
+
+
 def _container_nvidia(smi: str, required: bool, client: object | None) -> Check:
     gpus = len(smi.splitlines())
     try:
@@ -356,7 +360,7 @@ def _container_nvidia(smi: str, required: bool, client: object | None) -> Check:
     container = None
     try:  # created, started and removed here: a container the engine refuses to start stays otherwise
         container = client.containers.create(image, ["-L"], entrypoint="nvidia-smi",  # type: ignore[attr-defined]
-                                             device_requests=gpu_requests("all"), labels={"suite.managed": "1"})
+                                             device_requests=gpu_requests("all"), labels=GPU_PROBE_LABELS)
         container.start()
         container.wait(timeout=120)
         out = container.logs(stdout=True, stderr=True)

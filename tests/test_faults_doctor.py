@@ -197,14 +197,16 @@ def test_container_gpus_tries_docker_run_gpus_on_this_engine(engine):
     """This engine has no NVIDIA Container Toolkit: `docker run --gpus all` on an image here is refused (or,
     with no image here, the engine is found to lack the nvidia runtime); either way the check fails and says
     what to install. The request is the runtime's own (`--gpus all`)."""
-    from suite.doctor import _container_nvidia
+    from suite.doctor import GPU_PROBE_LABELS, _container_nvidia
     from suite.runtime.docker.runtime import gpu_requests
 
     (req,) = gpu_requests("all")
     assert req["Count"] == -1 and req["Capabilities"] == [["gpu"]]
-    before = {c.id for c in engine.containers.list(all=True)}
+    # only the check's own containers: a build beside this test makes and removes containers of its own
+    probes = {"label": [f"{k}={v}" for k, v in GPU_PROBE_LABELS.items()]}
+    assert engine.containers.list(all=True, sparse=True, filters=probes) == []
     check = _container_nvidia("GPU 0: NVIDIA H200 (UUID: GPU-0)", True, None)
-    assert {c.id for c in engine.containers.list(all=True)} == before  # the refused container is removed
+    assert engine.containers.list(all=True, sparse=True, filters=probes) == []  # the refused container is removed
     assert check.failed and check.name == "container GPUs (CUDA)", check
     assert "NVIDIA Container Toolkit" in check.hint or "no Docker engine" in check.detail, check
     assert "docker run --gpus all" in check.detail or "no nvidia runtime" in check.detail, check
