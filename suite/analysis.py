@@ -58,6 +58,7 @@ from suite.stats import holm as stats_holm
 from suite.store import JobRecord, Manifest, MatrixRecord, PlanRecord, RunStore, Unreadable, elapsed_s
 from suite.verdict import (
     Evaluation,
+    Hypothesis,
     Outcome,
     VerdictSpec,
     evaluate,
@@ -463,12 +464,34 @@ def _with(c: CellResult, verdict: Verdict | None, reason: str) -> CellResult:
 
 
 def candidate_cells(run: RunData, cand: str, floors: dict[str, float] | None = None,
-                    metrics: tuple[str, ...] = DETAIL) -> dict[tuple[str, str], CellResult]:
-    """(point, metric) -> cell, Holm applied over all of them."""
+                    metrics: tuple[str, ...] = DETAIL, primary: Evaluation | None = None
+                    ) -> dict[tuple[str, str], CellResult]:
+    """(point, metric) -> cell. A cell the primary family tested (a declared metric at a declared point) takes its
+    verdict from the family (``primary``: confirmed better or worse, else not significant), so the tables and
+    the card cannot disagree; the others, shown beside it, are held to Holm's step-down among themselves."""
     floors = noise_floors(run) if floors is None else floors
     keys = [(p.point, k) for p in run.points.values() for k in metrics]
-    cells = holm([compare_cell(run, run.points[p], cand, k, floors) for p, k in keys])
-    return dict(zip(keys, cells, strict=True))
+    family = {(h.point, h.metric): h for h in primary.cells} if primary is not None else {}
+    raw = [compare_cell(run, run.points[p], cand, k, floors) for p, k in keys]
+    rest = holm([c for key, c in zip(keys, raw, strict=True) if key not in family])
+    out = {}
+    for key, c in zip(keys, raw, strict=True):
+        h = family.get(key)
+        out[key] = rest.pop(0) if h is None else _from_family(c, h)
+    return out
+
+
+def _from_family(c: CellResult, h: Hypothesis) -> CellResult:
+    """A cell the primary family tested: its verdict is the family's (a data-quality verdict stays)."""
+    if not c.reliable:
+        return c
+    r = h.result
+    level = f"{100 * h.level:.3g} % of α, look {r.look} of {r.n_looks}"
+    if h.confirmed is not None:
+        return _with(c, Verdict.BETTER if h.confirmed == Outcome.IMPROVEMENT else Verdict.WORSE,
+                     f"confirmed by the primary test (its share: {level}, p={r.p_value:.2g})")
+    p = f", p={r.p_value:.2g}" if r.p_value is not None else ""
+    return _with(c, Verdict.NOT_SIGNIFICANT, f"not confirmed by the primary test (its share: {level}{p})")
 
 
 # ---------------------------------------------------------------------------------------- noise, drift
@@ -771,16 +794,16 @@ def summarize_candidate(run: RunData, cand: str, floors: dict[str, float] | None
                         spec: VerdictSpec | None = None) -> CandidateSummary:
     floors = noise_floors(run) if floors is None else floors
     spec = verdict_spec(run) if spec is None else spec
-    cells = candidate_cells(run, cand, floors)
+    decided = decided_after(run, cand)
+    test = primary(run, cand, spec, look=decided if decided is not None else stopped_after(run))
+    ev = test.evaluation
+    cells = candidate_cells(run, cand, floors, primary=ev)
     counts = dict.fromkeys(Verdict, 0)
     for c in cells.values():
         if c.verdict is not None:
             counts[c.verdict] += 1
     ratios = [c.ratio for (_, k), c in cells.items() if k == "output_throughput" and c.ratio]
     geo = (geometric_mean_ratio(ratios) - 1) * 100 if ratios else None
-    decided = decided_after(run, cand)
-    test = primary(run, cand, spec, look=decided if decided is not None else stopped_after(run))
-    ev = test.evaluation
     overall = NO_DATA if ev is None or not any(c.tested for c in cells.values()) else ev.outcome.value
     return CandidateSummary(candidate=cand, baseline=run.baseline, overall=overall, spec=spec, evaluation=ev,
                             cells=cells, counts=counts, geomean_throughput_pct=geo, points=len(ratios),

@@ -143,6 +143,7 @@ class Card:
     rounds: str | None = None  # rounds used (and dropped)
     correctness: list[str] = field(default_factory=list)  # greedy equivalence, accuracy gate
     lines: list[str] = field(default_factory=list)  # reason, where it changed
+    points: Table | None = None  # where it acted: per serving point, before → after, Δ and that point's word
 
     def __post_init__(self) -> None:
         if self.style not in OUTCOME_STYLES:

@@ -31,7 +31,7 @@ from pydantic import (
 )
 
 from suite.errors import MatrixError
-from suite.verdict import VerdictSpec
+from suite.verdict import EXPECT_OTHERS, VerdictSpec
 
 ARM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -768,12 +768,14 @@ class Matrix(Strict):
             for i, point in enumerate(self.latency):
                 if point.input_len + point.output_len > model.max_model_len:
                     raise ValueError(f"latency[{i}]: input_len + output_len exceeds {limit}")
-        if self.verdict is not None and self.verdict.points is not None:
+        if self.verdict is not None and (self.verdict.points is not None or self.verdict.expect is not None):
             ids = [serve_point_id(b.isl, b.osl, c, b.prompts_for(c), b.duration_s) for b in self.serve
                    for c in b.concurrency]
-            if unknown := [p for p in self.verdict.points if p not in ids]:
-                raise ValueError(f"verdict.points: {unknown} are not serving points of this matrix; its points: "
-                                 f"{', '.join(dict.fromkeys(ids)) or '(none)'}")
+            for field, named in (("points", self.verdict.points or ()),
+                                 ("expect", [p for p in self.verdict.expect or {} if p != EXPECT_OTHERS])):
+                if unknown := [p for p in named if p not in ids]:
+                    raise ValueError(f"verdict.{field}: {unknown} are not serving points of this matrix; its points: "
+                                     f"{', '.join(dict.fromkeys(ids)) or '(none)'}")
         if not (self.serve or self.latency or self.accuracy or self.kernel or self.layer or self.profile):
             raise ValueError("nothing to measure: give serve, latency, accuracy, kernel, layer or profile")
         if self.repeats == "auto":

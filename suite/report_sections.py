@@ -34,6 +34,7 @@ from suite.document import (
     Section,
     Table,
     code,
+    fmt,
     fmt_p,
     literal,
     outcome_style,
@@ -46,7 +47,16 @@ from suite.quality.series import DRIFT_MIN_ROUNDS
 from suite.stages.accuracy.read import GATE_FILTER, ArmsCorrectness
 from suite.stats import METRICS, Verdict, fmt_interval, fmt_pct
 from suite.store import Manifest, MatrixRecord
-from suite.verdict import SPENDING_LABEL, Outcome, PrimaryResult, cannot_make, confirmed_change
+from suite.verdict import (
+    COMPOSITE_WEIGHT,
+    SPENDING_LABEL,
+    Evaluation,
+    Hypothesis,
+    Outcome,
+    PointWord,
+    PrimaryResult,
+    point_word,
+)
 
 MAX_SHOWN_PCT = 1000.0  # an MDE beyond +1,000 % (×11) is said in words
 # the composite's interval is shown unless it spans more than a factor 11 either way around its estimate (an
@@ -256,6 +266,101 @@ def _reason(s: CandidateSummary, c: PrimaryResult, unit: str) -> str:
     return f"neither a change nor equivalence within ±{s.spec.target_pct:g} %: {p}{plan} ({where})"
 
 
+def point_labels(run: RunData) -> dict[str, str]:
+    """Short names of the serving points: ``c8`` when every point has one ISL/OSL, else ``1024/1024 c8``; the
+    point's id where two would read alike."""
+    shapes = {(p.params.isl, p.params.osl) for p in run.points.values()}
+    labels = {pid: (f"c{p.params.concurrency}" if len(shapes) == 1 else
+                    f"{p.params.isl}/{p.params.osl} c{p.params.concurrency}") for pid, p in run.points.items()}
+    seen = [*labels.values()]
+    return {pid: label if seen.count(label) == 1 else pid for pid, label in labels.items()}
+
+
+WORD_STYLE = {PointWord.BETTER: "better", PointWord.WORSE: "worse", PointWord.BOTH: "unreliable",
+              PointWord.EQUAL: "not-significant", PointWord.UNDECIDED: "missing"}
+EXPECTED_WORDS = {"better": {PointWord.BETTER}, "worse": {PointWord.WORSE}, "flat": {PointWord.EQUAL},
+                  "changed": {PointWord.BETTER, PointWord.WORSE, PointWord.BOTH}}
+
+
+def _said(h: Hypothesis, label: str | None = None) -> str:
+    """"Mean TTFT +4.1 %": a cell by its metric (and point) and its own Δ (a latency rise is +)."""
+    name = METRICS[str(h.metric)].label if label is None else f"{label} {METRICS[str(h.metric)].label}"
+    return f"{name} {fmt_pct(h.result.delta_pct)}" if h.result.delta_pct is not None else name
+
+
+def point_says(cells: list[Hypothesis], main: Hypothesis, target_pct: float) -> str:
+    """A point's own word, with the other metrics that made it (the table shows the first declared metric)."""
+    word = point_word(cells)
+    if word == PointWord.EQUAL:
+        return f"equal within ±{target_pct:g} %"
+    if word == PointWord.UNDECIDED:
+        mde = main.result.mde_pct
+        return ("undecided" + (f" (could detect ±{mde:.1f} %)" if mde is not None and mde < MAX_SHOWN_PCT else ""))
+    others = [h for h in cells if h.confirmed is not None and h is not main]
+    return word.value + (f" ({', '.join(_said(h) for h in others)})" if others else "")
+
+
+def expectation_met(expected: str, word: PointWord) -> str:
+    """Whether a point did what the matrix said the change would do there."""
+    if word in EXPECTED_WORDS[expected]:
+        return "as expected"
+    if expected == "flat":
+        return "moved where nothing should" if word != PointWord.UNDECIDED else "not shown flat (undecided)"
+    if word == PointWord.UNDECIDED:
+        return "not seen (undecided)"
+    if word == PointWord.EQUAL:
+        return "not seen: equal"
+    return "the other way" if word in (PointWord.BETTER, PointWord.WORSE) else "both ways"
+
+
+def point_table(run: RunData, s: CandidateSummary) -> Table | None:
+    """The card's first lines: per tested point, the first declared metric before → after, Δ % with the interval
+    that decided it, and the point's own word (and, where the matrix declares it, what was expected)."""
+    ev = s.evaluation
+    if ev is None or not ev.cells:
+        return None
+    labels = point_labels(run)
+    first = s.spec.metrics[0]
+    expect = s.spec.expect is not None
+    rows = []
+    for point, cells in ev.points.items():
+        main = next((h for h in cells if h.metric == first), cells[0])
+        cell = s.cells.get((point, str(main.metric)))
+        move = (f"{fmt(cell.before)} → {fmt(cell.after)}" if cell is not None and cell.before is not None
+                and cell.after is not None else "—")
+        r = main.shown
+        own = r.own_interval_pct
+        delta = "—" if r.delta_pct is None else fmt_pct(r.delta_pct) + (
+            f" {fmt_interval(*own)}" if own is not None and not r.rci_too_wide else "")
+        word = point_word(cells)
+        row = [Cell(literal(labels.get(point, point))), Cell(move), Cell(delta),
+               Cell(point_says(cells, main, s.spec.target_pct), WORD_STYLE[word])]
+        if expect:
+            want = s.spec.expected(point)
+            row.append(Cell("—" if want is None else f"{want}: {expectation_met(want, word)}"))
+        rows.append(row)
+    m = METRICS[first]
+    return Table(["Point", f"{m.label} ({m.unit})", "Δ %", "Says", *(["Expected"] if expect else [])], rows,
+                 align=["left", "right", "right", "left", *(["left"] if expect else [])], name="points")
+
+
+def where_it_acts(run: RunData, ev: Evaluation) -> str:
+    """"better at c1; worse at c8, c16": the points by their words, the card's headline."""
+    labels = point_labels(run)
+    by: dict[PointWord, list[str]] = {}
+    for point, word in ev.point_words().items():
+        by.setdefault(word, []).append(literal(labels.get(point, point)))
+    if not ev.cells:
+        return ""
+    if set(by) == {PointWord.EQUAL}:
+        return "equal at every point"
+    composite = ev.composite_test.confirmed
+    if composite is not None and not any(h.confirmed for h in ev.cells):  # the whole confirmed, no point alone
+        return f"{'better' if composite == Outcome.IMPROVEMENT else 'worse'} over the points as a whole, no point alone"
+    order = (PointWord.BETTER, PointWord.WORSE, PointWord.BOTH, PointWord.EQUAL, PointWord.UNDECIDED)
+    return "; ".join(f"{w.value} at {', '.join(by[w])}" for w in order if w in by)
+
+
 def card(run: RunData, s: CandidateSummary) -> Card:
     title_ = f"{literal(s.candidate)} vs {literal(s.baseline)}"
     correct = correctness_lines(s.correctness)
@@ -285,7 +390,9 @@ def card(run: RunData, s: CandidateSummary) -> Card:
                        + (f": {c.n_rounds} {unit}s at that look's boundary (the run ended before the look after {nxt})"
                           if (nxt := _between_looks(s, c)) is not None else ""))
     metrics = ", ".join(METRICS[m].label for m in s.spec.metrics)
-    headline = f"composite {fmt_pct(c.estimate_pct)} {_interval(c.rci_low_pct, c.rci_high_pct)}"
+    composite = f"composite {fmt_pct(c.estimate_pct)} {_interval(c.rci_low_pct, c.rci_high_pct)}"
+    where = where_it_acts(run, ev) if len(ev.cells) > 1 else ""
+    headline = f"{where} · {composite}" if where else composite
     if run.order == "interleaved":  # the restart set is the unit: its blocks share one start of the servers
         rounds = (f"{c.n_rounds} restart set{'s' if c.n_rounds != 1 else ''} of servers alive at once, each the "
                   + (f"median of its {run.blocks} blocks" if run.blocks > 2 else
@@ -309,18 +416,14 @@ def card(run: RunData, s: CandidateSummary) -> Card:
     over = ("points" if s.spec.points is None else
             f"the {len(s.spec.points)} declared points ({', '.join(literal(p) for p in s.spec.points)}; the others "
             "are shown, not tested)")
-    lines = [f"{level}; better is +; composite of {metrics}, geometric mean over {over}",
-             _reason(s, c, unit)]
+    share = ev.composite_test.level
+    lines = [f"{level}; better is +; composite of {metrics}, geometric mean over {over}"
+             + (f"; tested at {100 * share:.3g} % of α beside {len(ev.cells)} point × metric tests (weighted Holm)"
+                if len(ev.cells) > 1 else ""),
+             ("composite: " if len(ev.cells) > 1 else "") + _reason(s, c, unit)]
     if c.n_rounds >= 2:  # the values the test ran on: one far from the others is what widens its interval
         lines.append(f"each {unit}'s score: " + ", ".join(
             f"{unit} {r} {fmt_pct(v)}" for r, v in zip(c.rounds, c.scores_pct, strict=True)))
-    if ev.outcome == Outcome.MIXED or ev.confirmed:
-        named = ", ".join(confirmed_change(METRICS[m].label, o, ev.per_metric.get(m)) for m, o in ev.confirmed.items())
-        if ev.outcome == Outcome.MIXED or c.significant:
-            lines.append(f"confirmed per metric (Holm across metrics): {named}")
-        else:  # named, not the word: a metric's own test beside the composite's would cry wolf more than alpha
-            lines.append(f"confirmed by a metric's own test only (Holm across metrics): {named}; alone it cannot make "
-                         f"{cannot_make(c)}")
     if changed:
         lines.insert(0, f"**{OUTPUT_CHANGED}**: greedy outputs differ from the baseline's in "
                         f"{eq.n - eq.n_identical} of {eq.n} prompts — a speed verdict says nothing about correctness")
@@ -330,20 +433,24 @@ def card(run: RunData, s: CandidateSummary) -> Card:
     if s.left_out:
         lines.append(f"{len(s.left_out)} values left out of the test by data-quality checks (see Data quality)")
     n = sum(s.counts.values())
-    lines.append(f"where (point × metric cells, Holm over {s.family_size}): {s.counts[Verdict.WORSE]} worse, "
-                 f"{s.counts[Verdict.BETTER]} better, {s.counts[Verdict.NOT_SIGNIFICANT]} not significant, "
-                 f"{s.counts[Verdict.UNRELIABLE]} unreliable of {n}"
-                 # a cell is unreliable for a data-quality finding or for an interval too wide to show: the
-                 # Data quality box lists only the first kind, so say where each cell's reason is
-                 + (" (each one's reason: Statistics per point)" if s.counts[Verdict.UNRELIABLE] else ""))
-    cells_changed = s.regressions + s.improvements
-    for c_ in cells_changed[:MAX_LISTED_CELLS]:
-        lo_hi = fmt_interval(*c_.interval) if c_.interval else ""
-        lines.append(f"{'▼ worse' if c_.verdict is Verdict.WORSE else '▲ better'}: {literal(c_.point)} "
-                     f"{METRICS[c_.metric].label} {fmt_pct(c_.delta_pct)} {lo_hi}")
-    if len(cells_changed) > MAX_LISTED_CELLS:
-        lines.append(f"… and {len(cells_changed) - MAX_LISTED_CELLS} more significant cells (Serving and "
-                     "Statistics per point below)")
+    tested = {(h.point, h.metric) for h in ev.cells}
+    others = {k: c_ for k, c_ in s.cells.items() if k not in tested}
+    if others:
+        worse = [c_ for c_ in others.values() if c_.verdict is Verdict.WORSE]
+        better = [c_ for c_ in others.values() if c_.verdict is Verdict.BETTER]
+        unreliable = sum(c_.verdict is Verdict.UNRELIABLE for c_ in s.cells.values())
+        lines.append(f"the other cells (every metric at every point, {len(others)} of {n}; not part of the word, Holm "
+                     f"among themselves): {len(worse)} worse, {len(better)} better"
+                     + (f"; {unreliable} of all {n} unreliable (each one's reason: Statistics per point)"
+                        if unreliable else ""))
+        shown = worse + better
+        for c_ in shown[:MAX_LISTED_CELLS]:
+            lo_hi = fmt_interval(*c_.interval) if c_.interval else ""
+            lines.append(f"{'▼ worse' if c_.verdict is Verdict.WORSE else '▲ better'}: {literal(c_.point)} "
+                         f"{METRICS[c_.metric].label} {fmt_pct(c_.delta_pct)} {lo_hi}")
+        if len(shown) > MAX_LISTED_CELLS:
+            lines.append(f"… and {len(shown) - MAX_LISTED_CELLS} more significant cells (Serving and "
+                         "Statistics per point below)")
     doubts = sorted({f"{f.check} ({f.arm})" for f in run.findings
                      if f.check in SESSION_CHECKS and f.arm in (s.baseline, s.candidate)})
     if doubts:  # what the rounds' independence rests on: the Data quality box has the numbers
@@ -368,7 +475,7 @@ def card(run: RunData, s: CandidateSummary) -> Card:
                         f"{_interval(cc.rci_low_pct, cc.rci_high_pct)} in this run; a speed verdict here is "
                         "evidence only for a change well beyond that (see the A/A control card)")
     return Card(title_, s.overall, outcome_style(s.overall), headline, mde=mde, rounds=rounds, correctness=correct,
-                lines=lines)
+                lines=lines, points=point_table(run, s))
 
 
 def control_card(run: RunData, s: CandidateSummary) -> Card:
@@ -425,15 +532,18 @@ def verdict_section(run: RunData) -> Section:
     spec = run.summaries[0].spec
     unit = rounds_word(run.order).removesuffix("s")  # what the test pairs: a restart set, or a round
     legend = Paragraph(
-        f"One primary test per candidate, declared before the run: per {unit}, the geometric mean over points and "
-        f"metrics of candidate/baseline (signed so better is +), paired by {unit}, t test over {unit}s. "
-        "**REGRESSION** / **IMPROVEMENT**: its interval excludes 0 and no metric's own test (Holm across metrics) "
-        "confirmed the other way; **EQUIVALENT**: the interval lies inside "
-        f"±{spec.target_pct:g} % (TOST) and no metric is confirmed changed; **MIXED**: metrics confirmed in both "
-        "directions, or one against the composite's; "
-        "**INCONCLUSIVE**: none of these, with the smallest change the run could have detected (a metric confirmed "
-        "by its own test alone is named, not made the word: beside the composite's test it would call an unchanged "
-        "candidate changed more often than the test's α). The cells below only show where it changed."
+        f"One primary test per candidate, declared before the run, asked at each point: every declared metric at "
+        f"every tested point (candidate/baseline per {unit}, paired by {unit}, t test over {unit}s), and their "
+        "composite (the geometric mean over them), tested as one family at family-wise α: the composite first "
+        f"holds {100 * COMPOSITE_WEIGHT:g} % of α and the point × metric tests share the rest, each confirmed test "
+        "passing its share to the others (weighted Holm over the looks' group-sequential boundaries). A point "
+        "reads **better** / **worse** when a test there is confirmed, **equal** when its interval lies inside "
+        f"±{spec.target_pct:g} % (TOST at the whole α), else **undecided** (with the change it could have "
+        "detected); Δ % and its interval are the test's own, at the level that decided the point's word. "
+        "**IMPROVEMENT** / **REGRESSION**: a test confirmed that way and none the other; **MIXED**: confirmed both "
+        "ways (a point better and another worse, or the composite against a point); **EQUIVALENT**: every "
+        f"point equal within ±{spec.target_pct:g} %; **INCONCLUSIVE**: none of these. The other cells (every "
+        "metric at every point) only show where else it moved."
         + (" **A/A control**: the baseline started again as a second arm and judged by the same test; "
            "**CONTROL FAILED** means two identical arms came out different, so this run's speed verdicts are "
            "suspect; it does not say why, and in a sound run it happens by chance too ("

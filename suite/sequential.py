@@ -47,13 +47,13 @@ def evaluate_look(run_dir: Path, spec: VerdictSpec, rounds: int, final: bool, co
             outcomes[cand], decided[cand], reasons[cand] = "INCONCLUSIVE", False, res.error or "no rounds yet"
             continue
         outcomes[cand] = str(ev.outcome)
-        decided[cand] = bool(ev.composite.decided)
+        decided[cand] = bool(ev.decided)
         reasons[cand] = ev.reason
     ctrl_word = ctrl_decided = None
     if run.aa_arm is not None and control:
         ctrl = primary(run, run.aa_arm, spec, look=rounds, final=final).evaluation
         ctrl_word = str(ctrl.outcome) if ctrl is not None else "INCONCLUSIVE"
-        ctrl_decided = bool(ctrl.composite.decided) if ctrl is not None else final
+        ctrl_decided = bool(ctrl.decided) if ctrl is not None else final
     return LookRecord(rounds=rounds, outcomes=outcomes, decided=decided, reasons=reasons, final=final,
                       control=ctrl_word, control_decided=ctrl_decided)
 

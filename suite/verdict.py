@@ -16,19 +16,22 @@ the plain conversion of the normal design's nominal alphas (``nominal_alphas``) 
 these df. Non-normal scores, lost rounds (df below plan) and the pooling rule are approximations checked by
 simulation (docs/statistics.md).
 
-Verdict at a look (interval = repeated confidence interval at the look's nominal level):
+Verdict of one test at a look (interval = repeated confidence interval at the look's nominal level):
 - IMPROVEMENT / REGRESSION: the interval excludes 0 (|t| above the look's boundary);
 - EQUIVALENT: the interval lies inside +-target (TOST, each one-sided test at half the look's alpha);
 - INCONCLUSIVE otherwise, or with fewer than 2 rounds, no spread, non-finite scores (the reason says which,
   and states the effect size the rounds could have detected).
-``overall_outcome`` adds MIXED: one metric confirmed better and another confirmed worse (Holm over metrics), or
-one confirmed against a significant composite; a metric confirmed beside an EQUIVALENT composite makes the word
-INCONCLUSIVE. One metric alone never makes the word a change: that stays the composite's.
+
+The word is the family's (``family_test``, ``family_word``): the composite and each declared metric at each
+tested point, weighted Holm over group-sequential tests at family-wise alpha (Maurer & Bretz 2013). MIXED when
+tests are confirmed both ways, IMPROVEMENT / REGRESSION when confirmed one way, EQUIVALENT only when every point
+lies within +-target (intersection-union), INCONCLUSIVE otherwise.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
@@ -49,12 +52,13 @@ from suite.stats import (
     WithinLayouts,
     fmt_interval,
     fmt_pct,
-    holm,
     mean_var,
     within_layouts,
 )
 
 Spending = Literal["obrien-fleming", "pocock"]
+Expectation = Literal["better", "worse", "changed", "flat"]
+EXPECT_OTHERS = "others"  # verdict.expect's key for every point not named
 SPENDING_LABEL = {"obrien-fleming": "O'Brien–Fleming", "pocock": "Pocock"}
 POOL_F_ALPHA = 0.05  # two-sided F test of equal variances before pooling with the A/A scores
 # candidate and A/A scores of one round share the baseline's session: with equal variances their
@@ -108,6 +112,24 @@ class VerdictSpec(BaseModel):
     points: tuple[str, ...] | None = Field(
         None, description="the serving points (ids as the report names them, e.g. isl128-osl64-c1-n16) where the "
         "change can act: only they feed the composite; the others are measured and shown; default: every point")
+
+    expect: dict[str, Expectation] | None = Field(
+        None, description="what the change should do, per serving point (ids as in points): better, worse, "
+        "changed (either way) or flat; the key `others` stands for every other point; the report says per point "
+        "whether it happened, and names any point that moved where nothing should")
+
+    @field_validator("expect")
+    @classmethod
+    def _expect(cls, value: dict[str, Expectation] | None) -> dict[str, Expectation] | None:
+        if value is not None and not value:
+            raise ValueError("expect: give at least one point, or leave it out")
+        return value
+
+    def expected(self, point: str) -> Expectation | None:
+        """What the change should do at ``point`` (None: nothing declared)."""
+        if self.expect is None:
+            return None
+        return self.expect.get(point, self.expect.get(EXPECT_OTHERS))
 
     @field_validator("points")
     @classmethod
@@ -259,9 +281,10 @@ def _pool_allowed(var_c: np.ndarray | float, var_aa: np.ndarray | float, df_c: f
     return fdtrc(df_c, df_aa, np.asarray(var_c) / np.asarray(var_aa)) >= POOL_F_ALPHA / 2
 
 
-@lru_cache(maxsize=64)
-def _t_process_alphas(looks: tuple[int, ...], max_rounds: int, alpha: float, spending: Spending,
-                      pooled: bool) -> tuple[float, ...]:
+@lru_cache(maxsize=8)
+def _t_process_p(looks: tuple[int, ...], pooled: bool) -> tuple[np.ndarray, ...]:
+    """Two-sided p-values of the t statistic at each look, for CALIBRATION_TRIALS simulated runs of normal scores
+    (seeded): one draw per design, shared by every alpha a look's boundary is placed for."""
     rng = np.random.default_rng(CALIBRATION_SEED)
     n_trials = CALIBRATION_TRIALS
     sums = np.zeros((4, n_trials))  # candidate: sum, sum of squares; A/A: sum, sum of squares
@@ -286,6 +309,14 @@ def _t_process_alphas(looks: tuple[int, ...], max_rounds: int, alpha: float, spe
             var = np.where(pool, (var + var_aa) / 2, var)
             df = np.where(pool, (2 * r - 2) / (1 + AA_CORRELATION**2), df)
         p[looks.index(r)] = 2 * stdtr(df, -np.abs(sums[0] / r) / np.sqrt(var / r))
+    return tuple(p)
+
+
+@lru_cache(maxsize=256)
+def _t_process_alphas(looks: tuple[int, ...], max_rounds: int, alpha: float, spending: Spending,
+                      pooled: bool) -> tuple[float, ...]:
+    p = _t_process_p(looks, pooled)
+    n_trials = CALIBRATION_TRIALS
     alive = np.ones(n_trials, bool)
     out, spent = [], 0.0
     for k, rounds in enumerate(looks):
@@ -545,6 +576,17 @@ class PrimaryResult:
         return self.outcome in (Outcome.IMPROVEMENT, Outcome.REGRESSION)
 
     @property
+    def own_interval_pct(self) -> tuple[float, float] | None:
+        """The repeated interval in the metric's own direction (a latency rise is +), as ``delta_pct`` is."""
+        lo, hi = self.rci_low_pct, self.rci_high_pct
+        if lo is None or hi is None:
+            return None
+        if self.metric is None or METRICS[self.metric].higher_is_better:
+            return lo, hi
+        return (100.0 / (1 + hi / 100) - 100 if math.isfinite(hi) else -100.0,
+                100.0 / (1 + lo / 100) - 100 if lo > -100 else math.inf)
+
+    @property
     def rci_too_wide(self) -> bool:
         """The repeated interval spans more than a factor of 2 either way (e.g. at an early look): show it as
         "too wide" rather than as numbers unless it decided something (then it excludes 0 and is shown)."""
@@ -721,96 +763,237 @@ def primary_test(
                          reason=reason)
 
 
-# --------------------------------------------------------------------------- several metrics
+# --------------------------------------------------------------------------- the family: the composite and every point × metric
 
 
-def holm_confirmed(per_metric: Mapping[str, PrimaryResult], alpha: float) -> dict[str, Outcome]:
-    """Metrics whose test survives Holm's step-down at ``alpha``, with their direction."""
-    tests = {name: r.p_value for name, r in per_metric.items()
-             if r.p_value is not None and r.mean_log is not None and math.isfinite(r.p_value)}
-    return {name: Outcome.IMPROVEMENT if (per_metric[name].mean_log or 0.0) > 0 else Outcome.REGRESSION
-            for name in holm(tests, alpha, m=len(per_metric))}
+COMPOSITE_WEIGHT = 0.7  # the composite's initial share of alpha; the point × metric cells share the rest alike
 
 
-def overall_outcome(per_metric: Mapping[str, PrimaryResult], composite: PrimaryResult) -> Outcome:
-    """The word never contradicts a metric the test confirmed (Holm across metrics at the composite look's
-    nominal alpha), and one metric alone never makes it a change: MIXED when metrics are confirmed in both
-    directions, or the composite is significant and a metric is confirmed the other way; a metric confirmed
-    changed beside an EQUIVALENT composite makes it INCONCLUSIVE (not equivalent, and not a change the declared
-    test made); otherwise the composite's outcome.
+class PointWord(StrEnum):
+    """What the family says of one serving point (all its declared metrics)."""
 
-    A metric alone never moves the word to REGRESSION or IMPROVEMENT: its own test beside the composite's would
-    let a no-change candidate be called changed more often than alpha (6.4 % against 4.9 % at the demo's three
-    sets under the box's measured spread, benchmarks/simulation/word_rule.py); a confirmed metric is named in the
-    reason and on the card instead."""
-    confirmed = set(holm_confirmed(per_metric, composite.nominal_alpha).values())
-    if {Outcome.IMPROVEMENT, Outcome.REGRESSION} <= confirmed:
-        return Outcome.MIXED
-    if composite.significant:
-        opposite = Outcome.IMPROVEMENT if composite.outcome == Outcome.REGRESSION else Outcome.REGRESSION
-        return Outcome.MIXED if opposite in confirmed else composite.outcome
-    if composite.outcome == Outcome.EQUIVALENT and confirmed:
-        return Outcome.INCONCLUSIVE
-    return composite.outcome
+    BETTER = "better"
+    WORSE = "worse"
+    BOTH = "better and worse"  # one metric confirmed better, another worse, at the same point
+    EQUAL = "equal"  # every metric's interval inside ±target
+    UNDECIDED = "undecided"
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    """One test of the family: the composite (``point`` None) or one metric at one point."""
+
+    point: str | None
+    metric: str | None  # None: the composite of spec.metrics
+    result: PrimaryResult  # at its own level: the look that confirmed it, else the look evaluated
+    level: float  # its share of alpha in that test (weighted Holm: grows as others are confirmed)
+    confirmed: Outcome | None  # IMPROVEMENT / REGRESSION once the family rejected its null
+    # not confirmed, and its interval at the whole alpha (``equivalence``) inside ±target: intersection-union
+    # TOST, each point on its own at alpha (no multiplicity: every point must pass for EQUIVALENT)
+    equal: bool = False
+    equivalence: PrimaryResult | None = None  # the same test at the whole alpha (the TOST's interval)
+
+    @property
+    def decided(self) -> bool:
+        return self.confirmed is not None or self.equal
+
+    @property
+    def shown(self) -> PrimaryResult:
+        """The test whose interval decided its word: the whole-alpha one of an equal cell, else its own."""
+        return self.equivalence if self.equal and self.equivalence is not None else self.result
+
+
+def point_word(cells: Sequence[Hypothesis]) -> PointWord:
+    seen = {c.confirmed for c in cells} - {None}
+    if {Outcome.IMPROVEMENT, Outcome.REGRESSION} <= seen:
+        return PointWord.BOTH
+    if seen:
+        return PointWord.BETTER if Outcome.IMPROVEMENT in seen else PointWord.WORSE
+    return PointWord.EQUAL if cells and all(c.equal for c in cells) else PointWord.UNDECIDED
 
 
 @dataclass(frozen=True)
 class Evaluation:
-    outcome: Outcome  # overall: the composite's, or MIXED
+    """One candidate at one look: the family of tests (the composite and each declared metric at each declared
+    point) and the word it makes."""
+
+    outcome: Outcome
     reason: str
-    composite: PrimaryResult
-    per_metric: dict[str, PrimaryResult]
-    confirmed: dict[str, Outcome]  # metrics confirmed better/worse (Holm across metrics)
-    dropped: tuple[str, ...]  # rounds dropped from the pairing
-    skipped: tuple[str, ...]  # values skipped inside kept rounds (zero or missing)
+    tests: tuple[Hypothesis, ...]  # the composite's, then point × metric in the order of the points and metrics
+    decided: bool  # stop now: every test of the family decided (changed or equal), the last look, or final
+    dropped: tuple[str, ...] = ()  # rounds dropped from the pairing
+    skipped: tuple[str, ...] = ()  # values skipped inside kept rounds (zero or missing)
+
+    @property
+    def composite(self) -> PrimaryResult:
+        """The composite's test, at its level in the family."""
+        return self.tests[0].result
+
+    @property
+    def composite_test(self) -> Hypothesis:
+        return self.tests[0]
+
+    @property
+    def cells(self) -> tuple[Hypothesis, ...]:
+        return self.tests[1:]
+
+    @property
+    def points(self) -> dict[str, list[Hypothesis]]:
+        """point -> its cells, in the declared order."""
+        out: dict[str, list[Hypothesis]] = {}
+        for c in self.cells:
+            out.setdefault(str(c.point), []).append(c)
+        return out
+
+    def point_words(self) -> dict[str, PointWord]:
+        return {p: point_word(cs) for p, cs in self.points.items()}
+
+    @property
+    def confirmed(self) -> list[Hypothesis]:
+        """The tests the family confirmed, the composite first."""
+        return [h for h in self.tests if h.confirmed is not None]
 
 
-def confirmed_change(name: str, outcome: Outcome, r: PrimaryResult | None) -> str:
-    """"<name> worse (+2.6%, p=0.0064)": a confirmed metric as the verdict's reason and the card name it, with its
-    own Δ (a latency rise is +) and p."""
-    said = f"{name} {'better' if outcome == Outcome.IMPROVEMENT else 'worse'}"
-    if r is None or r.delta_pct is None:
-        return said
-    return f"{said} ({fmt_pct(r.delta_pct)}" + (f", p={r.p_value:.2g})" if r.p_value is not None else ")")
+def family_word(composite: Hypothesis, cells: Sequence[Hypothesis]) -> Outcome:
+    """The word from the family: MIXED when tests are confirmed in both directions (a point better and another
+    worse, or one metric better and another worse, or the composite one way and a point the other);
+    IMPROVEMENT / REGRESSION when any is confirmed and all of those one way; EQUIVALENT only when every cell's
+    interval lies inside ±target (intersection-union: each point within the margin); INCONCLUSIVE otherwise."""
+    seen = {h.confirmed for h in (composite, *cells)} - {None}
+    if {Outcome.IMPROVEMENT, Outcome.REGRESSION} <= seen:
+        return Outcome.MIXED
+    if seen:
+        return next(iter(seen))
+    if cells and all(c.equal for c in cells):
+        return Outcome.EQUIVALENT
+    return Outcome.INCONCLUSIVE
 
 
-def cannot_make(composite: PrimaryResult) -> str:
-    """What a metric confirmed by its own test alone cannot do to the word (the reason's and the card's words)."""
-    return "the word a change" + (", nor let it be EQUIVALENT" if composite.outcome == Outcome.EQUIVALENT else "")
+def _within(r: PrimaryResult, target_pct: float) -> bool:
+    """The test's repeated interval lies inside ±target (TOST at its nominal alpha)."""
+    if r.mean_log is None or r.se_log is None or r.boundary_t is None or not math.isfinite(r.boundary_t):
+        return False
+    delta = math.log1p(target_pct / 100)
+    return r.mean_log - r.boundary_t * r.se_log > -delta and r.mean_log + r.boundary_t * r.se_log < delta
+
+
+def _upto(scores: Mapping[int, float], n: int) -> dict[int, float]:
+    """The first ``n`` rounds (by index) of a score series: what a look after n rounds had."""
+    return dict(sorted(scores.items())[:n])
+
+
+def family_test(
+    composite_scores: Mapping[int, float],
+    cell_scores: Mapping[tuple[str, str], Mapping[int, float]],
+    spec: VerdictSpec,
+    *,
+    aa_composite: Mapping[int, float] | None = None,
+    look: int | None = None,
+    final: bool = False,
+    phases: int = 1,
+) -> tuple[Hypothesis, tuple[Hypothesis, ...]]:
+    """The composite and every (point, metric) cell tested as one family at family-wise ``spec.alpha`` over the
+    looks: weighted Holm (a graphical procedure) over group-sequential tests, Maurer & Bretz (2013).
+
+    Initial weights: the composite COMPOSITE_WEIGHT, the cells the rest alike (one cell alone: the cell is the
+    composite, tested once). At each look, from the first to ``look``, every test not yet confirmed is tested at
+    that look's boundary for its current level alpha * w_i / (sum of the weights still untested), the boundary of
+    the same spending function at that alpha (``look_alphas``, calibrated on the t statistics); a test confirmed
+    passes its weight to the others in proportion (levels grow; the step repeats until none is confirmed), and
+    stays confirmed at later looks. A look j before ``look`` is taken on the first ``spec.looks[j-1]`` rounds.
+    Each test is ``primary_test`` at its level: its interval is the repeated interval that decides it, and a cell
+    is equal within ±target when that interval lies inside the margin."""
+    k = _resolve_look(spec, look, len(composite_scores))
+    single = len(cell_scores) == 1
+    w = {None: 1.0 if single else COMPOSITE_WEIGHT}
+    if not single:
+        w |= {key: (1 - COMPOSITE_WEIGHT) / len(cell_scores) for key in cell_scores}
+    done: dict[tuple[str, str] | None, tuple[PrimaryResult, float]] = {}
+    current: dict[tuple[str, str] | None, tuple[PrimaryResult, float]] = {}
+
+    def test(key: tuple[str, str] | None, level: float, j: int, n: int | None) -> PrimaryResult:
+        at = spec.model_copy(update={"alpha": spec.alpha * level})
+        last = j == k
+        if key is None:
+            aa = _upto(aa_composite, n) if aa_composite is not None and n is not None else aa_composite
+            return primary_test(composite_scores if n is None else _upto(composite_scores, n), at, look=j,
+                                aa_scores=aa, final=final and last, phases=phases)
+        scores = cell_scores[key]
+        return primary_test(scores if n is None else _upto(scores, n), at, look=j, final=final and last,
+                            metric=key[1], phases=phases)
+
+    for j in range(1, k + 1):
+        n = None if j == k else spec.looks[j - 1]
+        while True:
+            left = [h for h in w if h not in done]
+            if not left:
+                break
+            total = sum(w[h] for h in left)
+            current = {h: (test(h, w[h] / total, j, n), w[h] / total) for h in left}
+            hits = [h for h, (r, _) in current.items() if r.significant]
+            if not hits:
+                break
+            for h in hits:  # any order: weighted Holm rejects the same set whichever it takes first
+                done[h] = current[h]
+    results = {**current, **done}
+
+    def hyp(key: tuple[str, str] | None) -> Hypothesis:
+        r, level = results[key]
+        if key in done:
+            return Hypothesis(point=None if key is None else key[0], metric=None if key is None else key[1],
+                              result=r, level=level, confirmed=r.outcome)
+        whole = test(key, 1.0, k, None) if level < 1 else r
+        return Hypothesis(point=None if key is None else key[0], metric=None if key is None else key[1], result=r,
+                          level=level, confirmed=None, equal=_within(whole, spec.target_pct), equivalence=whole)
+
+    composite = hyp(None)
+    if single:  # the one cell is the composite's own test, under the cell's name
+        (key,) = cell_scores
+        r, level = results[None]
+        r_cell = test(key, level, r.look, None if r.look == k else spec.looks[r.look - 1])
+        cell = Hypothesis(point=key[0], metric=key[1], result=r_cell, level=level, confirmed=composite.confirmed,
+                          equal=composite.confirmed is None and _within(r_cell, spec.target_pct),
+                          equivalence=r_cell)
+        return composite, (cell,)
+    return composite, tuple(hyp(key) for key in cell_scores)
+
+
+def confirmed_change(h: Hypothesis, point_label: str | None = None) -> str:
+    """"c8 Mean TPOT worse (+2.4%)": a confirmed test as the reason names it, with its own Δ (a latency rise is +)."""
+    what = "composite" if h.metric is None else f"{point_label or h.point} {METRICS[h.metric].label}"
+    said = f"{what} {'better' if h.confirmed == Outcome.IMPROVEMENT else 'worse'}"
+    return f"{said} ({fmt_pct(h.result.delta_pct)})" if h.result.delta_pct is not None else said
 
 
 def evaluate_scores(
     composite_scores: Mapping[int, float],
-    metric_scores: Mapping[str, Mapping[int, float]],
+    cell_scores: Mapping[tuple[str, str], Mapping[int, float]],
     spec: VerdictSpec,
     *,
     aa_composite: Mapping[int, float] | None = None,
-    aa_metric_scores: Mapping[str, Mapping[int, float]] | None = None,
     look: int | None = None,
     final: bool = False,
     phases: int = 1,
 ) -> Evaluation:
-    """The composite test and one test per metric (same method, same look) on per-round scores, combined
-    into the overall outcome (MIXED by Holm across metrics). ``phases``: see ``primary_test``."""
-    composite = primary_test(composite_scores, spec, look=look, aa_scores=aa_composite, final=final, phases=phases)
-    per_metric = {
-        m: primary_test(metric_scores[m], spec, look=composite.look, final=final, metric=m, phases=phases,
-                        aa_scores=aa_metric_scores.get(m) if aa_metric_scores is not None else None)
-        for m in spec.metrics
-    }
-    confirmed = holm_confirmed(per_metric, composite.nominal_alpha)
-    outcome = overall_outcome(per_metric, composite)
-    parts = [confirmed_change(m, o, per_metric[m]) for m, o in confirmed.items()]
-    if outcome == Outcome.MIXED:
-        reason = (f"confirmed (Holm across metrics): {', '.join(parts)}; composite "
-                  f"{composite.outcome.value}: {composite.reason}")
-    elif parts and not composite.significant:  # named, not the word: one metric's test cannot decide it alone
-        reason = (f"confirmed by its own test only (Holm across metrics): {', '.join(parts)}, which alone cannot make "
-                  f"{cannot_make(composite)}; composite {composite.outcome.value}: {composite.reason}")
+    """The family (``family_test``) and its word (``family_word``); decided when every test is (confirmed, or a
+    cell equal within ±target, or the composite's own test decided), or at the design's last look, or final."""
+    composite, cells = family_test(composite_scores, cell_scores, spec, aa_composite=aa_composite, look=look,
+                                   final=final, phases=phases)
+    outcome = family_word(composite, cells)
+    c = composite.result
+    last = final or c.look == c.n_looks
+    # stop once every point is decided and the composite is, or a point already says which way
+    decided = last or (all(h.decided for h in cells) and (composite.decided or any(h.confirmed for h in cells)))
+    confirmed = [h for h in (composite, *cells) if h.confirmed is not None]
+    if confirmed:
+        reason = (f"confirmed (weighted Holm over the composite and {len(cells)} point × metric test"
+                  f"{'s' if len(cells) != 1 else ''}): " + ", ".join(confirmed_change(h) for h in confirmed)
+                  + f"; composite: {c.reason}")
+    elif outcome == Outcome.EQUIVALENT:
+        reason = f"every point within ±{spec.target_pct:g} %; composite: {c.reason}"
     else:
-        reason = composite.reason
-    return Evaluation(outcome=outcome, reason=reason, composite=composite, per_metric=per_metric,
-                      confirmed=confirmed, dropped=(), skipped=())
+        reason = c.reason
+    return Evaluation(outcome=outcome, reason=reason, tests=(composite, *cells), decided=decided)
 
 
 def evaluate(
@@ -825,14 +1008,26 @@ def evaluate(
     phases: int = 1,
 ) -> Evaluation:
     """Everything for one candidate at one look: pair rounds by index, score them (``round_scores``, its notes
-    naming a round ``unit``), then ``evaluate_scores``. ``*_rounds``: round index -> point -> metric -> value
-    (that round's session)."""
+    naming a round ``unit``): the composite, and each declared metric at each point both arms have; then
+    ``evaluate_scores``. ``*_rounds``: round index -> point -> metric -> value (that round's session)."""
     comp = round_scores(base_rounds, cand_rounds, spec.metrics, unit)
-    per = {m: round_scores(base_rounds, cand_rounds, (m,)).scores for m in spec.metrics}
-    aa_comp = aa_per = None
-    if aa_rounds is not None:
-        aa_comp = round_scores(base_rounds, aa_rounds, spec.metrics).scores
-        aa_per = {m: round_scores(base_rounds, aa_rounds, (m,)).scores for m in spec.metrics}
-    ev = evaluate_scores(comp.scores, per, spec, aa_composite=aa_comp, aa_metric_scores=aa_per, look=look,
-                         final=final, phases=phases)
+    points = sorted({p for rows in (*base_rounds.values(), *cand_rounds.values()) for p in rows},
+                    key=_point_order)
+    cells: dict[tuple[str, str], dict[int, float]] = {}
+    for point in points:
+        b = {r: {point: rows[point]} for r, rows in base_rounds.items() if point in rows}
+        c = {r: {point: rows[point]} for r, rows in cand_rounds.items() if point in rows}
+        for m in spec.metrics:
+            scores = round_scores(b, c, (m,)).scores if b and c else {}
+            if len(scores) >= 1 and any(m in rows.get(point, {}) for rows in base_rounds.values()):
+                cells[(point, m)] = {r: v for r, v in scores.items() if r in comp.scores or not comp.scores}
+    aa_comp = round_scores(base_rounds, aa_rounds, spec.metrics).scores if aa_rounds is not None else None
+    ev = evaluate_scores(comp.scores, cells, spec, aa_composite=aa_comp, look=look, final=final, phases=phases)
     return replace(ev, dropped=comp.dropped, skipped=comp.skipped)
+
+
+def _point_order(point: str) -> tuple:
+    """Serving points in reading order: by input length, output length, concurrency (the numbers of
+    ``isl128-osl64-c8-n64``), then by name; an id of another shape sorts by name after them."""
+    m = re.fullmatch(r"isl(\d+)-osl(\d+)-c(\d+)(?:-.*)?", point)
+    return (0, int(m[1]), int(m[2]), int(m[3]), point) if m else (1, 0, 0, 0, point)

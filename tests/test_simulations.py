@@ -72,26 +72,26 @@ def test_crossed_groups_simulation_takes_the_gpu_difference_out_through_the_real
     assert all(o == Outcome.REGRESSION for o in runs([(0, 1)] * 6, 0.0, 1))
 
 
-def test_word_rule_simulation_runs_the_report_rule_and_the_one_before():
-    """benchmarks/simulation/word_rule.py through evaluate_scores: TTFT alone 6 % worse and steady, the rest noisy, is
-    confirmed on its own and the composite is EQUIVALENT; the word is INCONCLUSIVE, the rule before said
-    REGRESSION. Under the measured spread, no-change runs: a change word only where the composite (or metrics
-    in both directions) made it."""
-    import math
+def test_point_family_simulation_runs_the_family_through_the_real_plan_and_runner():
+    """benchmarks/simulation/point_family.py: one run of each scenario at very low noise through evaluate and
+    SequentialRun: a trade-off reads MIXED naming both points, one point moved reads that point alone, a
+    uniform slowdown REGRESSION at every point, and the rule before (the composite alone) says neither."""
+    from suite.verdict import Outcome, PointWord
 
-    from suite.verdict import Outcome
+    sim = simulation("point_family")
+    rng = np.random.default_rng(0)
 
-    sim = simulation("word_rule")
-    spec = sim.DESIGNS["demo: one look after 3 sets"]
-    rng = np.random.default_rng(1)
-    quiet = np.diag([0.05, 0.002, 0.05, 0.05])  # TTFT steady, the others noisy and unchanged
-    ev = sim.one_run(rng, spec, quiet, np.array(sim.CASES["TTFT alone 6 % worse"]), None)
-    assert ev.composite.outcome == Outcome.EQUIVALENT and ev.confirmed == {"mean_ttft_ms": Outcome.REGRESSION}
-    assert ev.outcome == Outcome.INCONCLUSIVE and sim.old_word(ev) == Outcome.REGRESSION
-    cov = sim.CORR * np.outer(sim.SD, sim.SD)
-    root = sim.covariance_root(cov)
-    assert np.allclose(root @ root.T, cov) and math.isclose(sim.SD[1], 0.04746)
-    for _ in range(200):
-        ev = sim.one_run(rng, spec, root, np.zeros(4), None)
-        if ev.outcome in sim.CHANGE:
-            assert ev.composite.significant or set(ev.confirmed.values()) >= {Outcome.IMPROVEMENT, Outcome.REGRESSION}
+    def one(scenario, effects):
+        task = sim.Task("gpu", scenario, effects, 0.0002, "none", 1, 0, sim.verdict.COMPOSITE_WEIGHT)
+        return sim.one_trial(rng, task, 0)
+
+    p = sim.POINTS
+    trade = one("tradeoff", sim.SCENARIOS["tradeoff"])
+    assert trade.word == Outcome.MIXED and trade.old_word != Outcome.MIXED
+    assert trade.words[p[0]] == PointWord.BETTER and trade.words[p[3]] == PointWord.WORSE
+    local = one("local", sim.SCENARIOS["local"])
+    assert local.word == Outcome.REGRESSION and local.words[p[2]] == PointWord.WORSE
+    assert [q for q, w in local.words.items() if w in (PointWord.BETTER, PointWord.WORSE)] == [p[2]]
+    uniform = one("uniform", sim.SCENARIOS["uniform"])
+    assert uniform.word == uniform.old_word == Outcome.REGRESSION
+    assert set(uniform.words.values()) == {PointWord.WORSE}

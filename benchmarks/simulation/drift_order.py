@@ -215,9 +215,9 @@ def sequential_run(rng: np.random.Generator, noise: Noise, effect_pct: float, sp
         if own and seq.control_after is None:
             ctrl = judge("baseline.aa", n, k, last, ctrl_spec)
             word = str(ctrl.outcome) if ctrl is not None else "INCONCLUSIVE"
-            decided = bool(ctrl.composite.decided) if ctrl is not None else last
+            decided = bool(ctrl.decided) if ctrl is not None else last
         look = seq.take_look(LookRecord(rounds=n, outcomes={"candidate": str(cand.outcome)},
-                                        decided={"candidate": cand.composite.decided}, final=last,
+                                        decided={"candidate": cand.decided}, final=last,
                                         control=word, control_decided=decided))
         if seq.stop_after is not None:
             if look.control is None:  # judged where the run stopped (the report's test, final)

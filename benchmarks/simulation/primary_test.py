@@ -15,8 +15,9 @@ metric. Throughput = base * exp(g + e_p + e_pm), latency = base * exp(-(g + e_p)
 
 Per trial the SAME functions as the runner: suite.verdict.round_scores (composite and per metric, paired
 by round index, candidate and A/A against the baseline) -> primary_test on the composite at each planned
-look (spending boundaries, A/A pooling) -> at the first look that decides, evaluate_scores (the same
-composite test plus the per-metric tests, Holm for MIXED) gives the outcome.
+look (spending boundaries, A/A pooling, the whole alpha) -> the outcome at the first look that decides. These
+are the composite test's own rates; the report's word comes from the family of the composite and every point ×
+metric test, which gives the composite 0.7 of alpha (benchmarks/simulation/point_family.py).
 A false positive is an A/A-like candidate (effect 0) called REGRESSION, IMPROVEMENT or MIXED; power is
 the share of runs that call a true slowdown REGRESSION. Seeds are fixed: the printed numbers repeat.
 """
@@ -42,7 +43,6 @@ from suite.verdict import (
     POOL_F_ALPHA,
     Outcome,
     VerdictSpec,
-    evaluate_scores,
     look_alphas,
     nominal_alphas,
     primary_test,
@@ -123,27 +123,20 @@ def one_run(rng: np.random.Generator, noise: Noise, effect_pct: float, spec: Ver
     data = simulate_rounds(rng, noise, effect_pct, spec.max_rounds, order, drift)
     base, aa, cand = (data[a] for a in ARMS)
     comp = round_scores(base, cand, spec.metrics).scores
-    per = {m: round_scores(base, cand, (m,)).scores for m in spec.metrics}
     aa_comp = round_scores(base, aa, spec.metrics).scores if use_aa else None
-    aa_per = {m: round_scores(base, aa, (m,)).scores for m in spec.metrics} if use_aa else None
 
     def upto(scores: dict[int, float] | None, n: int) -> dict[int, float] | None:
         return None if scores is None else {r: v for r, v in scores.items() if r < n}
 
     for k, n in enumerate(spec.looks, 1):
-        # the composite decides when to stop; the per-metric tests (MIXED) only matter where it stops
-        if not primary_test(upto(comp, n), spec, look=k, aa_scores=upto(aa_comp, n)).decided:
+        # the composite's own test at the whole alpha, stopped where it decides (the point × metric family that
+        # makes the report's word shares alpha with it: benchmarks/simulation/point_family.py)
+        res = primary_test(upto(comp, n), spec, look=k, aa_scores=upto(aa_comp, n))
+        if not res.decided:
             continue
-        ev = evaluate_scores(
-            upto(comp, n), {m: upto(s, n) for m, s in per.items()}, spec,
-            aa_composite=upto(aa_comp, n),
-            aa_metric_scores={m: upto(s, n) for m, s in aa_per.items()} if aa_per else None,
-            look=k,
-        )
-        control = (evaluate_scores(upto(aa_comp, n), {m: upto(s, n) for m, s in aa_per.items()},
-                                   spec.model_copy(update={"pool_aa": False}), look=k).outcome
-                   if aa_comp is not None and aa_per is not None else None)
-        return RunOutcome(ev.outcome, n, control)
+        control = (primary_test(upto(aa_comp, n), spec.model_copy(update={"pool_aa": False}), look=k).outcome
+                   if aa_comp is not None else None)
+        return RunOutcome(res.outcome, n, control)
     raise AssertionError("the last look always decides")
 
 

@@ -157,7 +157,8 @@ def card(c: Card) -> str:
     lines = "".join(f"<li>{inline(x)}</li>" for x in c.lines)
     correct = "".join(f"<li>{inline(x)}</li>" for x in c.correctness)
     return (f"<div class='card ov-{esc(c.style)}'><div class='cand'>{inline(c.title)}</div>"
-            f"<div class='overall'>{esc(c.word)}</div><div class='headline'>{inline(c.headline)}</div>{facts}"
+            f"<div class='overall'>{esc(c.word)}</div><div class='headline'>{inline(c.headline)}</div>"
+            + (table(c.points) if c.points is not None else "") + facts
             + (f"<ul class='lines'>{lines}</ul>" if lines else "")
             + (f"<div class='sub'>Correctness</div><ul class='correct'>{correct}</ul>" if correct else "")
             + "</div>")

@@ -39,6 +39,8 @@ def table(t: Table) -> str:
 
 def card(c: Card) -> str:
     lines = [f"- **{c.title}: {c.word}** — {c.headline}"]
+    if c.points is not None:  # inside the list item: indented, with a blank line either side
+        lines += ["", *("  " + ln if ln else "" for ln in table(c.points).splitlines()), ""]
     facts = [x for x in (c.rounds, c.mde) if x]
     if facts:
         lines.append("  - " + "; ".join(facts))
