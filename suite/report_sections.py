@@ -297,6 +297,10 @@ def point_says(cells: list[Hypothesis], main: Hypothesis, target_pct: float) -> 
         mde = main.result.mde_pct
         return ("undecided" + (f" (could detect ±{mde:.1f} %)" if mde is not None and mde < MAX_SHOWN_PCT else ""))
     others = [h for h in cells if h.confirmed is not None and h is not main]
+    if word == PointWord.BOTH:  # say which way each went
+        named = [f"{METRICS[str(h.metric)].label} {'better' if h.confirmed == Outcome.IMPROVEMENT else 'worse'} "
+                 f"{fmt_pct(h.result.delta_pct)}" for h in cells if h.confirmed is not None]
+        return f"{word.value} ({', '.join(named)})"
     return word.value + (f" ({', '.join(_said(h) for h in others)})" if others else "")
 
 

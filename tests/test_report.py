@@ -94,6 +94,14 @@ def arrow_rows(text: str) -> list[tuple[float, float, float]]:
     return rows
 
 
+def card_of(text: str, title: str = "") -> str:
+    """One card of the Verdict section (the first, or the one whose title starts with ``title``): its first line,
+    its per-point table and its lines, up to the next card or the legend."""
+    verdict = text.split("## Verdict", 1)[1].split("\n## ", 1)[0]
+    cards = re.split(r"\n(?=- \*\*)|\n\n(?=[A-Z])", verdict)
+    return next(c.strip("\n") for c in cards if c.lstrip("\n").startswith("- **" + title))
+
+
 def assert_arrows_agree(text: str) -> int:
     """No before → after may point one way while its Δ points the other (rounded displays may tie)."""
     rows = arrow_rows(text)
@@ -111,7 +119,7 @@ def test_clear_improvement_card_and_cells_match_raw(tmp_path):
     base, cand = [100, 101, 99], [120, 121, 119]
     root = make_run(tmp_path, scaled(base, cand))
     text = build_report(root).read_text()
-    assert "- **patched vs baseline: IMPROVEMENT** — composite +" in text
+    assert "- **patched vs baseline: IMPROVEMENT** — better at c2, c4 · composite +" in text
     # before → after: the geometric means of the repeats, Δ their ratio, the interval printed beside it
     delta = (gm(cand) / gm(base) - 1) * 100
     row = next(line for line in text.splitlines() if line.startswith("| 64 | 16 | 2 | 8 |"))
@@ -138,18 +146,21 @@ def test_each_repeats_measured_duration_is_shown_and_a_timed_point_says_its_time
 def test_regression_card_has_interval_mde_rounds_and_where(tmp_path):
     root = make_run(tmp_path, scaled([100, 101, 99], [80, 81, 79]))
     text = build_report(root).read_text()
-    card = text.split("## Verdict")[1].split("\n\n")[1]
+    card = card_of(text)
     first = card.splitlines()[0]
-    m = re.fullmatch(r"- \*\*patched vs baseline: REGRESSION\*\* — composite (-\d+\.\d)% \[(-\d+\.\d), (-\d+\.\d)\]",
-                     first)
+    m = re.fullmatch(r"- \*\*patched vs baseline: REGRESSION\*\* — worse at c2, c4 · composite (-\d+\.\d)% "
+                     r"\[(-\d+\.\d), (-\d+\.\d)\]", first)
     assert m, first
     est, lo, hi = map(float, m.groups())
     assert lo < est < hi < 0
     assert "3 rounds paired by round index" in card and "smallest change it could detect: ±" in card
-    assert "▼ worse: isl64-osl16-c2-n8 Mean TTFT" in card  # where it changed, after Holm
+    # where it changed: each point's row, its first metric and the others confirmed there
+    assert ("| c2 | 100.00 → 80.00 | -20.0% [-22.6, -17.3] | worse (Mean TTFT +25.0%, Mean TPOT +25.0%, Mean E2E "
+            "latency +25.0%) |") in card
+    assert "▼ worse: isl64-osl16-c2-n8 Median TTFT" in card  # the other cells, Holm among themselves
     (s,) = load_run(root).summaries
     assert len(s.regressions) == 24 and card.count("▼ worse: ") == 8
-    assert "… and 16 more significant cells" in card  # the card never hides that it lists only some of them
+    assert "… and 8 more significant cells" in card  # the card never hides that it lists only some of them
     assert "1.00 → 1.25 (+25.0% [" in text  # mean TTFT went up: worse
     assert "POSSIBLE" not in text
     assert_arrows_agree(text)
@@ -181,7 +192,7 @@ def test_mixed_when_one_metric_is_confirmed_better_and_another_worse(tmp_path):
     root = make_run(tmp_path, values, repeats=6)
     text = build_report(root).read_text()
     assert "**patched vs baseline: MIXED**" in text
-    assert "Output throughput better" in text and "Mean TPOT worse" in text
+    assert "| c2 | 100.00 → 140.0 | +40.0% [+35.6, +44.5] | better and worse (Output throughput better +40.0%, Mean TPOT worse +40.0%) |" in text
 
 
 def test_every_verdict_word_has_its_own_style_in_html(tmp_path):
@@ -393,7 +404,7 @@ def test_demo_results_never_contradict_themselves(tmp_path, scale):
     text = build_report(run_dir).read_text()
     assert assert_arrows_agree(text) > 0
     assert "POSSIBLE" not in text and "NO SIGNIFICANT CHANGE" not in text
-    word = re.search(r"\*\*patched vs baseline: ([A-Z ]+)\*\* — composite ([+-]\d+\.\d)% [\[(]", text)
+    word = re.search(r"\*\*patched vs baseline: ([A-Z ]+)\*\* — .*?composite ([+-]\d+\.\d)% [\[(]", text)
     assert word, text.split("## Verdict")[1][:400]
     assert word.group(1) in ("REGRESSION", "IMPROVEMENT", "EQUIVALENT", "MIXED", "INCONCLUSIVE")
     if scale == 0.1:
@@ -504,10 +515,10 @@ def test_the_card_points_at_session_findings_of_its_arms(tmp_path):
     # card of the candidate compared with it says so beside the verdict
     root = make_run(tmp_path, scaled([100, 108, 117, 126, 136], [100, 101, 99, 100, 101]), repeats=5)
     text = build_report(root).read_text()
-    card = text.split("## Verdict")[1].split("\n\n")[1]
+    card = card_of(text)
     assert "- data quality: drift (baseline) — the rounds may not be independent draws; see Data quality" in card
     quiet = make_run(tmp_path / "quiet", scaled([100, 101, 99, 100, 101], [100, 101, 99, 100, 101]), repeats=5)
-    assert "data quality:" not in build_report(quiet).read_text().split("## Verdict")[1].split("\n\n")[1]
+    assert "data quality:" not in card_of(build_report(quiet).read_text())
 
 
 AA_MATRIX = MATRIX + "aa: true\n"
@@ -547,7 +558,7 @@ def test_the_aa_control_passes_for_two_identical_arms_and_is_never_pooled_with_i
     assert load_run(pooled).summaries[0].evaluation.composite.pooled is True  # verdict.pool_aa: true
     text = build_report(root).read_text()
     assert text.startswith("# rep: baseline vs patched\n")  # the control is no compared arm
-    assert "- **A/A control: baseline.aa vs baseline: CONTROL PASSED** — composite " in text
+    assert "- **A/A control: baseline.aa vs baseline: CONTROL PASSED** — equal at every point · composite " in text
     assert "A/A control failed" not in text
     assert "class='card ov-control-passed'" in render_html(run)
 
@@ -569,7 +580,7 @@ def test_a_passed_aa_control_calls_its_own_significant_cells_false_alarms(tmp_pa
     run = load_run(root)
     assert run.control is not None and run.control.control_word == "CONTROL PASSED"
     assert [(c.point, c.metric) for c in run.control.regressions] == [("isl64-osl16-c2-n8", "p99_e2el_ms")]
-    card = build_report(root).read_text().split("- **A/A control: ")[1].split("\n\n")[0]
+    card = card_of(build_report(root).read_text(), "A/A control: ")
     assert "▼ worse: isl64-osl16-c2-n8 P99 E2E latency +17.1% [+15.3, +19.0]" in card
     assert "1 of its cells significant between two identical arms (above): false alarms of the cells" in card
     quiet = make_run(tmp_path / "quiet", aa_values(1.0), order="abba", repeats=4, matrix_text=AA_MATRIX)
@@ -583,7 +594,7 @@ def test_a_failed_aa_control_is_named_on_every_candidate_card(tmp_path):
     assert run.control.control_word == "CONTROL FAILED"
     text = build_report(root).read_text()
     verdict = text.split("## Verdict")[1].split("\n## ")[0]
-    assert "- **A/A control: baseline.aa vs baseline: CONTROL FAILED** — composite +" in verdict
+    assert "- **A/A control: baseline.aa vs baseline: CONTROL FAILED** — better at c2, c4 · composite +" in verdict
     est = run.control.evaluation.composite.estimate_pct
     cand_card = verdict.split("- **patched vs baseline:")[1].split("- **A/A control: ")[0]
     assert f"**A/A control failed**: two identical arms differed by {est:+.1f}% [" in cand_card

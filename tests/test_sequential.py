@@ -94,7 +94,8 @@ def test_a_correctness_only_arm_does_not_hold_the_run_to_its_last_look(tmp_path)
 def test_a_look_records_the_aa_control_but_never_waits_for_it(tmp_path):
     from tests.test_report import AA_MATRIX, aa_values, make_run
     root = make_run(tmp_path, aa_values(1.2), order="abba", repeats=4, matrix_text=AA_MATRIX)
-    seq = SequentialRun(spec=VerdictSpec(max_rounds=8, looks=(4, 8)), budget_s=None)
+    # Pocock's first boundary: every point of the 20 % slower candidate is confirmed at the look after 4 rounds
+    seq = SequentialRun(spec=VerdictSpec(max_rounds=8, looks=(4, 8), spending="pocock"), budget_s=None)
     look = seq.after_round(root, 4, 4)
     assert set(look.outcomes) == {"patched"} and look.control == "IMPROVEMENT"  # a false alarm, recorded
     assert seq.stop_after == 4 and seq.record().looks[0].control == "IMPROVEMENT"
