@@ -552,11 +552,11 @@ if __name__ != "__main__":
 
     @pytest.mark.parametrize(("rows", "spins"), [(1, False), (7, False), (8, True), (16, True)])
     def test_synthetic_gate_delay_026_acts_from_a_batch_size_on(overlay_026_for, tmp_path, rows, spins):
-        """SUITE_GATE_DELAY_MIN_TOKENS=8: calls of fewer tokens pass undelayed (still a copy, so the graph is the
+        """SUITE_GATE_DELAY_MIN_M=8: calls of fewer tokens pass undelayed (still a copy, so the graph is the
         same); each CUDA-graph batch size is captured on its own, so the change acts on some batch sizes only."""
         ov = overlay_026_for(PatchRef(name="synthetic-gate-delay"))
         r = run_probe("delay_cuda", ov, tmp_path,
-                      env={"SUITE_GATE_DELAY_US": "5", "SUITE_GATE_DELAY_MIN_TOKENS": "8", "PROBE_ROWS": str(rows)})
+                      env={"SUITE_GATE_DELAY_US": "5", "SUITE_GATE_DELAY_MIN_M": "8", "PROBE_ROWS": str(rows)})
         assert r["sleeps"] == ([9900, 9900] if spins else []) and r["outs"] == ["clone", "clone"]
 
 
