@@ -276,8 +276,9 @@ def point_labels(run: RunData) -> dict[str, str]:
     return {pid: label if seen.count(label) == 1 else pid for pid, label in labels.items()}
 
 
-WORD_STYLE = {PointWord.BETTER: "better", PointWord.WORSE: "worse", PointWord.BOTH: "unreliable",
-              PointWord.EQUAL: "not-significant", PointWord.UNDECIDED: "missing"}
+# a point's word tinted as the card's words are (an equal point as EQUIVALENT, an undecided one as INCONCLUSIVE)
+WORD_STYLE = {PointWord.BETTER: "better", PointWord.WORSE: "worse", PointWord.BOTH: "mixed",
+              PointWord.EQUAL: "equivalent", PointWord.UNDECIDED: "inconclusive"}
 EXPECTED_WORDS = {"better": {PointWord.BETTER}, "worse": {PointWord.WORSE}, "flat": {PointWord.EQUAL},
                   "changed": {PointWord.BETTER, PointWord.WORSE, PointWord.BOTH}}
 

@@ -22,7 +22,7 @@ Verdict of one test at a look (interval = repeated confidence interval at the lo
 - INCONCLUSIVE otherwise, or with fewer than 2 rounds, no spread, non-finite scores (the reason says which,
   and states the effect size the rounds could have detected).
 
-The word is the family's (``family_test``, ``family_word``): the composite and each declared metric at each
+The word is the family's (``evaluate_scores``, ``family_word``): the composite and each declared metric at each
 tested point, weighted Holm over group-sequential tests at family-wise alpha (Maurer & Bretz 2013). MIXED when
 tests are confirmed both ways, IMPROVEMENT / REGRESSION when confirmed one way, EQUIVALENT only when every point
 lies within +-target (intersection-union), INCONCLUSIVE otherwise.
@@ -882,7 +882,7 @@ def _upto(scores: Mapping[int, float], n: int) -> dict[int, float]:
     return dict(sorted(scores.items())[:n])
 
 
-def family_test(
+def evaluate_scores(
     composite_scores: Mapping[int, float],
     cell_scores: Mapping[tuple[str, str], Mapping[int, float]],
     spec: VerdictSpec,
@@ -891,7 +891,7 @@ def family_test(
     look: int | None = None,
     final: bool = False,
     phases: int = 1,
-) -> tuple[Hypothesis, tuple[Hypothesis, ...]]:
+) -> Evaluation:
     """The composite and every (point, metric) cell tested as one family at family-wise ``spec.alpha`` over the
     looks: weighted Holm (a graphical procedure) over group-sequential tests, Maurer & Bretz (2013).
 
@@ -901,8 +901,10 @@ def family_test(
     the same spending function at that alpha (``look_alphas``, calibrated on the t statistics); a test confirmed
     passes its weight to the others in proportion (levels grow; the step repeats until none is confirmed), and
     stays confirmed at later looks. A look j before ``look`` is taken on the first ``spec.looks[j-1]`` rounds.
-    Each test is ``primary_test`` at its level: its interval is the repeated interval that decides it, and a cell
-    is equal within ±target when that interval lies inside the margin."""
+    Each test is ``primary_test`` at its level: its interval is the repeated interval that decides it; a cell not
+    confirmed is equal within ±target when its test at the whole alpha lies inside the margin (intersection-union).
+    The word is ``family_word``'s; decided when every point is (confirmed or equal) and the composite is or a
+    point is confirmed, or at the design's last look, or final."""
     k = _resolve_look(spec, look, len(composite_scores))
     single = len(cell_scores) == 1
     w = {None: 1.0 if single else COMPOSITE_WEIGHT}
@@ -951,11 +953,12 @@ def family_test(
         (key,) = cell_scores
         r, level = results[None]
         r_cell = test(key, level, r.look, None if r.look == k else spec.looks[r.look - 1])
-        cell = Hypothesis(point=key[0], metric=key[1], result=r_cell, level=level, confirmed=composite.confirmed,
-                          equal=composite.confirmed is None and _within(r_cell, spec.target_pct),
-                          equivalence=r_cell)
-        return composite, (cell,)
-    return composite, tuple(hyp(key) for key in cell_scores)
+        cells: tuple[Hypothesis, ...] = (Hypothesis(
+            point=key[0], metric=key[1], result=r_cell, level=level, confirmed=composite.confirmed,
+            equal=composite.confirmed is None and _within(r_cell, spec.target_pct), equivalence=r_cell),)
+    else:
+        cells = tuple(hyp(key) for key in cell_scores)
+    return _evaluation(composite, cells, spec, final)
 
 
 def confirmed_change(h: Hypothesis, point_label: str | None = None) -> str:
@@ -965,20 +968,8 @@ def confirmed_change(h: Hypothesis, point_label: str | None = None) -> str:
     return f"{said} ({fmt_pct(h.result.delta_pct)})" if h.result.delta_pct is not None else said
 
 
-def evaluate_scores(
-    composite_scores: Mapping[int, float],
-    cell_scores: Mapping[tuple[str, str], Mapping[int, float]],
-    spec: VerdictSpec,
-    *,
-    aa_composite: Mapping[int, float] | None = None,
-    look: int | None = None,
-    final: bool = False,
-    phases: int = 1,
-) -> Evaluation:
-    """The family (``family_test``) and its word (``family_word``); decided when every test is (confirmed, or a
-    cell equal within ±target, or the composite's own test decided), or at the design's last look, or final."""
-    composite, cells = family_test(composite_scores, cell_scores, spec, aa_composite=aa_composite, look=look,
-                                   final=final, phases=phases)
+def _evaluation(composite: Hypothesis, cells: tuple[Hypothesis, ...], spec: VerdictSpec, final: bool) -> Evaluation:
+    """The family's word, its reason and whether the candidate's run may stop."""
     outcome = family_word(composite, cells)
     c = composite.result
     last = final or c.look == c.n_looks

@@ -674,3 +674,35 @@ def test_a_correctness_only_arms_server_start_is_paid_once_not_a_round(tmp_path)
     for arm, s, healthy in (("wrong", session, 43.0), ("baseline", 0, 30.0)):
         atomic_write_json(store.server_record_path(arm, s), {"arm": arm, "session": s, "healthy_after_s": healthy})
     assert one_time_seconds(load_run(root)) == pytest.approx(before + 43.0)  # the serving arm's start is a round's
+
+
+def test_a_trade_off_reads_mixed_names_its_points_and_checks_them_against_the_matrix(tmp_path):
+    """Through `suite report`: 12 % faster at concurrency 2, 10 % slower at 4, ABBA rounds paired. The composite
+    over both nets out near 0; the word is MIXED, the headline says where, the card's first lines are one row per
+    point with its own Δ and word, and `verdict.expect` (c2 better, c4 flat) is checked: c4 moved where nothing
+    should."""
+    from suite.cli import main
+
+    text = MATRIX + ("verdict:\n  metrics: [mean_tpot_ms]\n  target_pct: 2\n  expect:\n"
+                     "    isl64-osl16-c2-n8: better\n    others: flat\n")
+    wobble = {"baseline": (1.0, 1.004, 0.997, 1.002), "patched": (0.998, 1.001, 1.003, 0.999)}
+
+    def values(arm: str, conc: int, r: int):
+        speed = wobble[arm][r] * ((1.12 if conc == 2 else 1 / 1.10) if arm == "patched" else 1.0)
+        return 100 * speed, 10.0 / speed
+
+    root = make_run(tmp_path, values, order="abba", repeats=4, matrix_text=text)
+    assert main(["report", str(root)]) == 0
+    report = (root / "report.md").read_text()
+    card = card_of(report)
+    first, rows = card.splitlines()[0], [ln.strip() for ln in card.splitlines() if ln.strip().startswith("| c")]
+    assert first.startswith("- **patched vs baseline: MIXED** — better at c2; worse at c4 · composite "), first
+    assert rows[0].startswith("| c2 | 9.99 → 8.93 | -10.7% [") and "| better | better: as expected |" in rows[0]
+    assert rows[1].startswith("| c4 | 9.99 → 11.00 | +10.1% [") and "| worse | flat: moved where nothing should |" in rows[1]
+    assert card.index("| Point | Mean TPOT (ms) | Δ % | Says | Expected |") < card.index("4 rounds paired")
+    run = load_run(root)
+    (s,) = run.summaries
+    assert [h.confirmed for h in s.evaluation.cells] == ["IMPROVEMENT", "REGRESSION"]
+    # the serving table's marks for the tested cells are the family's, so the card and the tables agree
+    assert s.cells[("isl64-osl16-c2-n8", "mean_tpot_ms")].verdict.value == "better"
+    assert s.cells[("isl64-osl16-c4-n8", "mean_tpot_ms")].verdict.value == "worse"
