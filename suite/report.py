@@ -14,7 +14,7 @@ from pathlib import Path
 from suite import __version__
 from suite import report_sections as run_sections
 from suite.analysis import RunData, load_run
-from suite.document import Document, Section, code, fmt
+from suite.document import Card, Document, Section, code, fmt
 from suite.render import html as html_render
 from suite.render import markdown as md_render
 from suite.stages.registry import sections as stage_sections
@@ -55,9 +55,22 @@ def render_html(run: RunData) -> str:
 
 def build_report(run_dir: Path) -> Path:
     """Write report.md and report.html into ``run_dir``; returns the path of report.md."""
+    return write_report(run_dir)[0]
+
+
+def write_report(run_dir: Path) -> tuple[Path, list[str]]:
+    """``build_report``, and each verdict card's first line as plain text ("patched vs baseline: MIXED — better at
+    c1; worse at c8 · composite ..."): what a run prints on the terminal beside the report's path."""
     run = load_run(Path(run_dir))
     doc = build_document(run)
     path = run.root / "report.md"
     atomic_write_text(path, md_render.render(doc))
     atomic_write_text(run.root / "report.html", html_render.render(doc))
-    return path
+    verdict = next((b for b in doc.sections if b.anchor == "verdict"), None)
+    cards = [c for c in (verdict.blocks if verdict is not None else []) if isinstance(c, Card)]
+    return path, [plain(f"{c.title}: {c.word} — {c.headline}") for c in cards]
+
+
+def plain(text: str) -> str:
+    """Markdown inline code and emphasis marks taken out, for a terminal line."""
+    return text.replace("`", "").replace("**", "")

@@ -676,7 +676,7 @@ def test_a_correctness_only_arms_server_start_is_paid_once_not_a_round(tmp_path)
     assert one_time_seconds(load_run(root)) == pytest.approx(before + 43.0)  # the serving arm's start is a round's
 
 
-def test_a_trade_off_reads_mixed_names_its_points_and_checks_them_against_the_matrix(tmp_path):
+def test_a_trade_off_reads_mixed_names_its_points_and_checks_them_against_the_matrix(tmp_path, capsys):
     """Through `suite report`: 12 % faster at concurrency 2, 10 % slower at 4, ABBA rounds paired. The composite
     over both nets out near 0; the word is MIXED, the headline says where, the card's first lines are one row per
     point with its own Δ and word, and `verdict.expect` (c2 better, c4 flat) is checked: c4 moved where nothing
@@ -693,6 +693,9 @@ def test_a_trade_off_reads_mixed_names_its_points_and_checks_them_against_the_ma
 
     root = make_run(tmp_path, values, order="abba", repeats=4, matrix_text=text)
     assert main(["report", str(root)]) == 0
+    said = " ".join(capsys.readouterr().out.split())  # the terminal: the word and where, then the report's path
+    assert "patched vs baseline: MIXED — better at c2; worse at c4 · composite " in said
+    assert said.index("MIXED") < said.index("report: ")
     report = (root / "report.md").read_text()
     card = card_of(report)
     first, rows = card.splitlines()[0], [ln.strip() for ln in card.splitlines() if ln.strip().startswith("| c")]

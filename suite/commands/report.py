@@ -17,11 +17,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from suite.report import build_report
+    from suite.report import write_report
 
-    path = build_report(args.run_dir)
+    path, verdicts = write_report(args.run_dir)
     console = Console()
     if args.show:
         print(path.read_text())
+    for line in verdicts:  # each candidate's word and where it acted
+        console.print(line, markup=False, highlight=False)
     console.print(f"report: {path} · {path.with_name('report.html')}")
     return 0

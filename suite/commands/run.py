@@ -20,7 +20,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from suite.report import build_report
+    from suite.report import write_report
     from suite.runner import dry_run, execute, prepare
 
     console = Console(stderr=False)
@@ -34,7 +34,9 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if not args.no_report:
             try:
-                path = build_report(ctx.store.root)
+                path, verdicts = write_report(ctx.store.root)
+                for line in verdicts:  # each candidate's word and where it acted, the report's first lines
+                    console.print(line, markup=False, highlight=False)
                 console.print(f"report: {path}")
             except SuiteError as exc:
                 console.print(f"[red]report not written: {exc}[/red]")
