@@ -961,9 +961,10 @@ def evaluate_scores(
     return _evaluation(composite, cells, spec, final)
 
 
-def confirmed_change(h: Hypothesis, point_label: str | None = None) -> str:
-    """"c8 Mean TPOT worse (+2.4%)": a confirmed test as the reason names it, with its own Δ (a latency rise is +)."""
-    what = "composite" if h.metric is None else f"{point_label or h.point} {METRICS[h.metric].label}"
+def confirmed_change(h: Hypothesis) -> str:
+    """"isl128-osl64-c8-n64 Mean TPOT worse (+2.4%)": a confirmed test as the reason names it, with its own Δ (a
+    latency rise is +)."""
+    what = "composite" if h.metric is None else f"{h.point} {METRICS[h.metric].label}"
     said = f"{what} {'better' if h.confirmed == Outcome.IMPROVEMENT else 'worse'}"
     return f"{said} ({fmt_pct(h.result.delta_pct)})" if h.result.delta_pct is not None else said
 
