@@ -331,6 +331,17 @@ def test_verdict_points_must_be_the_matrixs_serving_points(tmp_path):
     assert "points: give at least one point" in error_of(f)
 
 
+def test_verdict_expect_names_the_matrixs_points_and_a_known_word(tmp_path):
+    ok = BASE + "verdict: {expect: {isl128-osl32-c4-n12: better, others: flat}}\n"
+    spec = load_matrix(write(tmp_path, ok)).verdict
+    assert spec.expected("isl128-osl32-c4-n12") == "better" and spec.expected("isl128-osl32-c1-n3") == "flat"
+    err = error_of(write(tmp_path, ok.replace("c4-n12: better", "c8-n12: better"), "bad.yaml"))
+    assert "verdict.expect: ['isl128-osl32-c8-n12'] are not serving points of this matrix" in err
+    err = error_of(write(tmp_path, ok.replace("c4-n12: better", "c4-n12: faster"), "word.yaml"))
+    assert "'better', 'worse', 'changed' or 'flat'" in err
+    assert "expect: give at least one point" in error_of(write(tmp_path, BASE + "verdict: {expect: {}}\n", "e.yaml"))
+
+
 def test_verdict_metrics_are_the_registrys_each_once(tmp_path):
     """verdict.metrics in a matrix is checked by the same rule as the primary test's own argument: a metric
     the registry lacks is named at its line with the known ones (the peak throughput among them), an empty or
