@@ -101,10 +101,10 @@ def serving_section(run: RunData) -> Section | None:
         return with_left_out(None, run.serve.unreadable, SERVING_TITLE, "serving")
     blocks: list = [Paragraph(
         "Geometric mean over repeats, baseline → candidate, Δ% (the ratio of those geometric means) with its 95 % "
-        "interval; ▲ better, ▼ worse (significant after Holm over every cell of the candidate), · not "
-        "significant (a cell's own 95 % interval can exclude 0 and still not survive Holm over all the "
-        "candidate's cells; the verdict above comes from the primary test, not from the cells), ? unreliable "
-        "(with why). Prompts: the point's count, or its measuring time for a point "
+        "interval; ▲ better, ▼ worse: for a declared metric at a tested point, confirmed by the primary test (the "
+        "verdict card's table, whose interval is the one at that test's level); for the other cells, significant "
+        "after Holm over them; · not significant (a cell's own 95 % interval can exclude 0 and still not be "
+        "confirmed), ? unreliable (with why). Prompts: the point's count, or its measuring time for a point "
         "sized by time; Measured: the shortest and longest measured duration of one repeat; completed / failed "
         "requests are summed over repeats; each baseline/candidate.")]
     for s in run.serving_summaries:
