@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter, defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
@@ -32,6 +32,7 @@ from suite.errors import SuiteError
 from suite.plan import AA_SUFFIX, each_round
 from suite.quality.fast_path import check_fast_path, gate_shapes_from_config
 from suite.quality.finding import Finding, RepeatResult, order_findings, repeat_name
+from suite.quality.hosts import machine_names
 from suite.quality.run import run_checks
 from suite.stages.accuracy.read import ArmsCorrectness, compare_arms
 from suite.stages.serve.read import (
@@ -46,6 +47,7 @@ from suite.stats import (
     DETAIL,
     Comparison,
     OneWay,
+    Strata,
     Verdict,
     compare_metric,
     geometric_mean_ratio,
@@ -204,6 +206,63 @@ def gpu_models(run: RunData) -> dict[str, int]:
     return dict(seen.most_common())
 
 
+@dataclass(frozen=True)
+class Machine:
+    """One machine a run's jobs ran on (`HostIdentity.key`), named so a reader tells it from the others, with the
+    rounds (order interleaved: restart sets) of the serving jobs it ran and how many jobs in all."""
+
+    key: str
+    name: str
+    rounds: tuple[int, ...]
+    jobs: int
+
+
+def machines(run: RunData, arms: Sequence[str] | None = None) -> list[Machine]:
+    """The machines the jobs of ``arms`` (None: every arm) ran on, in the order of their first job; empty when
+    no job recorded where it ran (runs before 2026-12-07)."""
+    recs = sorted((r for r in run.records if r.where is not None and (arms is None or r.job.arm in arms)),
+                  key=lambda r: r.started or r.written or "")
+    names = machine_names([r.where for r in recs if r.where is not None])
+    rounds: dict[str, set[int]] = {k: set() for k in names}
+    jobs: Counter[str] = Counter()
+    for r in recs:
+        key = r.where.key  # type: ignore[union-attr]
+        jobs[key] += 1
+        if r.job.kind == "serve":
+            rounds[key].add(r.job.repeat // run.blocks)
+    return [Machine(k, names[k], tuple(sorted(rounds[k])), jobs[k]) for k in names]
+
+
+def round_machines(run: RunData, point: str | None = None) -> dict[int, str]:
+    """round -> the machine the baseline's serving jobs of that round ran on (at ``point``, or at every point:
+    a round cut by a move between machines is its own stratum, "A+B"); rounds without a record of it left out."""
+    seen: dict[int, set[str]] = defaultdict(set)
+    for p in run.points.values():
+        if point is None or p.point == point:
+            for r, rec in p.records.get(run.baseline, {}).items():
+                if rec.where is not None:
+                    seen[r // run.blocks].add(rec.where.key)
+    return {r: "+".join(sorted(keys)) for r, keys in seen.items()}
+
+
+def strata_of(run: RunData, rounds: Iterable[int], point: str | None = None) -> Strata | None:
+    """What the paired test takes out over ``rounds``: runtime.cross_groups' GPU layouts, and the machine when the
+    rounds ran on more than one (a run resumed on another machine with --allow-other-host; a pair split across
+    machines is left out by the other-host check, so the baseline's machine is the pair's)."""
+    by_machine = round_machines(run, point)
+    used = {r: by_machine.get(r) for r in rounds}
+    keys = sorted({m for m in used.values() if m is not None})
+    if len(keys) <= 1 or None in used.values():
+        return Strata.layouts(run.layouts)
+    index = {m: i for i, m in enumerate(keys)}
+    unit = "restart sets" if run.order == "interleaved" else "rounds"
+    if run.layouts > 1:
+        n = run.layouts
+        return Strata(n * len(keys), kind="GPU layouts × machines", unit=unit,
+                      by_round={r: r % n + n * index[m] for r, m in used.items() if m is not None})
+    return Strata(len(keys), kind="machines", unit=unit, by_round={r: index[m] for r, m in used.items() if m})
+
+
 def failed_jobs(run: RunData) -> list[JobRecord]:
     """Every job record whose status is not ok (shown, never hidden)."""
     return [r for r in run.records if not r.ok]
@@ -239,13 +298,16 @@ def quality_findings(run: RunData) -> list[Finding]:
                 sessions.add((arm, job.session))
                 repeats.append(RepeatResult(arm=arm, point=p.point, round=r, raw=raw, params=p.params,
                                             session=job.session, order=positions.get((arm, job.key)),
-                                            client=p.records[arm][r].client, end=p.drift.get(arm, {}).get(r)))
+                                            client=p.records[arm][r].client, end=p.drift.get(arm, {}).get(r),
+                                            host=p.records[arm][r].where))
     logs = server_logs(run.store, sessions)
     found = fast_path_findings(run, logs)
     if not repeats:
         return found
     return order_findings(run_checks(repeats, servers=server_records(run.store, sessions), logs=logs,
-                                     blocks=run.blocks) + found)
+                                     blocks=run.blocks,
+                                     # `suite compare` sets two runs side by side: their machines may differ by design
+                                     baseline=run.baseline if run.manifest.compare is None else None) + found)
 
 
 def fast_path_findings(run: RunData, logs: dict[tuple[str, int], str]) -> list[Finding]:
@@ -428,8 +490,9 @@ def compare_cell(run: RunData, point: PointResults, cand: str, key: str, floors:
         side = run.baseline if not bv else cand
         return CellResult(point.point, key, None, None, None, rounds, None, f"missing: no {side} value",
                           tuple(left_out), tuple(dropped), run.blocks)
-    layouts = dict(phases=run.layouts, rounds=rounds) if run.layouts > 1 else {}  # the GPU layouts taken out
-    c = compare_metric(key, bv, cv, noise_floor_pct=floors.get(key), paired=run.paired, **layouts)
+    strata = strata_of(run, rounds, point.point) if run.paired else None  # GPU layouts, machines: taken out
+    c = compare_metric(key, bv, cv, noise_floor_pct=floors.get(key), paired=run.paired,
+                       **(dict(strata=strata, rounds=rounds) if strata is not None else {}))
     verdict, reason = c.verdict, c.reason
     whole = [f"{arm}: {why}" for arm in (run.baseline, cand) for why in run.quality.cell_reasons(arm, point.point, key)]
     if spoiled or whole:
@@ -726,7 +789,8 @@ def primary(run: RunData, cand: str, spec: VerdictSpec, *, look: int | None = No
         return Primary(None, left_out)
     try:
         return Primary(evaluate(base, new, spec, aa_rounds=aa or None, look=k, final=final,
-                                unit="set" if run.order == "interleaved" else "round", phases=run.layouts), left_out)
+                                unit="set" if run.order == "interleaved" else "round",
+                                strata=strata_of(run, base.keys() & new.keys())), left_out)
     except ValueError as exc:  # malformed values (negative, not a number): said, not hidden
         return Primary(None, left_out, f"primary test refused the values: {exc}")
 

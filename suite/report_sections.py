@@ -22,6 +22,7 @@ from suite.analysis import (
     RunData,
     failed_jobs,
     gpu_models,
+    machines,
     stretch_last_jobs,
 )
 from suite.document import (
@@ -46,7 +47,7 @@ from suite.quality.run import ACROSS_ROUNDS
 from suite.quality.series import DRIFT_MIN_ROUNDS
 from suite.stages.accuracy.read import GATE_FILTER, ArmsCorrectness
 from suite.stats import METRICS, Verdict, fmt_interval, fmt_pct
-from suite.store import Manifest, MatrixRecord
+from suite.store import Manifest, MatrixRecord, elapsed_s
 from suite.verdict import (
     COMPOSITE_WEIGHT,
     SPENDING_LABEL,
@@ -367,6 +368,31 @@ def where_it_acts(run: RunData, ev: Evaluation) -> str:
     return "; ".join(f"{w.value} at {', '.join(by[w])}" for w in order if w in by)
 
 
+def where_line(run: RunData, arms: list[str]) -> str:
+    """Where the arms' jobs ran, for the card: the one machine; every machine with its rounds, in bold, when
+    there were several; "not recorded" for a run from before the suite recorded it (and how it was resumed)."""
+    found = machines(run, arms)
+    if len(found) == 1:
+        return f"where it ran: {literal(found[0].name)}"
+    if found:
+        return (f"**ran on {len(found)} machines**: " + "; ".join(
+            f"{literal(m.name)} ({_rounds(m.rounds) or f'{m.jobs} jobs'})" for m in found)
+            + " — a round whose arms ran on different machines is not paired, and the test takes the machine out "
+            "(see Data quality)")
+    said = "where it ran: not recorded (the run predates the suite recording it)"
+    stretches = run.manifest.stretches
+    if len(stretches) > 1:
+        gap = elapsed_s(stretches[0].started, stretches[-1].started)
+        said += (f"; it was resumed ({len(stretches)} stretches"
+                 + (f", the last {gap / 3600:.1f} h after the first" if gap is not None else "")
+                 + "): its stretches may have run on different machines, and nothing recorded can tell")
+    return said
+
+
+def _rounds(rounds: tuple[int, ...]) -> str:
+    return f"round{'s' if len(rounds) > 1 else ''} {', '.join(map(str, rounds))}" if rounds else ""
+
+
 def card(run: RunData, s: CandidateSummary) -> Card:
     title_ = f"{literal(s.candidate)} vs {literal(s.baseline)}"
     correct = correctness_lines(s.correctness)
@@ -384,9 +410,10 @@ def card(run: RunData, s: CandidateSummary) -> Card:
             head = (f"greedy outputs differ from the baseline's in {eq.n - eq.n_identical} of {eq.n} prompts"
                     if changed else f"greedy outputs identical to the baseline's in all {eq.n} prompts")
             return Card(title_, word, outcome_style(word), head, correctness=correct,
-                        lines=[f"no speed verdict: {literal(why)}"])
+                        lines=[f"no speed verdict: {literal(why)}", where_line(run, [s.baseline, s.candidate])])
         # offline stages only (NO SERVING TEST: their tables hold data and verdicts), or nothing to read
-        return Card(title_, s.word, outcome_style(NO_DATA), f"no primary test: {literal(why)}", correctness=correct)
+        return Card(title_, s.word, outcome_style(NO_DATA), f"no primary test: {literal(why)}", correctness=correct,
+                    lines=[where_line(run, [s.baseline, s.candidate])])
     c = ev.composite
     unit = "set" if run.order == "interleaved" else "round"  # what the test pairs: a restart set, or a round
     planned = "planned: " if _short_of(s, c) is not None else ""  # no look reached yet: the design, not a result
@@ -409,6 +436,9 @@ def card(run: RunData, s: CandidateSummary) -> Card:
     if run.layouts > 1:
         rounds += (f"; crossed over {run.layouts} GPU layouts: the mean of the layouts' means, the spread within "
                    f"layouts ({c.n_rounds} sets, {c.n_rounds - run.layouts} degrees of freedom)")
+    if "machines" in c.variance:  # rounds on several machines: each machine's own speed taken out
+        rounds += (f"; over the machines the {unit}s ran on: the mean of the machines' means, the spread within "
+                   "machines")
     if ev.dropped:
         rounds += "; dropped: " + "; ".join(literal(d.split(" (", 1)[0]) for d in ev.dropped)
     later = sorted({r // run.blocks for p in run.points.values() for r in p.reps.get(s.candidate, {})
@@ -438,6 +468,7 @@ def card(run: RunData, s: CandidateSummary) -> Card:
         lines.append(f"output throughput {fmt_pct(s.geomean_throughput_pct)} (geometric mean over {over})")
     if s.left_out:
         lines.append(f"{len(s.left_out)} values left out of the test by data-quality checks (see Data quality)")
+    lines.append(where_line(run, [s.baseline, s.candidate]))
     n = sum(s.counts.values())
     tested = {(h.point, h.metric) for h in ev.cells}
     others = {k: c_ for k, c_ in s.cells.items() if k not in tested}
@@ -573,15 +604,21 @@ def _finding_where(run: RunData, f: Finding) -> str:
     return f"restart set {f.round}" if f.check in ACROSS_ROUNDS else run.repeat_name(f.round)
 
 
+HOST_CHECKS = ("other-host", "hosts")  # suite.quality.hosts: they need the machine on each job record
+
+
 def data_quality_section(run: RunData) -> Section | None:
     if not run.points:
         return None
     findings = order_findings(run.findings)
     if not findings:
         rounds = len({r // run.blocks for p in run.points.values() for reps in p.reps.values() for r in reps})
+        recorded = any(r.where is not None for r in run.records)
         checks = [c if c != "drift" or rounds >= DRIFT_MIN_ROUNDS else f"drift: not tested, a trend needs "
                   f"{DRIFT_MIN_ROUNDS} {rounds_word(run.matrix.order)} and this run has {rounds}"
-                  for c in CHECK_ORDER]
+                  for c in CHECK_ORDER if recorded or c not in HOST_CHECKS]
+        if not recorded:
+            checks.append(f"{', '.join(HOST_CHECKS)}: not tested, no job recorded the machine it ran on")
         return Section("Data quality", 2, [Paragraph(
             f"No problem found by any check ({', '.join(checks)}).")], anchor="quality")
     groups: dict[tuple[str, str, str], list[Any]] = {}
@@ -677,9 +714,10 @@ def provenance_section(run: RunData) -> Section:
         items.append(f"ran in {len(m.stretches)} stretches (resumed): " + "; ".join(
             f"{literal(s.started)} to {literal(s.finished or '—')}"
             + (f" (no end recorded; its last job ended {literal(last)})" if s.finished is None and last else "")
-            + f" on {literal(s.hostname)}"
-            # host names repeat (every device machine is "vm"): the boot tells two machines apart
-            f"{f' (boot {literal(s.boot_id[:8])})' if s.boot_id else ''}, {s.jobs} jobs to run"
+            + (f" on {literal(s.where.label())}" if s.where is not None else f" on {literal(s.hostname)}"
+               # host names repeat (every device machine is "vm"): the boot tells two machines apart
+               f"{f' (boot {literal(s.boot_id[:8])})' if s.boot_id else ''}")
+            + f", {s.jobs} jobs to run"
             for s, last in zip(m.stretches, stretch_last_jobs(run), strict=True)))
     if models := gpu_models(run):
         items.append(gpus_line(models))

@@ -49,6 +49,7 @@ from suite.runtime.base import (
     wait_healthy,
 )
 from suite.runtime.docker.runtime import DockerRuntime
+from suite.runtime.identity import host_identity
 from suite.runtime.local import LocalRuntime
 from suite.runtime.scheduler import Batch, RunProgress, Scheduler
 from suite.runtime.slurm.driver import SlurmScheduler
@@ -112,6 +113,11 @@ class RunContext:
         if not isinstance(self.runtime, Runtime):
             raise SuiteError(f"runtime {self.runtime.kind} starts no processes on this machine")
         return self.runtime
+
+    def image_id(self, arm: str) -> str | None:
+        """The arm's container image by id (docker runtime), for its servers' records; None elsewhere."""
+        info = self.runtime.arm_info(arm).image_info
+        return info.id if info is not None else None
 
     def client_env(self) -> dict[str, str]:
         """Environment of client tools (bench, lm-eval): the installed vLLM, never an arm's overlay. The suite's
@@ -195,7 +201,8 @@ def _run_job(ctx: RunContext, job: Job, server: Server | None, scope: SessionSco
     device = ctx.here.device_state()  # GPU clocks, P-state, power at the job's start (None on a CPU host)
     stage = STAGES.get(job.kind)
     if stage is None:
-        ctx.store.write_record(job, "failed", started=started, error=f"no stage for job kind {job.kind!r}")
+        ctx.store.write_record(job, "failed", started=started, error=f"no stage for job kind {job.kind!r}",
+                               where=host_identity())
         return False
     try:
         notes = stage.execute(job_env(ctx, job, server, scope, pending, settle_until))
@@ -206,11 +213,13 @@ def _run_job(ctx: RunContext, job: Job, server: Server | None, scope: SessionSco
         if server is not None and not server.alive():
             fields["server_died"] = True
             fields["server_log_tail"] = server.log_tail(60)
-        ctx.store.write_record(job, "failed", started=started, seconds=round(time.monotonic() - t0, 3), **fields)
+        ctx.store.write_record(job, "failed", started=started, seconds=round(time.monotonic() - t0, 3),
+                               where=host_identity(), **fields)
         ctx.console.print(f"[red]failed[/red] {job.arm} {job.key}: {str(exc).splitlines()[0]}")
         return False
     gpu = {"device": DeviceStates(before=device, after=ctx.here.device_state())} if device is not None else {}
-    ctx.store.write_record(job, "ok", notes, started=started, seconds=round(time.monotonic() - t0, 3), **gpu)
+    ctx.store.write_record(job, "ok", notes, started=started, seconds=round(time.monotonic() - t0, 3),
+                           where=host_identity(), **gpu)
     return True
 
 
@@ -249,7 +258,9 @@ class Launch:
             "healthy_after_s": round(time.monotonic() - self.t0, 3), "port": spec.port,
             "cpus": sorted(spec.cpus) if spec.cpus else None,
             "client_cpus": sorted(ctx.here.client_cpus() or []),
-            "argv": [redact_text(a, ctx.secrets) for a in spec.argv]})
+            "argv": [redact_text(a, ctx.secrets) for a in spec.argv],
+            # the machine, its GPUs' clocks at this start, the arm's image (docker)
+            "where": host_identity(image_id=ctx.image_id(self.session.arm)).model_dump(mode="json", exclude_unset=True)})
 
 
 def _launch_server(ctx: RunContext, session: Session, attempt: int, log_path: Path | None = None) -> Launch:
@@ -314,8 +325,9 @@ def _error_brief(message: str, tail_lines: int = 5) -> str:
 
 
 def _fail_all(ctx: RunContext, jobs: list[Job], error: str) -> None:
+    where = host_identity()
     for job in jobs:
-        ctx.store.write_record(job, "failed", error=error)
+        ctx.store.write_record(job, "failed", error=error, where=where)
 
 
 class LiveSession:
@@ -551,9 +563,37 @@ def _precompile_together(ctx: RunContext, servers: list[tuple[tuple[str, int | N
 # ---------------------------------------------------------------------------------------- the run
 
 
-def prepare(matrix_path: Path, out_base: Path, resume: Path | None, console: Console) -> RunContext:
+def check_resume_host(store: RunStore, matrix: Matrix, allow: bool, console: Console) -> None:
+    """A resume on another machine than the run's first stretch is refused unless ``allow``
+    (`--allow-other-host`): its rounds would carry the two machines' difference. The Slurm runtime's sessions run
+    on the nodes Slurm gives them (each record names its node): not checked here. A run whose first stretch
+    recorded no identity (older runs) cannot be checked."""
+    if matrix.runtime.kind == "slurm":
+        return
+    first = next((st.where for st in store.manifest().stretches if st.where is not None), None)
+    if first is None:
+        return
+    here = host_identity()
+    if here.key == first.key:
+        return
+    differs = "; ".join(f"{what} {a!r} there, {b!r} here" for what, a, b in (
+        ("host name", first.hostname, here.hostname), ("machine id", first.machine_id, here.machine_id),
+        ("accelerators", first.accelerators(), here.accelerators())) if a != b)
+    said = f"{store.root} began on another machine ({differs})"
+    if not allow:
+        raise SuiteError(f"{said}: resuming here would put two machines' speeds into one run. Resume on the machine "
+                         "it began on, or pass --allow-other-host: then a round whose arms ran on different "
+                         "machines is not paired, the test takes the machine out, and every card names both.")
+    console.print(f"[yellow]{said}; --allow-other-host: rounds whose arms ran on different machines will not be "
+                  "paired, and the report names both machines[/yellow]", highlight=False)
+
+
+def prepare(matrix_path: Path, out_base: Path, resume: Path | None, console: Console,
+            allow_other_host: bool = False) -> RunContext:
     matrix = load_matrix(matrix_path)
     plan = build_plan(matrix)
+    if resume is not None:  # before anything is built, prepared or started
+        check_resume_host(RunStore.open(resume), matrix, allow_other_host, console)
     # a generated dummy-weight model (model.generate) is written before anything reads or mounts its directory
     for model in matrix.models_by_field().values():
         ensure_model(model, log=lambda msg: console.print(msg, markup=False, highlight=False))
@@ -729,7 +769,7 @@ def execute(ctx: RunContext, scheduler: Scheduler | None = None) -> JobCounts:
     if skipped:
         ctx.console.print(f"resume: {skipped} jobs already done, {total} to run")
     # the manifest tells what is incomplete at any moment, even after a kill -9: counts kept per job
-    ctx.store.begin_stretch(Stretch.begin(total), status="running", job_counts=counts_of(ctx, seq),
+    ctx.store.begin_stretch(Stretch.begin(total, where=host_identity()), status="running", job_counts=counts_of(ctx, seq),
                             scheduler=scheduler.kind)
     status = "complete"
     try:

@@ -201,6 +201,27 @@ def mean_var(xs: Sequence[float]) -> tuple[float, float]:
 
 
 @dataclass(frozen=True)
+class Strata:
+    """What a paired test takes out besides the pairing: the stratum each round was measured in, whose own offset
+    the estimate cancels (``within_layouts``: the mean of the strata's means, the spread within strata on n - N
+    degrees of freedom). The GPU layout under runtime.cross_groups (round r in layout r mod N), or the machine a
+    round ran on (a run resumed on another machine), or both."""
+
+    n: int
+    kind: str = "GPU layouts"  # what the strata are, plural, as the reasons name them
+    by_round: Mapping[int, int] | None = None  # round -> stratum 0 .. n-1; None: round r in stratum r mod n
+    unit: str = "rounds"  # what a score is of, plural (order interleaved: "restart sets")
+
+    def of(self, r: int) -> int:
+        return self.by_round[r] if self.by_round is not None else r % self.n
+
+    @classmethod
+    def layouts(cls, n: int) -> Strata | None:
+        """runtime.cross_groups' N layouts, one per restart set (None for one: nothing to take out)."""
+        return cls(n, unit="restart sets") if n > 1 else None
+
+
+@dataclass(frozen=True)
 class WithinLayouts:
     """Paired differences measured over GPU layouts that repeat (runtime.cross_groups: set s in layout s mod N),
     each layout's own offset taken out: ``mean`` is the mean of the layouts' means (each layout weighted alike,
@@ -321,7 +342,7 @@ def compare(
     paired: bool = False,
     max_cv: float = MAX_CV,
     max_half_width_log: float = MAX_HALF_WIDTH_LOG,
-    phases: int = 1,
+    strata: Strata | None = None,
     rounds: Sequence[int] | None = None,
 ) -> Comparison:
     """Compare repeats of one metric at one point: Δ% of candidate vs baseline with an interval and a verdict.
@@ -330,9 +351,9 @@ def compare(
     uses per-pair log ratios, which cancels drift between rounds. An interval whose log-scale half-width
     exceeds ``max_half_width_log`` (default log 2) makes the comparison ``unreliable``; its interval and
     minimum detectable effect are then None (the reason gives the width), Δ and p stay.
-    ``phases`` > 1 (paired only): pair i was measured in round ``rounds[i]``, in GPU layout rounds[i] mod
-    ``phases`` (runtime.cross_groups); the layouts' difference is taken out as in the primary test
-    (``within_layouts``: the mean of the layouts' means, the spread within layouts, n - N df).
+    ``strata`` (paired only): pair i was measured in round ``rounds[i]``, in stratum ``strata.of(rounds[i])`` (a
+    GPU layout of runtime.cross_groups, a machine); the strata's difference is taken out as in the primary test
+    (``within_layouts``: the mean of the strata's means, the spread within strata, n - N df).
     """
     b = _check_values(baseline, "baseline")
     c = _check_values(candidate, "candidate")
@@ -346,12 +367,12 @@ def compare(
         raise ValueError("negative values: throughputs and latencies cannot be negative")
     if paired and len(b) != len(c):
         raise ValueError(f"paired comparison needs equal repeats, got {len(b)} baseline, {len(c)} candidate")
-    if phases > 1 and (not paired or rounds is None or len(rounds) != len(b)):
-        raise ValueError("GPU layouts (phases > 1) need paired values and the round of each pair")
+    if strata is not None and (not paired or rounds is None or len(rounds) != len(b)):
+        raise ValueError(f"{strata.kind} (strata) need paired values and the round of each pair")
 
     method = "paired t on log ratios" if paired else "Welch t on log values"
-    if phases > 1:
-        method += f", within {phases} GPU layouts"
+    if strata is not None:
+        method += f", within {strata.n} {strata.kind}"
     base = dict(
         baseline=summarize(b),
         candidate=summarize(c),
@@ -379,17 +400,17 @@ def compare(
     lb, lc = [math.log(x) for x in b], [math.log(x) for x in c]
     log_ratio = math.fsum(lc) / len(lc) - math.fsum(lb) / len(lb)
     within = None
-    if phases > 1:
-        within = within_layouts([y - x for x, y in zip(lb, lc, strict=True)], [r % phases for r in rounds], phases)
+    if strata is not None:
+        within = within_layouts([y - x for x, y in zip(lb, lc, strict=True)], [strata.of(r) for r in rounds], strata.n)
         if within is not None:  # every layout in: the mean of the layouts' means
             log_ratio = within.mean if isinstance(within, WithinLayouts) else within
     point = dict(ratio=math.exp(log_ratio), delta_pct=_pct(log_ratio))
     if min(len(b), len(c)) < 2:
         return unreliable(f"1 repeat: no interval (baseline n={len(b)}, candidate n={len(c)})", **point)
-    if phases > 1 and not isinstance(within, WithinLayouts):
-        seen = len({r % phases for r in rounds})
-        return unreliable(f"{len(b)} rounds in {seen} of the {phases} GPU layouts: no interval once the layouts' "
-                          "difference is taken out", **(point if within is not None else {}))
+    if strata is not None and not isinstance(within, WithinLayouts):
+        seen = len({strata.of(r) for r in rounds})
+        return unreliable(f"{len(b)} rounds in {seen} of the {strata.n} {strata.kind}: no interval once the "
+                          f"{strata.kind}' difference is taken out", **(point if within is not None else {}))
 
     if isinstance(within, WithinLayouts):
         d, se, df = within.mean, math.sqrt(within.var / within.n_eff), within.df

@@ -166,6 +166,62 @@ class GpuState(BaseModel):
     clock_event_reasons: str | None = None  # a bitmask; None where the driver names no such field
 
 
+class GpuIdentity(BaseModel):
+    """One accelerator as its vendor tool names it at a process's start (``suite.runtime.identity``): which card
+    (model, UUID or serial, PCI bus), its driver, and the limits a timing depends on (power limit, max SM clock;
+    the SM clock at the start). Values as the tool prints them, units dropped."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    index: str | None = None
+    name: str | None = None
+    uuid: str | None = None  # NVIDIA: GPU-…; AMD: the ASIC serial
+    pci_bus_id: str | None = None
+    driver: str | None = None
+    power_limit_w: str | None = None
+    clocks_max_sm: str | None = None  # MHz
+    clocks_sm: str | None = None  # MHz, at the start (server records only)
+
+
+class HostIdentity(BaseModel):
+    """Where a process ran: the machine (host name, machine id, boot), its CPU and kernel, its accelerators and
+    their driver / toolkit versions, and, inside a Slurm job, the job and node as Slurm names them. Written on
+    every job record, server start and stretch; ``key`` tells two machines apart (host names repeat: every
+    device machine of this project was "vm"; its GPUs' UUIDs are its own)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    hostname: str | None = None
+    machine_id: str | None = None  # /etc/machine-id
+    boot_id: str | None = None
+    cpu: str | None = None  # /proc/cpuinfo's model name
+    kernel: str | None = None
+    gpus: list[GpuIdentity] = []
+    cuda: str | None = None  # the CUDA version nvidia-smi reports for the driver
+    rocm: str | None = None  # the ROCm version amd-smi reports
+    slurm_job: str | None = None  # $SLURM_JOB_ID
+    slurm_node: str | None = None  # $SLURMD_NODENAME
+    image_id: str | None = None  # docker runtime (server starts): the arm's image, by id
+
+    @property
+    def key(self) -> str:
+        """The machine: host name, machine id and the UUIDs of the accelerators it lists (a boot, the clocks,
+        a process's image are not part of it)."""
+        uuids = ",".join(sorted(g.uuid or g.pci_bus_id or g.name or "?" for g in self.gpus))
+        return "|".join((self.hostname or "?", self.machine_id or "", uuids))
+
+    def accelerators(self) -> str:
+        """"1 × NVIDIA H100 80GB HBM3 (GPU-5f3c9a1e)": the accelerators and their ids ("none" without)."""
+        names: dict[str, list[str]] = {}
+        for g in self.gpus:
+            names.setdefault(g.name or "GPU", []).append((g.uuid or g.pci_bus_id or "?")[:12])
+        return "; ".join(f"{len(ids)} × {name} ({', '.join(ids)})" for name, ids in names.items()) or "none"
+
+    def label(self) -> str:
+        """"vm · 1 × NVIDIA H100 80GB HBM3 (GPU-5f3c9a1e)": the host name, its accelerators and their ids."""
+        return f"{self.hostname or '?'} · {self.accelerators()}" if self.gpus else self.hostname or "?"
+
+
 class DeviceStates(BaseModel):
     """The accelerators' state (clocks, P-state, power; one record per device) at a job's start and end."""
 
@@ -194,6 +250,7 @@ class JobRecord(BaseModel):
     server_died: bool = False  # the session's server was gone at the job's end
     client: ClientRecord | None = None  # a serve job: how its bench client ran
     device: DeviceStates | None = None  # a GPU host: the accelerators around the job
+    where: HostIdentity | None = None  # the machine the job ran on (records before 2026-12-07: None)
 
     @property
     def ok(self) -> bool:
@@ -451,10 +508,12 @@ class Stretch(Recorded):
     boot_id: str | None = None
     pid: int | None = None  # the `suite run` process: whether a stretch with no end is still alive
     jobs: int = 0  # jobs this stretch set out to run
+    where: HostIdentity | None = None  # the machine (stretches before 2026-12-07: its host name and boot only)
 
     @classmethod
-    def begin(cls, jobs: int) -> Stretch:
-        return cls(started=utc_now(), hostname=socket.gethostname(), boot_id=boot_id(), pid=os.getpid(), jobs=jobs)
+    def begin(cls, jobs: int, where: HostIdentity | None = None) -> Stretch:
+        return cls(started=utc_now(), hostname=socket.gethostname(), boot_id=boot_id(), pid=os.getpid(), jobs=jobs,
+                   **({"where": where} if where is not None else {}))
 
     def alive(self) -> bool | None:
         """Whether this stretch's process still runs: None when that cannot be told from here (it ended, ran on

@@ -49,6 +49,7 @@ from suite.stats import (
     MAX_HALF_WIDTH_LOG,
     METRICS,
     ZERO_SE,
+    Strata,
     WithinLayouts,
     fmt_interval,
     fmt_pct,
@@ -628,7 +629,7 @@ def primary_test(
     aa_scores: Mapping[int, float] | None = None,
     final: bool = False,
     metric: str | None = None,
-    phases: int = 1,
+    strata: Strata | None = None,
 ) -> PrimaryResult:
     """The declared test at one look of the sequential design.
 
@@ -640,10 +641,10 @@ def primary_test(
     round's candidate and A/A scores share the baseline session (correlation 1/2 at equal variances).
     ``final``: no more rounds will come (budget spent): an undecided test is decided INCONCLUSIVE.
     ``metric``: the single metric these scores are of (None: the composite); only labels and ``delta_pct``.
-    ``phases``: the scores repeat a layout of the arms on GPU groups every ``phases`` rounds (runtime.cross_groups:
-    round r in phase r mod N, whose groups' speed difference it carries): the estimate is the mean of the phase
-    means (each layout weighted alike, so a group's speed cancels) and the variance is the one within phases, on
-    n - N degrees of freedom; 1: no layout (every other design).
+    ``strata``: what each round's score carries besides the change (runtime.cross_groups: round r in GPU layout
+    r mod N, whose groups' speed difference it carries; a run resumed on another machine: the machine): the
+    estimate is the mean of the strata's means (each weighted alike, so a group's or a machine's speed cancels)
+    and the variance is the one within strata, on n - N degrees of freedom; None: one stratum.
 
     Boundaries: Lan-DeMets spending of ``spec.alpha`` at information fraction look_rounds / max_rounds; each
     look's nominal two-sided alpha (``look_alphas``: matched on the t statistics of the planned design) is
@@ -657,7 +658,7 @@ def primary_test(
     k = _resolve_look(spec, look, len(s))
     n_looks = len(spec.looks)
     aa = ([v for v in _check_scores(aa_scores, "aa_scores").values() if math.isfinite(v)]
-          if spec.pool_aa and aa_scores is not None and phases == 1 else [])
+          if spec.pool_aa and aa_scores is not None and strata is None else [])
     alpha_k = look_alphas(spec, pooled=len(aa) >= 2)[k - 1]
     last = final or k == n_looks
     where = (f"look {k} of {n_looks}, {SPENDING_LABEL[spec.spending]}" if n_looks > 1
@@ -683,14 +684,14 @@ def primary_test(
         known = dict(estimate_pct=_pct(xs[0]), delta_pct=_pct(own_sign * xs[0]), mean_log=xs[0]) if xs else {}
         return inconclusive(f"{len(xs)} round{'s' if len(xs) != 1 else ''}: no interval", **known)
     n = len(xs)
-    if phases > 1:
-        w = within_layouts(xs, [r % phases for r in s], phases)
-        if not isinstance(w, WithinLayouts):  # the estimate only once every layout is in it
+    if strata is not None:
+        w = within_layouts(xs, [strata.of(r) for r in s], strata.n)
+        if not isinstance(w, WithinLayouts):  # the estimate only once every stratum is in it
             known = dict(estimate_pct=_pct(w), delta_pct=_pct(own_sign * w), mean_log=w) if w is not None else {}
-            return inconclusive(f"{n} restart sets in {len({r % phases for r in s})} of the {phases} GPU layouts: no "
-                                "interval once the layouts' difference is taken out", **known)
+            return inconclusive(f"{n} {strata.unit} in {len({strata.of(r) for r in s})} of the {strata.n} "
+                                f"{strata.kind}: no interval once the {strata.kind}' difference is taken out", **known)
         mean, var, n_eff, df = w.mean, w.var, w.n_eff, w.df
-        variance = f"paired, {n} rounds, within {phases} GPU layouts"
+        variance = f"paired, {n} rounds, within {strata.n} {strata.kind}"
     else:
         mean, var = mean_var(xs)
         n_eff, df, variance = float(n), n - 1.0, f"paired, {n} rounds"
@@ -699,7 +700,7 @@ def primary_test(
         return inconclusive("no spread across rounds (identical scores): no interval", **point)
 
     pooled = False
-    if spec.pool_aa and phases == 1:  # never across GPU layouts (aa is empty there)
+    if spec.pool_aa and strata is None:  # never across strata (aa is empty there)
         if len(aa) < 2:
             variance += "; not pooled: fewer than 2 A/A rounds"
         else:
@@ -890,7 +891,7 @@ def evaluate_scores(
     aa_composite: Mapping[int, float] | None = None,
     look: int | None = None,
     final: bool = False,
-    phases: int = 1,
+    strata: Strata | None = None,
 ) -> Evaluation:
     """The composite and every (point, metric) cell tested as one family at family-wise ``spec.alpha`` over the
     looks: weighted Holm (a graphical procedure) over group-sequential tests, Maurer & Bretz (2013).
@@ -919,10 +920,10 @@ def evaluate_scores(
         if key is None:
             aa = _upto(aa_composite, n) if aa_composite is not None and n is not None else aa_composite
             return primary_test(composite_scores if n is None else _upto(composite_scores, n), at, look=j,
-                                aa_scores=aa, final=final and last, phases=phases)
+                                aa_scores=aa, final=final and last, strata=strata)
         scores = cell_scores[key]
         return primary_test(scores if n is None else _upto(scores, n), at, look=j, final=final and last,
-                            metric=key[1], phases=phases)
+                            metric=key[1], strata=strata)
 
     for j in range(1, k + 1):
         n = None if j == k else spec.looks[j - 1]
@@ -997,7 +998,7 @@ def evaluate(
     look: int | None = None,
     final: bool = False,
     unit: str = "round",
-    phases: int = 1,
+    strata: Strata | None = None,
 ) -> Evaluation:
     """Everything for one candidate at one look: pair rounds by index, score them (``round_scores``, its notes
     naming a round ``unit``): the composite, and each declared metric at each point both arms have; then
@@ -1014,7 +1015,7 @@ def evaluate(
             if len(scores) >= 1 and any(m in rows.get(point, {}) for rows in base_rounds.values()):
                 cells[(point, m)] = {r: v for r, v in scores.items() if r in comp.scores or not comp.scores}
     aa_comp = round_scores(base_rounds, aa_rounds, spec.metrics).scores if aa_rounds is not None else None
-    ev = evaluate_scores(comp.scores, cells, spec, aa_composite=aa_comp, look=look, final=final, phases=phases)
+    ev = evaluate_scores(comp.scores, cells, spec, aa_composite=aa_comp, look=look, final=final, strata=strata)
     return replace(ev, dropped=comp.dropped, skipped=comp.skipped)
 
 

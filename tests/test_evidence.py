@@ -8,29 +8,16 @@ from __future__ import annotations
 import json
 import math
 import statistics
-import tarfile
 from pathlib import Path
 
 import pytest
 
 from suite.cli import main
+from tests.conftest import REPO, load_script
 
-EVIDENCE = Path(__file__).resolve().parent.parent / "docs" / "evidence"
+EVIDENCE = REPO / "docs" / "evidence"
+unpack = load_script(REPO / "scripts" / "evidence_reports.py", "evidence_reports").unpack
 RUNS = sorted(p for p in EVIDENCE.iterdir() if (p / "raw.tar.xz").is_file()) if EVIDENCE.is_dir() else []
-
-
-def unpack(run: Path, dest: Path) -> Path:
-    """A stored run's raw files (its raw.tar.xz) unpacked into ``dest``."""
-    dest.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(run / "raw.tar.xz") as tar:
-        members = tar.getmembers()
-        # extractall's filter= needs Python 3.11.4; Debian's 3.11.2 (CI's) lacks it, so the same check by hand:
-        # plain files and folders, each inside dest
-        for member in members:
-            assert member.isfile() or member.isdir(), f"{run.name}: {member.name} is not a plain file"
-            assert not Path(member.name).is_absolute() and ".." not in Path(member.name).parts, member.name
-        tar.extractall(dest, members)
-    return dest
 
 
 def test_there_is_gpu_evidence():

@@ -162,7 +162,7 @@ def test_crossed_groups_run_one_set_at_a_time_each_arm_on_its_own_group_swapped_
             "with its layout, and the test takes it out") in md
     # two sets, one per layout: nothing is left to test on once the layouts are taken out, and the card says so
     assert "crossed over 2 GPU layouts: the mean of the layouts' means, the spread within layouts (2 sets, 0 " in md
-    assert "2 restart sets in 2 of the 2 GPU layouts: no interval once the layouts' difference is taken out" in md
+    assert "2 restart sets in 2 of the 2 GPU layouts: no interval once the GPU layouts' difference is taken out" in md
     assert "each set's score: set 0 " in md and ", set 1 " in md
     assert "precompile: every serving arm's server started once before the first session of each stretch" in md
     assert processes_mentioning(str(run_dir)) == []

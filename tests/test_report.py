@@ -42,9 +42,10 @@ def raw(tput: float, lat: float | dict[str, float], completed: int = 8) -> dict:
 
 
 def make_run(tmp_path: Path, values, *, order: str = "blocked", repeats: int = 3, fail_job: str | None = None,
-             skip: frozenset[tuple[str, str]] = frozenset(), matrix_text: str = MATRIX) -> Path:
+             skip: frozenset[tuple[str, str]] = frozenset(), matrix_text: str = MATRIX, where=None) -> Path:
     """A run directory written through the store. ``values(arm, concurrency, repeat) -> (tput, latency)``;
-    ``skip``: (arm, job key) never measured (a lost repeat); ``fail_job``: the patched arm's job that failed."""
+    ``skip``: (arm, job key) never measured (a lost repeat); ``fail_job``: the patched arm's job that failed;
+    ``where(arm, concurrency, repeat) -> HostIdentity``: the machine each job's record names (None: none)."""
     matrix = parse_matrix(matrix_text % {"repeats": repeats, "order": order})
     plan = build_plan(matrix)
     store = RunStore.create(tmp_path, matrix.name)
@@ -57,7 +58,7 @@ def make_run(tmp_path: Path, values, *, order: str = "blocked", repeats: int = 3
             continue
         tput, lat = values(job.arm, job.params.concurrency, job.repeat)
         atomic_write_json(store.result_path(job), raw(tput, lat))
-        store.write_record(job, "ok")
+        store.write_record(job, "ok", **({"where": where(job.arm, job.params.concurrency, job.repeat)} if where else {}))
     return store.root
 
 

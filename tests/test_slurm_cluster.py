@@ -221,6 +221,22 @@ def test_killed_job_is_reported_and_resubmitted(killed_run) -> None:
     assert "Resubmitted sessions: baseline#0" in report
 
 
+def test_each_job_names_the_slurm_job_and_node_it_ran_on(killed_run) -> None:
+    """Every job record names its machine; inside a Slurm job, also the job and the node as Slurm names them:
+    the node sacct reports for that job in the run's ledger (a requeued job's records name its own)."""
+    run_dir = killed_run["run_dir"]
+    subs = {s["job_id"]: s for s in ledger(run_dir)}
+    records = [json.loads(p.read_text()) for p in sorted(run_dir.glob("*/serve/*/rep-*.job.json"))]
+    assert len(records) == 4
+    for rec in records:
+        where = rec["where"]
+        sub = subs[where["slurm_job"]]
+        assert where["slurm_node"] == sub["node"] and sub["session"].startswith(rec["job"]["arm"] + "#"), (where, sub)
+        assert where["hostname"]
+    report = (run_dir / "report.md").read_text()
+    assert "where it ran: " in report
+
+
 def test_fake_gpu_request_is_granted(killed_run) -> None:
     for sub in ledger(killed_run["run_dir"]):
         head = Path(sub["output"]).read_text().splitlines()[0]

@@ -17,6 +17,7 @@ from scipy import stats as sps
 from suite.stats import (
     METRICS,
     GateOutcome,
+    Strata,
     Verdict,
     accuracy_gate,
     accuracy_gate_reason,
@@ -564,25 +565,25 @@ def test_a_cells_gpu_layouts_are_taken_out_as_in_the_primary_test():
     base = [100.0 * math.exp(e) for e in noise]
     layout = [1.03 if r % 2 == 0 else 1 / 1.03 for r in range(6)]  # the slower group on the other side
     cand = [b * 1.02 * g * math.exp(e) for b, g, e in zip(base, layout, noise[::-1], strict=True)]
-    crossed = compare(base, cand, higher_is_better=True, paired=True, phases=2, rounds=range(6))
+    crossed = compare(base, cand, higher_is_better=True, paired=True, strata=Strata.layouts(2), rounds=range(6))
     plain = compare(base, cand, higher_is_better=True, paired=True)
     assert crossed.verdict == Verdict.BETTER and crossed.df == 4 and "within 2 GPU layouts" in crossed.method
     assert crossed.delta_pct == pytest.approx(2.0, abs=0.01) and 1.5 < crossed.ci_low_pct < crossed.ci_high_pct < 2.5
     assert plain.verdict == Verdict.NOT_SIGNIFICANT
     # a layout with no set yet: no estimate, no interval; one set per layout: the estimate, no interval
-    missing = compare(base[::2], cand[::2], higher_is_better=True, paired=True, phases=2, rounds=[0, 2, 4])
+    missing = compare(base[::2], cand[::2], higher_is_better=True, paired=True, strata=Strata.layouts(2), rounds=[0, 2, 4])
     assert missing.verdict == Verdict.UNRELIABLE and missing.delta_pct is None
-    assert "3 rounds in 1 of the 2 GPU layouts: no interval once the layouts' difference is taken out" in missing.reason
-    short = compare(base[:2], cand[:2], higher_is_better=True, paired=True, phases=2, rounds=[0, 1])
+    assert "3 rounds in 1 of the 2 GPU layouts: no interval once the GPU layouts' difference is taken out" in missing.reason
+    short = compare(base[:2], cand[:2], higher_is_better=True, paired=True, strata=Strata.layouts(2), rounds=[0, 1])
     assert short.verdict == Verdict.UNRELIABLE and short.delta_pct == pytest.approx(2.0, abs=0.2)
     with pytest.raises(ValueError, match="round of each pair"):
-        compare(base, cand, higher_is_better=True, paired=True, phases=2)
+        compare(base, cand, higher_is_better=True, paired=True, strata=Strata.layouts(2))
     rng = np.random.default_rng(23)
     covered = 0
     for _ in range(TRIALS):
         b = 100 * np.exp(rng.normal(0, 0.01, 6))
         c = b * 1.01 * np.exp(np.where(np.arange(6) % 2 == 0, 0.03, -0.03) + rng.normal(0, 0.01, 6))
-        res = compare(list(b), list(c), higher_is_better=True, paired=True, phases=2, rounds=range(6))
+        res = compare(list(b), list(c), higher_is_better=True, paired=True, strata=Strata.layouts(2), rounds=range(6))
         covered += res.ci_low_pct <= 1.0 <= res.ci_high_pct
     assert abs(covered / TRIALS - 0.95) <= 0.012, covered / TRIALS
 

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
+from suite.stats import Strata
 from suite.verdict import (
     COMPOSITE_WEIGHT,
     HEADLINE,
@@ -533,14 +534,14 @@ def test_an_arm_of_every_other_round_has_its_own_looks():
 def test_a_crossed_layout_is_taken_out_of_the_test_not_left_in_its_spread():
     """runtime.cross_groups: set r in GPU layout r mod 2, the slower group on the baseline's side in one layout and
     on the candidate's in the other, so a 3 % group difference zig-zags the set scores around the effect. With
-    ``phases=2`` the estimate is the mean of the two layouts' means and the spread the one within layouts (n - 2
+    ``strata=Strata.layouts(2)`` the estimate is the mean of the two layouts' means and the spread the one within layouts (n - 2
     degrees of freedom): a +2 % change is IMPROVEMENT with an interval near +2 %; the plain paired test over the
     same six sets carries the zig-zag in its spread and cannot tell it from 0."""
     spec = VerdictSpec(target_pct=1, max_rounds=6, looks=(6,))
     eff, d = math.log(1.02), math.log(1.03)
     noise = (0.001, -0.002, 0.0015, 0.0005, -0.001, 0.0)
     scores = {r: eff + (d if r % 2 == 0 else -d) + e for r, e in enumerate(noise)}
-    crossed = primary_test(scores, spec, phases=2)
+    crossed = primary_test(scores, spec, strata=Strata.layouts(2))
     plain = primary_test(scores, spec)
     assert crossed.outcome == Outcome.IMPROVEMENT and crossed.df == 4
     assert crossed.estimate_pct == pytest.approx(2.0, abs=0.05)
@@ -548,15 +549,15 @@ def test_a_crossed_layout_is_taken_out_of_the_test_not_left_in_its_spread():
     assert plain.outcome == Outcome.INCONCLUSIVE and plain.rci_low_pct < 0
     # the scores' order within a layout does not matter; the layouts' own means do, each weighted alike
     lopsided = {0: 0.03, 1: 0.01, 2: 0.031, 3: 0.011, 4: 0.029}  # 3 sets of layout 0, 2 of layout 1
-    res = primary_test(lopsided, spec, phases=2)
+    res = primary_test(lopsided, spec, strata=Strata.layouts(2))
     assert res.mean_log == pytest.approx(((0.03 + 0.031 + 0.029) / 3 + (0.01 + 0.011) / 2) / 2)
     assert res.df == 3 and res.mean_log < sum(lopsided.values()) / 5  # the plain mean would lean to layout 0
     # one set per layout: an estimate, no interval
-    short = primary_test({0: 0.03, 1: 0.01}, spec, phases=2)
+    short = primary_test({0: 0.03, 1: 0.01}, spec, strata=Strata.layouts(2))
     assert short.outcome == Outcome.INCONCLUSIVE and short.rci_low_pct is None
     assert short.estimate_pct == pytest.approx(math.expm1(0.02) * 100)
-    assert "2 restart sets in 2 of the 2 GPU layouts: no interval once the layouts' difference is taken out" in short.reason
-    assert primary_test({0: 0.03, 2: 0.01, 4: 0.02}, spec, phases=2).estimate_pct is None  # layout 1 missing
+    assert "2 restart sets in 2 of the 2 GPU layouts: no interval once the GPU layouts' difference is taken out" in short.reason
+    assert primary_test({0: 0.03, 2: 0.01, 4: 0.02}, spec, strata=Strata.layouts(2)).estimate_pct is None  # layout 1 missing
 
 
 def test_an_inconclusive_run_with_rounds_enough_for_its_target_is_not_told_to_need_fewer():

@@ -19,7 +19,7 @@ and ``suite.verdict.primary_test`` decides at each look. Three layouts, the same
 - together: both arms of a set on one GPU (runtime.gpu_groups without crossing; needs both to fit on a GPU):
   the GPU's speed falls on both sides of the score.
 
-The crossed layout is tested two ways: as the report tests it (``phases``: the mean of the layouts' means, the
+The crossed layout is tested two ways: as the report tests it (``strata``: the mean of the layouts' means, the
 variance within layouts, n - N degrees of freedom) and by the plain paired test over sets (the GPU difference
 left in the variance).
 
@@ -39,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from suite.matrix import load_matrix  # noqa: E402
 from suite.plan import build_plan  # noqa: E402
+from suite.stats import Strata  # noqa: E402
 from suite.verdict import Outcome, primary_test  # noqa: E402
 
 MATRIX = ROOT / "matrices" / "gemma4-h200x2-crossed.yaml"
@@ -61,7 +62,7 @@ def one_run(rng: np.random.Generator, layout: list[tuple[int, int]], spec, effec
     scores = {r: effect + slow[gb] - slow[gc] + rng.normal(0.0, set_sd) for r, (gb, gc) in enumerate(layout)}
     res = None
     for k, n in enumerate(spec.looks, start=1):
-        res = primary_test({r: v for r, v in scores.items() if r < n}, spec, look=k, phases=phases)
+        res = primary_test({r: v for r, v in scores.items() if r < n}, spec, look=k, strata=Strata.layouts(phases))
         if res.decided:
             break
     assert res is not None

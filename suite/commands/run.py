@@ -16,6 +16,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, default=Path("runs"), help="base directory for run directories (runs/)")
     p.add_argument("--dry-run", action="store_true", help="print the plan and exit")
     p.add_argument("--resume", type=Path, metavar="RUN_DIR", help="run only the jobs missing from RUN_DIR")
+    p.add_argument("--allow-other-host", action="store_true",
+                   help="--resume on another machine than the run began on (refused without it)")
     p.add_argument("--no-report", action="store_true", help="do not write the report at the end")
 
 
@@ -27,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(dry_run(args.matrix))
         return 0
-    ctx = prepare(args.matrix, args.out, args.resume, console)
+    ctx = prepare(args.matrix, args.out, args.resume, console, allow_other_host=args.allow_other_host)
     console.print(f"run directory: {ctx.store.root}")
     try:
         counts = execute(ctx)

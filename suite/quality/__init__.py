@@ -12,6 +12,8 @@ Checks and thresholds (each function's docstring says why):
 check               fires when                                                              severity
 =================== ======================================================================= ===========
 failed-requests     ``failed > 0``, an error string, or ``completed`` < the prompts asked   unreliable
+other-host          a repeat ran on another machine (host name, machine id, GPU UUIDs) than   unreliable
+                    the baseline's repeat of its round and point: not paired
 coalesced-stream    median ITL < 0.05 ms; or ≥ 10 % of requests got every token after the   unreliable
                     first in one burst (< 0.05 ms per token); or median ITL < 10 % of the
                     mean decode time per token (bursts with gaps); fewer burst requests     warning
@@ -42,12 +44,14 @@ block-outlier       order interleaved, ≥ 3 blocks a set: a block's mean TPOT a
 fast-path-not-taken an arm's server log: a kernel the gate is routed to ran untuned or was   warning
                     switched off (AITER tuned-config misses: a stock arm's only for the
                     model's gate shapes; vLLM's own messages)
+hosts               an arm's repeats ran on more than one machine (a resume elsewhere, a      warning
+                    requeued Slurm job): each machine with its rounds
 =================== ======================================================================= ===========
 
 By subject: `suite.quality.finding` (the finding, the repeat, their order and wording), the serve stage's own
 checks in `suite.stages.serve.checks` (per repeat; warm-up outliers), `suite.quality.server_log` (server
 health), `suite.quality.series` (drift, session drift, bimodal sessions), `suite.quality.fast_path` (vendor log
-patterns). `suite.quality.run.run_checks` runs them all over a list of `RepeatResult`; `summarize_findings`
+patterns), `suite.quality.hosts` (the machines the repeats ran on). `suite.quality.run.run_checks` runs them all over a list of `RepeatResult`; `summarize_findings`
 gives the unreliable reasons per cell; `order_findings` / `finding_line` order and word them for the report's
 Data quality box.
 """

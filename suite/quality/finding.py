@@ -15,13 +15,13 @@ from typing import Literal
 from suite.stages.serve.read import ServeResult
 from suite.stages.serve.spec import ServeParams
 from suite.stats import FAMILIES, METRICS
-from suite.store import ClientRecord
+from suite.store import ClientRecord, HostIdentity
 
 Severity = Literal["unreliable", "warning"]
 
-CHECK_ORDER = ("failed-requests", "fast-path-not-taken", "server-health", "client-bound", "low-concurrency",
+CHECK_ORDER = ("failed-requests", "other-host", "fast-path-not-taken", "server-health", "client-bound", "low-concurrency",
                "coalesced-stream", "chunked-stream", "warmup-outlier", "slow-request", "session-drift", "round-outlier", "block-outlier", "bimodal-sessions",
-               "drift")
+               "drift", "hosts")
 
 
 @dataclass(frozen=True)
@@ -70,6 +70,7 @@ class RepeatResult:
     order: int | None = None
     client: ClientRecord | None = None
     end: ServeResult | None = None  # the same point measured again at the end of its session (drift_check)
+    host: HostIdentity | None = None  # the machine it ran on (records before 2026-12-07: None)
 
 
 def fmt_value(value: float) -> str:

@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 
 from suite.quality.finding import Finding, RepeatResult, order_findings, repeat_name
+from suite.quality.hosts import check_hosts
 from suite.quality.series import (
     check_bimodal_sessions,
     check_block_outlier,
@@ -24,17 +25,18 @@ ACROSS_ROUNDS = ("round-outlier", "drift", "bimodal-sessions")
 
 def run_checks(repeats: Sequence[RepeatResult], *, servers: Iterable[ServerStart] = (),
                logs: Mapping[tuple[str, int], str] | None = None,
-               blocks: int = 1) -> list[Finding]:
+               blocks: int = 1, baseline: str | None = None) -> list[Finding]:
     """Every check over a run's repeats (plus server records and logs), in `order_findings` order. ``blocks``:
     job repeats per round (order interleaved: a restart set's blocks): the checks across rounds (drift,
     round-outlier, bimodal sessions) see restart sets, the verdict's unit, and block-outlier compares one
-    block with its set's others."""
+    block with its set's others. ``baseline``: the arm whose repeats the others pair with (`check_hosts`)."""
     across = [replace(r, round=r.round // blocks) for r in repeats] if blocks > 1 else repeats
     per_repeat: list[Finding] = []
     for r in repeats:
         per_repeat += check_repeat(r.raw, r.params, arm=r.arm, point=r.point, round=r.round, client=r.client)
     per_repeat += check_warmup(repeats)
     per_repeat += check_session_drift(repeats)
+    per_repeat += check_hosts(repeats, baseline, blocks)
     # a repeat's finding is named where it ran, as everywhere in the report: "round 2", or under interleaved
     # "restart set 1, block 3" (the checks themselves name no repeat)
     findings = [f if f.round is None else replace(f, message=f"{repeat_name(f.round, blocks)}: {f.message}")

@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from suite.stages.serve.spec import ServeParams
-from suite.store import JobRecord, RunStore, Unreadable, load_results, read_json
+from suite.store import HostIdentity, JobRecord, RunStore, Unreadable, load_results, read_json
 
 DRIFT_TAG = "drift"
 MAX_RESTARTS_READ = 32  # server attempts of one session looked for (a matrix allows far fewer restarts)
@@ -85,6 +85,7 @@ class ServerStart(BaseModel):
     cpus: list[int] | None = None
     client_cpus: list[int] | None = None
     argv: list[str] = []
+    where: HostIdentity | None = None  # the machine and its GPUs' clocks at the start (records before 2026-12-07: None)
 
 
 @dataclass
