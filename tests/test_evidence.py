@@ -927,3 +927,26 @@ def test_plan_counts_a_stretch_without_its_end_to_its_last_job(tmp_path, capsys)
     assert main(["plan", str(EVIDENCE.parent.parent / "matrices" / "gemma4-h200-abba.yaml"), "--from", str(root)]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "min a round, as this run spent them" in out and "once" not in out
+
+
+def test_a_trade_off_on_the_h100_reads_mixed_and_names_its_points(tmp_path):
+    """gemma4-h100-tradeoff.yaml as it is, on one H100 (2026-12-07, three ABBA rounds, ~15 min): the ll-bf16
+    router-GEMM dispatch with a 6 us gate delay from 8 tokens a call on. The card reads MIXED, better at c1 and
+    worse at c8 and c16, as the matrix expects; each point's Δ is recomputed here from the raw JSON (the paired
+    rounds' mean log ratio of mean TPOT), and every record names the machine: one H100, by its UUID."""
+    run = EVIDENCE / "h100-tradeoff-20261207"
+    root = unpack(run, tmp_path / run.name)
+    text = (run / "report.md").read_text()
+    assert "- **tradeoff vs baseline: MIXED** — better at c1; worse at c8, c16 · composite" in text
+    points = {"c1": "isl128-osl64-c1-n16", "c8": "isl128-osl64-c8-n64", "c16": "isl128-osl64-c16-n128"}
+    words = {"c1": "better", "c8": "worse", "c16": "worse"}
+    for label, point in points.items():
+        ratios = [_tpot(root, "tradeoff", point, r) / _tpot(root, "baseline", point, r) for r in range(3)]
+        delta = 100 * math.expm1(statistics.fmean(map(math.log, ratios)))
+        row = next(line for line in text.splitlines() if line.startswith(f"  | {label} |"))
+        assert f"| {delta:+.1f}% [" in row and f"| {words[label]} | {words[label]}: as expected |" in row, row
+    assert abs(delta) > 1.5  # c16: a change the size the router gate makes, not noise
+    records = [json.loads(p.read_text()) for p in root.glob("*/serve/*/rep-*.job.json")]
+    assert len(records) == 24
+    assert {r["where"]["gpus"][0]["uuid"] for r in records} == {"GPU-3f245557-c394-167e-c69a-a398dba16265"}
+    assert "where it ran: vm · 1 × NVIDIA H100 80GB HBM3 (GPU-3f245557)" in text
