@@ -11,10 +11,13 @@ without ``base_dir`` checks the text alone (no file system).
 
 from __future__ import annotations
 
+import difflib
+import functools
 import hashlib
 import json
 import os
 import re
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -456,7 +459,11 @@ class ArmSpec(Strict):
     @field_validator("vllm", mode="before")
     @classmethod
     def _vllm_str(cls, value: Any) -> Any:
-        return str(value) if isinstance(value, int | float) else value
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            # YAML reads 0.33 as a number: 0.30 would become "0.3", and "0.33" names no release (0.33.0 does)
+            raise ValueError(f"{value} is a YAML number, which names no release: quote the full version, e.g. "
+                             'vllm: "0.33.0"')
+        return value
 
     @model_validator(mode="after")
     def _source(self) -> ArmSpec:
@@ -520,7 +527,7 @@ class ServePoint(Strict):
     @field_validator("concurrency", mode="before")
     @classmethod
     def _one_or_many(cls, value: Any) -> Any:
-        return [value] if isinstance(value, int) else value
+        return one_or_many(value, "concurrency")
 
     @field_validator("concurrency")
     @classmethod
@@ -570,6 +577,15 @@ def serve_point_id(isl: int, osl: int, concurrency: int, num_prompts: int, durat
     return f"isl{isl}-osl{osl}-c{concurrency}-{size}"
 
 
+def one_or_many(value: Any, field: str) -> Any:
+    """A number or a list of numbers (``concurrency: 8`` or ``[1, 8]``); text is refused with what to write (YAML
+    reads "8" as text, and the library's own word for it, "should be a valid list", says nothing of that)."""
+    if isinstance(value, str):
+        raise ValueError(f"a number or a list of numbers, e.g. {field}: 8 or [1, 8, 16], not the text {value!r}"
+                         + (": write it without quotes" if value.strip().isdigit() else ""))
+    return [value] if isinstance(value, int) else value
+
+
 class LatencyPoint(Strict):
     input_len: int = Field(gt=0, le=MAX_TOKENS)
     output_len: int = Field(gt=0, le=MAX_TOKENS)
@@ -580,7 +596,7 @@ class LatencyPoint(Strict):
     @field_validator("batch_size", mode="before")
     @classmethod
     def _one_or_many(cls, value: Any) -> Any:
-        return [value] if isinstance(value, int) else value
+        return one_or_many(value, "batch_size")
 
 
 class AccuracySpec(Strict):
@@ -778,6 +794,7 @@ class Matrix(Strict):
                                      f"{', '.join(dict.fromkeys(ids)) or '(none)'}")
         if not (self.serve or self.latency or self.accuracy or self.kernel or self.layer or self.profile):
             raise ValueError("nothing to measure: give serve, latency, accuracy, kernel, layer or profile")
+
         if self.repeats == "auto":
             if self.order == "blocked":
                 raise ValueError("repeats: auto needs order: abba or interleaved (rounds are the unit of the "
@@ -982,15 +999,17 @@ def _clean_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:
 # A whole-matrix check about one place names it first ("serve[2]: ...", "arms.patched.vllm: ..."), so that the
 # error points at that place's line.
 LOCATED = re.compile(r"^(?:(serve|latency)\[(\d+)\]|arms\.([A-Za-z0-9][A-Za-z0-9_.-]*)\.(vllm|patches|serve_args|env)"
-                     r"|(serve_args|accuracy|env)|runtime\.(gpu_groups|cross_groups)): ")
+                     r"|(serve_args|accuracy|env|arms)|runtime\.(gpu_groups|cross_groups)|verdict\.(points|expect)): ")
 
 
 def _located(msg: str) -> tuple[tuple[Any, ...], str] | None:
     m = LOCATED.match(msg)
     if not m:
         return None
-    if m.group(6):
-        loc: tuple[Any, ...] = ("runtime", m.group(6))
+    if m.group(7):
+        loc: tuple[Any, ...] = ("verdict", m.group(7))
+    elif m.group(6):
+        loc = ("runtime", m.group(6))
     elif m.group(5):
         loc = (m.group(5),)
     else:
@@ -1043,6 +1062,30 @@ def _duplicate_keys(root: yaml.Node | None, source: str) -> list[str]:
     return sorted(errors, key=lambda e: int(e[len(source) + 1:].split(":", 1)[0]))
 
 
+@functools.cache
+def known_fields() -> tuple[str, ...]:
+    """Every field name (and alias) of the matrix's models: where an unknown field's did-you-mean looks."""
+    names: set[str] = set()
+    todo: list[type[BaseModel]] = [Matrix]
+    seen: set[type[BaseModel]] = set()
+    while todo:
+        model = todo.pop()
+        if model in seen:
+            continue
+        seen.add(model)
+        for name, info in model.model_fields.items():
+            names.update(x for x in (name, info.alias) if x)
+            todo.extend(_model_types(info.annotation))
+    return tuple(sorted(names))
+
+
+def _model_types(annotation: Any) -> list[type[BaseModel]]:
+    """The pydantic models inside a field's annotation (through lists, dicts, unions)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in typing.get_args(annotation) for m in _model_types(arg)]
+
+
 def parse_matrix(text: str, source: str = "<matrix>", base_dir: Path | None = None) -> Matrix:
     """Validate a matrix's text. With ``base_dir`` (the matrix file's directory) also resolve its relative
     paths and check what they name: patch sets, diff files, wheels (see :func:`check_files`)."""
@@ -1081,11 +1124,13 @@ def parse_matrix(text: str, source: str = "<matrix>", base_dir: Path | None = No
                 loc, msg = (*loc, field.group(1)), msg[field.end():]
                 line = _node_line(root, loc) or line
             if err["type"] == "extra_forbidden":
-                msg = "unknown field"
+                close = difflib.get_close_matches(str(loc[-1]) if loc else "", known_fields(), n=1, cutoff=0.7)
+                msg = "unknown field" + (f" (did you mean {close[0]}?)" if close else "")
             elif err["type"] == "less_than_equal" and isinstance(err["input"], int | float):
                 msg = f"{err['input']:,} is beyond the limit {err['ctx']['le']:,} (a typo?)"
-            lines.append(f"{source}:{line}: {_format_loc(loc)}: {msg}")
-        raise MatrixError("\n".join(lines)) from None
+            lines.append((err["type"] != "extra_forbidden", line, f"{source}:{line}: {_format_loc(loc)}: {msg}"))
+        # unknown fields first, by line: a typo'd name is why the field it meant reads missing
+        raise MatrixError("\n".join(text for *_, text in sorted(lines, key=lambda x: x[:2]))) from None
     if base_dir is not None:
         matrix = resolve_local_paths(matrix, base_dir)
         errors = check_files(matrix)
@@ -1248,6 +1293,20 @@ def describe_sources(matrix: Matrix) -> list[str]:
                 lines.append(f"arm {name}: {'reverse ' if ref.reverse else ''}diff {ref.path} "
                              f"(sha256 {ref.sha256 or '?'})")
     return lines
+
+
+def nothing_to_compare(matrix: Matrix, path: str | Path) -> str | None:
+    """A new run of one arm and no A/A arm measures nothing it can compare (a resume may: the run's other arms
+    are in it). The error at the arms' line, or None."""
+    if len(matrix.arms) >= 2 or matrix.aa:
+        return None
+    try:
+        line = _node_line(yaml.compose(Path(path).read_text(), Loader=yaml.SafeLoader), ("arms",)) or 1
+    except (OSError, yaml.YAMLError):
+        line = 1
+    return (f"{path}:{line}: arms: one arm ({', '.join(matrix.arms)}) has nothing to compare with: add the baseline, "
+            "or aa: true to measure the arm against itself (an A/A run: the noise floor); `suite run --no-compare` "
+            "measures one arm's numbers alone")
 
 
 def load_matrix(path: str | Path) -> Matrix:

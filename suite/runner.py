@@ -25,7 +25,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from suite import REPO_ROOT
 from suite.errors import ServerError, SuiteError
 from suite.fixtures.gemma4 import ensure_model
-from suite.matrix import Matrix, load_matrix, missing_model_paths
+from suite.matrix import Matrix, load_matrix, missing_model_paths, nothing_to_compare
 from suite.plan import (
     KINDS,
     Job,
@@ -589,11 +589,13 @@ def check_resume_host(store: RunStore, matrix: Matrix, allow: bool, console: Con
 
 
 def prepare(matrix_path: Path, out_base: Path, resume: Path | None, console: Console,
-            allow_other_host: bool = False) -> RunContext:
+            allow_other_host: bool = False, no_compare: bool = False) -> RunContext:
     matrix = load_matrix(matrix_path)
     plan = build_plan(matrix)
     if resume is not None:  # before anything is built, prepared or started
         check_resume_host(RunStore.open(resume), matrix, allow_other_host, console)
+    elif not no_compare and (alone := nothing_to_compare(matrix, matrix_path)) is not None:
+        raise SuiteError(alone)
     # a generated dummy-weight model (model.generate) is written before anything reads or mounts its directory
     for model in matrix.models_by_field().values():
         ensure_model(model, log=lambda msg: console.print(msg, markup=False, highlight=False))

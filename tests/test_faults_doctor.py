@@ -160,6 +160,7 @@ model: {id: some/model, max_model_len: 256}
 runtime: {kind: docker, startup_timeout_s: 60, docker: {vendor: cpu}}
 arms:
   baseline: {vllm: "0.32.0"}
+  patched: {vllm: "0.32.0", patches: [synthetic-gate-delay]}
 serve:
   - {isl: 32, osl: 8, concurrency: 1, num_prompts: 2}
 """

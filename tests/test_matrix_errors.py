@@ -400,3 +400,50 @@ def test_arms_pointed_at_one_compile_cache_are_refused(tmp_path):
     own = per_arm.replace("TRITON_CACHE_DIR: /c/a},\n", "TRITON_CACHE_DIR: /c/b},\n").replace(
         "patched: {vllm: \"0.33.0\", env: {TRITON_CACHE_DIR: /c/a}", "patched: {vllm: \"0.33.0\", env: {TRITON_CACHE_DIR: /c/b}")
     assert load_matrix(write(tmp_path, own, "o.yaml")).arms["patched"].env == {"TRITON_CACHE_DIR": "/c/b"}
+
+
+# ---------------------------------------------------------------- what would fail later, refused now
+
+
+def test_a_vllm_version_written_as_a_number_is_refused_with_the_quoted_form(tmp_path):
+    """YAML reads `vllm: 0.33` as the number 0.33: it names no release (the image tag `v0.33` does not exist) and
+    0.30 would even read 0.3."""
+    f = write(tmp_path, BASE.replace('baseline: {vllm: "0.33.0"}', "baseline: {vllm: 0.33}"))
+    assert error_of(f) == (f'{f}:6: arms.baseline.vllm: 0.33 is a YAML number, which names no release: quote the '
+                           'full version, e.g. vllm: "0.33.0"')
+
+
+@pytest.mark.parametrize("value, hint", [('"8"', ": write it without quotes"), ("eight", "")])
+def test_a_concurrency_given_as_text_says_what_to_write(tmp_path, value, hint):
+    f = write(tmp_path, BASE.replace("concurrency: [1, 4]", f"concurrency: {value}"))
+    text = value.strip('"')
+    assert error_of(f) == (f"{f}:9: serve[0].concurrency: a number or a list of numbers, e.g. concurrency: 8 or "
+                           f"[1, 8, 16], not the text {text!r}{hint}")
+
+
+def test_one_arm_has_nothing_to_compare_unless_it_is_an_aa_run(tmp_path):
+    """`suite validate` and a new `suite run` refuse it (a `--resume` may go on with one arm: the run has the
+    others)."""
+    one = BASE.replace('  patched: {vllm: "0.33.0", patches: [ll-bf16-router-gemm-dispatch]}\n', "")
+    f = write(tmp_path, one)
+    said = (f"{f}:5: arms: one arm (baseline) has nothing to compare with: add the baseline, or aa: true to measure "
+            "the arm against itself (an A/A run: the noise floor); `suite run --no-compare` measures one arm's numbers "
+            "alone")
+    for args in (["validate", str(f)], ["run", str(f), "--out", str(tmp_path / "runs")]):
+        proc = run_suite(*args, env={"COLUMNS": "400"})
+        assert proc.returncode != 0 and said in " ".join((proc.stdout + proc.stderr).split()), proc.stderr
+    assert not (tmp_path / "runs").exists()  # refused before a run directory was made
+    aa = write(tmp_path, one + "aa: true\n", "aa.yaml")
+    assert run_suite("validate", str(aa)).returncode == 0
+
+
+def test_an_unknown_field_says_which_it_may_mean_and_comes_first(tmp_path):
+    f = write(tmp_path, BASE.replace("model:\n", "modle:\n") + "serv_args: [--x]\nverdict: {metrcs: [mean_tpot_ms]}\n")
+    assert error_of(f).splitlines() == [
+        f"{f}:2: modle: unknown field (did you mean model?)",
+        f"{f}:10: serv_args: unknown field (did you mean serve_args?)",
+        f"{f}:11: verdict.metrcs: unknown field (did you mean metrics?)",
+        f"{f}:1: model: Field required",
+    ]
+    f = write(tmp_path, BASE + "zzz: 1\n", "far.yaml")
+    assert error_of(f) == f"{f}:10: zzz: unknown field"  # nothing close: no guess

@@ -18,6 +18,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--resume", type=Path, metavar="RUN_DIR", help="run only the jobs missing from RUN_DIR")
     p.add_argument("--allow-other-host", action="store_true",
                    help="--resume on another machine than the run began on (refused without it)")
+    p.add_argument("--no-compare", action="store_true",
+                   help="run a matrix of one arm (its numbers alone, no verdict); refused without it")
     p.add_argument("--no-report", action="store_true", help="do not write the report at the end")
 
 
@@ -29,7 +31,8 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(dry_run(args.matrix))
         return 0
-    ctx = prepare(args.matrix, args.out, args.resume, console, allow_other_host=args.allow_other_host)
+    ctx = prepare(args.matrix, args.out, args.resume, console, allow_other_host=args.allow_other_host,
+                  no_compare=args.no_compare)
     console.print(f"run directory: {ctx.store.root}")
     try:
         counts = execute(ctx)

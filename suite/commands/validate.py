@@ -5,7 +5,7 @@ import argparse
 from rich.console import Console
 
 from suite.errors import MatrixError
-from suite.matrix import describe_sources, load_matrix, missing_model_paths
+from suite.matrix import describe_sources, load_matrix, missing_model_paths, nothing_to_compare
 
 NAME = "validate"
 HELP = "Validate matrix files; errors are reported as file:line: field: message."
@@ -23,6 +23,9 @@ def run(args: argparse.Namespace) -> int:
             m = load_matrix(path)
         except MatrixError as exc:
             errors.append(str(exc))
+            continue
+        if (alone := nothing_to_compare(m, path)) is not None:
+            errors.append(alone)
             continue
         console.print(f"[green]ok[/green] {path}: {m.name} ({len(m.arms)} arms, {len(m.serve)} serve blocks)")
         for line in describe_sources(m):
