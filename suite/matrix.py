@@ -1295,16 +1295,21 @@ def describe_sources(matrix: Matrix) -> list[str]:
     return lines
 
 
+def line_of(path: str | Path, loc: tuple[Any, ...]) -> int:
+    """The line of a matrix file's key at ``loc`` (e.g. ("arms", "mine", "patches")), for an error found after
+    loading (1 when the file cannot be read again)."""
+    try:
+        return _node_line(yaml.compose(Path(path).read_text(), Loader=yaml.SafeLoader), loc) or 1
+    except (OSError, yaml.YAMLError):
+        return 1
+
+
 def nothing_to_compare(matrix: Matrix, path: str | Path) -> str | None:
     """A new run of one arm and no A/A arm measures nothing it can compare (a resume may: the run's other arms
     are in it). The error at the arms' line, or None."""
     if len(matrix.arms) >= 2 or matrix.aa:
         return None
-    try:
-        line = _node_line(yaml.compose(Path(path).read_text(), Loader=yaml.SafeLoader), ("arms",)) or 1
-    except (OSError, yaml.YAMLError):
-        line = 1
-    return (f"{path}:{line}: arms: one arm ({', '.join(matrix.arms)}) has nothing to compare with: add the baseline, "
+    return (f"{path}:{line_of(path, ('arms',))}: arms: one arm ({', '.join(matrix.arms)}) has nothing to compare with: add the baseline, "
             "or aa: true to measure the arm against itself (an A/A run: the noise floor); `suite run --no-compare` "
             "measures one arm's numbers alone")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from suite import __version__
+from suite import __version__, share
 from suite import report_sections as run_sections
 from suite.analysis import RunData, load_run
 from suite.document import Card, Document, Section, code, fmt
@@ -59,13 +59,17 @@ def build_report(run_dir: Path) -> Path:
 
 
 def write_report(run_dir: Path) -> tuple[Path, list[str]]:
-    """``build_report``, and each verdict card's first line as plain text ("patched vs baseline: MIXED — better at
-    c1; worse at c8 · composite ..."): what a run prints on the terminal beside the report's path."""
+    """``build_report`` (report.md, report.html, and what leaves the machine: summary.md, results.json,
+    results.csv, `suite.share`), and each verdict card's first line as plain text ("patched vs baseline: MIXED —
+    better at c1; worse at c8 · composite ..."): what a run prints on the terminal beside the report's path."""
     run = load_run(Path(run_dir))
     doc = build_document(run)
     path = run.root / "report.md"
     atomic_write_text(path, md_render.render(doc))
     atomic_write_text(run.root / "report.html", html_render.render(doc))
+    atomic_write_text(run.root / "summary.md", share.summary_markdown(run))
+    atomic_write_text(run.root / "results.json", share.results_json(run))
+    atomic_write_text(run.root / "results.csv", share.results_csv(run))
     verdict = next((b for b in doc.sections if b.anchor == "verdict"), None)
     cards = [c for c in (verdict.blocks if verdict is not None else []) if isinstance(c, Card)]
     return path, [plain(f"{c.title}: {c.word} — {c.headline}") for c in cards]

@@ -50,6 +50,13 @@ def test_run_succeeds_and_stores_raw_results(e2e_run):
             assert rec["status"] == "ok" and "--ignore-eos" in rec["command"]
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["status"] == "complete"
+    # what leaves the machine: the pull request's summary, the results for tools, the run's last lines say where
+    results = json.loads((run_dir / "results.json").read_text())
+    (cand,) = results["candidates"]
+    assert f"patched vs baseline: {cand['word']}" in " ".join(proc.stdout.split())
+    assert f"- **patched vs baseline: {cand['word']}**" in (run_dir / "summary.md").read_text()
+    assert (run_dir / "results.csv").read_text().count("\npatched,baseline,") == len(cand["cells"])
+    assert "for a pull request:" in proc.stdout and "summary.md" in proc.stdout
 
 
 def test_report_numbers_equal_the_raw_json(e2e_run):

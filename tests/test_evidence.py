@@ -950,3 +950,32 @@ def test_a_trade_off_on_the_h100_reads_mixed_and_names_its_points(tmp_path):
     assert len(records) == 24
     assert {r["where"]["gpus"][0]["uuid"] for r in records} == {"GPU-3f245557-c394-167e-c69a-a398dba16265"}
     assert "where it ran: vm · 1 × NVIDIA H100 80GB HBM3 (GPU-3f245557)" in text
+
+
+def test_what_leaves_the_machine_agrees_with_the_report(tmp_path):
+    """summary.md (the pull request's paste), results.json and results.csv of the stored H100 trade-off, made by
+    `suite report` from the raw files: the same words, points and numbers as report.md, the environment named."""
+    run = EVIDENCE / "h100-tradeoff-20261207"
+    root = unpack(run, tmp_path / run.name)
+    assert main(["report", str(root)]) == 0
+    report, summary = (root / "report.md").read_text(), (root / "summary.md").read_text()
+    table = [line for line in report.splitlines() if line.startswith("  | c")]
+    assert len(table) == 3 and all(line in summary.splitlines() for line in table)
+    assert "- **tradeoff vs baseline: MIXED** — better at c1; worse at c8, c16 · composite" in summary
+    assert ("Environment: 1 × NVIDIA H100 80GB HBM3, driver 580.159.04, CUDA/ROCm 13.0; baseline: vLLM 0.26.0; "
+            "tradeoff: vLLM 0.26.0 + ll-bf16-router-gemm-dispatch, synthetic-gate-delay; suite") in summary
+    assert "Reproduce: `suite run matrices/gemma4-h100-tradeoff.yaml`" in summary
+    assert len(summary) < len(report) / 5
+    results = json.loads((root / "results.json").read_text())
+    assert results["schema_version"] == 1 and results["status"] == "complete"
+    (cand,) = results["candidates"]
+    assert (cand["word"], cand["where"]) == ("MIXED", "better at c1; worse at c8, c16")
+    words = {p["point"]: (p["word"], p["as_expected"]) for p in cand["points"]}
+    assert words == {"isl128-osl64-c1-n16": ("better", True), "isl128-osl64-c8-n64": ("worse", True),
+                     "isl128-osl64-c16-n128": ("worse", True)}
+    c8 = next(p for p in cand["points"] if p["point"] == "isl128-osl64-c8-n64")
+    ratios = [_tpot(root, "tradeoff", c8["point"], r) / _tpot(root, "baseline", c8["point"], r) for r in range(3)]
+    assert c8["delta_pct"] == pytest.approx(100 * math.expm1(statistics.fmean(map(math.log, ratios))), abs=1e-6)
+    rows = (root / "results.csv").read_text().splitlines()
+    assert len(rows) == 1 + len(cand["cells"]) == 1 + 36
+    assert results["environment"]["machines"] == ["vm · 1 × NVIDIA H100 80GB HBM3 (GPU-3f245557)"]

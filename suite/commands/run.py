@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
                 path, verdicts = write_report(ctx.store.root)
                 for line in verdicts:  # each candidate's word and where it acted, the report's first lines
                     console.print(line, markup=False, highlight=False)
-                console.print(f"report: {path}")
+                console.print(f"report: {path} · for a pull request: {path.with_name('summary.md')}")
             except SuiteError as exc:
                 console.print(f"[red]report not written: {exc}[/red]")
         from suite.history import index_run
