@@ -23,6 +23,7 @@ from suite.analysis import (
     failed_jobs,
     gpu_models,
     machines,
+    running_seconds,
     stretch_last_jobs,
 )
 from suite.document import (
@@ -147,6 +148,16 @@ def _gpu_groups(groups: list[str] | None, crossed: bool) -> str:
             f"group (set s on group s mod {len(groups)}; {where})")
 
 
+def wall_line(run: RunData) -> str | None:
+    """"wall time: 14.7 min running, estimated 16 min before the run" (a run that recorded its estimate)."""
+    guess = run.manifest.estimate_s
+    if guess is None:
+        return None
+    ran, _ = running_seconds(run)
+    said = f"{ran / 60:.1f} min running" if ran is not None else "running time unknown"
+    return f"wall time: {said}, estimated {guess / 60:.0f} min before the run (`suite.estimate`)"
+
+
 def intro(run: RunData) -> list[Paragraph | BulletList | Note]:
     m = run.manifest
     counts = m.job_counts
@@ -180,6 +191,7 @@ def intro(run: RunData) -> list[Paragraph | BulletList | Note]:
         f"baseline: **{literal(run.baseline)}**; candidates: {literal(', '.join(run.candidates) or '(none)')}"
         + (f"; A/A arm: {literal(run.aa_arm)}" if run.aa_arm else ""),
         *([weights] if (weights := weights_line(matrix)) else []),
+        *([wall] if (wall := wall_line(run)) else []),
     ]))
     if run.order == "blocked" and isinstance(matrix.repeats, int) and matrix.repeats > 1:
         out.append(Note("Order **blocked**: each arm ran on its own server at its own time, so machine drift "

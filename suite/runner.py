@@ -24,6 +24,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from suite import REPO_ROOT
 from suite.errors import ServerError, SuiteError
+from suite.estimate import estimate, host_of
 from suite.fixtures.gemma4 import ensure_model
 from suite.matrix import Matrix, load_matrix, missing_model_paths, nothing_to_compare
 from suite.plan import (
@@ -49,6 +50,7 @@ from suite.runtime.base import (
     wait_healthy,
 )
 from suite.runtime.docker.runtime import DockerRuntime
+from suite.runtime.gpu import host_kind
 from suite.runtime.identity import host_identity
 from suite.runtime.local import LocalRuntime
 from suite.runtime.scheduler import Batch, RunProgress, Scheduler
@@ -616,7 +618,10 @@ def prepare(matrix_path: Path, out_base: Path, resume: Path | None, console: Con
         dump["env"] = redact_env(dump["env"])
         for arm in dump["arms"].values():
             arm["env"] = redact_env(arm["env"])
-        store.write_manifest(new_manifest(str(matrix_path), dump, PlanRecord.of(plan)))
+        guess = estimate(matrix, plan, host_of(matrix, host_kind()))
+        store.write_manifest(new_manifest(str(matrix_path), dump, PlanRecord.of(plan))
+                             .model_copy(update={"estimate_s": round(guess.total_s)}))
+        console.print(guess.lines()[0], markup=False, highlight=False)
     store.update_manifest(
         runtime=matrix.runtime.kind,
         weights=WeightsRecord(load_format=matrix.model.load_format, generate=matrix.model.generate,
@@ -826,6 +831,7 @@ def dry_run(matrix_path: Path) -> str:
     matrix = load_matrix(matrix_path)
     plan = build_plan(matrix)
     lines = [*(f"warning: {m}" for m in missing_model_paths(matrix)), format_plan(plan), "",
+             *estimate(matrix, plan, host_of(matrix, host_kind())).lines(), "",
              f"commands (runtime {matrix.runtime.kind}; PORT is picked at start):"]
     runtime = make_runtime(matrix, REPO_ROOT / ".cache")  # no preflight and no arm prepared: nothing starts
     for arm, spec in plan.arms.items():

@@ -559,6 +559,7 @@ class Manifest(Recorded):
     job_counts: JobCounts | None = None
     sequential: SequentialRecord | None = None
     compare: CompareRecord | None = None
+    estimate_s: float | None = None  # the plan's estimated wall time before the run (`suite.estimate`)
 
     @property
     def arm_names(self) -> list[str]:

@@ -57,6 +57,8 @@ def test_run_succeeds_and_stores_raw_results(e2e_run):
     assert f"- **patched vs baseline: {cand['word']}**" in (run_dir / "summary.md").read_text()
     assert (run_dir / "results.csv").read_text().count("\npatched,baseline,") == len(cand["cells"])
     assert "for a pull request:" in proc.stdout and "summary.md" in proc.stdout
+    assert "estimate: ~" in proc.stdout  # said before the first server starts, kept in the manifest, and in the report
+    assert manifest["estimate_s"] > 0 and "estimated" in (run_dir / "report.md").read_text()
 
 
 def test_report_numbers_equal_the_raw_json(e2e_run):

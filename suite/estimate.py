@@ -1,0 +1,160 @@
+"""How long a plan will take before it runs: server starts, measuring, the rest, and where `repeats: auto` may
+stop. A cost model per kind of host, seeded by the stored runs of this project (`docs/evidence/`):
+
+- an NVIDIA GPU (H100 / H200, Gemma 4 26B-A4B with 30 layers, vLLM 0.26.0; `h100-tradeoff-20261207`): a server's
+  first start per arm 100-250 s (compiling cold), later starts 52-90 s; a decode step 4.9-6.8 ms at concurrency
+  1-16; a serving job's client, warm-up and result about 4 s beyond its requests;
+- this project's CPU (the tiny MoE on 2 cores; `cpu-sensitivity-150us-improvement-20261206`): starts 34-40 s, a
+  decode step 3-5 ms, about 1 s a job beyond its requests;
+- AMD (MI355X): not measured yet; the NVIDIA figures, said so.
+
+A point's requests take ceil(prompts / concurrency) waves of (first token + output length × a decode step); a point
+sized by time takes its time. Another model or GPU is slower or faster than these seeds: after one run,
+`suite plan MATRIX --from RUN` prices rounds at that run's own running time.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from suite.matrix import Matrix
+from suite.plan import Plan, Session
+from suite.stages.serve.spec import ServeParams
+
+
+@dataclass(frozen=True)
+class HostCosts:
+    """Seconds a plan's parts take on one kind of host (the module's docstring says where each figure is from)."""
+
+    label: str
+    start_cold_s: float  # an arm's first server start (compiles)
+    start_warm_s: float  # its later starts (compile cache warm)
+    step_s: float  # one decode step at low concurrency
+    prefill_tok_s: float  # prompt tokens a second
+    first_token_s: float  # a first token's fixed part
+    job_overhead_s: float  # a serving job beyond its requests (client, warm-up, result)
+    offline_job_s: float  # a latency / kernel / layer / profile / probe job (a process of its own)
+    accuracy_job_s: float  # a GSM8K job over the whole set (limit scales it)
+
+
+NVIDIA = HostCosts("an H100 / H200 with Gemma 4 26B-A4B", 150, 70, 0.0055, 20_000, 0.06, 4, 45, 240)
+COSTS: dict[str, HostCosts] = {
+    "cuda": NVIDIA,
+    "rocm": HostCosts("an AMD GPU (not measured yet: the H100 / H200 figures)", *list(vars(NVIDIA).values())[1:]),
+    "cpu": HostCosts("this project's 2-core CPU with the tiny MoE", 40, 36, 0.004, 20_000, 0.01, 1, 20, 60),
+}
+GSM8K_QUESTIONS = 1319
+
+
+def host_of(matrix: Matrix, here: str) -> str:
+    """The kind of host the matrix's servers run on: the docker runtime's vendor, a Slurm job with GPUs (its
+    vendor), a local runtime given GPUs (cuda), else ``here`` (this machine's kind)."""
+    rt = matrix.runtime
+    if rt.kind == "docker" and rt.docker is not None:
+        return rt.docker.vendor
+    if rt.kind == "slurm" and rt.slurm is not None and rt.slurm.gpus_per_job:
+        return rt.slurm.gpu_vendor
+    if rt.kind == "local" and (rt.gpus or rt.gpu_groups):
+        return "cuda"
+    return here
+
+
+def point_seconds(p: ServeParams, c: HostCosts) -> float:
+    """A serving job: its requests' waves (or its time), and the job's own overhead."""
+    if p.duration_s is not None:
+        return p.duration_s + c.job_overhead_s
+    waves = math.ceil(p.num_prompts / p.concurrency)
+    first = c.first_token_s + p.isl * p.concurrency / c.prefill_tok_s
+    return waves * (first + p.osl * c.step_s) + c.job_overhead_s
+
+
+def _round_of(s: Session) -> int | None:
+    if s.round is not None:
+        return s.round
+    rounds = {j.repeat for j in s.jobs if j.kind == "serve"}
+    return min(rounds) if rounds else None
+
+
+@dataclass(frozen=True)
+class Estimate:
+    host: HostCosts
+    starts: int  # server starts, those at once counted once
+    start_s: float
+    measure_s: float  # serving jobs
+    other_s: float  # offline and correctness jobs, quiet and settle periods
+    by_round: dict[int, float]  # round -> seconds of its sessions (starts included)
+    looks: tuple[int, ...]  # repeats: auto: the rounds after which the run may stop
+
+    @property
+    def total_s(self) -> float:
+        return self.start_s + self.measure_s + self.other_s
+
+    def until(self, rounds: int) -> float:
+        """Seconds if the run stops after ``rounds`` rounds."""
+        later = sum(s for r, s in self.by_round.items() if r >= rounds)
+        return self.total_s - later
+
+    def lines(self) -> list[str]:
+        out = [f"estimate: ~{_min(self.total_s)} on {self.host.label}: {self.starts} server starts "
+               f"~{_min(self.start_s)}, measuring ~{_min(self.measure_s)}, the rest ~{_min(self.other_s)}"]
+        if self.looks:
+            out.append("  repeats: auto stops at the first look that decides: " + ", ".join(
+                f"after {n} rounds ~{_min(self.until(n))}" for n in self.looks))
+        out.append("  (seeded by stored runs; another model or GPU differs: after one run, suite plan MATRIX --from "
+                   "RUN prices rounds at that run's own time)")
+        return out
+
+
+def _min(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
+
+
+def estimate(matrix: Matrix, plan: Plan, host: str) -> Estimate:
+    """What ``plan`` costs on ``host`` (cpu | cuda | rocm): the server starts (an arm's first cold, the others
+    warm; a window's or a restart set's servers start together, as do the sets of one wave), the serving jobs,
+    the offline and correctness jobs, and each round's share."""
+    c = COSTS.get(host, COSTS["cpu"])
+    started: set[str] = set()
+    groups: dict[object, list[Session]] = {}
+    for s in plan.sessions:
+        if not s.needs_server:
+            continue
+        rnd = _round_of(s)
+        key: object = (("wave", plan.wave_of(rnd)) if plan.sets_at_once > 1 and rnd is not None else
+                       ("window", s.window) if s.window is not None else
+                       ("set", rnd) if plan.order == "interleaved" and rnd is not None else ("session", s.arm, s.index))
+        groups.setdefault(key, []).append(s)
+    start_s, by_round, starts = 0.0, {}, len(groups)
+    if plan.precompile:  # every serving arm once, cold, before the first session (interleaved: all at once)
+        arms = {s.arm for g in groups.values() for s in g}
+        together = 1 if plan.order == "interleaved" else len(arms)
+        start_s += c.start_cold_s * together
+        starts += together
+        started |= arms
+    for sessions in groups.values():
+        cold = any(s.arm not in started for s in sessions)
+        started |= {s.arm for s in sessions}
+        seconds = (c.start_cold_s if cold else c.start_warm_s) + matrix.quiet_s + matrix.settle_s
+        start_s += seconds
+        rnd = _round_of(sessions[0])
+        if rnd is not None:
+            by_round[rnd] = by_round.get(rnd, 0.0) + seconds
+    measure_s = other_s = 0.0
+    for s in plan.sessions:
+        rnd = _round_of(s)
+        for j in s.jobs:
+            if isinstance(j.params, ServeParams):
+                sec = point_seconds(j.params, c)
+                measure_s += sec
+            elif j.kind == "accuracy":
+                limit = getattr(j.params, "limit", None)
+                sec = c.accuracy_job_s * (min(limit, GSM8K_QUESTIONS) / GSM8K_QUESTIONS if limit else 1)
+                other_s += sec
+            else:
+                sec = c.offline_job_s if not s.needs_server else c.job_overhead_s
+                other_s += sec
+            if rnd is not None and isinstance(j.params, ServeParams):
+                by_round[rnd] = by_round.get(rnd, 0.0) + sec
+    looks = tuple(matrix.verdict.looks) if matrix.repeats == "auto" and matrix.verdict is not None else ()
+    return Estimate(c, starts, start_s, measure_s, other_s, dict(sorted(by_round.items())), looks)

@@ -1,0 +1,48 @@
+"""The wall-time estimate before a run (`suite.estimate`), held against the stored runs it is seeded by, and
+shown where a user looks first: `suite validate`, `suite run --dry-run`."""
+
+from __future__ import annotations
+
+import pytest
+
+from suite.analysis import running_seconds
+from suite.estimate import COSTS, estimate, host_of, point_seconds
+from suite.matrix import load_matrix
+from suite.plan import build_plan
+from tests.conftest import REPO, run_suite
+from tests.test_evidence import EVIDENCE, unpack
+
+
+@pytest.mark.parametrize("matrix, stored, rounds", [
+    ("gemma4-h100-tradeoff.yaml", "h100-tradeoff-20261207", 3),
+    ("gemma4-h100-abba.yaml", "h100-abba-one-machine-20261206", 4),
+])
+def test_the_estimate_is_within_a_quarter_of_what_the_stored_gpu_runs_took(tmp_path, matrix, stored, rounds):
+    from suite.analysis import load_run
+
+    m = load_matrix(REPO / "matrices" / matrix)
+    assert host_of(m, "cpu") == "cuda"  # a local runtime given GPUs
+    guess = estimate(m, build_plan(m), "cuda").until(rounds)
+    ran, _ = running_seconds(load_run(unpack(EVIDENCE / stored, tmp_path / stored)))
+    assert ran is not None and 0.75 < guess / ran < 1.25, (guess, ran)
+
+
+def test_a_point_takes_its_waves_of_requests_or_its_time():
+    from suite.stages.serve.spec import ServeParams
+
+    c = COSTS["cuda"]
+    p = ServeParams(isl=128, osl=64, concurrency=1, num_prompts=16, random_range_ratio=0.0, request_rate=None,
+                    num_warmups=2, seed=0)
+    # 16 waves of one request: 64 decode steps of 5.5 ms and a first token; the stored c1 jobs took 10.3-13.1 s
+    assert 10 < point_seconds(p, c) < 13.5
+    assert point_seconds(p.model_copy(update={"duration_s": 30.0}), c) == 30.0 + c.job_overhead_s
+
+
+def test_validate_and_the_dry_run_say_how_long():
+    matrix = str(REPO / "matrices" / "gemma4-h100-tradeoff.yaml")
+    for args in (("validate", matrix), ("run", matrix, "--dry-run")):
+        proc = run_suite(*args, env={"COLUMNS": "300"})
+        assert proc.returncode == 0, proc.stderr
+        assert "estimate: ~14 min on an H100 / H200 with Gemma 4 26B-A4B: 6 server starts" in proc.stdout, proc.stdout
+    dry = run_suite("run", str(REPO / "matrices" / "gemma4.yaml"), "--dry-run", env={"COLUMNS": "300"}).stdout
+    assert "repeats: auto stops at the first look that decides: after 2 rounds ~" in dry
