@@ -15,6 +15,7 @@ from suite.commands import (
     doctor,
     fetch,
     history,
+    init,
     kernel,
     patches,
     plan,
@@ -26,7 +27,7 @@ from suite.commands import (
 from suite.errors import SuiteError
 from suite.proc import signals_as_interrupt
 
-COMMANDS = (build, compare, demo, doctor, fetch, history, kernel, patches, plan, report, run, slurm_scripts,
+COMMANDS = (build, compare, demo, doctor, fetch, history, init, kernel, patches, plan, report, run, slurm_scripts,
             validate)
 
 

@@ -67,6 +67,7 @@ class Environment(BaseModel):
     suite: str | None
     machines: list[str]  # each machine the run's jobs ran on, with its GPUs
     gpus: dict[str, int]  # "1 × NVIDIA H100 80GB HBM3" -> jobs that saw it
+    cpus: list[str] = []  # the machines' CPU models
     drivers: list[str]
     cuda: list[str]
     arms: dict[str, dict[str, Any]]  # arm -> vllm, image, patches (name, sha256)
@@ -130,7 +131,7 @@ def environment(run: RunData) -> Environment:
                 "patches": [{"name": p.name, "sha256": p.sha256, "reverse": p.reverse} for p in info.patches]}
             for a, info in m.arms.items()}
     return Environment(suite=m.suite_version or __version__, machines=[x.name for x in found],
-                       gpus=gpu_models(run), drivers=drivers, cuda=cuda, arms=arms, running_s=running_seconds(run)[0])
+                       gpus=gpu_models(run), cpus=sorted({h.cpu for h in hosts if h.cpu}), drivers=drivers, cuda=cuda, arms=arms, running_s=running_seconds(run)[0])
 
 
 def results(run: RunData) -> Results:
@@ -165,7 +166,7 @@ def _short(card: Card) -> Card:
 
 
 def environment_line(env: Environment) -> str:
-    gpus = "; ".join(env.gpus) or "no GPU recorded"
+    gpus = "; ".join(env.gpus) or (f"CPU {', '.join(env.cpus)} (no GPU)" if env.cpus else "no GPU recorded")
     arms = "; ".join(f"{literal(a)}: vLLM {literal(info['vllm'] or '?')}"
                      + (" + " + ", ".join(literal(('-' if p['reverse'] else '') + p['name']) for p in info["patches"])
                         if info["patches"] else "")
