@@ -431,7 +431,7 @@ class ArmSpec(Strict):
     serving: bool = Field(True, description="false: the arm runs only its correctness jobs (greedy equivalence, "
                           "accuracy) in one session, no serving rounds (a change judged on correctness alone)")
     model: ModelSpec | None = Field(None, description=(
-        "this arm's own model, in full (another checkpoint of the same model, as seed 002's reference row: "
+        "this arm's own model, in full (another checkpoint of the same model, as the fused shared-expert gate PR's (vllm#54185) reference row: "
         "Quark-MXFP4 beside the MoE-MXFP4 the others serve); default: the matrix's model. Its served_name, "
         "tokenizer and max_model_len are its own"))
 
@@ -632,7 +632,7 @@ class LayerSpec(Strict):
     attention taken out, compiled guard-free and traced at a large T, timed per T (CUDA-graph replay on GPU)."""
 
     tokens: list[Annotated[int, Field(gt=0, le=MAX_KERNEL_M)]] = Field(
-        [1, 2, 4, 8], description="T: tokens per call (the decode batch sizes seed 000's first table uses)")
+        [1, 2, 4, 8], description="T: tokens per call (the decode batch sizes of the ll-bf16 change's PR table)")
     trace_m: int = Field(2048, gt=0, le=MAX_KERNEL_M, description="T of the first (frozen) torch.compile trace")
     compile: Literal["vllm", "inductor"] = Field("vllm", description=(
         "vllm: the layer compiled by vLLM's own support_torch_compile in the engine's config, as the server "

@@ -83,7 +83,7 @@ def check_fast_path(arm: str, patches: Iterable[AppliedPatch], log_text: str, *,
     """Fast path not taken: an arm's server log shows that a kernel the router gate is routed to ran untuned or
     was switched off. A patched arm may then have measured the old path (and equal the baseline for a reason
     that has nothing to do with the change); an arm without patch sets (stock vLLM, which may hold the change
-    already: seed 002's `after` arm, whose 513-wide fused gate AITER's table misses) measured the fallback.
+    already: the fused-gate PR's `after` arm, whose 513-wide fused gate AITER's table misses) measured the fallback.
 
     - AITER's "not found tuned config" (it then runs its default kernel for that GEMM shape): with
       ``gate_shapes`` ((N, K) = (experts, hidden), see `gate_shapes_from_config`), misses of those shapes;
