@@ -26,6 +26,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
 
 from suite.document import Note, Section, code, literal
 from suite.errors import SuiteError
@@ -261,6 +264,32 @@ def strata_of(run: RunData, rounds: Iterable[int], point: str | None = None) -> 
         return Strata(n * len(keys), kind="GPU layouts × machines", unit=unit,
                       by_round={r: r % n + n * index[m] for r, m in used.items() if m is not None})
     return Strata(len(keys), kind="machines", unit=unit, by_round={r: index[m] for r, m in used.items() if m})
+
+
+class Environment(BaseModel):
+    """Where and with what a run ran, as a report's header and summary.md name it."""
+
+    suite: str | None
+    machines: list[str]  # each machine the run's jobs ran on, with its GPUs
+    gpus: dict[str, int]  # "1 × NVIDIA H100 80GB HBM3" -> jobs that saw it
+    cpus: list[str] = []  # the machines' CPU models
+    drivers: list[str]
+    cuda: list[str]
+    arms: dict[str, dict[str, Any]]  # arm -> vllm, image, patches (name, sha256)
+    running_s: float | None
+
+
+def environment(run: RunData) -> Environment:
+    m = run.manifest
+    found = machines(run)
+    hosts = [r.where for r in run.records if r.where is not None]
+    drivers = sorted({g.driver for h in hosts for g in h.gpus if g.driver})
+    cuda = sorted({h.cuda for h in hosts if h.cuda} | {h.rocm for h in hosts if h.rocm})
+    arms = {a: {"vllm": info.vllm_version, "image": info.image,
+                "patches": [{"name": p.name, "sha256": p.sha256, "reverse": p.reverse} for p in info.patches]}
+            for a, info in m.arms.items()}
+    return Environment(suite=m.suite_version, machines=[x.name for x in found],
+                       gpus=gpu_models(run), cpus=sorted({h.cpu for h in hosts if h.cpu}), drivers=drivers, cuda=cuda, arms=arms, running_s=running_seconds(run)[0])
 
 
 def failed_jobs(run: RunData) -> list[JobRecord]:

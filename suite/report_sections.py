@@ -20,6 +20,7 @@ from suite.analysis import (
     OUTPUT_CHANGED,
     CandidateSummary,
     RunData,
+    environment,
     failed_jobs,
     gpu_models,
     machines,
@@ -148,14 +149,29 @@ def _gpu_groups(groups: list[str] | None, crossed: bool) -> str:
             f"group (set s on group s mod {len(groups)}; {where})")
 
 
-def wall_line(run: RunData) -> str | None:
-    """"wall time: 14.7 min running, estimated 16 min before the run" (a run that recorded its estimate)."""
-    guess = run.manifest.estimate_s
-    if guess is None:
+def machine_line(run: RunData) -> str | None:
+    """The report's header line of where and with what the run ran: the machines, driver, CUDA / ROCm, each arm's
+    vLLM, the suite; None for a run whose records name no machine (before 2026-12-07: the cards say so)."""
+    env = environment(run)
+    if not env.machines:
         return None
+    return (f"ran on: {literal('; '.join(env.machines))}"
+            + (f"; driver {literal(', '.join(env.drivers))}" if env.drivers else "")
+            + (f"; CUDA/ROCm {literal(', '.join(env.cuda))}" if env.cuda else "")
+            + (f"; CPU {literal(', '.join(env.cpus))}" if env.cpus else "")
+            + "; vLLM " + literal(", ".join(sorted({str(a["vllm"]) for a in env.arms.values()})))
+            + f"; suite {literal(env.suite or '?')}")
+
+
+def wall_line(run: RunData) -> str | None:
+    """"wall time: 14.7 min running (estimated 16 min before the run)": the stretches' sum, and the estimate a run
+    recorded at its start; None when neither is known."""
+    guess = run.manifest.estimate_s
     ran, _ = running_seconds(run)
+    if ran is None and guess is None:
+        return None
     said = f"{ran / 60:.1f} min running" if ran is not None else "running time unknown"
-    return f"wall time: {said}, estimated {guess / 60:.0f} min before the run (`suite.estimate`)"
+    return f"wall time: {said}" + (f" (estimated {guess / 60:.0f} min before the run)" if guess is not None else "")
 
 
 def intro(run: RunData) -> list[Paragraph | BulletList | Note]:
@@ -191,6 +207,7 @@ def intro(run: RunData) -> list[Paragraph | BulletList | Note]:
         f"baseline: **{literal(run.baseline)}**; candidates: {literal(', '.join(run.candidates) or '(none)')}"
         + (f"; A/A arm: {literal(run.aa_arm)}" if run.aa_arm else ""),
         *([weights] if (weights := weights_line(matrix)) else []),
+        *([where] if (where := machine_line(run)) else []),
         *([wall] if (wall := wall_line(run)) else []),
     ]))
     if run.order == "blocked" and isinstance(matrix.repeats, int) and matrix.repeats > 1:

@@ -15,9 +15,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from suite import __version__
 from suite import report_sections as sections
-from suite.analysis import CandidateSummary, RunData, gpu_models, machines, running_seconds
+from suite.analysis import CandidateSummary, Environment, RunData, environment
 from suite.document import Card, Document, Paragraph, Section, code, literal
 from suite.render import markdown as md_render
 from suite.stats import METRICS
@@ -61,17 +60,6 @@ class CandidateResult(BaseModel):
     rounds: int | None
     points: list[PointResult]
     cells: list[CellResult]
-
-
-class Environment(BaseModel):
-    suite: str | None
-    machines: list[str]  # each machine the run's jobs ran on, with its GPUs
-    gpus: dict[str, int]  # "1 × NVIDIA H100 80GB HBM3" -> jobs that saw it
-    cpus: list[str] = []  # the machines' CPU models
-    drivers: list[str]
-    cuda: list[str]
-    arms: dict[str, dict[str, Any]]  # arm -> vllm, image, patches (name, sha256)
-    running_s: float | None
 
 
 class Results(BaseModel):
@@ -119,19 +107,6 @@ def candidate_result(run: RunData, s: CandidateSummary) -> CandidateResult:
         composite_pct=comp.estimate_pct if comp else None,
         composite_ci_pct=(comp.rci_low_pct, comp.rci_high_pct) if comp and comp.rci_low_pct is not None else None,
         rounds=comp.n_rounds if comp else None, points=points, cells=cells)
-
-
-def environment(run: RunData) -> Environment:
-    m = run.manifest
-    found = machines(run)
-    hosts = [r.where for r in run.records if r.where is not None]
-    drivers = sorted({g.driver for h in hosts for g in h.gpus if g.driver})
-    cuda = sorted({h.cuda for h in hosts if h.cuda} | {h.rocm for h in hosts if h.rocm})
-    arms = {a: {"vllm": info.vllm_version, "image": info.image,
-                "patches": [{"name": p.name, "sha256": p.sha256, "reverse": p.reverse} for p in info.patches]}
-            for a, info in m.arms.items()}
-    return Environment(suite=m.suite_version or __version__, machines=[x.name for x in found],
-                       gpus=gpu_models(run), cpus=sorted({h.cpu for h in hosts if h.cpu}), drivers=drivers, cuda=cuda, arms=arms, running_s=running_seconds(run)[0])
 
 
 def results(run: RunData) -> Results:
