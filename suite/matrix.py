@@ -164,10 +164,10 @@ class ModelSpec(Strict):
 
 
 class DockerSpec(Strict):
-    vendor: Literal["cuda", "rocm", "cpu"] = "cpu"
+    vendor: Literal["cuda", "rocm", "cpu"] = Field("cpu", description="cuda, rocm or cpu: the vendor Dockerfile and base image")
     base_image: str | None = Field(None, description="vendor base image; default per vendor and vLLM version")
     gpus: str = Field("all", description="GPU selection: 'all' or a comma list of device indices")
-    shm_size: str | None = None
+    shm_size: str | None = Field(None, description="the container's /dev/shm (vLLM's workers share tensors through it)")
     hf_cache: str | None = Field(None, description="host HF cache mounted into the container")
 
 
@@ -185,7 +185,7 @@ class SlurmSpec(Strict):
     mem: str | None = Field(None, description="--mem, e.g. 64G")
     exclusive: bool = Field(False, description="--exclusive: a whole node per job")
     time_limit: str = Field("01:00:00", description="--time: MM, HH:MM:SS, D-HH:MM:SS or UNLIMITED")
-    container: Literal["none", "pyxis", "apptainer"] = "none"
+    container: Literal["none", "pyxis", "apptainer"] = Field("none", description="none (the overlay on a shared file system), pyxis or apptainer")
     image: str | None = Field(None, description="pyxis/apptainer image (an arm's `image` overrides it)")
     container_mounts: list[str] = Field([], description="extra SRC[:DST] mounts into the container")
     gpu_vendor: Literal["cuda", "rocm"] = Field("cuda", description="apptainer: --nv (cuda) or --rocm")
@@ -216,9 +216,9 @@ GPU_LIST = re.compile(r"^\d+(,\d+)*$")
 
 
 class RuntimeSpec(Strict):
-    kind: Literal["local", "docker", "slurm"] = "local"
-    startup_timeout_s: float = Field(600, gt=0, le=7 * 86_400)
-    host: str = "127.0.0.1"
+    kind: Literal["local", "docker", "slurm"] = Field("local", description="local: the installed vLLM (an overlay per patched arm); docker: an image per arm; slurm: a batch job per session")
+    startup_timeout_s: float = Field(600, gt=0, le=7 * 86_400, description="seconds a server may take to answer /health")
+    host: str = Field("127.0.0.1", description="the address servers bind and clients call")
     port: int = Field(0, ge=0, le=65535, description="0 = pick a free port")
     max_restarts: int = Field(1, ge=0, le=MAX_RESTARTS, description="server restarts after a crash, per arm session")
     gpus: str | None = Field(None, pattern=GPU_LIST.pattern,
@@ -240,8 +240,8 @@ class RuntimeSpec(Strict):
         "with that set's layout, and the test takes it out: the mean of the N layouts' means, the spread within "
         "layouts on n - N degrees of freedom (verdict.looks: multiples of N, the first from 2N). Each arm keeps "
         "a compile cache per group"))
-    docker: DockerSpec | None = None
-    slurm: SlurmSpec | None = None
+    docker: DockerSpec | None = Field(None, description="runtime docker: vendor, GPUs, base image, shared memory")
+    slurm: SlurmSpec | None = Field(None, description="runtime slurm: partition, GPUs and time per job, container mode")
 
     @field_validator("gpu_groups")
     @classmethod
@@ -277,8 +277,8 @@ class PatchRef(Strict):
     """A patch set (``patches/<name>/``) or a diff file of the matrix's own (``path``, relative to the matrix
     file until :func:`load_matrix` makes it absolute; ``name`` is then the file name)."""
 
-    name: str
-    reverse: bool = False
+    name: str = Field(description="a patch set under patches/, or a diff file's name")
+    reverse: bool = Field(False, description="apply the diff in reverse (written -name)")
     path: str | None = Field(None, description="a unified diff file instead of a patch set")
     sha256: str | None = Field(None, description="of the diff file: checked when given, else filled in by "
                                "load_matrix (so a changed diff changes the plan's job hashes)")
@@ -424,10 +424,10 @@ class ArmSpec(Strict):
                       "matrix also {wheel: PATH, sha256: HEX} or {git: URL, ref: REF, version: X.Y.Z}")
     vllm_from: VllmFrom | None = Field(None, description="set from `vllm: {wheel|git: ...}`; None = PyPI")
     image: str | None = Field(None, description="docker runtime: use this image instead of building one")
-    patches: list[Annotated[PatchRef, Field()]] = []
-    env: dict[str, str] = {}
-    serve_args: list[str] = []
-    description: str | None = None
+    patches: list[Annotated[PatchRef, Field()]] = Field([], description="patch sets by name (-name: reversed) or your own diff files (./mine.diff), applied strictly in order")
+    env: dict[str, str] = Field({}, description="environment of this arm's server, over the matrix's")
+    serve_args: list[str] = Field([], description="`vllm serve` flags of this arm, after the matrix's")
+    description: str | None = Field(None, description="what the arm is, for the report")
     serving: bool = Field(True, description="false: the arm runs only its correctness jobs (greedy equivalence, "
                           "accuracy) in one session, no serving rounds (a change judged on correctness alone)")
     model: ModelSpec | None = Field(None, description=(
@@ -508,14 +508,14 @@ NUM_PROMPTS = re.compile(r"^(\d+(?:\.\d+)?)x$")
 class ServePoint(Strict):
     """One ISL/OSL block; expands to one point per concurrency."""
 
-    isl: int = Field(gt=0, le=MAX_TOKENS)
-    osl: int = Field(gt=0, le=MAX_TOKENS)
-    concurrency: list[int] = Field(min_length=1)
+    isl: int = Field(gt=0, le=MAX_TOKENS, description="input length in tokens (random prompts)")
+    osl: int = Field(gt=0, le=MAX_TOKENS, description="output length in tokens (--ignore-eos: every request decodes all of them)")
+    concurrency: list[int] = Field(min_length=1, description="requests in flight: one number or a list (a point each)")
     num_prompts: int | str = Field("3x", description="absolute count or a multiple of concurrency ('3x')")
-    random_range_ratio: float = Field(0.0, ge=0.0, lt=1.0)
+    random_range_ratio: float = Field(0.0, ge=0.0, lt=1.0, description="spread of the random lengths around isl / osl (0: exact)")
     request_rate: float | None = Field(None, gt=0, description="None = all at once (inf)")
     num_warmups: int = Field(1, ge=0, le=MAX_PROMPTS, description="vLLM's own warm-up requests before each point")
-    seed: int = 0
+    seed: int = Field(0, description="the prompts' seed: every arm and round gets the same requests")
     duration_s: float | None = Field(None, gt=0, le=3600, description="size each point by time: num_prompts "
                                      "= this many seconds at a measured request rate (the arms' median in the "
                                      "previous round; in the first, the first arm's warm-up), one count per "
@@ -587,11 +587,11 @@ def one_or_many(value: Any, field: str) -> Any:
 
 
 class LatencyPoint(Strict):
-    input_len: int = Field(gt=0, le=MAX_TOKENS)
-    output_len: int = Field(gt=0, le=MAX_TOKENS)
-    batch_size: list[Annotated[int, Field(gt=0, le=MAX_BATCH)]] = Field(min_length=1)
-    num_iters_warmup: int = Field(3, ge=0, le=MAX_ITERS)
-    num_iters: int = Field(10, gt=0, le=MAX_ITERS)
+    input_len: int = Field(gt=0, le=MAX_TOKENS, description="prompt tokens per request")
+    output_len: int = Field(gt=0, le=MAX_TOKENS, description="generated tokens per request")
+    batch_size: list[Annotated[int, Field(gt=0, le=MAX_BATCH)]] = Field(min_length=1, description="one batch size or a list (a row each)")
+    num_iters_warmup: int = Field(3, ge=0, le=MAX_ITERS, description="unmeasured iterations first")
+    num_iters: int = Field(10, gt=0, le=MAX_ITERS, description="measured iterations")
 
     @field_validator("batch_size", mode="before")
     @classmethod
@@ -600,13 +600,13 @@ class LatencyPoint(Strict):
 
 
 class AccuracySpec(Strict):
-    task: str = "gsm8k"
-    num_fewshot: int = Field(5, ge=0, le=1_000)
+    task: str = Field("gsm8k", description="the lm-eval task")
+    num_fewshot: int = Field(5, ge=0, le=1_000, description="few-shot examples per question")
     limit: int | None = Field(None, gt=0, le=MAX_PROMPTS, description="None = the whole test set (1,319 for GSM8K)")
-    endpoint: Literal["completions", "chat"] = "completions"
-    max_gen_toks: int = Field(256, gt=0, le=MAX_TOKENS)
-    concurrency: int = Field(8, gt=0, le=MAX_CONCURRENCY)
-    seed: int = 1234
+    endpoint: Literal["completions", "chat"] = Field("completions", description="completions or chat-completions")
+    max_gen_toks: int = Field(256, gt=0, le=MAX_TOKENS, description="tokens generated per answer at most")
+    concurrency: int = Field(8, gt=0, le=MAX_CONCURRENCY, description="questions in flight")
+    seed: int = Field(1234, description="lm-eval's seed")
     dataset: str = Field(
         "openai/gsm8k",
         description="hub id, a directory with train.jsonl and test.jsonl, or 'synthetic' (GSM8K-format problems "
@@ -615,16 +615,16 @@ class AccuracySpec(Strict):
     min_accuracy: float | None = Field(None, ge=0, le=1, description="gate: absolute floor (flexible-extract)")
     max_drop: float | None = Field(None, ge=0, le=1, description="gate: largest allowed drop vs baseline")
     equivalence_prompts: int = Field(16, ge=0, le=MAX_PROMPTS, description="greedy-equivalence prompts (0 = off)")
-    equivalence_max_tokens: int = Field(64, gt=0, le=MAX_TOKENS)
+    equivalence_max_tokens: int = Field(64, gt=0, le=MAX_TOKENS, description="tokens each greedy-equivalence prompt generates")
 
 
 class KernelSpec(Strict):
-    hidden: int = Field(gt=0, le=MAX_KERNEL_M)
-    experts: int = Field(gt=0, le=MAX_KERNEL_M)
-    m: list[Annotated[int, Field(gt=0, le=MAX_KERNEL_M)]] = [1, 2, 4, 8, 16, 32]
+    hidden: int = Field(gt=0, le=MAX_KERNEL_M, description="the gate's input size (the model's hidden size)")
+    experts: int = Field(gt=0, le=MAX_KERNEL_M, description="the gate's output size (routed experts)")
+    m: list[Annotated[int, Field(gt=0, le=MAX_KERNEL_M)]] = Field([1, 2, 4, 8, 16, 32], description="tokens per call to time (a row each)")
     trace_m: int = Field(2048, gt=0, le=MAX_KERNEL_M, description="M of the first (frozen) torch.compile trace")
-    iters: int = Field(50, gt=0, le=MAX_ITERS)
-    trials: int = Field(31, gt=0, le=MAX_ITERS)
+    iters: int = Field(50, gt=0, le=MAX_ITERS, description="calls per timing")
+    trials: int = Field(31, gt=0, le=MAX_ITERS, description="timings per M (their median is the row's value)")
 
 
 class LayerSpec(Strict):
@@ -639,20 +639,20 @@ class LayerSpec(Strict):
         "compiles it; inductor: plain guard-free torch.compile (the token dimension dynamic)"))
     layer_index: int = Field(0, ge=0, description="which decoder layer of the model is built (its config)")
     iters: int = Field(20, gt=0, le=MAX_ITERS, description="layer calls per timed sample (one CUDA graph)")
-    trials: int = Field(51, gt=0, le=MAX_ITERS)
+    trials: int = Field(51, gt=0, le=MAX_ITERS, description="timings per T (their median is the row's value)")
 
 
 class ProfileSpec(Strict):
     """A short decode-heavy window under vLLM's torch profiler (suite.stages.profile)."""
 
-    isl: int = Field(128, gt=0, le=MAX_TOKENS)
-    osl: int = Field(64, gt=0, le=MAX_TOKENS)
-    concurrency: int = Field(4, gt=0, le=MAX_CONCURRENCY)
+    isl: int = Field(128, gt=0, le=MAX_TOKENS, description="the profiled point's input length")
+    osl: int = Field(64, gt=0, le=MAX_TOKENS, description="its output length")
+    concurrency: int = Field(4, gt=0, le=MAX_CONCURRENCY, description="its concurrency")
     num_prompts: int | None = Field(None, gt=0, le=MAX_PROMPTS, description="requests in the profiled window; default: "
                                     "concurrency (all start together: one prefill round, then decode steps)")
     warmup_prompts: int | None = Field(None, ge=0, le=MAX_PROMPTS, description="requests sent before /start_profile; "
                                        "default: concurrency; 0 = no warm-up")
-    seed: int = 0
+    seed: int = Field(0, description="its prompts' seed")
     families: dict[str, str] = Field(
         default_factory=lambda: {
             "wvSplitK": "wvSplitK",
@@ -688,16 +688,16 @@ class ProfileSpec(Strict):
 
 
 class Matrix(Strict):
-    name: str
-    description: str | None = None
-    model: ModelSpec
-    runtime: RuntimeSpec = RuntimeSpec()
-    serve_args: list[str] = []
-    env: dict[str, str] = {}
-    arms: dict[str, ArmSpec] = Field(min_length=1)
+    name: str = Field(description="the run's name (letters, digits, . _ -): run directories and reports are named by it")
+    description: str | None = Field(None, description="what the run measures, in a sentence; the report's first paragraph")
+    model: ModelSpec = Field(description="the checkpoint every arm serves (an arm may serve its own: arms.NAME.model)")
+    runtime: RuntimeSpec = Field(RuntimeSpec(), description="where and how the servers start: local, docker or slurm")
+    serve_args: list[str] = Field([], description="`vllm serve` flags for every arm, e.g. [--dtype, bfloat16, --no-enable-prefix-caching]")
+    env: dict[str, str] = Field({}, description="environment for every arm's server (secrets redacted in every record)")
+    arms: dict[str, ArmSpec] = Field(min_length=1, description="the arms by name: the baseline and each candidate, each a vLLM release and its patch sets")
     baseline: str | None = Field(None, description="the reference arm; default: the first arm")
-    serve: list[ServePoint] = []
-    latency: list[LatencyPoint] = []
+    serve: list[ServePoint] = Field([], description="serving points: `vllm bench serve` per ISL / OSL / concurrency, every round")
+    latency: list[LatencyPoint] = Field([], description="`vllm bench latency` rows (offline, an engine per process)")
     repeats: int | Literal["auto"] = Field(1, description="rounds; 'auto': rounds until the verdict block's "
                                            "primary test decides (group-sequential), at most verdict.max_rounds")
     budget_min: float | None = Field(None, gt=0, description="with repeats: auto, stop at the last look that fits")
@@ -736,15 +736,15 @@ class Matrix(Strict):
         "a serving session's first point is measured no sooner than this many seconds after its server (in a "
         "side-by-side window: the window's last server) answered /health; the wait is filled with load at "
         "the first point's shape, each chunk's TPOT recorded"))
-    accuracy: AccuracySpec | None = None
-    kernel: KernelSpec | None = None
-    layer: LayerSpec | None = None
+    accuracy: AccuracySpec | None = Field(None, description="lm-eval GSM8K and greedy equivalence against each live server")
+    kernel: KernelSpec | None = Field(None, description="the isolated router-gate GEMM per M (a process per arm and round)")
+    layer: LayerSpec | None = Field(None, description="the model's own decoder layer per T tokens (µs per layer)")
     offline_repeats: int = Field(1, ge=1, le=50, description=(
         "rounds of the offline jobs (latency, kernel, layer): every round runs each job once per arm, each its own "
         "process (for `vllm bench latency` an engine start), the arms in a fresh seeded random order per round; "
         "with 2 or more the tables' intervals and verdicts are across these processes, not across the "
         "iterations inside one"))
-    profile: ProfileSpec | None = None
+    profile: ProfileSpec | None = Field(None, description="a torch-profiler window at one point: the gate's kernels and their share")
     probe: bool = Field(False, description="record which router-gate path ran per batch-size bucket")
 
     @field_validator("name")

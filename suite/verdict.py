@@ -99,9 +99,9 @@ class VerdictSpec(BaseModel):
     metrics: tuple[str, ...] = Field(HEADLINE, description="metrics of the composite (direction from METRICS)")
     target_pct: float = Field(5.0, gt=0, lt=100, description="equivalence margin and target effect, in %")
     alpha: float = Field(0.05, gt=0, lt=0.5, description="two-sided, over all looks")
-    power: float = Field(0.80, gt=0.5, lt=1)
-    spending: Spending = "obrien-fleming"
-    max_rounds: int = Field(8, ge=2)
+    power: float = Field(0.80, gt=0.5, lt=1, description="the power the smallest detectable change is stated at")
+    spending: Spending = Field("obrien-fleming", description="how alpha is spent over the looks: obrien-fleming (strict early) or pocock")
+    max_rounds: int = Field(8, ge=2, description="rounds at most (repeats: auto)")
     looks: tuple[int, ...] | None = Field(
         None, description="round counts at which the test is looked at; default: every 2 rounds, at most 4"
     )

@@ -218,3 +218,14 @@ def test_an_arm_serves_its_own_model_and_only_its_jobs_change(tmp_path):
     assert "--max-model-len 256" in servers["ckpt"] and "--served-model-name main" in servers["baseline"]
     clients = [line for line in dry.stdout.splitlines() if "] client: vllm bench serve" in line]
     assert any("ckpt's model] client:" in c and "--model other" in c for c in clients), clients
+
+
+def test_the_matrix_reference_is_the_schema_and_every_field_says_what_it_is():
+    """docs/matrix.md is generated from the models `suite validate` checks with (one source): a field added or
+    described differently without regenerating it fails here, and so does a field without a description."""
+    from tests.conftest import load_script
+
+    ref = load_script(REPO / "scripts" / "matrix_reference.py", "matrix_reference").reference()
+    assert (REPO / "docs" / "matrix.md").read_text() == ref, "regenerate: python3 scripts/matrix_reference.py"
+    undescribed = [line.split("`")[1] for line in ref.splitlines() if line.endswith("| — |")]
+    assert undescribed == []

@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""Write docs/matrix.md, the matrix reference, from the schema itself (`suite.matrix.Matrix` and the models under
+it): every field with its type, default and the description the schema carries, so the reference and the
+validator cannot drift apart. tests/test_matrix.py fails when the file differs from what this prints.
+
+    python3 scripts/matrix_reference.py            # rewrite docs/matrix.md
+"""
+
+from __future__ import annotations
+
+import sys
+import typing
+from pathlib import Path
+
+from pydantic import BaseModel
+from pydantic_core import PydanticUndefined
+
+REPO = Path(__file__).resolve().parent.parent
+OUT = REPO / "docs" / "matrix.md"
+
+
+def _type(annotation: object) -> str:
+    """A field's type as a reader writes it in YAML."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Literal:
+        return " \\| ".join(f"`{a}`" for a in args)
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        parts = [_type(a) for a in args if a is not type(None)]
+        return " \\| ".join(parts) + (" \\| null" if type(None) in args else "")
+    if origin is list:
+        return f"list of {_type(args[0])}" if args else "list"
+    if origin is dict:
+        return f"mapping of {_type(args[1])}" if len(args) == 2 else "mapping"
+    if origin is typing.Annotated:
+        return _type(args[0])
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return f"[{annotation.__name__}](#{annotation.__name__.lower()})"
+    return getattr(annotation, "__name__", str(annotation)).replace("NoneType", "null")
+
+
+def _models(annotation: object) -> list[type[BaseModel]]:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in typing.get_args(annotation) for m in _models(arg)]
+
+
+def _default(info) -> str:
+    if info.is_required():
+        return "required"
+    value = info.default if info.default is not PydanticUndefined else info.default_factory()
+    if isinstance(value, BaseModel):
+        return "(its defaults)"
+    return f"`{value!r}`".replace("None", "null").replace("True", "true").replace("False", "false")
+
+
+def reference() -> str:
+    sys.path.insert(0, str(REPO))
+    from suite.matrix import Matrix
+
+    out = ["# Matrix reference", "",
+           "Generated from the schema (`python3 scripts/matrix_reference.py`); `suite validate` checks a matrix against "
+           "the same models, with `file:line` in every error. How the fields work together, with an annotated "
+           "example: `docs/guide.md`; a starter for your change: `suite init`.", ""]
+    todo, seen = [Matrix], []
+    while todo:
+        model = todo.pop(0)
+        if model in seen:
+            continue
+        seen.append(model)
+        doc = (model.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
+        out += [f"## {model.__name__}", "", *([doc, ""] if doc else []),
+                "| Field | Type | Default | What it is |", "|---|---|---|---|"]
+        for name, info in model.model_fields.items():
+            key = info.alias or name
+            desc = (info.description or "—").replace("|", "\\|").replace("\n", " ")
+            out.append(f"| `{key}` | {_type(info.annotation)} | {_default(info)} | {desc} |")
+            todo += [m for m in _models(info.annotation) if m not in seen]
+        out.append("")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    OUT.write_text(reference())
+    print(f"wrote {OUT}")
