@@ -132,6 +132,45 @@ class Chart:
 
 
 @dataclass(frozen=True)
+class FrontierPoint:
+    """One serving point of one arm on a throughput-interactivity plane: the medians over its repeats and their
+    min–max on both axes; ``tip``: what hovering it says (its Δ and interval against the baseline)."""
+
+    label: str  # "c8"
+    x: float
+    y: float
+    x_low: float
+    x_high: float
+    y_low: float
+    y_high: float
+    tip: str = ""
+
+
+@dataclass(frozen=True)
+class FrontierSeries:
+    name: str
+    points: list[FrontierPoint]
+
+
+@dataclass(frozen=True)
+class Frontier:
+    """Output throughput against tokens a second per user, each arm a line through its concurrencies (the Pareto
+    view serving benchmarks draw): up and to the right is better; a change that moves the line out helps."""
+
+    key: str  # stable id, unique in the document
+    title: str
+    x_label: str
+    y_label: str
+    series: list[FrontierSeries]
+
+    def __post_init__(self) -> None:
+        for s in self.series:
+            for q in s.points:
+                if not (q.x_low <= q.x <= q.x_high and q.y_low <= q.y <= q.y_high):
+                    raise ValueError(f"frontier {self.key}: {s.name} {q.label} outside its min–max")
+
+
+@dataclass(frozen=True)
 class Card:
     """The verdict of one candidate: the word, the headline Δ with its interval, what the run could see."""
 
@@ -159,7 +198,7 @@ class Section:
     collapsed: bool = False  # details a reader opens on demand (HTML folds it)
 
 
-Block = Paragraph | Note | BulletList | Table | Chart | Card | Code | Section
+Block = Paragraph | Note | BulletList | Table | Chart | Frontier | Card | Code | Section
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ def build_document(run: RunData) -> Document:
         run_sections.data_quality_section(run),
         serve.serving_section(run),
         serve.charts_section(run),
+        serve.frontier_section(run),
         serve.heatmap_section(run),
     ]
     parts += [section(run) for _, section in stage_sections()]

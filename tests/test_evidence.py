@@ -979,3 +979,23 @@ def test_what_leaves_the_machine_agrees_with_the_report(tmp_path):
     rows = (root / "results.csv").read_text().splitlines()
     assert len(rows) == 1 + len(cand["cells"]) == 1 + 36
     assert results["environment"]["machines"] == ["vm · 1 × NVIDIA H100 80GB HBM3 (GPU-3f245557)"]
+
+
+def test_the_pareto_view_draws_each_arms_points_from_the_raw_json(tmp_path):
+    """Throughput against interactivity (report.html draws it; report.md lists its points): per arm and
+    concurrency the median over rounds of output tokens/s and of 1000 / mean TPOT, recomputed from the raw JSON
+    of the stored H100 trade-off: c1 right of the baseline (faster per user), c8 and c16 left of it."""
+    run = EVIDENCE / "h100-tradeoff-20261207"
+    root = unpack(run, tmp_path / run.name)
+    text = (run / "report.md").read_text().split("## Throughput against interactivity", 1)[1].split("\n## ", 1)[0]
+    x = {}
+    for arm in ("baseline", "tradeoff"):
+        for conc, point in (("1", "isl128-osl64-c1-n16"), ("8", "isl128-osl64-c8-n64"), ("16", "isl128-osl64-c16-n128")):
+            raws = [json.loads((root / arm / "serve" / point / f"rep-{r}.json").read_text()) for r in range(3)]
+            user = statistics.median(1000 / r["mean_tpot_ms"] for r in raws)
+            tput = statistics.median(r["output_throughput"] for r in raws)
+            assert f"| {arm} | c{conc} | {user:,.4g} | {tput:,.4g} |" in text, (arm, conc, user, tput)
+            x[(arm, conc)] = user
+    assert x[("tradeoff", "1")] > x[("baseline", "1")] and x[("tradeoff", "8")] < x[("baseline", "8")]
+    assert 'id="frontier-isl128-osl64' in (run / "report.html").read_text() or "frontier-isl128-osl64" in (
+        run / "report.html").read_text()

@@ -244,7 +244,8 @@ def test_html_is_one_self_contained_file(run_dir: Path) -> None:
     assert "http://" not in page and "https://" not in page and "<script" not in page and "<!--" not in page
     assert "default-src 'none'" in page
     # the charts: inline <svg>, one per headline metric per ISL/OSL group, a native tooltip per point
-    assert page.count("<svg ") == 2 * len(HEADLINE) and page.count('class="pygal-chart chart"') == 8
+    assert page.count("<svg ") == 2 * len(HEADLINE) + 2 and page.count('class="pygal-chart chart"') == 8
+    assert page.count('class="pygal-chart frontier"') == 2  # throughput against interactivity, one per ISL/OSL
     assert "<title>baseline @ concurrency 4: median" in page and "<title>patched @ concurrency 8: median" in page
     # the heat map: points × metrics
     heat = page.split("<table class=\"doc heat\">")[1].split("</table>")[0]

@@ -28,6 +28,7 @@ from suite.document import (
     Chart,
     Code,
     Document,
+    Frontier,
     Note,
     Paragraph,
     Section,
@@ -128,6 +129,29 @@ def chart_svg(chart: Chart) -> str:
     return re.sub(r'\s+xmlns(?::\w+)?="[^"]*"', "", head) + ">" + rest
 
 
+def frontier_svg(f: Frontier) -> str:
+    """Output throughput against tokens a second per user as inline SVG: per arm a line through its points in the
+    order of their x, each labelled by its concurrency, its min–max and Δ in the tooltip."""
+    style = Style(background="#ffffff", plot_background="#ffffff", colors=SERIES_COLORS,
+                  font_family='system-ui, "DejaVu Sans", sans-serif', title_font_size=13, label_font_size=10,
+                  major_label_font_size=10, legend_font_size=11, tooltip_font_size=11, opacity=".9",
+                  stroke_width="2", guide_stroke_color="#e3e7ee", major_guide_stroke_color="#cfd5df",
+                  guide_stroke_dasharray="3,3", major_guide_stroke_dasharray="3,3")
+    c = pygal.XY(width=CHART_W, height=CHART_H, explicit_size=True, style=style, js=[], disable_xml_declaration=True,
+                 title=f.title, x_title=f.x_label, y_title=f.y_label, legend_at_bottom=True,
+                 legend_at_bottom_columns=max(1, len(f.series)), dots_size=3, truncate_label=-1, margin=6, spacing=8,
+                 classes=["pygal-chart", "frontier"])
+    c.add_xml_filter(_svg_filter(f.key))
+    for s in f.series:
+        c.add(s.name, [{"value": (q.x, q.y), "label": f"{s.name} {q.label}: {q.y:,.4g} at {q.x:,.4g} per user "
+                        f"(min–max {q.y_low:,.4g}–{q.y_high:,.4g} and {q.x_low:,.4g}–{q.x_high:,.4g})"
+                        + (f"; {q.tip}" if q.tip else "")}
+                       for q in sorted(s.points, key=lambda q: q.x)])
+    svg = c.render(is_unicode=True)
+    head, rest = svg.split(">", 1)
+    return re.sub(r'\s+xmlns(?::\w+)?="[^"]*"', "", head) + ">" + rest
+
+
 # ---------------------------------------------------------------------------------------------- blocks
 
 
@@ -182,7 +206,9 @@ def blocks(items: list[Block]) -> str:
                 out.append("<div class='cards'>" + "".join(card(c) for c in group if isinstance(c, Card)) + "</div>")
             i = j
             continue
-        if isinstance(b, Section):
+        if isinstance(b, Frontier):
+            out.append("<div class='charts'>" + frontier_svg(b) + "</div>")
+        elif isinstance(b, Section):
             out.append(section(b))
         elif isinstance(b, Paragraph):
             out.append(f"<p>{inline(b.text)}</p>")

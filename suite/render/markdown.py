@@ -15,6 +15,7 @@ from suite.document import (
     Chart,
     Code,
     Document,
+    Frontier,
     Note,
     Paragraph,
     Section,
@@ -54,6 +55,13 @@ def _charts(charts: list[Chart]) -> str:
     return f"Charts in report.html: {names}, against {charts[0].x_label}."
 
 
+def _frontier(f: Frontier) -> str:
+    """The chart report.html draws, as the table of its points (median over repeats)."""
+    rows = [f"| {s.name} | {q.label} | {q.x:,.4g} | {q.y:,.4g} |" for s in f.series for q in s.points]
+    return "\n".join([f"{f.title} (drawn in report.html):", "", f"| Arm | Point | {f.x_label} | {f.y_label} |",
+                      "|---|---|--:|--:|", *rows])
+
+
 def blocks(items: list[Block]) -> list[str]:
     """Markdown chunks (to be joined by blank lines) of a list of blocks."""
     out: list[str] = []
@@ -74,7 +82,9 @@ def blocks(items: list[Block]) -> list[str]:
             out.append("\n".join(card(c) for c in items[i:j] if isinstance(c, Card)))
             i = j
             continue
-        if isinstance(b, Section):
+        if isinstance(b, Frontier):
+            out.append(_frontier(b))
+        elif isinstance(b, Section):
             out.append(section(b))
         elif isinstance(b, Paragraph):
             out.append(b.text)

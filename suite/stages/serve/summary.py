@@ -18,6 +18,9 @@ from suite.document import (
     MAX_STRENGTH,
     Cell,
     Chart,
+    Frontier,
+    FrontierPoint,
+    FrontierSeries,
     Note,
     Paragraph,
     Section,
@@ -154,6 +157,48 @@ def charts_section(run: RunData) -> Section | None:
                                     METRICS[key].higher_is_better))
         blocks.append(Section(f"ISL {isl} / OSL {osl}", 3, charts))
     return Section("Metrics against concurrency", 2, blocks, anchor="charts")
+
+
+def frontier_section(run: RunData) -> Section | None:
+    """Per ISL / OSL: output throughput against tokens a second per user (1000 / mean TPOT), each serving arm a
+    line through its concurrencies, medians over repeats with their min–max; a candidate's point says its Δ of
+    both with the cells' intervals. Up and to the right is better."""
+    if not run.points:
+        return None
+    cells = {s.candidate: s.cells for s in run.serving_summaries}
+    groups: dict[tuple[int, int], list] = {}
+    for p in run.points.values():
+        groups.setdefault((p.params.isl, p.params.osl), []).append(p)
+    charts: list = []
+    for (isl, osl), pts in groups.items():
+        series = []
+        for arm in (a for a in run.arms if run.serves(a)):
+            points = []
+            for p in sorted(pts, key=lambda p: p.params.concurrency):
+                tput = list(p.values(arm, "output_throughput").values())
+                user = [1000 / v for v in p.values(arm, "mean_tpot_ms").values() if v > 0]
+                if not tput or not user:
+                    continue
+                tip = ""
+                if (own := cells.get(arm)) is not None:
+                    tip = "; ".join(f"{label(k)} {fmt_pct(c.delta_pct)}" + (f" {fmt_interval(*c.interval)}"
+                                                                            if c.interval else "")
+                                    for k in ("output_throughput", "mean_tpot_ms")
+                                    if (c := own.get((p.point, k))) is not None and c.delta_pct is not None)
+                points.append(FrontierPoint(f"c{p.params.concurrency}", statistics.median(user),
+                                            statistics.median(tput), min(user), max(user), min(tput), max(tput), tip))
+            if points:
+                series.append(FrontierSeries(arm, points))
+        if series:
+            charts.append(Frontier(f"frontier-isl{isl}-osl{osl}", f"ISL {isl} / OSL {osl}",
+                                   "tokens/s per user (1000 / mean TPOT)", "output tokens/s", series))
+    if not charts:
+        return None
+    return Section("Throughput against interactivity", 2, [Paragraph(
+        "Per input / output length, each arm's output tokens a second against the tokens a second each user sees "
+        "(1000 / mean TPOT), one point per concurrency: the median over repeats. Up and to the right is better: "
+        "a change that moves its line out helps at the same load. Hover a point for its min–max and, for a "
+        "candidate, its Δ of both with the cells' 95 % intervals."), *charts], anchor="frontier")
 
 
 def heatmap_section(run: RunData) -> Section | None:
