@@ -5,8 +5,8 @@ stop. A cost model per kind of host, seeded by the stored runs of this project (
   first start per arm 100-250 s (compiling cold), later starts 52-90 s; a decode step 4.9-6.8 ms at concurrency
   1-16; a serving job's client, warm-up and result about 4 s beyond its requests;
 - this project's CPU (the tiny MoE on 2 cores; `cpu-sensitivity-150us-improvement-20261206` and a `suite init`
-  starter run on 2026-12-07): a server healthy after 18-21 s alone (34-40 s two at once), about 30 s a session
-  with its stop, a decode step 3-5 ms, 1-1.5 s a job beyond its requests;
+  starter run on 2026-12-07): a server healthy after 18-21 s alone (34-40 s two at once), about 23 s a session
+  with its stop (its quiet period apart), a decode step 3-5 ms, 1-1.5 s a job beyond its requests;
 - AMD (MI355X): not measured yet; the NVIDIA figures, said so.
 
 A point's requests take ceil(prompts / concurrency) waves of (first token + output length × a decode step); a point
@@ -43,7 +43,7 @@ NVIDIA = HostCosts("an H100 / H200 with Gemma 4 26B-A4B", 150, 70, 0.0055, 20_00
 COSTS: dict[str, HostCosts] = {
     "cuda": NVIDIA,
     "rocm": HostCosts("an AMD GPU (not measured yet: the H100 / H200 figures)", *list(vars(NVIDIA).values())[1:]),
-    "cpu": HostCosts("this project's 2-core CPU with the tiny MoE", 32, 30, 0.004, 20_000, 0.01, 1.5, 20, 60),
+    "cpu": HostCosts("this project's 2-core CPU with the tiny MoE", 25, 22, 0.004, 20_000, 0.01, 1.5, 20, 60),
 }
 GSM8K_QUESTIONS = 1319
 
