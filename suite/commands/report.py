@@ -9,7 +9,7 @@ from pathlib import Path
 from rich.console import Console
 
 NAME = "report"
-HELP = "Regenerate report.md and report.html of a run directory from its raw files."
+HELP = "Regenerate a run directory's report (report.md, report.html, summary.md, results.json, results.csv) from its raw files."
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
