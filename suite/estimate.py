@@ -17,10 +17,10 @@ sized by time takes its time. Another model or GPU is slower or faster than thes
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from suite.matrix import Matrix
-from suite.plan import Plan, Session
+from suite.plan import Plan, Session, session_round
 from suite.stages.serve.spec import ServeParams
 
 
@@ -42,7 +42,7 @@ class HostCosts:
 NVIDIA = HostCosts("an H100 / H200 with Gemma 4 26B-A4B", 150, 70, 0.0055, 20_000, 0.06, 4, 45, 240)
 COSTS: dict[str, HostCosts] = {
     "cuda": NVIDIA,
-    "rocm": HostCosts("an AMD GPU (not measured yet: the H100 / H200 figures)", *list(vars(NVIDIA).values())[1:]),
+    "rocm": replace(NVIDIA, label="an AMD GPU (not measured yet: the H100 / H200 figures)"),
     "cpu": HostCosts("this project's 2-core CPU with the tiny MoE", 25, 22, 0.004, 20_000, 0.01, 1.5, 20, 60),
 }
 GSM8K_QUESTIONS = 1319
@@ -68,13 +68,6 @@ def point_seconds(p: ServeParams, c: HostCosts) -> float:
     waves = math.ceil(p.num_prompts / p.concurrency)
     first = c.first_token_s + p.isl * p.concurrency / c.prefill_tok_s
     return waves * (first + p.osl * c.step_s) + c.job_overhead_s
-
-
-def _round_of(s: Session) -> int | None:
-    if s.round is not None:
-        return s.round
-    rounds = {j.repeat for j in s.jobs if j.kind == "serve"}
-    return min(rounds) if rounds else None
 
 
 @dataclass(frozen=True)
@@ -121,7 +114,7 @@ def estimate(matrix: Matrix, plan: Plan, host: str) -> Estimate:
     for s in plan.sessions:
         if not s.needs_server:
             continue
-        rnd = _round_of(s)
+        rnd = session_round(s)
         key: object = (("wave", plan.wave_of(rnd)) if plan.sets_at_once > 1 and rnd is not None else
                        ("window", s.window) if s.window is not None else
                        ("set", rnd) if plan.order == "interleaved" and rnd is not None else ("session", s.arm, s.index))
@@ -138,12 +131,12 @@ def estimate(matrix: Matrix, plan: Plan, host: str) -> Estimate:
         started |= {s.arm for s in sessions}
         seconds = (c.start_cold_s if cold else c.start_warm_s) + matrix.quiet_s + matrix.settle_s
         start_s += seconds
-        rnd = _round_of(sessions[0])
+        rnd = session_round(sessions[0])
         if rnd is not None:
             by_round[rnd] = by_round.get(rnd, 0.0) + seconds
     measure_s = other_s = 0.0
     for s in plan.sessions:
-        rnd = _round_of(s)
+        rnd = session_round(s)
         for j in s.jobs:
             if isinstance(j.params, ServeParams):
                 sec = point_seconds(j.params, c)

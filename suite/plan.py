@@ -316,6 +316,15 @@ def set_gpus(matrix: Matrix, serving: list[str], arm: str, r: int) -> str | None
     return groups[(serving.index(arm) + r) % len(groups)] if matrix.runtime.cross_groups else groups[r % len(groups)]
 
 
+def session_round(session: Session) -> int | None:
+    """The round a server session belongs to: its own (interleaved: the restart set), else its serve jobs'
+    repeat (ABBA); None for offline sessions."""
+    if session.round is not None:
+        return session.round
+    rounds = {j.repeat for j in session.jobs if j.kind == "serve"}
+    return min(rounds) if rounds else None
+
+
 def format_plan(plan: Plan) -> str:
     lines = [f"plan for {plan.matrix}: {len(plan.sessions)} sessions, {len(plan.jobs)} jobs, order {plan.order}"]
     if plan.precompile:

@@ -51,7 +51,7 @@ from suite.runtime.base import (
 )
 from suite.runtime.docker.runtime import DockerRuntime
 from suite.runtime.gpu import host_kind
-from suite.runtime.identity import host_identity
+from suite.runtime.identity import host_identity, this_machine
 from suite.runtime.local import LocalRuntime
 from suite.runtime.scheduler import Batch, RunProgress, Scheduler
 from suite.runtime.slurm.driver import SlurmScheduler
@@ -204,7 +204,7 @@ def _run_job(ctx: RunContext, job: Job, server: Server | None, scope: SessionSco
     stage = STAGES.get(job.kind)
     if stage is None:
         ctx.store.write_record(job, "failed", started=started, error=f"no stage for job kind {job.kind!r}",
-                               where=host_identity())
+                               where=this_machine())
         return False
     try:
         notes = stage.execute(job_env(ctx, job, server, scope, pending, settle_until))
@@ -216,12 +216,12 @@ def _run_job(ctx: RunContext, job: Job, server: Server | None, scope: SessionSco
             fields["server_died"] = True
             fields["server_log_tail"] = server.log_tail(60)
         ctx.store.write_record(job, "failed", started=started, seconds=round(time.monotonic() - t0, 3),
-                               where=host_identity(), **fields)
+                               where=this_machine(), **fields)
         ctx.console.print(f"[red]failed[/red] {job.arm} {job.key}: {str(exc).splitlines()[0]}")
         return False
     gpu = {"device": DeviceStates(before=device, after=ctx.here.device_state())} if device is not None else {}
     ctx.store.write_record(job, "ok", notes, started=started, seconds=round(time.monotonic() - t0, 3),
-                           where=host_identity(), **gpu)
+                           where=this_machine(), **gpu)
     return True
 
 
@@ -327,7 +327,7 @@ def _error_brief(message: str, tail_lines: int = 5) -> str:
 
 
 def _fail_all(ctx: RunContext, jobs: list[Job], error: str) -> None:
-    where = host_identity()
+    where = this_machine()
     for job in jobs:
         ctx.store.write_record(job, "failed", error=error, where=where)
 
@@ -575,7 +575,7 @@ def check_resume_host(store: RunStore, matrix: Matrix, allow: bool, console: Con
     first = next((st.where for st in store.manifest().stretches if st.where is not None), None)
     if first is None:
         return
-    here = host_identity()
+    here = this_machine()
     if here.key == first.key:
         return
     differs = "; ".join(f"{what} {a!r} there, {b!r} here" for what, a, b in (
@@ -776,7 +776,7 @@ def execute(ctx: RunContext, scheduler: Scheduler | None = None) -> JobCounts:
     if skipped:
         ctx.console.print(f"resume: {skipped} jobs already done, {total} to run")
     # the manifest tells what is incomplete at any moment, even after a kill -9: counts kept per job
-    ctx.store.begin_stretch(Stretch.begin(total, where=host_identity()), status="running", job_counts=counts_of(ctx, seq),
+    ctx.store.begin_stretch(Stretch.begin(total, where=this_machine()), status="running", job_counts=counts_of(ctx, seq),
                             scheduler=scheduler.kind)
     status = "complete"
     try:

@@ -20,18 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from suite.analysis import load_run, primary
-from suite.plan import AA_SUFFIX, Plan, Session
+from suite.plan import AA_SUFFIX, Plan, Session, session_round
 from suite.store import LookRecord, SequentialRecord
 from suite.verdict import VerdictSpec
-
-
-def session_round(session: Session) -> int | None:
-    """The round a server session belongs to: its own (interleaved: the restart set), else its serve jobs'
-    repeat (ABBA); None for offline sessions."""
-    if session.round is not None:
-        return session.round
-    rounds = {j.repeat for j in session.jobs if j.kind == "serve"}
-    return min(rounds) if rounds else None
 
 
 def evaluate_look(run_dir: Path, spec: VerdictSpec, rounds: int, final: bool, control: bool = True) -> LookRecord:

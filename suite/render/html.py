@@ -91,15 +91,26 @@ def _svg_filter(key: str) -> Callable[[Any], Any]:
     return apply
 
 
-def chart_svg(chart: Chart) -> str:
-    """One chart as inline SVG: per series the median line, min–max whiskers, a tooltip per point. An empty
-    slot on either side of the x axis keeps the first and last points (and their whiskers) off the frame; the
-    y range covers the whiskers with a margin."""
-    style = Style(background="#ffffff", plot_background="#ffffff", colors=SERIES_COLORS, ci_colors=SERIES_COLORS,
+def _style() -> Style:
+    """The charts' one look (pygal's Style)."""
+    return Style(background="#ffffff", plot_background="#ffffff", colors=SERIES_COLORS, ci_colors=SERIES_COLORS,
                   font_family='system-ui, "DejaVu Sans", sans-serif', title_font_size=13, label_font_size=10,
                   major_label_font_size=10, legend_font_size=11, tooltip_font_size=11, opacity=".9",
                   stroke_width="2", guide_stroke_color="#e3e7ee", major_guide_stroke_color="#cfd5df",
                   guide_stroke_dasharray="3,3", major_guide_stroke_dasharray="3,3")
+
+
+def _inline(svg: str) -> str:
+    """pygal's SVG for inline HTML: the parser puts <svg> in the SVG namespace itself, the declarations go."""
+    head, rest = svg.split(">", 1)
+    return re.sub(r'\s+xmlns(?::\w+)?="[^"]*"', "", head) + ">" + rest
+
+
+def chart_svg(chart: Chart) -> str:
+    """One chart as inline SVG: per series the median line, min–max whiskers, a tooltip per point. An empty
+    slot on either side of the x axis keeps the first and last points (and their whiskers) off the frame; the
+    y range covers the whiskers with a margin."""
+    style = _style()
     lows = [v for s in chart.series for v in s.low if v is not None]
     highs = [v for s in chart.series for v in s.high if v is not None]
     lo, hi = (min(lows), max(highs)) if lows and highs else (0.0, 1.0)
@@ -123,20 +134,13 @@ def chart_svg(chart: Chart) -> str:
                            "label": f"{s.name} @ {chart.x_label} {x}: median {m:,.4g} {chart.unit} "
                                     f"(min {lo_:,.4g}, max {hi_:,.4g}, n={n})"})
         c.add(s.name, [*values, None])
-    svg = c.render(is_unicode=True)
-    # inline in HTML the parser puts <svg> in the SVG namespace itself: the declarations are not needed
-    head, rest = svg.split(">", 1)
-    return re.sub(r'\s+xmlns(?::\w+)?="[^"]*"', "", head) + ">" + rest
+    return _inline(c.render(is_unicode=True))
 
 
 def frontier_svg(f: Frontier) -> str:
     """Output throughput against tokens a second per user as inline SVG: per arm a line through its points in the
     order of their x, each labelled by its concurrency, its min–max and Δ in the tooltip."""
-    style = Style(background="#ffffff", plot_background="#ffffff", colors=SERIES_COLORS,
-                  font_family='system-ui, "DejaVu Sans", sans-serif', title_font_size=13, label_font_size=10,
-                  major_label_font_size=10, legend_font_size=11, tooltip_font_size=11, opacity=".9",
-                  stroke_width="2", guide_stroke_color="#e3e7ee", major_guide_stroke_color="#cfd5df",
-                  guide_stroke_dasharray="3,3", major_guide_stroke_dasharray="3,3")
+    style = _style()
     c = pygal.XY(width=CHART_W, height=CHART_H, explicit_size=True, style=style, js=[], disable_xml_declaration=True,
                  title=f.title, x_title=f.x_label, y_title=f.y_label, legend_at_bottom=True,
                  legend_at_bottom_columns=max(1, len(f.series)), dots_size=3, truncate_label=-1, margin=6, spacing=8,
@@ -147,9 +151,7 @@ def frontier_svg(f: Frontier) -> str:
                         f"(min–max {q.y_low:,.4g}–{q.y_high:,.4g} and {q.x_low:,.4g}–{q.x_high:,.4g})"
                         + (f"; {q.tip}" if q.tip else "")}
                        for q in sorted(s.points, key=lambda q: q.x)])
-    svg = c.render(is_unicode=True)
-    head, rest = svg.split(">", 1)
-    return re.sub(r'\s+xmlns(?::\w+)?="[^"]*"', "", head) + ">" + rest
+    return _inline(c.render(is_unicode=True))
 
 
 # ---------------------------------------------------------------------------------------------- blocks

@@ -149,3 +149,10 @@ def host_identity(image_id: str | None = None) -> HostIdentity:
         slurm_job=os.environ.get("SLURM_JOB_ID") or None, slurm_node=os.environ.get("SLURMD_NODENAME") or None,
         image_id=image_id)
     return HostIdentity(**{k: v for k, v in fields.items() if v not in (None, [])})
+
+
+@functools.lru_cache(maxsize=1)
+def this_machine() -> HostIdentity:
+    """``host_identity()`` once per process, for the records of its jobs and its stretch (the machine does not change
+    under a running process; a server start probes again for its GPUs' clocks at that moment)."""
+    return host_identity()

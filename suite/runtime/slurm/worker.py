@@ -28,7 +28,7 @@ from suite.matrix import load_matrix
 from suite.plan import Session, build_plan
 from suite.proc import signals_as_interrupt
 from suite.runner import RunContext, run_session
-from suite.runtime.identity import host_identity
+from suite.runtime.identity import this_machine
 from suite.runtime.local import LocalRuntime
 from suite.runtime.slurm.cluster import parse_session_id
 from suite.store import RunStore, secret_values
@@ -74,7 +74,7 @@ def serve_session(run_dir: Path, matrix_path: Path, session_text: str, cache: st
     except SuiteError as exc:
         for job in pending:
             store.write_record(job, "failed", error=f"arm {arm} could not be prepared on the node: {exc}",
-                               where=host_identity())
+                               where=this_machine())
         console.print(f"session {session_text}: arm not prepared: {exc}", markup=False, highlight=False)
         return 0
     ctx = RunContext(matrix=matrix, plan=plan, store=store, runtime=runtime, arm_envs={arm: arm_env},
