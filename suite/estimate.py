@@ -10,8 +10,8 @@ stop. A cost model per kind of host, seeded by the stored runs of this project (
 - AMD (MI355X): not measured yet; the NVIDIA figures, said so.
 
 A point's requests take ceil(prompts / concurrency) waves of (first token + output length × a decode step); a point
-sized by time takes its time. Another model or GPU is slower or faster than these seeds: after one run,
-`suite plan MATRIX --from RUN` prices rounds at that run's own running time.
+sized by time takes its time. Another model or GPU is slower or faster than these seeds: once this machine has
+finished a run of the same model, `suite.calibrate` prices the plan at that run's own server starts and jobs.
 """
 
 from __future__ import annotations
@@ -46,6 +46,8 @@ COSTS: dict[str, HostCosts] = {
     "cpu": HostCosts("this project's 2-core CPU with the tiny MoE", 25, 22, 0.004, 20_000, 0.01, 1.5, 20, 60),
 }
 GSM8K_QUESTIONS = 1319
+SEEDED = ("seeded by stored runs; another model or GPU differs: once this machine has finished a run of the same "
+          "model, the estimate is priced by it")
 
 
 def host_of(matrix: Matrix, here: str) -> str:
@@ -79,6 +81,7 @@ class Estimate:
     other_s: float  # offline and correctness jobs, quiet and settle periods
     by_round: dict[int, float]  # round -> seconds of its sessions (starts included)
     looks: tuple[int, ...]  # repeats: auto: the rounds after which the run may stop
+    source: str = ""  # where the costs come from, said under the estimate (the seeds, or a run on this machine)
 
     @property
     def total_s(self) -> float:
@@ -89,14 +92,17 @@ class Estimate:
         later = sum(s for r, s in self.by_round.items() if r >= rounds)
         return self.total_s - later
 
+    def brief(self) -> list[str]:
+        """The total and where its costs come from (`suite validate`, `suite init`)."""
+        return [self.lines()[0], self.lines()[-1]]
+
     def lines(self) -> list[str]:
         out = [f"estimate: ~{_min(self.total_s)} on {self.host.label}: {self.starts} server starts "
                f"~{_min(self.start_s)}, measuring ~{_min(self.measure_s)}, the rest ~{_min(self.other_s)}"]
         if self.looks:
             out.append("  repeats: auto stops at the first look that decides: " + ", ".join(
                 f"after {n} rounds ~{_min(self.until(n))}" for n in self.looks))
-        out.append("  (seeded by stored runs; another model or GPU differs: after one run, suite plan MATRIX --from "
-                   "RUN prices rounds at that run's own time)")
+        out.append(f"  ({self.source or SEEDED})")
         return out
 
 
@@ -104,11 +110,11 @@ def _min(seconds: float) -> str:
     return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
 
 
-def estimate(matrix: Matrix, plan: Plan, host: str) -> Estimate:
-    """What ``plan`` costs on ``host`` (cpu | cuda | rocm): the server starts (an arm's first cold, the others
-    warm; a window's or a restart set's servers start together, as do the sets of one wave), the serving jobs,
-    the offline and correctness jobs, and each round's share."""
-    c = COSTS.get(host, COSTS["cpu"])
+def estimate(matrix: Matrix, plan: Plan, host: str, costs: HostCosts | None = None, source: str = "") -> Estimate:
+    """What ``plan`` costs on ``host`` (cpu | cuda | rocm; ``costs``: a run's own, else the host's seeds): the
+    server starts (an arm's first cold, the others warm; a window's or a restart set's servers start together,
+    as do the sets of one wave), the serving jobs, the offline and correctness jobs, and each round's share."""
+    c = costs or COSTS.get(host, COSTS["cpu"])
     started: set[str] = set()
     groups: dict[object, list[Session]] = {}
     for s in plan.sessions:
@@ -151,4 +157,4 @@ def estimate(matrix: Matrix, plan: Plan, host: str) -> Estimate:
             if rnd is not None and isinstance(j.params, ServeParams):
                 by_round[rnd] = by_round.get(rnd, 0.0) + sec
     looks = tuple(matrix.verdict.looks) if matrix.repeats == "auto" and matrix.verdict is not None else ()
-    return Estimate(c, starts, start_s, measure_s, other_s, dict(sorted(by_round.items())), looks)
+    return Estimate(c, starts, start_s, measure_s, other_s, dict(sorted(by_round.items())), looks, source)

@@ -23,8 +23,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from suite import REPO_ROOT
+from suite.calibrate import estimate_here
 from suite.errors import ServerError, SuiteError
-from suite.estimate import estimate, host_of
 from suite.fixtures.gemma4 import ensure_model
 from suite.matrix import Matrix, load_matrix, missing_model_paths, nothing_to_compare
 from suite.plan import (
@@ -50,7 +50,6 @@ from suite.runtime.base import (
     wait_healthy,
 )
 from suite.runtime.docker.runtime import DockerRuntime
-from suite.runtime.gpu import host_kind
 from suite.runtime.identity import host_identity, this_machine
 from suite.runtime.local import LocalRuntime
 from suite.runtime.scheduler import Batch, RunProgress, Scheduler
@@ -618,7 +617,7 @@ def prepare(matrix_path: Path, out_base: Path, resume: Path | None, console: Con
         dump["env"] = redact_env(dump["env"])
         for arm in dump["arms"].values():
             arm["env"] = redact_env(arm["env"])
-        guess = estimate(matrix, plan, host_of(matrix, host_kind()))
+        guess = estimate_here(matrix, plan, out_base)
         store.write_manifest(new_manifest(str(matrix_path), dump, PlanRecord.of(plan))
                              .model_copy(update={"estimate_s": round(guess.total_s)}))
         console.print(guess.lines()[0], markup=False, highlight=False)
@@ -826,12 +825,13 @@ def counts_of(ctx: RunContext, seq: SequentialRun | None) -> JobCounts:
     return ctx.store.job_counts(ctx.plan.model_copy(update={"sessions": needed}))
 
 
-def dry_run(matrix_path: Path) -> str:
-    """The plan, then the exact server and client command lines (port and paths shown as placeholders)."""
+def dry_run(matrix_path: Path, runs_dir: Path = Path("runs")) -> str:
+    """The plan, its estimate (priced by this machine's runs under ``runs_dir`` when there is one), then the exact
+    server and client command lines (port and paths shown as placeholders)."""
     matrix = load_matrix(matrix_path)
     plan = build_plan(matrix)
     lines = [*(f"warning: {m}" for m in missing_model_paths(matrix)), format_plan(plan), "",
-             *estimate(matrix, plan, host_of(matrix, host_kind())).lines(), "",
+             *estimate_here(matrix, plan, runs_dir).lines(), "",
              f"commands (runtime {matrix.runtime.kind}; PORT is picked at start):"]
     runtime = make_runtime(matrix, REPO_ROOT / ".cache")  # no preflight and no arm prepared: nothing starts
     for arm, spec in plan.arms.items():

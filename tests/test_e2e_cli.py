@@ -127,11 +127,16 @@ def test_report_regenerates_identically_and_resume_runs_nothing(e2e_run):
 
 
 def test_dry_run_prints_the_plan(e2e_run):
-    matrix, _, _ = e2e_run
+    matrix, run_dir, _ = e2e_run
     proc = run_suite("run", str(matrix), "--dry-run")
     assert proc.returncode == 0
     assert re.search(r"plan for e2e-cli: 6 sessions, 12 jobs", proc.stdout)
     assert "arm patched: vLLM 0.32.0; patches: synthetic-gate-delay" in proc.stdout
+    assert "(seeded by stored runs;" in proc.stdout  # no run of this model on this machine under runs/
+    # where this machine has run the model, its own starts and jobs price the plan, and the estimate says so
+    again = run_suite("run", str(matrix), "--dry-run", "--out", str(run_dir.parent), env={"COLUMNS": "300"})
+    assert f"(priced by your run {run_dir.name} on this machine (" in again.stdout, again.stdout
+    assert re.search(r"estimate: ~\d+ (s|min) on this machine: \d+ server starts", again.stdout), again.stdout
 
 
 def test_layer_stage_times_each_arms_own_decoder_layer(e2e_run):

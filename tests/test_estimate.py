@@ -46,3 +46,31 @@ def test_validate_and_the_dry_run_say_how_long():
         assert "estimate: ~14 min on an H100 / H200 with Gemma 4 26B-A4B: 6 server starts" in proc.stdout, proc.stdout
     dry = run_suite("run", str(REPO / "matrices" / "gemma4.yaml"), "--dry-run", env={"COLUMNS": "300"}).stdout
     assert "repeats: auto stops at the first look that decides: after 2 rounds ~" in dry
+
+
+@pytest.mark.parametrize("matrix, stored, rounds", [
+    ("gemma4-h100-tradeoff.yaml", "h100-tradeoff-20261207", 3),
+    ("gemma4-h100-abba.yaml", "h100-abba-one-machine-20261206", 4),
+])
+def test_a_run_prices_its_own_plan_within_five_percent(tmp_path, matrix, stored, rounds):
+    """Priced by the run itself (its server starts, its serving jobs against the seeds), the estimate of the
+    same plan lands within 5 % of what that run took: the seeds alone were 3 % and 25 % off."""
+    from suite.analysis import load_run
+    from suite.calibrate import calibrate
+
+    run_dir = unpack(EVIDENCE / stored, tmp_path / stored)
+    cal = calibrate(run_dir, COSTS["cuda"])
+    assert cal is not None and cal.starts >= 6
+    m = load_matrix(REPO / "matrices" / matrix)
+    guess = estimate(m, build_plan(m), "cuda", cal.costs, cal.source())
+    ran, _ = running_seconds(load_run(run_dir))
+    assert ran is not None and 0.95 < guess.until(rounds) / ran < 1.05, (guess.until(rounds), ran)
+    assert guess.lines()[-1].startswith(f"  (priced by your run {stored} on this machine (")
+
+
+def test_a_run_of_another_machine_does_not_price_the_estimate(tmp_path):
+    from suite.calibrate import own_run
+
+    unpack(EVIDENCE / "h100-tradeoff-20261207", tmp_path / "h100-tradeoff-20261207")  # an H100 device machine's
+    m = load_matrix(REPO / "matrices" / "gemma4-h100-tradeoff.yaml")
+    assert own_run(tmp_path, m) is None

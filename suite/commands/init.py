@@ -104,11 +104,10 @@ verdict:
 
 
 def run(args: argparse.Namespace) -> int:
+    from suite.calibrate import estimate_here
     from suite.commands.validate import patch_problems
-    from suite.estimate import estimate, host_of
     from suite.matrix import MatrixError, load_matrix, missing_model_paths
     from suite.plan import build_plan
-    from suite.runtime.gpu import host_kind
 
     console = Console()
     path: Path = args.matrix
@@ -139,7 +138,8 @@ def run(args: argparse.Namespace) -> int:
     console.print(f"wrote {path}")
     for line in missing_model_paths(m):
         console.print(f"  [yellow]warning[/yellow]: {line}", highlight=False)
-    console.print("  " + estimate(m, build_plan(m), host_of(m, host_kind())).lines()[0], markup=False, highlight=False)
+    for line in estimate_here(m, build_plan(m)).brief():
+        console.print("  " + line, markup=False, highlight=False)
     if problems:
         for p in problems:
             console.print(f"[red]{p}[/red]", highlight=False)

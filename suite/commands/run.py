@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
 
     console = Console(stderr=False)
     if args.dry_run:
-        print(dry_run(args.matrix))
+        print(dry_run(args.matrix, args.out))
         return 0
     ctx = prepare(args.matrix, args.out, args.resume, console, allow_other_host=args.allow_other_host,
                   no_compare=args.no_compare)

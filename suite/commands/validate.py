@@ -4,11 +4,10 @@ import argparse
 
 from rich.console import Console
 
+from suite.calibrate import estimate_here
 from suite.errors import MatrixError
-from suite.estimate import estimate, host_of
 from suite.matrix import describe_sources, line_of, load_matrix, missing_model_paths, nothing_to_compare
 from suite.plan import build_plan
-from suite.runtime.gpu import host_kind
 
 NAME = "validate"
 HELP = "Validate matrix files; errors are reported as file:line: field: message."
@@ -61,8 +60,8 @@ def run(args: argparse.Namespace) -> int:
             errors.extend(problems)
             continue
         console.print(f"[green]ok[/green] {path}: {m.name} ({len(m.arms)} arms, {len(m.serve)} serve blocks)")
-        console.print("  " + estimate(m, build_plan(m), host_of(m, host_kind())).lines()[0], markup=False,
-                      highlight=False)
+        for line in estimate_here(m, build_plan(m)).brief():
+            console.print("  " + line, markup=False, highlight=False)
         for line in describe_sources(m):
             console.print(f"  {line}", markup=False, highlight=False)
         for line in missing_model_paths(m):
