@@ -574,10 +574,18 @@ def candidate_cells(run: RunData, cand: str, floors: dict[str, float] | None = N
 
 
 def _from_family(c: CellResult, h: Hypothesis) -> CellResult:
-    """A cell the primary family tested: its verdict is the family's (a data-quality verdict stays)."""
+    """A cell the primary family tested: its verdict, Δ and interval are the family's test's (the one the card
+    shows for the point: each number once), a data-quality verdict stays."""
     if not c.reliable:
         return c
     r = h.result
+    shown = h.shown
+    own = shown.own_interval_pct if not shown.rci_too_wide else None
+    if c.comparison is not None and shown.delta_pct is not None:
+        c = replace(c, comparison=replace(
+            c.comparison, delta_pct=shown.delta_pct, ratio=1 + shown.delta_pct / 100, p_value=shown.p_value,
+            ci_low_pct=own[0] if own else None, ci_high_pct=own[1] if own else None,
+            method=f"the primary test's Δ and interval, {shown.n_rounds} paired"))
     level = f"{100 * h.level:.3g} % of α, look {r.look} of {r.n_looks}"
     if h.confirmed is not None:
         return _with(c, Verdict.BETTER if h.confirmed == Outcome.IMPROVEMENT else Verdict.WORSE,

@@ -19,6 +19,7 @@ from suite.analysis import (
     NO_DATA,
     OUTPUT_CHANGED,
     CandidateSummary,
+    CellResult,
     RunData,
     environment,
     failed_jobs,
@@ -66,7 +67,7 @@ MAX_SHOWN_PCT = 1000.0  # an MDE beyond +1,000 % (×11) is said in words
 # early look or two wild rounds): past that it reads as noise, e.g. [−100.0, +5.6e+20]
 MAX_CARD_HALF_WIDTH_LOG = math.log1p(MAX_SHOWN_PCT / 100)
 ERROR_CHARS = 300  # first line of a failed job's error, in both reports
-MAX_LISTED_CELLS = 8
+MAX_LISTED_POINTS = 4  # the card names where its other significant cells are, for this many points
 SESSION_CHECKS = ("drift", "bimodal-sessions")  # findings about an arm's rounds, which the primary test pairs
 
 
@@ -296,6 +297,18 @@ def _reason(s: CandidateSummary, c: PrimaryResult, unit: str) -> str:
     return f"neither a change nor equivalence within ±{s.spec.target_pct:g} %: {p}{plan} ({where})"
 
 
+def _named_cells(cells: list[CellResult], labels: dict[str, str]) -> str:
+    """`` (c1: Median TPOT, Median ITL; c8: P99 TTFT)``: where the cells are, by point, the first few points."""
+    by_point: dict[str, list[str]] = {}
+    for c in cells:
+        by_point.setdefault(labels.get(c.point, c.point), []).append(METRICS[c.metric].label)
+    if not by_point:
+        return ""
+    named = [f"{literal(p)}: {', '.join(ms)}" for p, ms in list(by_point.items())[:MAX_LISTED_POINTS]]
+    more = len(by_point) - MAX_LISTED_POINTS
+    return " (" + "; ".join(named) + (f"; {more} more points" if more > 0 else "") + ")"
+
+
 def point_labels(run: RunData) -> dict[str, str]:
     """Short names of the serving points: ``c8`` when every point has one ISL/OSL, else ``1024/1024 c8``; the
     point's id where two would read alike."""
@@ -505,18 +518,12 @@ def card(run: RunData, s: CandidateSummary) -> Card:
         worse = [c_ for c_ in others.values() if c_.verdict is Verdict.WORSE]
         better = [c_ for c_ in others.values() if c_.verdict is Verdict.BETTER]
         unreliable = sum(c_.verdict is Verdict.UNRELIABLE for c_ in s.cells.values())
+        labels = point_labels(run)
         lines.append(f"the other cells (every metric at every point, {len(others)} of {n}; not part of the word, Holm "
-                     f"among themselves): {len(worse)} worse, {len(better)} better"
+                     f"among themselves; their numbers: Statistics per point): {len(worse)} worse"
+                     + _named_cells(worse, labels) + f", {len(better)} better" + _named_cells(better, labels)
                      + (f"; {unreliable} of all {n} unreliable (each one's reason: Statistics per point)"
                         if unreliable else ""))
-        shown = worse + better
-        for c_ in shown[:MAX_LISTED_CELLS]:
-            lo_hi = fmt_interval(*c_.interval) if c_.interval else ""
-            lines.append(f"{'▼ worse' if c_.verdict is Verdict.WORSE else '▲ better'}: {literal(c_.point)} "
-                         f"{METRICS[c_.metric].label} {fmt_pct(c_.delta_pct)} {lo_hi}")
-        if len(shown) > MAX_LISTED_CELLS:
-            lines.append(f"… and {len(shown) - MAX_LISTED_CELLS} more significant cells (Serving and "
-                         "Statistics per point below)")
     doubts = sorted({f"{f.check} ({f.arm})" for f in run.findings
                      if f.check in SESSION_CHECKS and f.arm in (s.baseline, s.candidate)})
     if doubts:  # what the rounds' independence rests on: the Data quality box has the numbers

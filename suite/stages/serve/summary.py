@@ -104,10 +104,10 @@ def serving_section(run: RunData) -> Section | None:
         return with_left_out(None, run.serve.unreadable, SERVING_TITLE, "serving")
     blocks: list = [Paragraph(
         "Geometric mean over repeats, baseline → candidate, Δ% (the ratio of those geometric means) with its 95 % "
-        "interval; ▲ better, ▼ worse: for a declared metric at a tested point, confirmed by the primary test (the "
-        "verdict card's table, whose interval is the one at that test's level); for the other cells, significant "
-        "after Holm over them; · not significant (a cell's own 95 % interval can exclude 0 and still not be "
-        "confirmed), ? unreliable (with why). Prompts: the point's count, or its measuring time for a point "
+        "interval; a declared metric at a tested point shows the primary test's own Δ and interval instead, the "
+        "card's. ▲ better, ▼ worse: for a declared metric at a tested point, confirmed by the primary test; for "
+        "the other cells, significant after Holm over them; · not significant (an interval can exclude 0 and "
+        "still not be confirmed), ? unreliable (with why). Prompts: the point's count, or its measuring time for a point "
         "sized by time; Measured: the shortest and longest measured duration of one repeat; completed / failed "
         "requests are summed over repeats; each baseline/candidate.")]
     for s in run.serving_summaries:
@@ -271,15 +271,17 @@ def statistics_section(run: RunData) -> Section | None:
                if run.blocks > 1 else "paired per round (ABBA): Δ from the rounds both arms have" if run.paired
                else "Welch (independent repeats)")
     blocks: list = [Paragraph(
-        f"Before / after: geometric means of the repeats used. Interval: 95 % t interval on the log ratio, {pairing}. "
-        "Significant only when the interval excludes 0, |Δ| exceeds the A/A noise floor (when measured) and the "
-        "cell survives Holm over all of the candidate's cells. MDE: the smallest |Δ| these repeats could detect "
+        f"Before / after: geometric means of the repeats used. Interval: 95 % t interval on the log ratio, {pairing}; "
+        "a declared metric at a tested point shows the primary test's Δ, interval (at the level that decided it) "
+        "and p, as the verdict card does, and is significant when that test confirms it. Any other cell is "
+        "significant only when its interval excludes 0, |Δ| exceeds the A/A noise floor (when measured) and it "
+        "survives Holm over the other cells. MDE: the smallest |Δ| these repeats could detect "
         f"with 80 % power. Mean ITL is not shown: it equals mean TPOT ({', '.join(DUPLICATES)} = "
         f"{', '.join(DUPLICATES.values())} by construction in vLLM's benchmark).")]
     if run.floors:
         blocks.append(Paragraph("A/A noise floor (baseline vs itself): "
                                 + ", ".join(f"{METRICS[k].label} {v:.2f}%" for k, v in run.floors.items())))
-    headers = ["Metric", "Before", "After", "Δ%", "95% interval", "p", "MDE", "n", "Verdict"]
+    headers = ["Metric", "Before", "After", "Δ%", "Interval", "p", "MDE", "n", "Verdict"]
     for s in run.serving_summaries:
         for p in run.points.values():
             rows = [_stats_row(k, s.cells[(p.point, k)]) for k in DETAIL]
