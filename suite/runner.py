@@ -52,6 +52,7 @@ from suite.runtime.base import (
 from suite.runtime.docker.runtime import DockerRuntime
 from suite.runtime.identity import host_identity, this_machine
 from suite.runtime.local import LocalRuntime
+from suite.runtime.preflight import enforce, matrix_checks
 from suite.runtime.scheduler import Batch, RunProgress, Scheduler
 from suite.runtime.slurm.driver import SlurmScheduler
 from suite.runtime.slurm.runtime import SlurmRuntime
@@ -604,6 +605,9 @@ def prepare(matrix_path: Path, out_base: Path, resume: Path | None, console: Con
         raise SuiteError(f"{matrix_path}: " + "; ".join(missing))
     runtime = make_runtime(matrix, REPO_ROOT / ".cache")
     runtime.preflight()  # before any arm is prepared or any run directory is made
+    # before any pull, build or download: the driver against the image, the GPUs in containers, disk, model access
+    enforce(matrix_checks(matrix, runtime.client if isinstance(runtime, DockerRuntime) else None),
+            say=lambda text: console.print(f"[yellow]{text}[/yellow]", highlight=False))
     # every arm is prepared (patches applied strictly) before any server starts
     arm_envs = {arm: runtime.prepare_arm(arm, spec) for arm, spec in plan.arms.items()}
     if resume is not None:

@@ -377,9 +377,8 @@ def test_extra_ca_certs_from_both_places_once_each(tmp_path, monkeypatch):
     assert extra_ca_certs(local, system) == [system / "egress.pem"]
 
 
-def test_cuda_129_base_is_an_option_and_old_drivers_are_named(tmp_path, capsys):
-    from suite.runtime.docker.images import CUDA_129_BASE
-    from suite.runtime.docker.runtime import nvidia_driver_major
+def test_cuda_129_base_is_an_option_and_old_drivers_are_named(tmp_path):
+    from suite.runtime.docker.bases import CUDA_129_BASE, nvidia_driver_major
 
     text = GPU_MATRIX.format(vendor="cuda", gpus="all", patch="ll-bf16-router-gemm-dispatch").replace(
         "vendor: cuda,", f'vendor: cuda, base_image: "{CUDA_129_BASE}",')
@@ -387,24 +386,16 @@ def test_cuda_129_base_is_an_option_and_old_drivers_are_named(tmp_path, capsys):
     plan = plan_image(m, "patched", m.arms["patched"], fixed_digest)
     assert plan.base_image == "vllm/vllm-openai:v0.33.0-cu129"
     assert plan.tag != plan_image(gpu_matrix("cuda"), "patched", gpu_matrix("cuda").arms["patched"], fixed_digest).tag
+    # with no base_image the host's driver picks the build: R570 runs the CUDA 12.9 one, R580 the CUDA 13 one
+    cuda = gpu_matrix("cuda")
+    on_570 = plan_image(cuda, "patched", cuda.arms["patched"], fixed_digest, driver=570)
+    assert on_570.base_image == "vllm/vllm-openai:v0.33.0-cu129" and on_570.tag == plan.tag
+    assert plan_image(cuda, "patched", cuda.arms["patched"], fixed_digest, driver=580).base_image == \
+        "vllm/vllm-openai:v0.33.0"
     version = tmp_path / "version"
     version.write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.86.15  Wed Jan 8 2026\nGCC version: 12\n")
     assert nvidia_driver_major(version) == 570
     assert nvidia_driver_major(tmp_path / "none") is None
-
-
-def test_old_driver_warning(tmp_path, monkeypatch):
-    from rich.console import Console
-
-    console = Console(record=True, width=300)
-    rt = DockerRuntime(gpu_matrix("cuda"), tmp_path, console=console)
-    monkeypatch.setattr(docker_runtime, "nvidia_driver_major", lambda: 570)
-    rt._check_driver("vllm/vllm-openai:v0.33.0")
-    assert "R570" in console.export_text(clear=False) and "v{vllm}-cu129" in console.export_text(clear=False)
-    rt._check_driver("vllm/vllm-openai:v0.33.0-cu129")  # the 12.9 build: nothing to say
-    monkeypatch.setattr(docker_runtime, "nvidia_driver_major", lambda: 580)
-    rt._check_driver("vllm/vllm-openai:v0.33.0")
-    assert console.export_text(clear=False).count("R570") == 1
 
 
 SEEDS = ["gemma4.yaml", "glm52-aiter-router-mi355x.yaml", "qwen38-fse-mi355x.yaml", "gemma4-below-serving.yaml"]

@@ -12,16 +12,16 @@ from pathlib import Path
 import huggingface_hub
 import pytest
 
-from suite.commands.fetch import (
+from suite.commands.fetch import fetch
+from suite.errors import SuiteError
+from suite.matrix import load_matrix
+from suite.runtime.preflight import (
     FALLBACK_WEIGHT_PATTERNS,
     MODEL_PATTERNS,
     TOKENIZER_PATTERNS,
-    fetch,
     hub_cache_dir,
     plan_fetch,
 )
-from suite.errors import SuiteError
-from suite.matrix import load_matrix
 from tests.conftest import REPO, run_suite
 
 MATRIX = """\

@@ -29,7 +29,9 @@ def run(args: argparse.Namespace) -> int:
     from suite import REPO_ROOT
     from suite.errors import SuiteError
     from suite.matrix import load_matrix
+    from suite.runtime.docker.bases import host_driver
     from suite.runtime.docker.images import build_image, docker_client, plans_for, resolve_digest
+    from suite.runtime.preflight import enforce, matrix_checks
 
     console = Console()
     matrix = load_matrix(args.matrix)
@@ -38,10 +40,15 @@ def run(args: argparse.Namespace) -> int:
                       "images for the docker runtime anyway[/yellow]")
     cache_root = args.cache_root or REPO_ROOT / ".cache"
     client = docker_client(required=not args.dry_run)
-    plans = plans_for(matrix, lambda ref: resolve_digest(client, ref))
+    checks = matrix_checks(matrix, client, serving=False)  # before any pull: the driver's base, disk, model access
+    plans = plans_for(matrix, lambda ref: resolve_digest(client, ref), driver=host_driver(matrix))
     if args.dry_run:
         console.print(dry_run_text(matrix, plans, client, cache_root), markup=False, highlight=False, soft_wrap=True)
+        for c in checks:
+            console.print(f"preflight: {c.name}: {c.status}: {c.detail}" + (f" (fix: {c.fix})" if c.fix else ""),
+                          markup=False, highlight=False, soft_wrap=True)
         return 0
+    enforce(checks, say=lambda text: console.print(f"[yellow]{text}[/yellow]", highlight=False))
     unique = {}
     for plan in plans.values():
         unique.setdefault(plan.identity, plan)

@@ -13,6 +13,10 @@ STYLE = {"ok": "[green]ok[/green]", "warn": "[yellow]warn[/yellow]", "fail": "[r
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("matrix", nargs="?", type=Path, metavar="MATRIX",
+                   help="also check this matrix against the machine, as `suite run` and `suite build` do before any "
+                        "pull: the driver against the image's CUDA, GPUs in containers, disk for the images and the "
+                        "model, access to the model on the hub (a docker matrix implies --docker, a GPU one --gpu)")
     p.add_argument("--out", type=Path, default=Path("runs"), help="runs directory whose free disk to check")
     p.add_argument("--cache", type=Path, action="append", default=None, metavar="DIR",
                    help="cache directory to check (repeatable; default: .cache and the Hugging Face cache)")
@@ -27,16 +31,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from suite import REPO_ROOT
-    from suite.doctor import GROUPS, Options, as_json, default_cache_dirs, run_checks
+    from suite.doctor import GROUPS, Check, Options, as_json, default_cache_dirs, run_checks
     from suite.errors import SuiteError
+    from suite.matrix import DockerSpec, load_matrix
+    from suite.runtime.docker.images import docker_client
+    from suite.runtime.preflight import matrix_checks
 
     only = frozenset(g.strip() for g in args.only.split(",") if g.strip())
     if only - set(GROUPS):
         raise SuiteError(f"--only: unknown check(s) {', '.join(sorted(only - set(GROUPS)))}; "
                          f"choose from {', '.join(GROUPS)}")
+    matrix = load_matrix(args.matrix) if args.matrix is not None else None
+    docker = matrix is not None and matrix.runtime.kind == "docker"
+    gpu = docker and matrix is not None and (matrix.runtime.docker or DockerSpec()).vendor != "cpu"
     opts = Options(runs_dir=args.out, cache_dirs=tuple(args.cache or default_cache_dirs(REPO_ROOT)),
-                   port=args.port, host=args.host, need_docker=args.docker, need_gpu=args.gpu, only=only)
+                   port=args.port, host=args.host, need_docker=args.docker or docker, need_gpu=args.gpu or gpu,
+                   only=only)
     checks = run_checks(opts)
+    if matrix is not None:
+        client = docker_client(required=False) if docker else None
+        checks += [Check(f"{matrix.name}: {c.name}", c.status, c.detail, c.fix)
+                   for c in matrix_checks(matrix, client)]
     failed = [c for c in checks if c.failed]
     if args.json:
         print(as_json(checks))

@@ -14,99 +14,24 @@ makes before its first server). Access tokens come from the environment (HF_TOKE
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
 
 from suite.errors import SuiteError
 from suite.fixtures.gemma4 import ensure_model
-from suite.matrix import DockerSpec, Matrix, load_matrix
+from suite.matrix import load_matrix
+from suite.runtime.preflight import FALLBACK_WEIGHT_PATTERNS, Download, hub_cache_dir, hub_hint, plan_fetch
 
 NAME = "fetch"
 HELP = ("Download the matrix's model and tokenizer into the HF cache before a run (local models: nothing to do; "
         "model.generate: write the dummy-weight model's directory).")
 
-# What vLLM reads from a model repository: configs, safetensors weights, tokenizer files, chat templates and
-# remote code. Original/consolidated checkpoints, GGUF, ONNX, TF/Flax weights are left out.
-MODEL_PATTERNS = ("*.json", "*.safetensors", "*.py", "*.model", "*.tiktoken", "*.txt", "*.jinja")
-# Only for a repository without safetensors (vLLM then loads PyTorch .bin / .pt weights).
-FALLBACK_WEIGHT_PATTERNS = ("*.bin", "*.pt")
-TOKENIZER_PATTERNS = ("*.json", "*.model", "*.tiktoken", "*.txt", "*.jinja", "*.py")
-
-
-@dataclass(frozen=True)
-class Download:
-    what: str  # model | tokenizer
-    repo_id: str
-    allow_patterns: tuple[str, ...]
-    weights: bool = True  # False: a dummy-weight model (load_format: dummy) needs its config and tokenizer only
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("matrix", metavar="MATRIX")
     p.add_argument("--cache-dir", type=Path, help="hub cache directory (default: the one the runtime uses)")
     p.add_argument("--dry-run", action="store_true", help="print what would be downloaded, and where")
-
-
-def hub_cache_dir(matrix: Matrix) -> Path:
-    """The hub cache the matrix's servers will read (see the module docstring)."""
-    if matrix.runtime.kind == "docker":
-        from suite.runtime.docker.runtime import hub_cache_dir as container_hub_cache
-
-        return container_hub_cache(matrix.runtime.docker or DockerSpec())
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"])
-    if os.environ.get("HF_HOME"):
-        return Path(os.environ["HF_HOME"]) / "hub"
-    return Path.home() / ".cache" / "huggingface" / "hub"
-
-
-def is_local(ref: str) -> bool:
-    """load_matrix makes a model or tokenizer written as a local path (./, ../, /, ~) absolute."""
-    return Path(ref).is_absolute()
-
-
-def plan_fetch(matrix: Matrix) -> tuple[list[Download], list[str]]:
-    """(downloads, notes): what to download for every model the matrix names (the matrix's and an arm's own),
-    and what needs nothing (local directories). A repository named twice is downloaded once."""
-    downloads: list[Download] = []
-    notes: list[str] = []
-    for m in matrix.models_by_field().values():
-        for what, ref in (("model", m.id), ("tokenizer", m.tokenizer)):
-            if ref is None or (what == "tokenizer" and ref == m.id):
-                continue
-            if is_local(ref):
-                generated = what == "model" and m.generate is not None
-                if generated and not Path(ref).exists():
-                    notes.append(f"{what} {ref}: generated here by model.generate: {m.generate} (config + "
-                                 "tokenizer; weights: dummy)")
-                    continue
-                if not Path(ref).is_dir():
-                    raise SuiteError(f"{what} {ref} is a local path but no such directory exists")
-                notes.append(f"{what} {ref} is a local directory: nothing to fetch"
-                             + (" (weights: dummy, --load-format dummy)" if m.dummy else ""))
-                continue
-            weights = what == "model" and not m.dummy
-            download = Download(what, ref, MODEL_PATTERNS if weights else TOKENIZER_PATTERNS, weights=weights)
-            if download not in downloads:
-                downloads.append(download)
-    return downloads, list(dict.fromkeys(notes))
-
-
-def _hint(exc: Exception) -> str:
-    from huggingface_hub.errors import GatedRepoError, LocalEntryNotFoundError, RepositoryNotFoundError
-
-    if isinstance(exc, GatedRepoError):
-        return "the repository is gated: accept its terms on the hub and pass a token (HF_TOKEN)"
-    if isinstance(exc, RepositoryNotFoundError):
-        return ("no such repository, or no access to it: check the id and HF_TOKEN; for a checkpoint of your "
-                "own give model.id as a local directory (or set the matrix's ${...} variable)")
-    if isinstance(exc, LocalEntryNotFoundError):
-        return "the hub is not reachable (or HF_HUB_OFFLINE=1) and the files are not in the cache"
-    return "see the message above"
 
 
 def _snapshot_files(path: Path) -> list[Path]:
@@ -130,7 +55,7 @@ def fetch(downloads: list[Download], cache_dir: Path, log: Callable[[str], None]
                 path = Path(huggingface_hub.snapshot_download(d.repo_id, cache_dir=cache_dir,
                                                               allow_patterns=list(FALLBACK_WEIGHT_PATTERNS)))
         except Exception as exc:  # the hub client raises many kinds; each becomes one clear error
-            raise SuiteError(f"{d.what} {d.repo_id}: {type(exc).__name__}: {exc} ({_hint(exc)})") from None
+            raise SuiteError(f"{d.what} {d.repo_id}: {type(exc).__name__}: {exc} ({hub_hint(exc)})") from None
         files = _snapshot_files(path)
         size = sum(p.stat().st_size for p in files)
         log(f"{d.what} {d.repo_id}: {len(files)} files, {size / 1e9:.2f} GB in {path}")

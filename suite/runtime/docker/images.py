@@ -35,6 +35,7 @@ from suite import REPO_ROOT, __version__
 from suite.errors import SuiteError
 from suite.matrix import LOCAL_PREFIXES, ArmSpec, Matrix, VllmSource, file_sha256
 from suite.patches import AppliedPatch
+from suite.runtime.docker.bases import cuda_base
 
 DOCKER_DIR = REPO_ROOT / "docker"
 IMAGE_REPO = "suite-vllm"
@@ -46,8 +47,6 @@ DEFAULT_BASES = {
     "rocm": "vllm/vllm-openai-rocm:v{vllm}",
     "cpu": LOCAL_BOOKWORM,
 }
-# vLLM's CUDA 12.9 build of the same release, for drivers older than R580: runtime.docker.base_image
-CUDA_129_BASE = "vllm/vllm-openai:v{vllm}-cu129"
 # What `suite patches apply` needs inside an image (docker/apply_patches.py runs the command module directly):
 # the modules the patches command imports, found by reading their imports (suite_files), so a new import in one
 # of them (suite.matrix -> suite.verdict -> suite.stats, say) reaches the image without a list to keep up to date.
@@ -226,7 +225,11 @@ class ImagePlan:
 # ---------------------------------------------------------------- inputs
 
 
-def base_image_for(vendor: str, vllm: str, override: str | None) -> str:
+def base_image_for(vendor: str, vllm: str, override: str | None, driver: int | None = None) -> str:
+    """The arm's base image: the matrix's ``override`` or the vendor's default; NVIDIA: the build the host's
+    ``driver`` runs (`suite.runtime.docker.bases`)."""
+    if vendor == "cuda":
+        return cuda_base(vllm, override, driver).image
     template = override or DEFAULT_BASES[vendor]
     return template.replace("{vllm}", vllm)
 
@@ -437,14 +440,15 @@ def vllm_build_for(arm: str, source: VllmSource,
 
 
 def plan_image(matrix: Matrix, arm: str, spec: ArmSpec, base_digest: Callable[[str], str | None],
-               resolve_ref: Callable[[str, str], str | None] = git_ls_remote) -> ImagePlan:
+               resolve_ref: Callable[[str, str], str | None] = git_ls_remote, driver: int | None = None) -> ImagePlan:
     """The image an arm needs (PatchError / SuiteError for unknown sets, a version a set lacks, a diff file
-    that does not parse, a wheel that changed, a git URL the build cannot fetch)."""
+    that does not parse, a wheel that changed, a git URL the build cannot fetch); ``driver``: the NVIDIA driver
+    its containers run on, which picks the CUDA build of the base."""
     from suite.patches import patch_fingerprint, resolve_patches
 
     docker = matrix.runtime.docker or _default_docker_spec()
     vendor = docker.vendor
-    base = base_image_for(vendor, spec.vllm, docker.base_image)
+    base = base_image_for(vendor, spec.vllm, docker.base_image, driver)
     fingerprint = patch_fingerprint(spec.patches, spec.vllm)  # validates names, versions, duplicates
     resolved = resolve_patches(spec.patches, spec.vllm)
     for r in resolved:
@@ -754,12 +758,14 @@ def copy_vllm_sources(client: Any, image: str, image_id: str, dest_root: Path) -
     return dest
 
 
-def plans_for(matrix: Matrix, base_digest: Callable[[str], str | None]) -> dict[str, ImagePlan]:
-    """Per arm: its image plan (arms with `image:` set are not built and are left out)."""
+def plans_for(matrix: Matrix, base_digest: Callable[[str], str | None], driver: int | None = None
+              ) -> dict[str, ImagePlan]:
+    """Per arm: its image plan (arms with `image:` set are not built and are left out); ``driver``: as
+    `plan_image`'s."""
     out: dict[str, ImagePlan] = {}
     for arm, spec in matrix.arms.items():
         if spec.image:
             continue
-        out[arm] = plan_image(matrix, arm, spec, base_digest)
+        out[arm] = plan_image(matrix, arm, spec, base_digest, driver=driver)
     return out
 

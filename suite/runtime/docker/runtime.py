@@ -53,6 +53,7 @@ from suite.errors import ServerError, SuiteError
 from suite.matrix import GPU_LIST, ArmSpec, DockerSpec, Matrix
 from suite.proc import ToolCommand, on_stop, read_tail, run_tool
 from suite.runtime.base import ArmEnv, ArmPlacement, RuntimeBase, Server, ServerBase, ServerSpec, arm_model
+from suite.runtime.docker.bases import engine_is_here
 from suite.runtime.gpu import gpu_state
 from suite.store import SECRET_NAME, ArmDirs, ArmRuntimeInfo, GpuState, ImageInfo
 
@@ -568,8 +569,7 @@ class DockerRuntime(RuntimeBase):
         for an engine on another host (``DOCKER_HOST`` not a local socket): nvidia-smi here would name the wrong
         GPUs."""
         docker = self.matrix.runtime.docker
-        remote = not os.environ.get("DOCKER_HOST", "unix://").startswith("unix://")
-        return gpu_state() if docker is not None and docker.vendor == "cuda" and not remote else None
+        return gpu_state() if docker is not None and docker.vendor == "cuda" and engine_is_here() else None
 
     @property
     def client(self) -> Any:
@@ -591,10 +591,12 @@ class DockerRuntime(RuntimeBase):
 
         if spec.image:
             return self._given_image(arm, spec)
-        plan = plan_image(self.matrix, arm, spec, lambda ref: resolve_digest(self.client, ref))
+        from suite.runtime.docker.bases import host_driver
+
+        plan = plan_image(self.matrix, arm, spec, lambda ref: resolve_digest(self.client, ref),
+                          driver=host_driver(self.matrix))
         say = self._say
         say(f"arm {arm}: image {plan.tag} ({plan.vendor}, base {plan.base_image})")
-        self._check_driver(plan.base_image)
         result = build_image(self.client, plan, self.cache_root,
                              on_event=lambda e: say(f"  {e.text}") if e.kind in ("step", "pull", "base", "wait") else None)
         say(f"arm {arm}: {'built' if result.built else 'cached'} {result.tag} in {result.seconds:.0f} s")
@@ -634,18 +636,6 @@ class DockerRuntime(RuntimeBase):
         from suite.runtime.docker.images import copy_vllm_sources
 
         return copy_vllm_sources(self.client, image, image_id, self.cache_root / "docker" / "vllm-src")
-
-    def _check_driver(self, base_image: str) -> None:
-        """CUDA 13 images (vllm/vllm-openai:vX.Y.Z) need an NVIDIA driver >= R580: say so before the first
-        container fails, and name the cu12.9 variant (base_image: vllm/vllm-openai:v{vllm}-cu129)."""
-        docker = self.matrix.runtime.docker or DockerSpec()
-        if docker.vendor != "cuda" or "cu12" in base_image:
-            return
-        major = nvidia_driver_major()
-        if major is not None and major < 580:
-            self._say(f"warning: NVIDIA driver R{major} on this host; {base_image} is a CUDA 13 image and needs "
-                      "R580 or newer. With an older driver use the CUDA 12.9 variant: runtime.docker.base_image: "
-                      '"vllm/vllm-openai:v{vllm}-cu129" (docker/README.md)')
 
     def _say(self, text: str) -> None:
         if self.console is None:
@@ -753,12 +743,3 @@ class DockerRuntime(RuntimeBase):
                           name_suffix="-tool-XXXXXX")
         return cfg.cli()
 
-
-def nvidia_driver_major(path: Path = Path("/proc/driver/nvidia/version")) -> int | None:
-    """The NVIDIA kernel driver's major version on this host (None: no NVIDIA driver)."""
-    try:
-        text = path.read_text()
-    except OSError:
-        return None
-    m = re.search(r"Kernel Module(?:\s+for\s+\S+)?\s+(\d+)\.\d+", text)
-    return int(m.group(1)) if m else None
