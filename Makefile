@@ -33,9 +33,11 @@ lint: setup
 	$(VENV)/bin/shellcheck scripts/*.sh
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/actionlint -config-file .github/actionlint.yaml
 
-# The GPU benchmarks: every matrix's model is downloaded first (suite fetch: before any clock starts, and a
-# missing checkpoint stops the target before hours of runs), then each matrix's images are built and it runs.
-# A matrix whose build or run fails does not stop the next; the target fails at the end when any did.
+# The GPU benchmarks: every matrix's model is downloaded first (suite fetch: before any clock starts); a matrix
+# whose model cannot be fetched (a gated repository without access, a checkpoint of your own whose variable is
+# not set) is skipped with the reason, and the others go on: each one's images are built and it runs. A matrix
+# whose build or run fails does not stop the next; the target fails at the end when any did, or when every
+# matrix was skipped.
 BENCH_CUDA := gemma4 gemma4-below-serving
 BENCH_ROCM := glm52-aiter-router-mi355x qwen38-fse-mi355x
 
@@ -46,12 +48,20 @@ bench-rocm: setup
 	@$(MAKE) --no-print-directory bench MATRICES="$(BENCH_ROCM)"
 
 bench:
-	@for m in $(MATRICES); do $(SUITE) fetch matrices/$$m.yaml || exit 1; done; \
-	failed=""; \
+	@fetched=""; skipped=0; err=$$(mktemp); \
 	for m in $(MATRICES); do \
+	  if $(SUITE) fetch matrices/$$m.yaml 2>"$$err"; then fetched="$$fetched $$m"; \
+	  else cat "$$err" >&2; skipped=$$((skipped + 1)); \
+	    echo "bench: skipped $$m: its model could not be fetched: $$(grep -v '^\s*$$' "$$err" | tail -n 1)" >&2; fi; \
+	done; \
+	rm -f "$$err"; \
+	if [ -z "$$fetched" ]; then echo "bench: nothing to run: every matrix was skipped" >&2; exit 1; fi; \
+	failed=""; \
+	for m in $$fetched; do \
 	  { $(SUITE) build matrices/$$m.yaml && $(SUITE) run matrices/$$m.yaml; } || failed="$$failed $$m"; \
 	done; \
-	if [ -n "$$failed" ]; then echo "bench: failed:$$failed" >&2; exit 1; fi
+	if [ -n "$$failed" ]; then echo "bench: failed:$$failed" >&2; exit 1; fi; \
+	if [ "$$skipped" -gt 0 ]; then echo "bench: ran$$fetched; $$skipped skipped (above)" >&2; fi
 
 clean:
 	rm -rf runs .cache .pytest_cache

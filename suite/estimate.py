@@ -82,6 +82,7 @@ class Estimate:
     by_round: dict[int, float]  # round -> seconds of its sessions (starts included)
     looks: tuple[int, ...]  # repeats: auto: the rounds after which the run may stop
     source: str = ""  # where the costs come from, said under the estimate (the seeds, or a run on this machine)
+    budget_s: float | None = None  # repeats: auto with budget_min: the run stops at the last look that fits
 
     @property
     def total_s(self) -> float:
@@ -102,6 +103,13 @@ class Estimate:
         if self.looks:
             out.append("  repeats: auto stops at the first look that decides: " + ", ".join(
                 f"after {n} rounds ~{_min(self.until(n))}" for n in self.looks))
+        if self.budget_s is not None:
+            fits = [n for n in self.looks if self.until(n) <= self.budget_s]
+            out.append(f"  budget_min {self.budget_s / 60:g}: " + (
+                "every look fits by this estimate" if fits == list(self.looks) else
+                f"by this estimate it stops after {fits[-1]} rounds at the latest" if fits else
+                "by this estimate not even the first look fits") + " (the run measures its own rounds and stops "
+                "at the last look that fits)")
         out.append(f"  ({self.source or SEEDED})")
         return out
 
@@ -157,4 +165,5 @@ def estimate(matrix: Matrix, plan: Plan, host: str, costs: HostCosts | None = No
             if rnd is not None and isinstance(j.params, ServeParams):
                 by_round[rnd] = by_round.get(rnd, 0.0) + sec
     looks = tuple(matrix.verdict.looks) if matrix.repeats == "auto" and matrix.verdict is not None else ()
-    return Estimate(c, starts, start_s, measure_s, other_s, dict(sorted(by_round.items())), looks, source)
+    budget = matrix.budget_min * 60 if matrix.budget_min is not None and looks else None
+    return Estimate(c, starts, start_s, measure_s, other_s, dict(sorted(by_round.items())), looks, source, budget)

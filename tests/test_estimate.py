@@ -74,3 +74,23 @@ def test_a_run_of_another_machine_does_not_price_the_estimate(tmp_path):
     unpack(EVIDENCE / "h100-tradeoff-20261207", tmp_path / "h100-tradeoff-20261207")  # an H100 device machine's
     m = load_matrix(REPO / "matrices" / "gemma4-h100-tradeoff.yaml")
     assert own_run(tmp_path, m) is None
+
+
+def test_every_matrix_the_nightly_runs_fits_its_limit():
+    """The GPU matrices of `make bench-cuda` / `bench-rocm` (the nightly's): a rounds-until-decided one carries a
+    time budget that leaves the job's setup, model and image three hours of its limit, and its dry run says so;
+    a fixed one is estimated within that."""
+    import yaml
+
+    from tests.test_workflow import bench_matrices
+
+    nightly = yaml.safe_load((REPO / ".github" / "workflows" / "nightly.yml").read_text())
+    limit = max(job.get("timeout-minutes", 360) for job in nightly["jobs"].values())
+    for name in [m for ms in bench_matrices().values() for m in ms]:
+        m = load_matrix(REPO / "matrices" / f"{name}.yaml")
+        guess = estimate(m, build_plan(m), host_of(m, "cpu"))
+        if m.repeats == "auto":
+            assert m.budget_min is not None and m.budget_min + 180 <= limit, name
+            assert any(line.startswith(f"  budget_min {m.budget_min:g}: ") for line in guess.lines()), name
+        else:
+            assert guess.total_s / 60 + 180 <= limit, name

@@ -118,6 +118,28 @@ def test_make_bench_fetches_first_and_goes_on_past_a_failed_matrix(tmp_path: Pat
         "build matrices/two.yaml", "run matrices/two.yaml"]
 
 
+def test_make_bench_skips_a_matrix_whose_model_cannot_be_fetched_and_runs_the_rest(tmp_path: Path) -> None:
+    """A gated model or an unset checkpoint variable skips its matrix, with the fetch's last words as the reason;
+    the others are built and run; a target whose every matrix was skipped fails."""
+    log = tmp_path / "calls"
+    fake = tmp_path / "suite"
+    fake.write_text(f'#!/bin/sh\necho "$*" >> {log}\n'
+                    'if [ "$*" = "fetch matrices/two.yaml" ]; then echo "model org/x: GatedRepoError: 401 (the '
+                    'repository is gated)" >&2; exit 1; fi\nexit 0\n')
+    fake.chmod(0o755)
+    proc = subprocess.run(["make", "--no-print-directory", "bench", "MATRICES=one two three", f"SUITE={fake}"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "bench: skipped two: its model could not be fetched: model org/x: GatedRepoError" in proc.stderr
+    assert "bench: ran one three; 1 skipped (above)" in proc.stderr
+    assert log.read_text().splitlines() == [
+        "fetch matrices/one.yaml", "fetch matrices/two.yaml", "fetch matrices/three.yaml",
+        "build matrices/one.yaml", "run matrices/one.yaml", "build matrices/three.yaml", "run matrices/three.yaml"]
+    none = subprocess.run(["make", "--no-print-directory", "bench", "MATRICES=two", f"SUITE={fake}"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert none.returncode != 0 and "bench: nothing to run: every matrix was skipped" in none.stderr
+
+
 def _script(name: str) -> str:
     """A step's run: script with the workflow's ${{ matrix.* }} expressions filled in as the runner would."""
     text = step(name)["run"]
