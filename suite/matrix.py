@@ -51,7 +51,8 @@ MAX_ITERS = 100_000  # latency iterations
 MAX_KERNEL_M = 1_048_576  # kernel m, trace_m, hidden
 MAX_RESTARTS = 100
 
-# `${NAME}` or `${NAME:-default}` in model.id / model.tokenizer and an arm's vllm: {wheel|git|ref|version}.
+# `${NAME}` or `${NAME:-default}` in model.id / model.tokenizer and an arm's vllm (a release, or
+# {wheel|git|ref|version}).
 ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
@@ -420,7 +421,8 @@ class VllmSource:
 
 
 class ArmSpec(Strict):
-    vllm: str = Field(description="vLLM version the arm runs (the installed one for the local runtime); in the "
+    vllm: str = Field(description="vLLM version the arm runs (the installed one for the local runtime), or "
+                      "${NAME:-X.Y.Z} (the release in NAME when it is set: the nightly's SUITE_VLLM_VERSION); in the "
                       "matrix also {wheel: PATH, sha256: HEX} or {git: URL, ref: REF, version: X.Y.Z}")
     vllm_from: VllmFrom | None = Field(None, description="set from `vllm: {wheel|git: ...}`; None = PyPI")
     image: str | None = Field(None, description="docker runtime: use this image instead of building one")
@@ -463,7 +465,8 @@ class ArmSpec(Strict):
             # YAML reads 0.33 as a number: 0.30 would become "0.3", and "0.33" names no release (0.33.0 does)
             raise ValueError(f"{value} is a YAML number, which names no release: quote the full version, e.g. "
                              'vllm: "0.33.0"')
-        return value
+        # `vllm: "${SUITE_VLLM_VERSION:-0.33.0}"`: a pinned release that a run may move (the nightly's today)
+        return expand_env(value)
 
     @model_validator(mode="after")
     def _source(self) -> ArmSpec:

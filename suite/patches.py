@@ -47,6 +47,15 @@ class PatchError(SuiteError):
     """A patch set is unknown, malformed, does not fit the vLLM version, or a hunk does not apply."""
 
 
+class HunkFailed(PatchError):
+    """A hunk of a set or diff file does not apply: the message names them; ``file`` and ``hunk`` (its header)
+    say where, for tools (`suite patches track`)."""
+
+    def __init__(self, message: str, name: str, file: str, hunk: str, detail: str):
+        super().__init__(message)
+        self.name, self.file, self.hunk, self.detail = name, file, hunk, detail
+
+
 def patches_dir() -> Path:
     """The patch-set directory (env ``SUITE_PATCHES_DIR`` read at call time, for tests and tools)."""
     env = os.environ.get("SUITE_PATCHES_DIR")
@@ -105,6 +114,43 @@ class PatchSetManifest(_Strict):
         return value
 
 
+RELEASE_NUMBER = re.compile(r"\d+(\.\d+)*")
+TRACKED_DIR = "tracked"  # patches/<set>/tracked/<X.Y.Z>.json: what `suite patches track` found (git-ignored)
+TrackStatus = Literal["applies", "present-upstream", "no-longer-applies", "no-diff"]
+
+
+def release_key(version: str) -> tuple[int, ...]:
+    """Sort key of a release number (``0.33.0`` -> (0, 33, 0)); the leading numeric parts of anything else."""
+    m = re.match(r"\d+(?:\.\d+)*", base_version(version))
+    if not m:
+        raise PatchError(f"{version!r} is not a vLLM release number such as 0.33.0")
+    return tuple(int(p) for p in m.group(0).split("."))
+
+
+class TrackResult(_Strict):
+    """One patch set on one vLLM release, as `suite patches track` found it (its JSON, and the record a run
+    reads for a release the set's manifest does not list: ``patches/<set>/tracked/<release>.json``)."""
+
+    set: str
+    vllm: str = Field(description="the vLLM release checked")
+    status: TrackStatus = Field(description=(
+        "applies: the set can be used on this release as before (forward: its diff applies; present: upstream "
+        "still has the change, its reverse applies); present-upstream: a forward set's diff applies in reverse, "
+        "upstream merged the change; no-longer-applies: neither (file and hunk name where); no-diff: the "
+        "manifest has no diff for this release or an earlier one"))
+    state: State | None = Field(None, description=(
+        "how the set is used on this release: forward (its diff adds the change) or present (upstream has it); "
+        "for no-longer-applies, how the diff checked was meant"))
+    diff: str | None = Field(None, description="the diff file checked, in the set's directory")
+    diff_version: str | None = Field(None, description="the release that diff was written for")
+    fallback: bool = Field(False, description="the set has no diff for this release: its newest earlier one")
+    sha256: str | None = Field(None, description="of the diff's bytes")
+    file: str | None = Field(None, description="no-longer-applies: the file whose hunk fails")
+    hunk: str | None = Field(None, description="no-longer-applies: that hunk's header")
+    detail: str = ""
+    files: list[str] = Field([], description="applies: the files the set changes on this release")
+
+
 @dataclass(frozen=True)
 class PatchSet:
     name: str
@@ -112,17 +158,87 @@ class PatchSet:
     manifest: PatchSetManifest
 
     def support(self, vllm_version: str) -> VersionSupport | None:
-        return self.manifest.versions.get(base_version(vllm_version))
+        """How the set relates to a vLLM release: its manifest's entry, else a tracking record that found its
+        newest earlier diff applying to that release (:meth:`tracked_support`), else None."""
+        version = base_version(vllm_version)
+        return self.manifest.versions.get(version) or self.tracked_support(version)
+
+    def earlier_version(self, vllm_version: str) -> str | None:
+        """The newest release before ``vllm_version`` that the manifest has a diff for (None: none before it)."""
+        want = release_key(base_version(vllm_version))
+        older = [v for v in self.manifest.versions if release_key(v) < want]
+        return max(older, key=release_key) if older else None
+
+    def tracked_versions(self) -> list[str]:
+        """The releases the manifest does not list on which tracking found an earlier diff that applies (and
+        still holds: :meth:`tracked_support`)."""
+        found = [p.stem for p in (self.path / TRACKED_DIR).glob("*.json") if p.stem not in self.manifest.versions]
+        return sorted((v for v in found if RELEASE_NUMBER.fullmatch(v) and self.tracked_support(v)), key=release_key)
+
+    def tracked_path(self, vllm_version: str) -> Path:
+        return self.path / TRACKED_DIR / f"{base_version(vllm_version)}.json"
+
+    def tracked(self, vllm_version: str) -> TrackResult | None:
+        """The record `suite patches track` left for this set on a release its manifest does not list."""
+        path = self.tracked_path(vllm_version)
+        try:
+            return TrackResult.model_validate_json(path.read_bytes())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValidationError) as exc:
+            raise PatchError(f"{path}: unreadable tracking record ({exc}); run `suite patches track --vllm "
+                             f"{base_version(vllm_version)}` again") from None
+
+    def tracked_support(self, vllm_version: str) -> VersionSupport | None:
+        """A tracking record counts only while it still describes this set: it found the diff applying (status
+        applies), that diff is still the manifest's newest one before the release, and its bytes are unchanged."""
+        record = self.tracked(vllm_version)
+        if record is None or record.status != "applies" or record.state is None or record.diff is None:
+            return None
+        earlier = self.earlier_version(vllm_version)
+        if earlier is None or record.diff_version != earlier or record.diff != self._diff_name(earlier):
+            return None
+        try:
+            digest = hashlib.sha256((self.path / record.diff).read_bytes()).hexdigest()
+        except OSError:
+            return None
+        if digest != record.sha256:
+            return None
+        return VersionSupport(state=record.state, diff=record.diff,
+                              note=f"{record.diff} (written for {record.diff_version}), found to apply by "
+                                   "`suite patches track`")
+
+    def _diff_name(self, version: str) -> str:
+        support = self.manifest.versions[version]
+        return support.diff or f"{version}.diff"
 
     def require(self, vllm_version: str) -> VersionSupport:
         support = self.support(vllm_version)
         if support is None:
-            known = ", ".join(sorted(self.manifest.versions)) or "none"
-            raise PatchError(
-                f"patch set {self.name!r} does not apply to vLLM {base_version(vllm_version)} "
-                f"(its manifest lists: {known})"
-            )
+            raise PatchError(self._unsupported(base_version(vllm_version)))
         return support
+
+    def _unsupported(self, version: str) -> str:
+        """Why the set cannot be used on ``version``: what the manifest lists and what tracking found."""
+        known = ", ".join(sorted(self.manifest.versions, key=release_key)) or "none"
+        head = f"patch set {self.name!r} does not apply to vLLM {version}"
+        earlier = self.earlier_version(version)
+        if earlier is None:
+            return f"{head} (its manifest lists: {known})"
+        diff = self._diff_name(earlier)
+        track = f"`suite patches track --vllm {version}`"
+        record = self.tracked(version)
+        if record is None:
+            return (f"{head}: it has no diff for that release (its manifest lists: {known}); its newest earlier "
+                    f"diff, {diff}, is used there only once {track} has found that it applies: run that first")
+        if record.status == "applies":
+            return (f"{head}: {track} checked {record.diff} (sha256 {(record.sha256 or '?')[:12]}), which is not "
+                    f"the set's {diff} as it is now: run it again")
+        if record.status == "present-upstream":
+            return (f"{head}: {track} found it present upstream ({record.detail}); a patched arm would run "
+                    f"vLLM's own code. Add \"{version}\": present to its manifest to measure the change as "
+                    "upstream made it (the before arm reverses it)")
+        return f"{head}: {track} found that its newest earlier diff no longer applies: {record.detail}"
 
     def diff_path(self, vllm_version: str) -> Path:
         support = self.require(vllm_version)
@@ -452,6 +568,9 @@ class ResolvedPatch:
     diff_path: Path  # the diff file (a set's <version>.diff, or the matrix's own file)
     sha256: str  # of the diff bytes, as recorded in the run manifest
     kind: Literal["set", "file"]
+    # the tracking record that lets a set use its newest earlier diff on a release its manifest does not list
+    # (an image build copies it beside the set, so the image applies the same diff); None otherwise
+    tracked: Path | None = None
 
 
 def resolve_patches(refs: Iterable[object], vllm_version: str) -> list[ResolvedPatch]:
@@ -466,9 +585,19 @@ def resolve_patches(refs: Iterable[object], vllm_version: str) -> list[ResolvedP
             diff_path=plan.file if plan.file is not None else get_patch_set(plan.name).diff_path(vllm_version),
             sha256=hashlib.sha256(plan.diff).hexdigest(),
             kind="file" if plan.file is not None else "set",
+            tracked=_tracked_record(plan, vllm_version),
         )
         for plan in _plan(refs, vllm_version)
     ]
+
+
+def _tracked_record(plan: _Plan, vllm_version: str) -> Path | None:
+    if plan.file is not None:
+        return None
+    pset = get_patch_set(plan.name)
+    if base_version(vllm_version) in pset.manifest.versions:
+        return None
+    return pset.tracked_path(vllm_version)
 
 
 def _read(path: Path) -> bytes | None:
@@ -503,9 +632,10 @@ def _compute(
                     "present": "is not present (its reverse does not apply)",
                 }[plan.action]
                 kind = "patch set" if plan.file is None else "diff file"
-                raise PatchError(
+                raise HunkFailed(
                     f"{kind} {plan.name!r} ({plan.source}) {what} to {rel}: hunk {exc.hunk.header!r}: "
-                    f"{exc.detail}"
+                    f"{exc.detail}",
+                    plan.name, rel, exc.hunk.header, exc.detail,
                 ) from None
         if plan.action != "present":
             current = staged
@@ -565,6 +695,17 @@ def apply_patch_sets(refs: Iterable[object], target_root: Path, vllm_version: st
 def check_patch_sets(refs: Iterable[object], target_root: Path, vllm_version: str) -> dict[str, bytes | None]:
     """Dry run: the new contents apply_patch_sets would write (PatchError if it would fail)."""
     changed, _ = _compute(_plan(refs, vllm_version), Path(target_root))
+    return changed
+
+
+def check_diff(name: str, diff: bytes, source: str, target_root: Path, reverse: bool = False) -> dict[str, bytes | None]:
+    """Dry run of one diff's bytes (a set's diff for some release, whatever the manifest says of the tree's):
+    the new contents it would write, forward or in reverse; HunkFailed naming the file and hunk otherwise."""
+    parsed = parse_unified_diff(diff, source)
+    if reverse:
+        parsed = [fp.reversed() for fp in parsed]
+    plan = _Plan(name, reverse, "reversed" if reverse else "applied", diff, source, parsed)
+    changed, _ = _compute([plan], Path(target_root))
     return changed
 
 
@@ -676,7 +817,8 @@ def vllm_source_tree(version: str, cache_dir: Path | None = None, log=print) -> 
                 log(f"downloading {dist}=={want} (pip download --no-deps) ...")
                 try:
                     proc = subprocess.run(
-                        [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", f"{dist}=={want}", "-d", tmp],
+                        [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "--quiet",
+                         f"{dist}=={want}", "-d", tmp],
                         capture_output=True, text=True, timeout=PIP_DOWNLOAD_TIMEOUT_S)
                 except subprocess.TimeoutExpired:
                     raise PatchError(f"cannot get vLLM {want}: `pip download {dist}=={want}` did not finish in "

@@ -341,6 +341,8 @@ def patch_context_files(resolved: list[Any]) -> list[tuple[str, Path]]:
         else:
             files.append((f"suite-src/patches/{r.name}/manifest.yaml", get_patch_set(r.name).path / "manifest.yaml"))
             files.append((f"suite-src/patches/{r.name}/{r.diff_path.name}", r.diff_path))
+            if r.tracked is not None:  # an earlier release's diff, found to apply here by `suite patches track`
+                files.append((f"suite-src/patches/{r.name}/tracked/{r.tracked.name}", r.tracked))
     return files
 
 
