@@ -65,6 +65,30 @@ def test_history_command(runs: Path, capsys: pytest.CaptureFixture[str], monkeyp
     assert "no runs indexed" in capsys.readouterr().out
 
 
+def test_history_markdown_and_json(runs: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The forms a CI job summary and a script read: tonight's verdict (the newest run) right above the previous
+    night's, each with its vLLM; the same rows as JSON. The indexing notes go to stderr, out of the way."""
+    assert main(["history", "--runs", str(runs), "--scan", "--markdown"]) == 0
+    out, err = capsys.readouterr()
+    assert "indexed 2 run(s)" in err
+    lines = out.splitlines()
+    assert lines[:2] == ["| run | created | vLLM | status | patched vs baseline |", "|---|---|---|---|---|"]
+    tonight, before = lines[2], lines[3]
+    assert tonight.startswith("| `20261129T010000Z-smoke-cpu` | 2026-11-29 01:00 | 0.32.0 | complete | **REGRESSION**, "
+                              "tput -")
+    assert before.startswith("| `20261128T010000Z-smoke-cpu` | 2026-11-28 01:00 | 0.32.0 | complete | **")
+    assert len(lines) == 4
+    assert main(["history", "--runs", str(runs), "--matrix", "smoke-cpu", "--limit", "1", "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert row["run_id"] == "20261129T010000Z-smoke-cpu" and row["vllm_versions"] == {"baseline": "0.32.0",
+                                                                                     "patched": "0.32.0"}
+    (v,) = row["verdicts"]
+    assert (v["candidate"], v["baseline"], v["overall"]) == ("patched", "baseline", "REGRESSION")
+    assert row["patches"]["patched"][0]["name"] == "synthetic-gate-delay"
+    assert main(["history", "--runs", str(runs), "--matrix", "nope", "--markdown"]) == 0
+    assert capsys.readouterr().out.strip() == "No runs indexed."
+
+
 def test_compare_same_arm_across_runs(runs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     a, b = runs / "20261128T010000Z-smoke-cpu", runs / "20261129T010000Z-smoke-cpu"
     out = tmp_path / "cmp"

@@ -145,6 +145,8 @@ def test_no_gh_and_the_model_is_fetched_before_the_clock():
 
 
 def test_regression_writes_the_verdict_table_and_fails_the_job(work):
+    """The night-over-night table (secondary: a warning), and the job failing on tonight's own verdict: the
+    previous night's artifact holds no history index, so tonight's REGRESSION is a new one."""
     from suite.report import build_report
     from tests.test_report_html import build_run_dir
 
@@ -169,6 +171,9 @@ def test_regression_writes_the_verdict_table_and_fails_the_job(work):
     arrows = [ln for ln in text.splitlines() if re.match(r"  - ▼ \S+ \S+: .* → ", ln)]  # suite compare's lines
     assert regressions and len(regressions) == len(arrows)  # one table row per significant regression
     assert "| arm | point | metric | previous | tonight | Δ | 95% interval |" in text
-    r = bash(script("Fail on failed jobs or a significant regression"), work, env | {"RUN_RC": "0",
-                                                                                     "COMPARE_RC": "1"})
-    assert r.returncode == 1 and "::error::significant regression" in r.stdout
+    r = bash(script("Index the run (history carried over from the previous night)"), work, env | {"NAME": "smoke-cpu"})
+    assert r.returncode == 0, r.stderr
+    r = bash(script("Fail on failed jobs or a new regression"), work, env | {"RUN_RC": "0", "COMPARE_RC": "1"})
+    assert r.returncode == 1
+    assert "::warning::an arm regressed against its previous night" in r.stdout
+    assert "::error::patched vs baseline: REGRESSION on vLLM 0.32.0 (the previous night: no verdict)" in r.stdout
