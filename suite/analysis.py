@@ -26,7 +26,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel
 
@@ -37,6 +36,7 @@ from suite.quality.fast_path import check_fast_path, gate_shapes_from_config
 from suite.quality.finding import Finding, RepeatResult, order_findings, repeat_name
 from suite.quality.hosts import machine_names
 from suite.quality.run import run_checks
+from suite.quality.software import SoftwareDiff, compare_software, software_findings
 from suite.stages.accuracy.read import ArmsCorrectness, compare_arms
 from suite.stages.serve.read import (
     PointResults,
@@ -183,6 +183,11 @@ class RunData:
         return quality_findings(self)
 
     @cached_property
+    def software(self) -> dict[str, SoftwareDiff]:
+        """Every arm but the baseline: its recorded software against the baseline's (`suite.quality.software`)."""
+        return software_diffs(self)
+
+    @cached_property
     def quality(self) -> QualityIndex:
         return QualityIndex(self.findings)
 
@@ -266,6 +271,25 @@ def strata_of(run: RunData, rounds: Iterable[int], point: str | None = None) -> 
     return Strata(len(keys), kind="machines", unit=unit, by_round={r: index[m] for r, m in used.items() if m})
 
 
+class PatchName(BaseModel):
+    """A patch an arm got, as the environment names it."""
+
+    name: str | None
+    sha256: str | None
+    reverse: bool = False
+
+
+class ArmEnvironment(BaseModel):
+    """One arm's software as the environment names it: its vLLM, image and patches, and the versions of torch
+    (with its CUDA / HIP), Triton, FlashInfer and AITER the arm's environment has (where the run recorded its
+    software; absent packages are not named)."""
+
+    vllm: str | None
+    image: str | None
+    patches: list[PatchName]
+    packages: dict[str, str] = {}  # "torch" -> "2.9.0+cu129 (CUDA 12.9)", "Triton" -> "3.5.0", ...
+
+
 class Environment(BaseModel):
     """Where and with what a run ran, as a report's header and summary.md name it."""
 
@@ -275,7 +299,7 @@ class Environment(BaseModel):
     cpus: list[str] = []  # the machines' CPU models
     drivers: list[str]
     cuda: list[str]
-    arms: dict[str, dict[str, Any]]  # arm -> vllm, image, patches (name, sha256)
+    arms: dict[str, ArmEnvironment]
     running_s: float | None
 
 
@@ -285,8 +309,10 @@ def environment(run: RunData) -> Environment:
     hosts = [r.where for r in run.records if r.where is not None]
     drivers = sorted({g.driver for h in hosts for g in h.gpus if g.driver})
     cuda = sorted({h.cuda for h in hosts if h.cuda} | {h.rocm for h in hosts if h.rocm})
-    arms = {a: {"vllm": info.vllm_version, "image": info.image,
-                "patches": [{"name": p.name, "sha256": p.sha256, "reverse": p.reverse} for p in info.patches]}
+    arms = {a: ArmEnvironment(vllm=info.vllm_version, image=info.image,
+                              patches=[PatchName(name=p.name, sha256=p.sha256, reverse=p.reverse) for p in info.patches],
+                              packages={k: v for k, v in sw.versions().items() if k != "vLLM"}
+                              if (sw := info.software) is not None and sw.error is None else {})
             for a, info in m.arms.items()}
     return Environment(suite=m.suite_version, machines=[x.name for x in found],
                        gpus=gpu_models(run), cpus=sorted({h.cpu for h in hosts if h.cpu}), drivers=drivers, cuda=cuda, arms=arms, running_s=running_seconds(run)[0])
@@ -330,13 +356,30 @@ def quality_findings(run: RunData) -> list[Finding]:
                                             client=p.records[arm][r].client, end=p.drift.get(arm, {}).get(r),
                                             host=p.records[arm][r].where))
     logs = server_logs(run.store, sessions)
-    found = fast_path_findings(run, logs)
+    found = fast_path_findings(run, logs) + software_findings(run.software.values())
     if not repeats:
         return found
     return order_findings(run_checks(repeats, servers=server_records(run.store, sessions), logs=logs,
                                      blocks=run.blocks,
                                      # `suite compare` sets two runs side by side: their machines may differ by design
                                      baseline=run.baseline if run.manifest.compare is None else None) + found)
+
+
+def software_diffs(run: RunData) -> dict[str, SoftwareDiff]:
+    """arm -> its software against the baseline's, for every arm but the baseline (in plan order): the records of
+    the manifest, file by file from each arm's ``vllm-files.json``."""
+    arms = run.manifest.arms
+    base = arms.get(run.baseline)
+    theirs = base.software if base is not None else None
+    their_files = run.store.vllm_files(run.baseline) if theirs is not None else None
+    out = {}
+    for arm in run.arms:
+        if arm == run.baseline:
+            continue
+        mine = arms[arm].software if arm in arms else None
+        out[arm] = compare_software(arm, run.baseline, mine, theirs,
+                                    run.store.vllm_files(arm) if mine is not None else None, their_files)
+    return out
 
 
 def fast_path_findings(run: RunData, logs: dict[tuple[str, int], str]) -> list[Finding]:

@@ -20,6 +20,7 @@ from suite.analysis import (
     OUTPUT_CHANGED,
     CandidateSummary,
     CellResult,
+    Environment,
     RunData,
     environment,
     failed_jobs,
@@ -48,9 +49,10 @@ from suite.plan import KINDS, rounds_word
 from suite.quality.finding import CHECK_ORDER, Finding, order_findings
 from suite.quality.run import ACROSS_ROUNDS
 from suite.quality.series import DRIFT_MIN_ROUNDS
+from suite.quality.software import beyond_patch, named
 from suite.stages.accuracy.read import GATE_FILTER, ArmsCorrectness
 from suite.stats import METRICS, Verdict, fmt_interval, fmt_pct
-from suite.store import Manifest, MatrixRecord, elapsed_s
+from suite.store import ArmSoftware, Manifest, MatrixRecord, elapsed_s
 from suite.verdict import (
     COMPOSITE_WEIGHT,
     SPENDING_LABEL,
@@ -152,7 +154,8 @@ def _gpu_groups(groups: list[str] | None, crossed: bool) -> str:
 
 def machine_line(run: RunData) -> str | None:
     """The report's header line of where and with what the run ran: the machines, driver, CUDA / ROCm, each arm's
-    vLLM, the suite; None for a run whose records name no machine (before 2026-12-07: the cards say so)."""
+    vLLM (and torch, Triton, FlashInfer, AITER where the run recorded the arms' software), the suite; None for a
+    run whose records name no machine (before 2026-12-07: the cards say so)."""
     env = environment(run)
     if not env.machines:
         return None
@@ -160,8 +163,19 @@ def machine_line(run: RunData) -> str | None:
             + (f"; driver {literal(', '.join(env.drivers))}" if env.drivers else "")
             + (f"; CUDA/ROCm {literal(', '.join(env.cuda))}" if env.cuda else "")
             + (f"; CPU {literal(', '.join(env.cpus))}" if env.cpus else "")
-            + "; vLLM " + literal(", ".join(sorted({str(a["vllm"]) for a in env.arms.values()})))
+            + "; vLLM " + literal(", ".join(sorted({str(a.vllm) for a in env.arms.values()})))
+            + "".join(f"; {name} {literal(', '.join(versions))}" for name, versions in _packages(env).items())
             + f"; suite {literal(env.suite or '?')}")
+
+
+def _packages(env: Environment) -> dict[str, list[str]]:
+    """"torch" -> the versions the arms recorded (each once, in arm order): torch, Triton, FlashInfer, AITER."""
+    out: dict[str, list[str]] = {}
+    for info in env.arms.values():
+        for name, version in info.packages.items():
+            if version not in out.setdefault(name, []):
+                out[name].append(version)
+    return out
 
 
 def wall_line(run: RunData) -> str | None:
@@ -431,6 +445,40 @@ def where_line(run: RunData, arms: list[str]) -> str:
     return said
 
 
+def _and(items: list[str]) -> str:
+    return " and ".join(items) if len(items) <= 2 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+SEE_SOFTWARE = " (see Software under Provenance)"
+
+
+def software_line(run: RunData, arm: str) -> str | None:
+    """Whether an arm differs from the baseline only by its patch, for its card: "differ only in" the files its
+    patch sets write, identical, or (in bold) every other difference; None when neither arm recorded its software
+    (a run from before the suite did: Provenance says so)."""
+    d = run.software.get(arm)
+    if d is None or d.unrecorded:
+        return None
+    if d.missing is not None:
+        return f"software: not compared with the baseline's ({literal(d.missing)})"
+    sw = run.manifest.arms[arm].software
+    assert sw is not None
+    if d.beyond_patch:
+        also = f"; besides the patch sets' {literal(named(d.patched))}" if d.patched else ""
+        return (f"**software differs from the baseline's beyond the patch**: "
+                f"{'; '.join(literal(p) for p in beyond_patch(d))}{also} — whatever these change is measured with "
+                f"the patch{SEE_SOFTWARE}")
+    rest = ["its native extensions"] * bool(sw.native) + [f"{name} {literal(v)}" for name, v in sw.versions().items()]
+    if d.patched:
+        return (f"software: differs from the baseline's only in: {', '.join(code(p) for p in d.patched)} (the patch "
+                f"sets' files; {_and([f'every other of its {d.n_files:,} vLLM files', *rest])} as the baseline's)")
+    return f"software: identical to the baseline's: {_and([f'its {d.n_files:,} vLLM files', *rest])}"
+
+
+def software_lines(run: RunData, arm: str) -> list[str]:
+    return [line] if (line := software_line(run, arm)) is not None else []
+
+
 def _rounds(rounds: tuple[int, ...]) -> str:
     return f"round{'s' if len(rounds) > 1 else ''} {', '.join(map(str, rounds))}" if rounds else ""
 
@@ -452,10 +500,11 @@ def card(run: RunData, s: CandidateSummary) -> Card:
             head = (f"greedy outputs differ from the baseline's in {eq.n - eq.n_identical} of {eq.n} prompts"
                     if changed else f"greedy outputs identical to the baseline's in all {eq.n} prompts")
             return Card(title_, word, outcome_style(word), head, correctness=correct,
-                        lines=[f"no speed verdict: {literal(why)}", where_line(run, [s.baseline, s.candidate])])
+                        lines=[f"no speed verdict: {literal(why)}", where_line(run, [s.baseline, s.candidate]),
+                               *software_lines(run, s.candidate)])
         # offline stages only (NO SERVING TEST: their tables hold data and verdicts), or nothing to read
         return Card(title_, s.word, outcome_style(NO_DATA), f"no primary test: {literal(why)}", correctness=correct,
-                    lines=[where_line(run, [s.baseline, s.candidate])])
+                    lines=[where_line(run, [s.baseline, s.candidate]), *software_lines(run, s.candidate)])
     c = ev.composite
     unit = "set" if run.order == "interleaved" else "round"  # what the test pairs: a restart set, or a round
     planned = "planned: " if _short_of(s, c) is not None else ""  # no look reached yet: the design, not a result
@@ -511,6 +560,7 @@ def card(run: RunData, s: CandidateSummary) -> Card:
     if s.left_out:
         lines.append(f"{len(s.left_out)} values left out of the test by data-quality checks (see Data quality)")
     lines.append(where_line(run, [s.baseline, s.candidate]))
+    lines += software_lines(run, s.candidate)
     n = sum(s.counts.values())
     tested = {(h.point, h.metric) for h in ev.cells}
     others = {k: c_ for k, c_ in s.cells.items() if k not in tested}
@@ -650,11 +700,14 @@ def data_quality_section(run: RunData) -> Section | None:
     if not findings:
         rounds = len({r // run.blocks for p in run.points.values() for reps in p.reps.values() for r in reps})
         recorded = any(r.where is not None for r in run.records)
+        software = not all(d.unrecorded for d in run.software.values())
         checks = [c if c != "drift" or rounds >= DRIFT_MIN_ROUNDS else f"drift: not tested, a trend needs "
                   f"{DRIFT_MIN_ROUNDS} {rounds_word(run.matrix.order)} and this run has {rounds}"
-                  for c in CHECK_ORDER if recorded or c not in HOST_CHECKS]
+                  for c in CHECK_ORDER if (recorded or c not in HOST_CHECKS) and (software or c != "software")]
         if not recorded:
             checks.append(f"{', '.join(HOST_CHECKS)}: not tested, no job recorded the machine it ran on")
+        if not software:
+            checks.append("software: not tested, no arm recorded its software")
         return Section("Data quality", 2, [Paragraph(
             f"No problem found by any check ({', '.join(checks)}).")], anchor="quality")
     groups: dict[tuple[str, str, str], list[Any]] = {}
@@ -739,6 +792,44 @@ def gpus_line(models: dict[str, int]) -> str:
         + ": the run mixes GPU models (a run resumed on another machine), and its rounds with them")
 
 
+def _tree(sw: ArmSoftware) -> str:
+    return f"{sw.vllm_files:,} files, sha256 {code((sw.vllm_digest or '?')[:16])}" if sw.vllm_files else "not found"
+
+
+def software_table(run: RunData) -> list[Any] | None:
+    """Each arm's software as its own environment had it at the run's start (what its servers import), and each
+    arm against the baseline; None when no arm recorded it."""
+    arms = {a: info.software for a, info in run.manifest.arms.items()}
+    if all(sw is None for sw in arms.values()):
+        return None
+    rows = []
+    for arm, sw in arms.items():
+        if sw is None or sw.error is not None:
+            why = "not recorded" + (f": {sw.error}" if sw is not None else "")
+            rows.append([Cell(f"**{literal(arm)}**"), Cell(literal(why))] + [Cell("—") for _ in range(7)])
+            continue
+        names = ("vllm", "torch", "triton", "flashinfer", "aiter")
+        pkgs = [sw.package(name) for name in names]
+        cells = [literal(p.label() if p.distribution in (None, name) else f"{p.distribution} {p.label()}") if p
+                 else "—" for name, p in zip(names, pkgs, strict=True)]
+        cells[1] += f" ({literal(sw.torch_gpu())})" if pkgs[1] and sw.torch_gpu() else ""
+        native = "\n".join(f"{code(path)} {code(h[:12])}" for path, h in sw.native.items()) or "none"
+        rows.append([Cell(f"**{literal(arm)}**"), *map(Cell, cells), Cell(literal(sw.python or "—")),
+                     Cell(_tree(sw)), Cell(native)])
+    blocks: list[Any] = [
+        Paragraph("Software: what each arm's servers import, read in the arm's own environment before its first "
+                  "server started (every file of its vllm package and its sha256: "
+                  f"{code('<arm>/vllm-files.json')})."),
+        Table(["Arm", "vLLM", "torch", "Triton", "FlashInfer", "AITER", "Python", "vLLM tree", "Native extensions"],
+              rows, align=["left"] * 9, name="software")]
+    against = [f"{literal(arm)}: " + (line.removeprefix("software: ").removesuffix(SEE_SOFTWARE)
+                                       if (line := software_line(run, arm)) else "not compared")
+               for arm in run.software]
+    if against:
+        blocks.append(BulletList(against))
+    return blocks
+
+
 def provenance_section(run: RunData) -> Section:
     m = run.manifest
     host = m.host
@@ -775,10 +866,16 @@ def provenance_section(run: RunData) -> Section:
         rows.append([Cell(f"**{literal(arm)}**"), Cell(literal(info.vllm_version)),
                      Cell(literal(info.image or "—")), Cell(patches), Cell(code(env) if env else "—"),
                      Cell(literal(json.dumps(extra, sort_keys=True)) if extra else "—")])
+    software = software_table(run)
+    if software is None and m.arms:
+        items.append("the arms' software (every vLLM file's sha256, torch / Triton / FlashInfer / AITER versions, "
+                     "native extensions): not recorded (the run predates the suite recording it)")
     blocks: list[Any] = [BulletList(items)]
     if rows:
         blocks.append(Table(["Arm", "vLLM", "Image", "Patches (sha256)", "Env", "Other"], rows, align=["left"] * 6,
                             name="provenance"))
+    if software is not None:
+        blocks += software
     blocks.append(Code(json.dumps(run.matrix.model_dump(mode="json", exclude_unset=True), indent=2, sort_keys=True),
                        title="Resolved matrix"))
     return Section("Provenance", 2, blocks, anchor="provenance")

@@ -39,6 +39,7 @@ from suite.plan import (
     rounds_word,
 )
 from suite.proc import signals_as_interrupt
+from suite.quality.software import beyond_patch, compare_software, named
 from suite.runtime.base import (
     ArmEnv,
     ArmPreparer,
@@ -56,6 +57,7 @@ from suite.runtime.preflight import enforce, matrix_checks
 from suite.runtime.scheduler import Batch, RunProgress, Scheduler
 from suite.runtime.slurm.driver import SlurmScheduler
 from suite.runtime.slurm.runtime import SlurmRuntime
+from suite.runtime.software import collect_software
 from suite.sequential import SequentialRun, aa_arm, session_round
 from suite.stages.base import JobEnv, SessionEnv, SessionScope, trusts_remote_code
 from suite.stages.registry import STAGES
@@ -63,6 +65,7 @@ from suite.stages.serve.read import PrecompileStart
 from suite.stages.serve.run import serve_command
 from suite.store import (
     ArmRecord,
+    ArmSoftware,
     DeviceStates,
     JobCounts,
     LookRecord,
@@ -625,17 +628,41 @@ def prepare(matrix_path: Path, out_base: Path, resume: Path | None, console: Con
         store.write_manifest(new_manifest(str(matrix_path), dump, PlanRecord.of(plan))
                              .model_copy(update={"estimate_s": round(guess.total_s)}))
         console.print(guess.lines()[0], markup=False, highlight=False)
+    software = arm_software(runtime, arm_envs, plan, store, console)
     store.update_manifest(
         runtime=matrix.runtime.kind,
         weights=WeightsRecord(load_format=matrix.model.load_format, generate=matrix.model.generate,
                               model_args=matrix.model.vllm_args(), note=matrix.model.weights_note()),
         arms={a: ArmRecord(vllm_version=e.vllm_version, image=e.image, patches=e.patches,
                            **({"model": m.id} if (m := plan.arms[a].model) is not None else {}),
-                           env=redact_env({**matrix.env, **plan.arms[a].env}), **runtime.arm_info(a).fields())
+                           env=redact_env({**matrix.env, **plan.arms[a].env}), software=software[a],
+                           **runtime.arm_info(a).fields())
               for a, e in arm_envs.items()},
     )
     return RunContext(matrix=matrix, plan=plan, store=store, runtime=runtime, arm_envs=arm_envs,
                       console=console, secrets=secret_values())
+
+
+def arm_software(runtime: ArmPreparer, arm_envs: dict[str, ArmEnv], plan: Plan, store: RunStore,
+                 console: Console) -> dict[str, ArmSoftware]:
+    """Each arm's software, read in its own environment once per run (a resumed run keeps what its start
+    recorded), and a line per arm saying whether it differs from the baseline only by its patch."""
+    recorded = {a: r.software for a, r in store.manifest().arms.items() if r.software is not None}
+    out = {a: recorded.get(a) or collect_software(runtime, env, plan.arms[a], store) for a, env in arm_envs.items()}
+    base = out.get(plan.baseline)
+    for arm, sw in out.items():
+        if arm == plan.baseline:
+            continue
+        d = compare_software(arm, plan.baseline, sw, base, store.vllm_files(arm), store.vllm_files(plan.baseline))
+        if d.missing is not None:
+            said = f"not compared with the baseline's: {d.missing}"
+        elif d.beyond_patch:
+            said = "differs from the baseline's beyond the patch: " + "; ".join(beyond_patch(d))
+        else:
+            said = f"differs from the baseline's only in {named(d.patched)}" if d.patched else "identical to the baseline's"
+        console.print(f"arm {arm}: software {said}", style="yellow" if d.missing or d.beyond_patch else None,
+                      markup=False, highlight=False)
+    return out
 
 
 def job_counts(ctx: RunContext) -> JobCounts:

@@ -135,16 +135,18 @@ def results_csv(run: RunData) -> str:
 
 def _short(card: Card) -> Card:
     """A card for a pull request: the word, the per-point table, the rounds and what it could detect, where it
-    ran, and any line in bold (an output change, a failed A/A control); the rest stays in report.md."""
-    keep = [line for line in card.lines if line.startswith(("**", "where it ran", "composite:"))]
+    ran, whether the arms differ only by the patch, and any line in bold (an output change, a failed A/A control,
+    software differing beyond the patch); the rest stays in report.md."""
+    keep = [line for line in card.lines if line.startswith(("**", "where it ran", "software:", "composite:"))]
     return replace(card, lines=keep, correctness=card.correctness)
 
 
 def environment_line(env: Environment) -> str:
     gpus = "; ".join(env.gpus) or (f"CPU {', '.join(env.cpus)} (no GPU)" if env.cpus else "no GPU recorded")
-    arms = "; ".join(f"{literal(a)}: vLLM {literal(info['vllm'] or '?')}"
-                     + (" + " + ", ".join(literal(('-' if p['reverse'] else '') + p['name']) for p in info["patches"])
-                        if info["patches"] else "")
+    arms = "; ".join(f"{literal(a)}: vLLM {literal(info.vllm or '?')}"
+                     + (" + " + ", ".join(literal(('-' if p.reverse else '') + (p.name or '?')) for p in info.patches)
+                        if info.patches else "")
+                     + "".join(f", {name} {literal(version)}" for name, version in info.packages.items())
                      for a, info in env.arms.items())
     wall = f"; {env.running_s / 60:.0f} min running" if env.running_s is not None else ""
     return (f"{literal(gpus)}" + (f", driver {literal(', '.join(env.drivers))}" if env.drivers else "")

