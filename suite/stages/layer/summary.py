@@ -66,7 +66,7 @@ def layer_table(runs: Mapping[str, Mapping[int, LayerRun]], baseline: str, num_l
                  rows, name="layer",
                  caption="µs per layer call: the geometric mean over processes of each process's median"
                          + (" [the lowest and highest process]" if several else "")
-                         + "; Δ and speedup as seed 000 writes them (speedup = baseline / candidate − 1; positive: "
+                         + "; Δ and speedup as the change's pull request writes them (speedup = baseline / candidate − 1; positive: "
                            "faster), point estimates from these means"
                          + ("; whether a Δ exceeds what changes from one process start to the next: the table "
                             "across processes below." if several else
