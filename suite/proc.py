@@ -22,6 +22,9 @@ from pathlib import Path
 from suite.errors import SuiteError
 
 STOP_GRACE_S = 10.0
+# The program name a stage gives a runtime's client_argv for a Python that has lm-eval: this host's interpreter
+# under the local runtime, the venv lm-eval has to itself (/opt/lm-eval) in an arm's image under docker.
+LM_EVAL_PYTHON = "lm-eval-python"
 
 
 def read_tail(path: Path, n: int = 40, redact: list[str] | None = None) -> str:

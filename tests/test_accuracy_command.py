@@ -105,6 +105,31 @@ def test_local_task_includes_lm_eval_gsm8k(tmp_path: Path) -> None:
         write_local_task(AccuracySpec(dataset=str(tmp_path / "task")), tmp_path / "t2")
 
 
+def test_the_runtime_maps_lm_evals_interpreter_for_the_task_search_and_the_run(tmp_path: Path) -> None:
+    """The stage names lm-eval's Python (LM_EVAL_PYTHON) for both its commands; the local runtime's mapping makes
+    it this interpreter (the docker runtime's: the image's /opt/lm-eval venv, tests/test_docker_unit.py)."""
+    from suite.proc import LM_EVAL_PYTHON
+    from suite.runtime.local import host_vllm
+    from suite.stages.accuracy.run import tool_task_yaml
+
+    seen: list[list[str]] = []
+
+    def argv(cmd: list[str]) -> list[str]:
+        seen.append(cmd)
+        return host_vllm(cmd)
+
+    assert Path(tool_task_yaml("gsm8k", argv)) == lm_eval_task_yaml("gsm8k")
+    data = write_synthetic_gsm8k(tmp_path / "data", n_test=5, n_train=5)
+    with pytest.raises(SuiteError, match="lm-eval"):  # no server: lm-eval fails, after starting as mapped
+        run_accuracy(base_url=f"http://127.0.0.1:{_closed_port()}", served_name="m", tokenizer="t",
+                     spec=AccuracySpec(dataset=str(data), limit=1), out_dir=tmp_path / "o",
+                     log_path=tmp_path / "l.log", timeout_s=1.5, argv=argv)  # fmt: skip
+    # the search above, the run's own search for its local task, lm-eval itself
+    assert [cmd[0] for cmd in seen] == [LM_EVAL_PYTHON] * 3
+    assert seen[1][1] == "-c" and seen[2][1:4] == ["-m", "lm_eval", "run"]
+    assert (tmp_path / "l.log").read_text().startswith(f"$ {host_vllm([LM_EVAL_PYTHON])[0]} -m lm_eval run ")
+
+
 def test_unknown_dataset_is_an_error(tmp_path: Path) -> None:
     spec = AccuracySpec(dataset="someone/else")
     with pytest.raises(SuiteError, match="neither an existing local directory"):

@@ -113,12 +113,23 @@ def test_cpu_images_are_labelled_and_not_rebuilt(engine, cpu_images):
 
 
 def test_images_carry_the_tools_and_lm_eval(engine, cpu_images):
+    from suite.runtime.docker.runtime import IMAGE_LM_EVAL_PYTHON
     from suite.stages.serve.client import WORKER_PATH
 
     _, tags, _, _ = cpu_images
-    script = ("import hashlib, json, lm_eval, pathlib; t = pathlib.Path('/opt/suite/tools'); "
+    script = ("import hashlib, json, pathlib; t = pathlib.Path('/opt/suite/tools'); "
               "print(json.dumps({p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in t.iterdir()}))")
+    # lm-eval in its own venv, which sees vLLM's environment (transformers for a tokenizer) but is not in it
+    lm_eval = ("import importlib.util as u, json, lm_eval.api.registry, transformers; "
+               "print(json.dumps([lm_eval.__file__, transformers.__file__]))")
     for tag in tags.values():
+        lm_file, tf_file = json.loads(engine.containers.run(tag, entrypoint=[IMAGE_LM_EVAL_PYTHON, "-c", lm_eval],
+                                                            remove=True))
+        assert lm_file.startswith("/opt/lm-eval/lib/") and tf_file.startswith("/opt/venv/lib/")
+        vllm_side = engine.containers.run(tag, entrypoint=["python3", "-c", (
+            "import importlib.util as u, json; print(json.dumps([u.find_spec(n) is not None for n in "
+            "('vllm', 'lm_eval')]))")], remove=True)
+        assert json.loads(vllm_side) == [True, False]  # the image's python3: vLLM, and no lm-eval
         found = json.loads(engine.containers.run(tag, entrypoint=["python3", "-c", script], remove=True))
         assert found == {"client_worker.py": hashlib.sha256(WORKER_PATH.read_bytes()).hexdigest(),
                          "kernel_bench.py": hashlib.sha256(
@@ -298,7 +309,7 @@ def standin(engine, cpu_images, tmp_path_factory):
     shutil.copytree(tree / "vllm", ctx / "vllm", ignore=shutil.ignore_patterns("__pycache__"))
     (ctx / "Dockerfile").write_text(
         f"FROM {tags['baseline']}\n"
-        "RUN rm -rf /opt/suite \"$(python3 -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])')/vllm\"\n"
+        "RUN rm -rf /opt/suite /opt/lm-eval \"$(python3 -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])')/vllm\"\n"
         f"COPY vllm/ {VENDOR_SITE}/vllm/\n"
         f"RUN echo {VENDOR_SITE} > \"$(python3 -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])')"
         "/vendor-site.pth\"\n"
@@ -353,13 +364,66 @@ def test_vendor_patch_layer_applies_and_labels(engine, standin, tmp_path, vendor
         assert data["sha"][f] == hashlib.sha256((overlay / f).read_bytes()).hexdigest(), f
     base_labels = engine.images.get(tags["baseline"]).labels
     assert base_labels["suite.patches"] == "" and tags["baseline"] != tags["patched"]
-    # the lm-eval layer: importable, and it changed no version the base image already had
+    # the lm-eval layer: in its own venv, and the image's own Python has exactly the distributions it had
     pins = ("import importlib.metadata as m, json; "
             "print(json.dumps(sorted((d.metadata['Name'], d.version) for d in m.distributions())))")
-    before = dict(map(tuple, json.loads(engine.containers.run(standin, entrypoint=["python3", "-c", pins], remove=True))))
-    after = dict(map(tuple, json.loads(engine.containers.run(image.id, entrypoint=["python3", "-c", pins], remove=True))))
-    assert "lm_eval" in {n.replace("-", "_").lower() for n in after}
-    assert {n: v for n, v in after.items() if n in before} == before
+    before = json.loads(engine.containers.run(standin, entrypoint=["python3", "-c", pins], remove=True))
+    after = json.loads(engine.containers.run(image.id, entrypoint=["python3", "-c", pins], remove=True))
+    assert after == before and "lm_eval" not in {n.replace("-", "_").lower() for n, _ in after}
+    venv = json.loads(engine.containers.run(image.id, entrypoint=["/opt/lm-eval/bin/python", "-c", pins], remove=True))
+    assert ["lm_eval", "0.4.13"] in [[n.replace("-", "_").lower(), v] for n, v in venv]
+    log = next((REPO / ".cache" / "docker" / "build-logs").glob(f"{tags['patched'].split(':', 1)[1]}.log"), None)
+    if log is not None:  # built by this session (not found made): BuildKit, the command at the log's top
+        assert log.read_text().startswith(("$ DOCKER_BUILDKIT=1 docker build --progress=plain ",
+                                           "$ docker buildx build --builder default --load --progress=plain "))
+
+
+BUILDKIT_PROBE = """\
+ARG BASE_IMAGE=local/bookworm
+FROM ${{BASE_IMAGE}}
+RUN --mount=type=cache,target=/root/.cache/pip echo cached > /root/.cache/pip/suite-probe && echo "step output"
+RUN test ! -e /root/.cache/pip/suite-probe {fail}
+ARG SUITE_IDENTITY=""
+LABEL suite.identity="${{SUITE_IDENTITY}}"
+"""
+
+
+def test_build_image_runs_buildkit_through_the_cli_on_the_local_base(engine, bookworm, tmp_path):
+    """build_image end to end on a tiny Dockerfile: BuildKit through the docker CLI, over local/bookworm, which no
+    registry has (so the engine's copy is what it used), a cache mount taken without a `# syntax=` line and not
+    left in the image, steps as events, the command at the log's top, the identity label checked; a failing step
+    is a SuiteError naming the log and showing its tail."""
+    from suite.errors import SuiteError
+    from suite.runtime.docker.images import ImagePlan, build_image
+
+    def plan(fail: str) -> ImagePlan:
+        dockerfile = tmp_path / f"Dockerfile{len(fail)}"
+        dockerfile.write_text(BUILDKIT_PROBE.format(fail=fail))
+        return ImagePlan(vendor="cpu", vllm="buildkit-test", base_image=LOCAL_BOOKWORM, base_digest=None, patches=(),
+                         patch_fingerprint="none", context_files=(("Dockerfile", dockerfile),), identity="0" * 64)
+
+    events = []
+    result = build_image(engine, plan(""), tmp_path / "cache", events.append)
+    try:
+        assert result.built and result.tag.startswith("suite-vllm:cpu-buildkit-test-")
+        assert engine.images.get(result.tag).labels["suite.identity"] == result.labels["suite.identity"]
+        steps = [(e.step, e.total, e.text.split(" ")[0]) for e in events if e.kind == "step"]
+        assert steps[:3] == [(1, 3, "FROM"), (2, 3, "RUN"), (3, 3, "RUN")], events
+        log = result.log_path.read_text()
+        first = log.splitlines()[0]
+        assert first.startswith(("$ DOCKER_BUILDKIT=1 docker build --progress=plain -f ",
+                                 "$ docker buildx build --builder default --load --progress=plain -f "))
+        assert "step output" in log and list((tmp_path / "cache" / "docker" / "context").glob("*")) == []
+        again = build_image(engine, plan(""), tmp_path / "cache", events.append)
+        assert not again.built and again.image_id == result.image_id
+    finally:
+        engine.images.remove(result.tag, force=True)
+    with pytest.raises(SuiteError) as err:
+        build_image(engine, plan("&& echo 'about to fail' && exit 3"), tmp_path / "cache")
+    msg = str(err.value)
+    assert "failed: " in msg and "exit code: 3" in msg and "about to fail" in msg
+    log_path = Path(msg.split("  log: ", 1)[1].split("\n", 1)[0])
+    assert log_path.is_file() and "about to fail" in log_path.read_text()
 
 
 def test_wrong_vllm_in_the_base_fails_the_build(engine, standin, tmp_path):

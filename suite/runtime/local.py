@@ -22,6 +22,7 @@ from pathlib import Path
 from suite.errors import ServerError, SuiteError
 from suite.matrix import ArmSpec
 from suite.proc import (
+    LM_EVAL_PYTHON,
     ToolCommand,
     cpu_list,
     cpu_split,
@@ -56,10 +57,11 @@ def site_packages() -> Path:
 
 
 def host_vllm(argv: list[str]) -> list[str]:
-    """`vllm ...` and `python ...` as this host's executables (the suite's venv)."""
+    """`vllm ...`, `python ...` and `lm-eval-python ...` (LM_EVAL_PYTHON) as this host's executables (the
+    suite's venv, which has vLLM and lm-eval)."""
     if argv and argv[0] == "vllm":
         return [*vllm_command(), *argv[1:]]
-    if argv and argv[0] == "python":
+    if argv and argv[0] in ("python", LM_EVAL_PYTHON):
         return [sys.executable, *argv[1:]]
     return argv
 

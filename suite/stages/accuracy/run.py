@@ -27,7 +27,7 @@ from pathlib import Path
 from suite.errors import SuiteError
 from suite.fixtures.gsm8k import is_synthetic_dataset, write_synthetic_gsm8k
 from suite.matrix import AccuracySpec
-from suite.proc import failure, run_tool
+from suite.proc import LM_EVAL_PYTHON, failure, run_tool
 from suite.stages.base import JobEnv
 from suite.store import JobNotes, atomic_write_json
 
@@ -48,8 +48,8 @@ def local_task_name(task: str) -> str:
     return LOCAL_TASK_PREFIX + task
 
 
-# The same search as lm_eval_task_yaml, as a script for the interpreter that runs lm-eval (under the docker
-# runtime: the arm image's python3), so the path it prints is valid where lm-eval runs.
+# The same search as lm_eval_task_yaml, as a script for the interpreter that runs lm-eval (LM_EVAL_PYTHON: under
+# the docker runtime the arm image's lm-eval venv), so the path it prints is valid where lm-eval runs.
 FIND_TASK_YAML = r"""
 import importlib.util, pathlib, re, sys
 task = sys.argv[1]
@@ -71,8 +71,8 @@ sys.exit(f"lm-eval has no task {task!r} under {root}")
 
 def tool_task_yaml(task: str, argv: Callable[[list[str]], list[str]], env: dict | None = None) -> str:
     """lm-eval's own YAML that defines ``task``, as the tool that runs lm-eval sees it (``argv`` maps a
-    ``python ...`` command line onto that tool's interpreter: JobEnv.client_argv)."""
-    cmd = argv(["python", "-c", FIND_TASK_YAML, task])
+    ``lm-eval-python ...`` command line onto that tool's interpreter: JobEnv.client_argv)."""
+    cmd = argv([LM_EVAL_PYTHON, "-c", FIND_TASK_YAML, task])
     try:
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -209,8 +209,9 @@ def run_accuracy(
     trust_remote_code: bool = False,
 ) -> Path:
     """Run lm-eval on the live server at ``base_url``; returns ``out_dir`` holding its raw outputs. ``argv``
-    (JobEnv.client_argv) maps the ``python -m lm_eval ...`` command onto the tool that runs it (the docker
-    runtime: the arm's image, in the server's container); default: this interpreter.
+    (JobEnv.client_argv) maps the ``lm-eval-python -m lm_eval ...`` command onto the tool that runs it (the
+    docker runtime: the lm-eval venv of the arm's image, in the server's container); default: this
+    interpreter.
 
     Raises ``SuiteError`` (with the command and the log tail) when lm-eval fails, times out or writes no
     samples.
@@ -233,7 +234,7 @@ def run_accuracy(
         include_dir=include_dir, trust_remote_code=trust_remote_code,
     )  # fmt: skip
     if argv is not None:
-        cmd = argv(["python", *cmd[1:]])
+        cmd = argv([LM_EVAL_PYTHON, *cmd[1:]])
     run_env = dict(os.environ if env is None else env)
     run_env.setdefault("TOKENIZERS_PARALLELISM", "false")
     hf_cache: tempfile.TemporaryDirectory[str] | None = None
