@@ -31,7 +31,7 @@ from pydantic import BaseModel
 
 from suite.document import Note, Section, code, literal
 from suite.errors import SuiteError
-from suite.plan import AA_SUFFIX, each_round
+from suite.plan import AA_SUFFIX, Design, each_round
 from suite.quality.fast_path import check_fast_path, gate_shapes_from_config
 from suite.quality.finding import Finding, RepeatResult, order_findings, repeat_name
 from suite.quality.hosts import machine_names
@@ -136,26 +136,29 @@ class RunData:
         name = self.baseline + AA_SUFFIX
         return name if name in self.arms else None
 
+    @cached_property
+    def design(self) -> Design:
+        """The run's design as its plan recorded it (older runs: as its matrix record implies)."""
+        return self.plan.design or self.matrix.design(self.plan.order)
+
     @property
     def order(self) -> str:
-        return self.plan.order
+        return self.design.order
 
     @property
     def paired(self) -> bool:
         """Under ABBA each round's arms ran back to back (interleaved: in one window): compare them per round."""
-        return self.order in ("abba", "interleaved")
+        return self.design.paired
 
     @property
     def layouts(self) -> int:
-        """How many GPU layouts the restart sets cycle through (runtime.cross_groups: one per group, set s in
-        layout s mod N); 1 for every other design."""
-        rt = self.matrix.runtime
-        return len(rt.gpu_groups) if rt.cross_groups and rt.gpu_groups and self.order == "interleaved" else 1
+        """How many GPU layouts the restart sets cycle through (runtime.cross_groups); 1 for every other design."""
+        return self.design.layouts
 
     @property
     def blocks(self) -> int:
-        """Blocks per round (order interleaved: a restart set's blocks are its jobs' repeats); 1 otherwise."""
-        return self.matrix.blocks if self.order == "interleaved" else 1
+        """Blocks per unit (order interleaved: a restart set's blocks are its jobs' repeats); 1 otherwise."""
+        return self.design.blocks
 
     def repeat_name(self, r: int) -> str:
         return repeat_name(r, self.blocks)
@@ -263,7 +266,7 @@ def strata_of(run: RunData, rounds: Iterable[int], point: str | None = None) -> 
     if len(keys) <= 1 or None in used.values():
         return Strata.layouts(run.layouts)
     index = {m: i for i, m in enumerate(keys)}
-    unit = "restart sets" if run.order == "interleaved" else "rounds"
+    unit = run.design.units
     if run.layouts > 1:
         n = run.layouts
         return Strata(n * len(keys), kind="GPU layouts × machines", unit=unit,
@@ -331,7 +334,7 @@ def _plan_positions(run: RunData) -> dict[tuple[str, str], int]:
     order); for a job the plan does not list, and for every job of a side-by-side run, its record's start
     time."""
     positions = {(j.arm, j.key): i for i, j in enumerate(run.plan.jobs)}
-    if run.matrix.side_by_side > 1 or run.order == "interleaved":  # a window's jobs alternate: by start time
+    if run.design.together > 1 or run.design.unit_starts_together:  # a window's jobs alternate: by start time
         positions = {}
     unplanned = sorted((rec.started, rec.job.arm, rec.job.key) for rec in run.records
                        if (rec.job.arm, rec.job.key) not in positions and rec.started)
@@ -628,7 +631,7 @@ def _from_family(c: CellResult, h: Hypothesis) -> CellResult:
         c = replace(c, comparison=replace(
             c.comparison, delta_pct=shown.delta_pct, ratio=1 + shown.delta_pct / 100, p_value=shown.p_value,
             ci_low_pct=own[0] if own else None, ci_high_pct=own[1] if own else None,
-            method=f"the primary test's Δ and interval, {shown.n_rounds} paired"))
+            method=f"the primary test's Δ and interval: {shown.variance}"))
     level = f"{100 * h.level:.3g} % of α, look {r.look} of {r.n_looks}"
     if h.confirmed is not None:
         return _with(c, Verdict.BETTER if h.confirmed == Outcome.IMPROVEMENT else Verdict.WORSE,
@@ -869,7 +872,7 @@ def primary(run: RunData, cand: str, spec: VerdictSpec, *, look: int | None = No
         return Primary(None, left_out)
     try:
         return Primary(evaluate(base, new, spec, aa_rounds=aa or None, look=k, final=final,
-                                unit="set" if run.order == "interleaved" else "round",
+                                unit=run.design.short_unit,
                                 strata=strata_of(run, base.keys() & new.keys())), left_out)
     except ValueError as exc:  # malformed values (negative, not a number): said, not hidden
         return Primary(None, left_out, f"primary test refused the values: {exc}")

@@ -129,21 +129,21 @@ def estimate(matrix: Matrix, plan: Plan, host: str, costs: HostCosts | None = No
         if not s.needs_server:
             continue
         rnd = session_round(s)
-        key: object = (("wave", plan.wave_of(rnd)) if plan.sets_at_once > 1 and rnd is not None else
+        key: object = (("wave", plan.wave_of(rnd)) if plan.design.sets_at_once > 1 and rnd is not None else
                        ("window", s.window) if s.window is not None else
-                       ("set", rnd) if plan.order == "interleaved" and rnd is not None else ("session", s.arm, s.index))
+                       ("set", rnd) if plan.design.unit_starts_together and rnd is not None else ("session", s.arm, s.index))
         groups.setdefault(key, []).append(s)
     start_s, by_round, starts = 0.0, {}, len(groups)
-    if plan.precompile:  # every serving arm once, cold, before the first session (interleaved: all at once)
+    if plan.design.precompile:  # every serving arm once, cold, before the first session (interleaved: all at once)
         arms = {s.arm for g in groups.values() for s in g}
-        together = 1 if plan.order == "interleaved" else len(arms)
+        together = 1 if plan.design.unit_starts_together else len(arms)
         start_s += c.start_cold_s * together
         starts += together
         started |= arms
     for sessions in groups.values():
         cold = any(s.arm not in started for s in sessions)
         started |= {s.arm for s in sessions}
-        seconds = (c.start_cold_s if cold else c.start_warm_s) + matrix.quiet_s + matrix.settle_s
+        seconds = (c.start_cold_s if cold else c.start_warm_s) + plan.design.quiet_s + plan.design.settle_s
         start_s += seconds
         rnd = session_round(sessions[0])
         if rnd is not None:
@@ -164,6 +164,6 @@ def estimate(matrix: Matrix, plan: Plan, host: str, costs: HostCosts | None = No
                 other_s += sec
             if rnd is not None and isinstance(j.params, ServeParams):
                 by_round[rnd] = by_round.get(rnd, 0.0) + sec
-    looks = tuple(matrix.verdict.looks) if matrix.repeats == "auto" and matrix.verdict is not None else ()
+    looks = plan.design.looks
     budget = matrix.budget_min * 60 if matrix.budget_min is not None and looks else None
     return Estimate(c, starts, start_s, measure_s, other_s, dict(sorted(by_round.items())), looks, source, budget)

@@ -97,16 +97,73 @@ class Session(BaseModel):
     # under runtime.cross_groups the arm's group in this set)
 
 
-class Plan(BaseModel):
+class Design(BaseModel):
+    """The experimental design, computed once from the matrix (`Design.of`, by `build_plan`) and recorded in the
+    manifest: the unit of the verdict (a round; under order interleaved a restart set: every serving arm's server
+    started together), the blocks of every point a unit holds, how many servers are alive together, the GPU
+    groups and layouts, the A/A arm, the precompile and quiet periods, the sequential looks. The runner, the
+    estimate, the analysis and the report read it; nothing else derives these from the matrix."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    matrix: str
-    order: str
-    blocks: int = 1  # order interleaved: blocks per restart set
+    order: str = "blocked"  # blocked | abba | interleaved (a comparison of two runs: "independent runs")
+    blocks: int = 1  # order interleaved: blocks of every point per restart set (a job's repeat // blocks: its unit)
+    together: int = 1  # serving arms' servers alive at once: side_by_side, or every serving arm under interleaved
     sets_at_once: int = 1  # runtime.gpu_groups: restart sets run at the same time (a wave), one per group
     gpu_groups: list[str] | None = None  # runtime.gpu_groups, in the matrix's order (a group's index names its cache)
     cross_groups: bool = False  # runtime.cross_groups: one set at a time, each serving arm on its own group
     precompile: bool = False  # every serving arm's server started once, unmeasured, before the first session
+    aa: bool | str = False  # the A/A arm: true (every unit), "alternate" (even units only), false
+    quiet_s: float = 0  # no request until this long after the servers answered /health
+    settle_s: float = 0
+    looks: tuple[int, ...] = ()  # repeats: auto: the units after which the sequential test looks
+
+    @classmethod
+    def of(cls, matrix: Matrix) -> Design:
+        serving = sum(a.serving for a in effective_arms(matrix).values())
+        looks = tuple(matrix.verdict.looks) if matrix.repeats == "auto" and matrix.verdict is not None else ()
+        return cls(order=matrix.order, blocks=matrix.blocks if matrix.order == "interleaved" else 1,
+                   together=serving if matrix.order == "interleaved" else matrix.side_by_side,
+                   sets_at_once=matrix.sets_at_once, gpu_groups=matrix.runtime.gpu_groups,
+                   cross_groups=matrix.runtime.cross_groups, precompile=matrix.precompile, aa=matrix.aa,
+                   quiet_s=matrix.quiet_s, settle_s=matrix.settle_s, looks=looks)
+
+    @property
+    def unit(self) -> str:
+        """What the verdict pairs and the sequential test counts: a restart set under interleaved, else a round."""
+        return "restart set" if self.order == "interleaved" else "round"
+
+    @property
+    def units(self) -> str:
+        return self.unit + "s"
+
+    @property
+    def short_unit(self) -> str:
+        """The unit in a card's score lines: "set" or "round"."""
+        return self.unit.removeprefix("restart ")
+
+    @property
+    def unit_starts_together(self) -> bool:
+        """Every serving arm's server of a unit starts at once (one window: a restart set)."""
+        return self.order == "interleaved"
+
+    @property
+    def paired(self) -> bool:
+        """Each unit's arms ran back to back (abba) or alive together (interleaved): compare them per unit."""
+        return self.order in ("abba", "interleaved")
+
+    @property
+    def layouts(self) -> int:
+        """GPU layouts the restart sets cycle through (runtime.cross_groups: one per group, set s in layout
+        s mod N); 1 for every other design."""
+        return len(self.gpu_groups) if self.cross_groups and self.gpu_groups and self.order == "interleaved" else 1
+
+
+class Plan(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    matrix: str
+    design: Design
     arms: dict[str, ArmSpec]
     baseline: str
     sessions: list[Session]
@@ -115,36 +172,41 @@ class Plan(BaseModel):
     def jobs(self) -> list[Job]:
         return [j for s in self.sessions for j in s.jobs]
 
+    @property
+    def order(self) -> str:
+        return self.design.order
+
     def wave_of(self, rnd: int) -> int:
         """The wave a round (restart set) runs in: the sets that run at the same time, one per GPU group."""
-        return rnd // self.sets_at_once
+        return rnd // self.design.sets_at_once
 
     def wave_of_session(self, session: Session) -> int | None:
         """A restart set's wave under runtime.gpu_groups; None without groups or for a session of no set."""
-        return None if self.sets_at_once == 1 or session.round is None else self.wave_of(session.round)
+        return None if self.design.sets_at_once == 1 or session.round is None else self.wave_of(session.round)
 
     def group_of_session(self, session: Session) -> int | None:
         """The index of the GPU group a session's server runs on (runtime.gpu_groups; it names the arm's compile
         cache there); None without groups."""
-        return None if not self.gpu_groups or session.gpus is None else self.gpu_groups.index(session.gpus)
+        groups = self.design.gpu_groups
+        return None if not groups or session.gpus is None else groups.index(session.gpus)
 
     def group_of(self, job: Job) -> int | None:
         """The GPU group of the server a job runs against; None without groups, and for an offline job (no
         server)."""
-        if not self.gpu_groups or KINDS[job.kind].placement == "offline":
+        if not self.design.gpu_groups or KINDS[job.kind].placement == "offline":
             return None
         return self.group_of_session(next(s for s in self.sessions if s.arm == job.arm and s.index == job.session))
 
     def lane_of(self, job: Job) -> int | None:
         """The lane (thread) a job's restart set runs in when sets run at once, one per GPU group: each lane has
         its own bench client. None: the run's one client (no groups, one set at a time, an offline job)."""
-        if self.sets_at_once == 1 or KINDS[job.kind].placement == "offline":
+        if self.design.sets_at_once == 1 or KINDS[job.kind].placement == "offline":
             return None
-        return self.round_of(job) % self.sets_at_once
+        return self.round_of(job) % self.design.sets_at_once
 
     def round_of(self, job: Job) -> int:
         """The round a job belongs to: under interleaved its restart set (its repeat is the block), else its repeat."""
-        return job.repeat // self.blocks
+        return job.repeat // self.design.blocks
 
 
 def effective_arms(matrix: Matrix) -> dict[str, ArmSpec]:
@@ -177,12 +239,6 @@ def each_round(kind: str) -> bool:
     """Whether jobs of ``kind`` repeat in every round (the serving points), not once a run (correctness, the
     probe) or in offline rounds of their own."""
     return KINDS[kind].placement == "each-round"
-
-
-def rounds_word(order: str) -> str:
-    """What the rounds of a run of this order are called in the runner's lines and the report: under order
-    interleaved a round is a restart set (every serving arm's server started together)."""
-    return "restart sets" if order == "interleaved" else "rounds"
 
 
 def _asked(matrix: Matrix, placement: Placement) -> list[tuple[str, str, BaseModel]]:
@@ -301,9 +357,8 @@ def build_plan(matrix: Matrix) -> Plan:
     for kind, pid, params in _asked(matrix, "own-session"):
         for arm in names:
             add(arm, [_job(matrix, arms, kind, arm, counters[arm], pid, params)], True)
-    return Plan(matrix=matrix.name, order=matrix.order, blocks=matrix.blocks, sets_at_once=matrix.sets_at_once,
-                gpu_groups=matrix.runtime.gpu_groups, cross_groups=matrix.runtime.cross_groups,
-                precompile=matrix.precompile, arms=arms, baseline=matrix.baseline_arm, sessions=sessions)
+    return Plan(matrix=matrix.name, design=Design.of(matrix), arms=arms, baseline=matrix.baseline_arm,
+                sessions=sessions)
 
 
 def set_gpus(matrix: Matrix, serving: list[str], arm: str, r: int) -> str | None:
@@ -327,21 +382,21 @@ def session_round(session: Session) -> int | None:
 
 def format_plan(plan: Plan) -> str:
     lines = [f"plan for {plan.matrix}: {len(plan.sessions)} sessions, {len(plan.jobs)} jobs, order {plan.order}"]
-    if plan.precompile:
+    if plan.design.precompile:
         lines.append("  precompile: every serving arm's server started once (per GPU group) before the first session "
                      "of a stretch, stopped unmeasured" + ("; crossed groups: one set's layout at a time"
-                                                           if plan.cross_groups else ""))
+                                                           if plan.design.cross_groups else ""))
     for arm, spec in plan.arms.items():
         patches = ", ".join(("-" if p.reverse else "") + p.name for p in spec.patches) or "none"
         lines.append(f"  arm {arm}: vLLM {spec.vllm}; patches: {patches}")
     for s in plan.sessions:
         what = "server" if s.needs_server else "offline"
         window = f", window {s.window}" if s.window is not None else ""
-        if s.round is not None and plan.blocks > 1:
-            window += (f", restart set {s.round}: {plan.blocks} blocks, rep-{s.round * plan.blocks} to "
-                           f"rep-{(s.round + 1) * plan.blocks - 1}")
+        if s.round is not None and plan.design.blocks > 1:
+            window += (f", restart set {s.round}: {plan.design.blocks} blocks, rep-{s.round * plan.design.blocks} to "
+                           f"rep-{(s.round + 1) * plan.design.blocks - 1}")
         if s.gpus is not None:
-            window += (f", on GPUs {s.gpus}" if plan.sets_at_once == 1 else
+            window += (f", on GPUs {s.gpus}" if plan.design.sets_at_once == 1 else
                        f", wave {plan.wave_of(s.round or 0)} on GPUs {s.gpus}")
         lines.append(f"  session {s.arm}#{s.index} ({what}, {len(s.jobs)} jobs{window})")
         for j in s.jobs:

@@ -45,7 +45,7 @@ from suite.document import (
     outcome_style,
 )
 from suite.errors import SuiteError
-from suite.plan import KINDS, rounds_word
+from suite.plan import KINDS
 from suite.quality.finding import CHECK_ORDER, Finding, order_findings
 from suite.quality.run import ACROSS_ROUNDS
 from suite.quality.series import DRIFT_MIN_ROUNDS
@@ -209,7 +209,7 @@ def intro(run: RunData) -> list[Paragraph | BulletList | Note]:
         + (f": every serving arm's server alive at once, a fresh start per round (restart set), "
            f"{literal(matrix.blocks)} block{'s' if matrix.blocks != 1 else ''} of every point per set"
            f"{_block_points(run)}, the arms taking turns (seed {literal(matrix.order_seed)})"
-           if run.order == "interleaved" else "")
+           if run.design.unit_starts_together else "")
         + _gpu_groups(matrix.runtime.gpu_groups, matrix.runtime.cross_groups)
         + (f", quiet: no request until {literal(f'{matrix.quiet_s:g}')} s after the servers answered"
            if matrix.quiet_s else "")
@@ -506,7 +506,7 @@ def card(run: RunData, s: CandidateSummary) -> Card:
         return Card(title_, s.word, outcome_style(NO_DATA), f"no primary test: {literal(why)}", correctness=correct,
                     lines=[where_line(run, [s.baseline, s.candidate]), *software_lines(run, s.candidate)])
     c = ev.composite
-    unit = "set" if run.order == "interleaved" else "round"  # what the test pairs: a restart set, or a round
+    unit = run.design.short_unit  # what the test pairs: a restart set, or a round
     planned = "planned: " if _short_of(s, c) is not None else ""  # no look reached yet: the design, not a result
     level = planned + ("95 % interval" if c.n_looks == 1
                        else f"repeated {100 * (1 - c.nominal_alpha):.3g} % interval, look {c.look} of {c.n_looks} "
@@ -517,7 +517,7 @@ def card(run: RunData, s: CandidateSummary) -> Card:
     composite = f"composite {fmt_pct(c.estimate_pct)} {_interval(c.rci_low_pct, c.rci_high_pct)}"
     where = where_it_acts(run, ev) if len(ev.cells) > 1 else ""
     headline = f"{where} · {composite}" if where else composite
-    if run.order == "interleaved":  # the restart set is the unit: its blocks share one start of the servers
+    if run.design.unit_starts_together:  # the restart set is the unit: its blocks share one start of the servers
         rounds = (f"{c.n_rounds} restart set{'s' if c.n_rounds != 1 else ''} of servers alive at once, each the "
                   + (f"median of its {run.blocks} blocks" if run.blocks > 2 else
                      f"geometric mean of its {run.blocks} block{'s' if run.blocks != 1 else ''}") + ", paired by set")
@@ -606,7 +606,7 @@ def control_card(run: RunData, s: CandidateSummary) -> Card:
     base = card(run, s)
     word = s.control_word
     eq = s.correctness.equivalence
-    unit = rounds_word(run.order)  # "restart sets" under order interleaved
+    unit = run.design.units  # "restart sets" under order interleaved
     if word == CONTROL_FAILED:
         why = (f"the same test called two identical arms different: this run's {unit} were not independent draws "
                "(the machine's speed drifted, or sessions differed); a candidate verdict near this size is not "
@@ -653,7 +653,7 @@ def verdict_section(run: RunData) -> Section:
     if not run.summaries:
         return Section("Verdict", 2, [Paragraph("No candidate arm: nothing to compare.")], anchor="verdict")
     spec = run.summaries[0].spec
-    unit = rounds_word(run.order).removesuffix("s")  # what the test pairs: a restart set, or a round
+    unit = run.design.unit  # what the test pairs: a restart set, or a round
     legend = Paragraph(
         f"One primary test per candidate, declared before the run, asked at each point: every declared metric at "
         f"every tested point (candidate/baseline per {unit}, paired by {unit}, t test over {unit}s), and their "
@@ -702,7 +702,7 @@ def data_quality_section(run: RunData) -> Section | None:
         recorded = any(r.where is not None for r in run.records)
         software = not all(d.unrecorded for d in run.software.values())
         checks = [c if c != "drift" or rounds >= DRIFT_MIN_ROUNDS else f"drift: not tested, a trend needs "
-                  f"{DRIFT_MIN_ROUNDS} {rounds_word(run.matrix.order)} and this run has {rounds}"
+                  f"{DRIFT_MIN_ROUNDS} {run.design.units} and this run has {rounds}"
                   for c in CHECK_ORDER if (recorded or c not in HOST_CHECKS) and (software or c != "software")]
         if not recorded:
             checks.append(f"{', '.join(HOST_CHECKS)}: not tested, no job recorded the machine it ran on")

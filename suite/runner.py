@@ -36,7 +36,6 @@ from suite.plan import (
     each_round,
     format_plan,
     round_order,
-    rounds_word,
 )
 from suite.proc import signals_as_interrupt
 from suite.quality.software import beyond_patch, compare_software, named
@@ -429,7 +428,7 @@ def _turn_order(ctx: RunContext, lives: list[LiveSession], turn: int) -> list[Li
     """The order a window's sessions take their turn-th job in: mirrored (A B, B A, ...) side by side; under
     order interleaved a fresh seeded random order per turn (recorded by the jobs' start times), so no fixed
     pattern lines up with a periodic drift of the host within the window."""
-    if ctx.matrix.order != "interleaved":
+    if not ctx.plan.design.unit_starts_together:
         return lives if turn % 2 == 0 else lives[::-1]
     by_arm = {live.session.arm: live for live in lives}
     window = lives[0].session.window
@@ -530,9 +529,9 @@ def precompile_windows(plan: Plan, todo: Batch) -> list[list[tuple[tuple[str, in
     for session, pending in todo:
         if pending and session.needs_server and plan.arms[session.arm].serving:
             firsts.setdefault((session.arm, plan.group_of_session(session)), session)
-    if plan.order != "interleaved":
+    if not plan.design.unit_starts_together:
         return [[item] for item in firsts.items()]
-    if not plan.cross_groups:
+    if not plan.design.cross_groups:
         return [list(firsts.items())] if firsts else []
     # the plan holds a set's sessions together, so the pairs each set brings first come one set after another
     return [list(items) for _, items in groupby(firsts.items(), key=lambda item: item[1].round)]
@@ -778,7 +777,7 @@ def one_time_seconds(ctx: RunContext, batch: Batch) -> float:
 
 
 def _take_look(ctx: RunContext, seq: SequentialRun, rnd: int, rounds_started: int, one_time_s: float) -> None:
-    look = seq.after_round(ctx.store.root, rnd + 1, rounds_started, one_time_s, per_batch=ctx.plan.sets_at_once)
+    look = seq.after_round(ctx.store.root, rnd + 1, rounds_started, one_time_s, per_batch=ctx.plan.design.sets_at_once)
     if look is not None:
         ctx.console.print(look_line(look, seq), markup=False, highlight=False, soft_wrap=True)
         ctx.store.update_manifest(sequential=seq.record())
@@ -799,7 +798,7 @@ def execute(ctx: RunContext, scheduler: Scheduler | None = None) -> JobCounts:
         budget = ctx.matrix.budget_min * 60 if ctx.matrix.budget_min else None
         seq = SequentialRun.resume(ctx.matrix.verdict, budget, ctx.store.manifest().sequential,
                                    control_arm=aa_arm(ctx.plan),
-                                   unit=rounds_word(ctx.matrix.order))
+                                   unit=ctx.plan.design.units)
         todo = [(s, p) for s, p in todo if seq.needed_session(s)]
     total = sum(len(p) for _, p in todo)
     skipped = len(ctx.plan.jobs) - total
@@ -812,7 +811,7 @@ def execute(ctx: RunContext, scheduler: Scheduler | None = None) -> JobCounts:
     try:
         progress = _Progress(ctx, seq, total)
         with signals_as_interrupt(), progress.bar:
-            if ctx.plan.precompile:
+            if ctx.plan.design.precompile:
                 precompile(ctx, todo)
             rounds_started, once_s = 0, 0.0
             for batch in batches(todo, by_round=seq is not None, plan=ctx.plan):

@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from suite import __version__
 from suite.errors import SuiteError
 from suite.patches import AppliedPatch
-from suite.plan import KINDS, Job, Plan
+from suite.plan import KINDS, Design, Job, Plan
 from suite.verdict import VerdictSpec
 
 SCHEMA_VERSION = 1
@@ -277,16 +277,18 @@ class PlannedJob(Recorded):
 
 
 class PlanRecord(Recorded):
-    """The plan as the run recorded it: the order, the baseline, the arms and every planned job in run order."""
+    """The plan as the run recorded it: the order, its design, the baseline, the arms and every planned job in run
+    order."""
 
     order: str = ""
+    design: Design | None = None  # runs before 2026-12-07: None (the analysis derives it from the matrix record)
     baseline: str = ""
     arms: list[str] = []
     jobs: list[PlannedJob] = []
 
     @classmethod
     def of(cls, plan: Plan) -> PlanRecord:
-        return cls(order=plan.order, baseline=plan.baseline, arms=list(plan.arms),
+        return cls(order=plan.order, design=plan.design, baseline=plan.baseline, arms=list(plan.arms),
                    jobs=[PlannedJob(key=j.key, arm=j.arm, session=j.session, hash=j.hash) for j in plan.jobs])
 
 
@@ -330,6 +332,18 @@ class MatrixRecord(Recorded):
     settle_s: float = 0
     runtime: MatrixRuntimeRecord = MatrixRuntimeRecord()
     precompile: bool = False
+
+    def design(self, order: str) -> Design:
+        """The design of a run recorded before its plan record carried one (`PlanRecord.design`), as `Design.of`
+        would have made it from this matrix."""
+        rt = self.runtime
+        interleaved = order == "interleaved"
+        looks = tuple(self.verdict.looks) if self.repeats == "auto" and self.verdict is not None else ()
+        return Design(order=order or "blocked", blocks=self.blocks if interleaved else 1,
+                      together=sum(a.serving for a in self.arms.values()) if interleaved else self.side_by_side,
+                      sets_at_once=len(rt.gpu_groups) if rt.gpu_groups and not rt.cross_groups else 1,
+                      gpu_groups=rt.gpu_groups, cross_groups=rt.cross_groups, precompile=self.precompile, aa=self.aa,
+                      quiet_s=self.quiet_s, settle_s=self.settle_s, looks=looks)
 
 
 class HostRecord(Recorded):

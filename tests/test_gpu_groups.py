@@ -68,7 +68,7 @@ def test_gpu_groups_need_interleaved_restart_sets():
 
 def test_each_restart_set_runs_on_its_group_and_the_sets_of_a_wave_together():
     plan = build_plan(matrix())
-    assert plan.sets_at_once == 2
+    assert plan.design.sets_at_once == 2
     sets = {(s.arm, s.round): s.gpus for s in plan.sessions}
     for r in range(6):  # set r on group r mod 2, both arms of the set on the same group
         assert sets[("base", r)] == sets[("cand", r)] == ("0" if r % 2 == 0 else "1")
@@ -82,7 +82,7 @@ def test_each_restart_set_runs_on_its_group_and_the_sets_of_a_wave_together():
     assert units == [[0, 1], [2, 3], [4, 5]]
     # without groups nothing changes: one round a batch, no GPUs named
     plain = build_plan(parse_matrix(BASE.format(kind="local", runtime="", looks="3, 6"), "m.yaml"))
-    assert plain.sets_at_once == 1 and {s.gpus for s in plain.sessions} == {None}
+    assert plain.design.sets_at_once == 1 and {s.gpus for s in plain.sessions} == {None}
     todo = [(s, list(s.jobs)) for s in plain.sessions]
     assert len(batches(todo, True, plain)) == 6
 
@@ -121,7 +121,7 @@ def test_crossed_groups_put_each_arm_on_its_own_group_and_swap_them_every_set():
     from suite.runner import precompile_windows
 
     plan = build_plan(crossed())
-    assert plan.sets_at_once == 1 and plan.cross_groups
+    assert plan.design.sets_at_once == 1 and plan.design.cross_groups
     sets = {(s.arm, s.round): s.gpus for s in plan.sessions}
     for r in range(6):
         assert (sets[("base", r)], sets[("cand", r)]) == (("0", "1") if r % 2 == 0 else ("1", "0"))

@@ -258,7 +258,7 @@ def test_interleaved_one_window_of_every_arm_per_restart_set_holding_its_blocks(
     from suite.sequential import planned_rounds, session_round
 
     plan = plan_of("repeats: 3\norder: interleaved\nblocks: 2\naa: alternate\n")
-    assert plan.order == "interleaved" and plan.blocks == 2
+    assert plan.order == "interleaved" and plan.design.blocks == 2
     for r in range(3):
         window = [s for s in plan.sessions if s.window == r]
         want = ["A", "A.aa", "B"] if r % 2 == 0 else ["A", "B"]
