@@ -340,7 +340,8 @@ class MatrixRecord(Recorded):
         interleaved = order == "interleaved"
         looks = tuple(self.verdict.looks) if self.repeats == "auto" and self.verdict is not None else ()
         return Design(order=order or "blocked", blocks=self.blocks if interleaved else 1,
-                      together=sum(a.serving for a in self.arms.values()) if interleaved else self.side_by_side,
+                      together=sum(a.serving for a in self.arms.values()) + bool(self.aa) if interleaved
+                      else self.side_by_side,  # the A/A arm serves beside the matrix's own
                       sets_at_once=len(rt.gpu_groups) if rt.gpu_groups and not rt.cross_groups else 1,
                       gpu_groups=rt.gpu_groups, cross_groups=rt.cross_groups, precompile=self.precompile, aa=self.aa,
                       quiet_s=self.quiet_s, settle_s=self.settle_s, looks=looks)

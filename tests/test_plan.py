@@ -4,6 +4,7 @@ import pytest
 
 from suite.matrix import parse_matrix
 from suite.plan import build_plan, format_plan, round_order
+from tests.conftest import REPO
 
 BASE = """\
 name: t
@@ -272,3 +273,19 @@ def test_interleaved_one_window_of_every_arm_per_restart_set_holding_its_blocks(
     assert planned_rounds(plan) == [0, 1, 2]
     abba = {(j.arm, j.point): j.hash for j in plan_of("repeats: 3\norder: abba\naa: alternate\n").jobs}
     assert all(abba[(j.arm, j.point)] == j.hash for j in plan.jobs)
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "matrices").glob("*.yaml")), ids=lambda p: p.name)
+def test_the_design_is_computed_once_and_an_old_runs_record_implies_the_same(path, monkeypatch):
+    """The plan's Design is what the manifest records; a run recorded before it carried one gets the same design
+    from its matrix record, so old and new runs are read alike."""
+    from suite.matrix import load_matrix
+    from suite.plan import Design
+    from suite.store import MatrixRecord, PlanRecord
+
+    monkeypatch.setenv("SUITE_VLLM_VERSION", "0.33.0")
+    m = load_matrix(path)
+    plan = build_plan(m)
+    assert plan.design == Design.of(m) and PlanRecord.of(plan).design == plan.design
+    assert MatrixRecord.model_validate(m.model_dump(mode="json")).design(m.order) == plan.design
+    assert plan.design.unit == ("restart set" if m.order == "interleaved" else "round")
