@@ -78,7 +78,7 @@ class Estimate:
     starts: int  # server starts, those at once counted once
     start_s: float
     measure_s: float  # serving jobs
-    other_s: float  # offline and correctness jobs, quiet and settle periods
+    other_s: float  # offline and correctness jobs
     by_round: dict[int, float]  # round -> seconds of its sessions (starts included)
     looks: tuple[int, ...]  # repeats: auto: the rounds after which the run may stop
     source: str = ""  # where the costs come from, said under the estimate (the seeds, or a run on this machine)
@@ -143,7 +143,7 @@ def estimate(matrix: Matrix, plan: Plan, host: str, costs: HostCosts | None = No
     for sessions in groups.values():
         cold = any(s.arm not in started for s in sessions)
         started |= {s.arm for s in sessions}
-        seconds = (c.start_cold_s if cold else c.start_warm_s) + plan.design.quiet_s + plan.design.settle_s
+        seconds = (c.start_cold_s if cold else c.start_warm_s) + plan.design.quiet_s
         start_s += seconds
         rnd = session_round(sessions[0])
         if rnd is not None:

@@ -115,7 +115,6 @@ class Design(BaseModel):
     precompile: bool = False  # every serving arm's server started once, unmeasured, before the first session
     aa: bool | str = False  # the A/A arm: true (every unit), "alternate" (even units only), false
     quiet_s: float = 0  # no request until this long after the servers answered /health
-    settle_s: float = 0
     looks: tuple[int, ...] = ()  # repeats: auto: the units after which the sequential test looks
 
     @classmethod
@@ -126,7 +125,7 @@ class Design(BaseModel):
                    together=serving if matrix.order == "interleaved" else matrix.side_by_side,
                    sets_at_once=matrix.sets_at_once, gpu_groups=matrix.runtime.gpu_groups,
                    cross_groups=matrix.runtime.cross_groups, precompile=matrix.precompile, aa=matrix.aa,
-                   quiet_s=matrix.quiet_s, settle_s=matrix.settle_s, looks=looks)
+                   quiet_s=matrix.quiet_s, looks=looks)
 
     @property
     def unit(self) -> str:

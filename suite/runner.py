@@ -180,7 +180,7 @@ class ServerView:
 
 
 def job_env(ctx: RunContext, job: Job, server: Server | None, scope: SessionScope,
-            pending: tuple[Job, ...] = (), settle_until: float | None = None) -> JobEnv:
+            pending: tuple[Job, ...] = ()) -> JobEnv:
     arm_env, arm_spec = ctx.arm_envs[job.arm], ctx.plan.arms[job.arm]
     offline = server is None
     dirs = ctx.store.arm_dirs(job.arm, ctx.plan.group_of(job))  # the compile cache of its server's GPU group
@@ -194,12 +194,12 @@ def job_env(ctx: RunContext, job: Job, server: Server | None, scope: SessionScop
         client_cpus=ctx.here.client_cpus(),
         server=None if offline else ServerView(server), scope=scope,
         session_dir=ctx.store.session_dir(job.arm, job.kind, job.session), pending=pending,
-        run_scope=ctx.scope_of(lane), client_in_server=ctx.here.client_in_server, settle_until=settle_until,
+        run_scope=ctx.scope_of(lane), client_in_server=ctx.here.client_in_server,
         round=ctx.plan.round_of(job), lane=lane)
 
 
 def _run_job(ctx: RunContext, job: Job, server: Server | None, scope: SessionScope,
-             pending: tuple[Job, ...] = (), settle_until: float | None = None) -> bool:
+             pending: tuple[Job, ...] = ()) -> bool:
     started = utc_now()
     t0 = time.monotonic()
     device = ctx.here.device_state()  # GPU clocks, P-state, power at the job's start (None on a CPU host)
@@ -209,7 +209,7 @@ def _run_job(ctx: RunContext, job: Job, server: Server | None, scope: SessionSco
                                where=this_machine())
         return False
     try:
-        notes = stage.execute(job_env(ctx, job, server, scope, pending, settle_until))
+        notes = stage.execute(job_env(ctx, job, server, scope, pending))
         if server is not None and not server.alive():
             raise ServerError("the server died during the job; its output is kept but not used")
     except SuiteError as exc:
@@ -380,10 +380,9 @@ class LiveSession:
         return True
 
     def became_ready(self, at: float) -> None:
-        """Its server (in a window: the window's last) answered /health at ``at``: the quiet and the settle
-        count from here."""
+        """Its server (in a window: the window's last) answered /health at ``at``: the quiet counts from here."""
         self.ready_at = at
-        quiet_s = self.ctx.matrix.quiet_s
+        quiet_s = self.ctx.plan.design.quiet_s
         self.quiet_until = at + quiet_s if quiet_s else None
 
     def step(self, advance: Callable[..., None]) -> None:
@@ -394,9 +393,7 @@ class LiveSession:
         if self.quiet_until is not None:  # the window's servers left idle before their first request
             time.sleep(max(0.0, self.quiet_until - time.monotonic()))
             self.quiet_until = None
-        settle_s = self.ctx.matrix.settle_s
-        settle_until = self.ready_at + settle_s if settle_s and self.ready_at is not None else None
-        _run_job(self.ctx, job, self.server, self.scope, tuple(self.pending[self.next:]), settle_until)
+        _run_job(self.ctx, job, self.server, self.scope, tuple(self.pending[self.next:]))
         self.next += 1
         self.ended = self.next >= len(self.pending)
         advance(job)
@@ -452,7 +449,7 @@ def run_window(ctx: RunContext, items: list[tuple[Session, list[Job]]], advance:
             except ServerError as exc:
                 live.server_lost(exc)
         failures = await_healthy(ctx, [la for _, la in launched])
-        ready = time.monotonic()  # the window's last server answered: its settle counts from here
+        ready = time.monotonic()  # the window's last server answered: its quiet counts from here
         for i, (live, launch) in enumerate(launched):
             if i in failures:
                 live.server_lost(failures[i])

@@ -329,7 +329,7 @@ class MatrixRecord(Recorded):
     blocks: int = 1  # order interleaved: blocks per restart set (a job's repeat // blocks is its round)
     order_seed: int = 0
     quiet_s: float = 0
-    settle_s: float = 0
+    settle_s: float = 0  # retired from matrices (runs of 2026-12-01 and 2026-12-04 recorded one)
     runtime: MatrixRuntimeRecord = MatrixRuntimeRecord()
     precompile: bool = False
 
@@ -344,7 +344,7 @@ class MatrixRecord(Recorded):
                       else self.side_by_side,  # the A/A arm serves beside the matrix's own
                       sets_at_once=len(rt.gpu_groups) if rt.gpu_groups and not rt.cross_groups else 1,
                       gpu_groups=rt.gpu_groups, cross_groups=rt.cross_groups, precompile=self.precompile, aa=self.aa,
-                      quiet_s=self.quiet_s, settle_s=self.settle_s, looks=looks)
+                      quiet_s=self.quiet_s, looks=looks)
 
 
 class HostRecord(Recorded):

@@ -469,3 +469,12 @@ def test_a_diff_that_would_not_apply_fails_validate_at_its_arm_naming_the_hunk(t
     good = write(tmp_path, text.replace(", ./mine.diff", ""), "good.yaml")
     assert run_suite("validate", str(good)).returncode == 0
     assert run_suite("validate", "--no-patch-check", str(f)).returncode == 0
+
+
+def test_a_retired_field_says_what_to_write_instead(tmp_path):
+    """settle_s is retired (the stored H200 runs with a 20 s and a 30 s settle decided nothing a quiet period did
+    not): an old matrix gets its line and the replacement, not "unknown field"."""
+    f = write(tmp_path, BASE + "quiet_s: 8\nsettle_s: 20\n")
+    said = error_of(f)
+    assert said.startswith(f"{f}:11: settle_s: retired: ") and "delete it, and keep quiet_s" in said, said
+    assert "unknown field" not in said

@@ -115,7 +115,6 @@ def session_client(env: JobEnv) -> PersistentClient:
 
 def warm(env: JobEnv, client: PersistentClient) -> WarmupRecord | None:
     """Before the first measured point of a session: every pending point's shape once (requests discarded),
-    the settle (load at the first point's shape until ``env.settle_until``, when the matrix asks for one),
     then the prefix cache reset. Returns the warm-up record (None when this session is already warm)."""
     if env.scope.has("warm") or not serve_params(env.job).warmup:
         return None
@@ -123,7 +122,7 @@ def warm(env: JobEnv, client: PersistentClient) -> WarmupRecord | None:
     points = [WarmPoint(bench_argv(env, j, env.result), serve_params(j).concurrency)
               for j in env.pending if j.kind == "serve"]
     warmed = warm_session(client, points, reset_prefix_cache=env.server.reset_prefix_cache,
-                          scratch_dir=env.session_dir / "warmup", settle_until=env.settle_until)
+                          scratch_dir=env.session_dir / "warmup")
     env.scope.get("warm", lambda: contextlib.nullcontext(warmed))
     return warmed.record()
 

@@ -10,10 +10,9 @@ points by time) and then resets the prefix cache, so warm-up prompts do not make
 Warm-ups use a different ``--seed`` than the point (other prompts), so even a server that cannot reset its
 prefix cache (``/reset_prefix_cache`` needs ``VLLM_SERVER_DEV_MODE=1``) has not cached the measured prompts.
 
-A settle (the matrix's ``settle_s``) comes last: load at the first point's shape, in short chunks, until a
-deadline a fixed time after the session's servers answered /health. On the H200 a server measured at once after
-it answered ran its whole first point 7 % slower in 3 of 16 sessions (every token ~0.27 ms later); each chunk's
-mean TPOT is kept, so the record shows whether the settle outlasted that state.
+Runs of 2026-12-01 and 2026-12-04 also recorded a settle (load at the first point's shape until a deadline after
+/health, each chunk's mean TPOT kept): it did not end the slow state some servers start in, and matrices no
+longer take it; `SettleRecord` reads those records.
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
@@ -37,7 +36,6 @@ SHAPE_FLAGS = ("--backend", "--base-url", "--endpoint", "--model", "--dataset-na
                "--output-len", "--max-concurrency", "--request-rate", "--burstiness", "--temperature",
                "--ignore-eos")
 WARM_FACTOR = 2  # warm-up prompts per unit of concurrency
-SETTLE_FACTOR = 4  # settle chunk prompts per unit of concurrency
 UNBOUNDED_WARM_PROMPTS = 16  # a point without --max-concurrency
 SEED_SHIFT = 104729  # warm-up seed = point seed + this: other prompts than the measured ones
 
@@ -75,7 +73,8 @@ class WarmShape:
 
 
 class SettleRecord(BaseModel):
-    """The settle as the job record keeps it: how long it had to run when it began, and its chunks in order."""
+    """The settle of a run recorded with one (matrices no longer take it): how long it had to run when it began,
+    and its chunks in order."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -101,14 +100,10 @@ class SessionWarmup:
     shapes: list[WarmShape] = field(default_factory=list)
     prefix_cache_reset: bool = False
     wall_s: float = 0.0
-    settle: list[WarmShape] = field(default_factory=list)  # the settle's chunks, in order
-    settle_left_s: float | None = None  # how long the settle had to run when it began (None: no settle)
 
     def record(self) -> WarmupRecord:
-        settle = (SettleRecord(left_s=round(self.settle_left_s, 3), chunks=list(self.settle))
-                  if self.settle_left_s is not None else None)
         return WarmupRecord(shapes=list(self.shapes), prefix_cache_reset=self.prefix_cache_reset,
-                            wall_s=round(self.wall_s, 3), settle=settle)
+                            wall_s=round(self.wall_s, 3))
 
     def for_argv(self, argv: Sequence[str]) -> WarmShape | None:
         """The warm-up of argv's shape (None when it was not warmed)."""
@@ -148,13 +143,10 @@ def warm_argv(argv: Sequence[str], prompts: int) -> list[str]:
 
 def warm_session(client: PersistentClient, points: Sequence[WarmPoint], *,
                  reset_prefix_cache: Callable[[], bool] | None, scratch_dir: Path | None = None,
-                 timeout_s: float = 600.0, factor: int = WARM_FACTOR,
-                 settle_until: float | None = None) -> SessionWarmup:
+                 timeout_s: float = 600.0, factor: int = WARM_FACTOR) -> SessionWarmup:
     """Warm the server once per distinct shape of ``points`` (the session's measured points), in order of
     first appearance, then POST /reset_prefix_cache.
 
-    ``settle_until`` (a ``time.monotonic()`` deadline): after those, chunks of load at the first point's shape
-    (SETTLE_FACTOR x concurrency prompts each) until the deadline has passed; a failed chunk ends the settle.
     A failed warm-up is recorded (``error``) and the others still run: the measured points report their own
     failures. ``scratch_dir`` must be visible to the client's worker (default: a temporary directory)."""
     t0 = time.monotonic()
@@ -171,17 +163,6 @@ def warm_session(client: PersistentClient, points: Sequence[WarmPoint], *,
             seen.append(key)
             result = scratch / f"warm-{len(seen)}.json"
             out.shapes.append(_warm_one(client, point, key, result, timeout_s, factor))
-        if settle_until is not None and points:  # last, so the first point's shape is what ran just before it
-            start = time.monotonic()
-            out.settle_left_s = max(0.0, settle_until - start)
-            first = points[0]
-            while time.monotonic() < settle_until:
-                at = time.monotonic() - start
-                chunk = _warm_one(client, first, shape_of(first.argv), scratch / f"settle-{len(out.settle)}.json",
-                                  timeout_s, SETTLE_FACTOR)
-                out.settle.append(replace(chunk, at_s=round(at, 3)))
-                if not chunk.ok:
-                    break
     finally:
         if own_scratch:
             shutil.rmtree(scratch, ignore_errors=True)
