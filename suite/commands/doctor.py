@@ -44,6 +44,8 @@ def run(args: argparse.Namespace) -> int:
     matrix = load_matrix(args.matrix) if args.matrix is not None else None
     docker = matrix is not None and matrix.runtime.kind == "docker"
     gpu = docker and matrix is not None and (matrix.runtime.docker or DockerSpec()).vendor != "cpu"
+    if docker and not gpu and not args.gpu and not only:  # the CPU image's containers need no GPU to check
+        only = frozenset(GROUPS) - {"gpu"}
     opts = Options(runs_dir=args.out, cache_dirs=tuple(args.cache or default_cache_dirs(REPO_ROOT)),
                    port=args.port, host=args.host, need_docker=args.docker or docker, need_gpu=args.gpu or gpu,
                    only=only)
