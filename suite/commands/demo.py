@@ -5,7 +5,6 @@ import time
 from pathlib import Path
 
 from rich.console import Console
-from rich.markdown import Markdown
 
 from suite import REPO_ROOT
 
@@ -20,8 +19,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from suite.commands.run import say_report
     from suite.fixtures.tiny_moe import generate_tiny_moe, is_tiny_moe
-    from suite.report import build_report
     from suite.runner import execute, prepare
 
     console = Console()
@@ -39,9 +38,8 @@ def run(args: argparse.Namespace) -> int:
     counts = execute(ctx)
     timings["run (servers + benches)"] = time.monotonic() - t0
     t0 = time.monotonic()
-    path = build_report(ctx.store.root)
+    say_report(ctx.store.root, console)  # as `suite run` ends: the words and the paths, not the report
     timings["report"] = time.monotonic() - t0
-    console.print(Markdown(path.read_text()))
-    console.print(f"\nreport: {path}")
     console.print("wall time: " + ", ".join(f"{k} {v:.1f} s" for k, v in timings.items()))
+    console.print(counts.line())
     return 0 if counts.all_ok else 1

@@ -23,8 +23,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-report", action="store_true", help="do not write the report at the end")
 
 
-def run(args: argparse.Namespace) -> int:
+def say_report(run_dir: Path, console: Console) -> None:
+    """Write the run's report and end on the terminal with each candidate's word, where it acted, and the paths
+    (the report, and summary.md for a pull request), not the report itself."""
     from suite.report import write_report
+
+    try:
+        path, verdicts = write_report(run_dir)
+    except SuiteError as exc:
+        console.print(f"[red]report not written: {exc}[/red]")
+        return
+    for line in verdicts:  # each candidate's word and where it acted, the report's first lines
+        console.print(line, markup=False, highlight=False)
+    console.print(f"report: {path} · for a pull request: {path.with_name('summary.md')}")
+
+
+def run(args: argparse.Namespace) -> int:
     from suite.runner import dry_run, execute, prepare
 
     console = Console(stderr=False)
@@ -38,13 +52,7 @@ def run(args: argparse.Namespace) -> int:
         counts = execute(ctx)
     finally:
         if not args.no_report:
-            try:
-                path, verdicts = write_report(ctx.store.root)
-                for line in verdicts:  # each candidate's word and where it acted, the report's first lines
-                    console.print(line, markup=False, highlight=False)
-                console.print(f"report: {path} · for a pull request: {path.with_name('summary.md')}")
-            except SuiteError as exc:
-                console.print(f"[red]report not written: {exc}[/red]")
+            say_report(ctx.store.root, console)
         from suite.history import index_run
 
         try:
