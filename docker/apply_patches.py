@@ -17,6 +17,7 @@ Build args read from the environment:
                         before this one; a git build leaves the commit it built in /opt/suite/vllm-git-commit)
   VLLM_WHEEL, VLLM_WHEEL_SHA256, VLLM_GIT_URL, VLLM_GIT_REF: recorded in image.json
   VLLM_SITE             optional: the directory holding vllm/ (default: where the image's python finds it)
+  SUITE_LM_EVAL_VENV    optional: lm-eval's venv, whose packages fill in what python3 lacks (default /opt/lm-eval)
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ SUITE_ROOT = Path(__file__).resolve().parent
 PATCH_FILES = SUITE_ROOT / "patches" / "_files"  # suite.runtime.docker.images.PATCH_FILES
 GIT_COMMIT_FILE = SUITE_ROOT / "vllm-git-commit"  # written by the Dockerfiles' git step
 DEPS = ("pydantic", "yaml", "rich", "numpy", "scipy")
+LM_EVAL_VENV = Path(os.environ.get("SUITE_LM_EVAL_VENV", "/opt/lm-eval"))  # docker/lm_eval_venv.py's venv
 # `suite patches ARGS` through the command module itself: the image holds only the modules that command
 # imports, not every command suite.cli imports
 RUN_PATCHES_COMMAND = (
@@ -64,17 +66,35 @@ def vllm_site() -> Path:
     return Path(next(iter(spec.submodule_search_locations))).parent
 
 
-def suite_deps() -> str | None:
+def lm_eval_site() -> str | None:
+    """The site-packages of lm-eval's venv (lm_eval_venv.py made it in an earlier layer, from this python3's
+    base: the same Python), None where there is none."""
+    python = LM_EVAL_VENV / "bin" / "python"
+    if not python.exists():
+        return None
+    proc = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True)
+    return proc.stdout.strip() if proc.returncode == 0 and proc.stdout.strip() else None
+
+
+def suite_deps() -> tuple[str | None, bool]:
     """suite needs pydantic 2, pyyaml, rich and (suite.matrix -> suite.stats) numpy and scipy; vLLM images
-    carry them. Otherwise: a throw-away --target."""
+    carry most of them. What python3 lacks (scipy, say) comes from lm-eval's venv when it has it (lm-eval
+    brings scipy: no download, no time), else from a throw-away --target. Returns the directory for PYTHONPATH
+    (None: python3 has everything) and whether to remove it afterwards."""
     probe = f"import {', '.join(DEPS)}; assert int(pydantic.VERSION.split('.')[0]) >= 2"
     if subprocess.run([sys.executable, "-c", probe], capture_output=True).returncode == 0:
-        return None
+        return None, False
+    site = lm_eval_site()
+    if site is not None and subprocess.run([sys.executable, "-c", probe], capture_output=True,
+                                           env=dict(os.environ, PYTHONPATH=site)).returncode == 0:
+        print(f"apply_patches: pydantic, pyyaml, rich, numpy, scipy with lm-eval's venv's packages ({site})")
+        return site, False
     target = tempfile.mkdtemp(prefix="suite-deps-")
     print(f"apply_patches: installing pydantic, pyyaml, rich, numpy, scipy into {target} (removed afterwards)")
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-cache-dir", "--target", target,
                     "pydantic>=2.6", "pyyaml>=6", "rich>=13", "numpy>=1.26", "scipy>=1.10"], check=True)
-    return target
+    return target, True
 
 
 def patch_args() -> list[tuple[str, bool, str, str]]:
@@ -115,7 +135,7 @@ def main() -> None:
     patches = patch_args()
     source = vllm_source()
     site = vllm_site()
-    deps = suite_deps()
+    deps, temporary = suite_deps()
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(SUITE_ROOT), deps) if p),
                SUITE_PATCHES_DIR=str(SUITE_ROOT / "patches"))
     sys.path[:0] = [p for p in (str(SUITE_ROOT), deps) if p]
@@ -157,7 +177,7 @@ def main() -> None:
     info = {"vllm_version": version, "vllm_site": str(site), "vllm_source": source, "python": sys.version.split()[0],
             "patches": applied}
     (SUITE_ROOT / "image.json").write_text(json.dumps(info, indent=2) + "\n")
-    if deps:
+    if deps and temporary:
         subprocess.run(["rm", "-rf", deps], check=True)
     print("apply_patches: ok")
 

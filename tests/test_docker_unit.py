@@ -935,6 +935,33 @@ def run_apply_patches(context: Path, site: Path, build_args: dict[str, str]) -> 
                           capture_output=True, text=True, timeout=120)
 
 
+def test_the_patch_layer_takes_what_python3_lacks_from_lm_evals_venv(tmp_path):
+    """An image whose python3 lacks the suite's dependencies (scipy: lm-eval brought it, now in its own venv):
+    apply_patches.py finds them in lm-eval's venv, with no download (no index here), and leaves that venv be."""
+    import venv
+
+    from suite.runtime.docker.images import assemble_context
+
+    bare = tmp_path / "image"
+    venv.EnvBuilder(with_pip=False).create(bare)  # the image's python3: none of pydantic, yaml, rich, scipy
+    py = bare / "bin" / "python"
+    assert subprocess.run([str(py), "-c", "import scipy"], capture_output=True).returncode != 0
+    m = own_matrix(tmp_path / "m", '{vllm: "0.33.0", patches: [./gate.diff]}',
+                   files={"gate.diff": unified_diff("vllm/gate.py", GATE_BEFORE, GATE_AFTER)})
+    plan = own_plan(m)
+    context = assemble_context(plan, tmp_path / "ctx")
+    site = vllm_site(tmp_path / "site", "0.33.0")
+    lm_eval_venv = Path(sys.prefix)  # a venv of the same Python holding them all: this one
+    env = {"PATH": os.environ["PATH"], **plan.build_args(), "VLLM_SITE": str(site), "PIP_NO_INDEX": "1",
+           "PIP_CONFIG_FILE": os.devnull, "SUITE_LM_EVAL_VENV": str(lm_eval_venv)}
+    proc = subprocess.run([str(py), str(context / "suite-src" / "apply_patches.py")], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "with lm-eval's venv's packages" in proc.stdout and "installing" not in proc.stdout
+    assert (site / "vllm" / "gate.py").read_text() == GATE_AFTER
+    assert (Path(sysconfig.get_paths()["purelib"]) / "scipy").is_dir()  # used, not removed
+
+
 def test_diff_files_are_applied_in_the_image_forward_and_reverse_strictly(tmp_path):
     from suite.runtime.docker.images import assemble_context
 
