@@ -664,7 +664,7 @@ def _drop_bytecode(path: Path) -> None:
 
 
 def apply_patch_sets(refs: Iterable[object], target_root: Path, vllm_version: str) -> list[AppliedPatch]:
-    """Apply patch sets and diff files (``suite.matrix.PatchRef``, or ``"name"`` / ``"-name"`` /
+    """Apply patch sets and diff files (``suite.matrix_blocks.PatchRef``, or ``"name"`` / ``"-name"`` /
     ``"path/to/change.diff"``) in order to the ``vllm/`` package under ``target_root``. All-or-nothing: a failing hunk raises PatchError naming the set, the file
     and the hunk, and nothing has been written."""
     target_root = Path(target_root)

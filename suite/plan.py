@@ -34,7 +34,8 @@ from typing import Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from suite.matrix import ArmSpec, Matrix
+from suite.matrix import Matrix
+from suite.matrix_blocks import ArmSpec
 from suite.stages.kinds import KINDS
 from suite.stages.spec import SERVER_PLACEMENTS, Placement
 

@@ -26,7 +26,8 @@ from suite import REPO_ROOT
 from suite.calibrate import estimate_here
 from suite.errors import ServerError, SuiteError
 from suite.fixtures.gemma4 import ensure_model
-from suite.matrix import Matrix, load_matrix, missing_model_paths, nothing_to_compare
+from suite.matrix import Matrix
+from suite.matrix_load import load_matrix, missing_model_paths, nothing_to_compare
 from suite.plan import (
     KINDS,
     Job,

@@ -155,7 +155,7 @@ def test_host_side_vllm_sources_come_from_the_image(engine, cpu_images, tmp_path
 def test_tool_container_runs_as_the_given_user(engine, cpu_images, tmp_path, monkeypatch):
     """A non-root user: what the tool writes into the run directory is that user's, HOME (per arm, in the run)
     is writable, getpass works for a uid the image does not know."""
-    from suite.matrix import parse_matrix
+    from suite.matrix_load import parse_matrix
     from suite.runtime.base import ArmEnv
     from suite.runtime.docker.runtime import DockerRuntime
 
@@ -446,7 +446,7 @@ def test_a_timed_out_client_ends_inside_the_container_too(engine, cpu_images, tm
     from types import SimpleNamespace
 
     from suite.errors import SuiteError
-    from suite.matrix import parse_matrix
+    from suite.matrix_load import parse_matrix
     from suite.proc import run_tool
     from suite.runtime.base import ArmEnv
     from suite.runtime.docker.runtime import DockerRuntime

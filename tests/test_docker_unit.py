@@ -21,7 +21,8 @@ import pytest
 from dockerfile_parse import DockerfileParser
 
 from suite.errors import SuiteError
-from suite.matrix import AccuracySpec, DockerSpec, parse_matrix
+from suite.matrix_blocks import AccuracySpec, DockerSpec
+from suite.matrix_load import parse_matrix
 from suite.proc import LM_EVAL_PYTHON
 from suite.runtime.base import ArmEnv
 from suite.runtime.docker import runtime as docker_runtime
@@ -418,7 +419,7 @@ SEEDS = ["gemma4.yaml", "glm52-aiter-router-mi355x.yaml", "qwen38-fse-mi355x.yam
 
 @pytest.mark.parametrize("name", SEEDS)
 def test_seed_matrices_describe_clients_and_tools_inside_the_images(name):
-    from suite.matrix import load_matrix
+    from suite.matrix_load import load_matrix
     from suite.plan import build_plan
 
     matrix = load_matrix(REPO / "matrices" / name)
@@ -847,7 +848,7 @@ def unified_diff(rel: str, old: str, new: str) -> str:
 
 def own_matrix(tmp_path: Path, mine: str, vendor: str = "cuda", files: dict[str, str | bytes] | None = None):
     """A matrix file in its own directory with the files it names (relative paths), loaded as `suite` does."""
-    from suite.matrix import load_matrix
+    from suite.matrix_load import load_matrix
 
     tmp_path.mkdir(parents=True, exist_ok=True)
     for name, data in (files or {}).items():

@@ -13,7 +13,7 @@ import pytest
 
 from suite.errors import SuiteError
 from suite.fixtures import gemma4
-from suite.matrix import load_matrix
+from suite.matrix_load import load_matrix
 from suite.plan import build_plan
 from suite.runner import server_argv_tail
 from suite.runtime.preflight import TOKENIZER_PATTERNS, plan_fetch

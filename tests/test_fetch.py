@@ -14,7 +14,7 @@ import pytest
 
 from suite.commands.fetch import fetch
 from suite.errors import SuiteError
-from suite.matrix import load_matrix
+from suite.matrix_load import load_matrix
 from suite.runtime.preflight import (
     FALLBACK_WEIGHT_PATTERNS,
     MODEL_PATTERNS,

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from suite.errors import MatrixError
-from suite.matrix import parse_matrix
+from suite.matrix_load import parse_matrix
 from suite.plan import build_plan
 from suite.runner import batches
 from suite.runtime.base import ArmEnv

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from suite.errors import ServerError
-from suite.matrix import parse_matrix
+from suite.matrix_load import parse_matrix
 from suite.runtime import gpu
 from suite.runtime.base import ArmEnv, ServerSpec
 from suite.runtime.local import VLLM_MODULE, LocalRuntime, LocalServer, vllm_command

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from suite.matrix import load_matrix
+from suite.matrix_load import load_matrix
 from tests.conftest import REPO, run_suite
 
 BAD_DIFF = ("--- a/vllm/model_executor/layers/fused_moe/router/no_such_file.py\n"

@@ -94,7 +94,7 @@ def test_both_arms_of_a_set_serve_one_prompt_count_per_point(il_run):
 
 def test_each_block_measures_its_points_in_the_plans_order(il_run):
     """The blocks' point orders come from the plan (a fresh seeded order per block); the run kept them."""
-    from suite.matrix import load_matrix
+    from suite.matrix_load import load_matrix
     from suite.plan import build_plan
 
     matrix, run_dir, _ = il_run

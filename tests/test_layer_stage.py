@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from suite.errors import MatrixError
-from suite.matrix import parse_matrix
+from suite.matrix_load import parse_matrix
 from suite.plan import build_plan
 from suite.stages.layer.bench import GATE_BEGIN, GATE_END, gate_calls
 from suite.stages.layer.read import LayerRun

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from suite.errors import ServerError
-from suite.matrix import parse_matrix
+from suite.matrix_load import parse_matrix
 from suite.proc import cpu_list, cpu_split
 from suite.runtime.base import ArmEnv
 from suite.runtime.local import LocalRuntime

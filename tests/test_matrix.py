@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from suite.errors import MatrixError
-from suite.matrix import load_matrix, parse_matrix
+from suite.matrix_load import load_matrix, parse_matrix
 from tests.conftest import REPO, run_suite
 
 MINIMAL = """\

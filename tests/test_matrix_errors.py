@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from suite.errors import MatrixError
-from suite.matrix import ArmSpec, VllmSource, load_matrix, parse_matrix
+from suite.matrix_blocks import ArmSpec, VllmSource
+from suite.matrix_load import load_matrix, parse_matrix
 from tests.conftest import REPO, run_suite
 
 BASE = """\
@@ -245,7 +246,7 @@ def test_wheel_source_sha256_recorded_and_typed(tmp_path):
     good = write(tmp_path, f.read_text().replace(f"{WHEEL}}}", f"{WHEEL}, sha256: {digest.upper()}}}"), "good.yaml")
     assert load_matrix(good).arms["patched"].vllm_source().sha256 == digest
     # shown by validate-style description
-    from suite.matrix import describe_sources
+    from suite.matrix_load import describe_sources
 
     assert describe_sources(load_matrix(f)) == [f"arm patched: vLLM 0.33.0 from wheel {wheel} (sha256 {digest})"]
 

@@ -15,7 +15,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from suite.errors import MatrixError
-from suite.matrix import Matrix, load_matrix, parse_matrix
+from suite.matrix import Matrix
+from suite.matrix_load import load_matrix, parse_matrix
 
 SRC = "m.yaml"
 LINE = re.compile(rf"^{re.escape(SRC)}:(\d+): \S")
@@ -156,7 +157,7 @@ def test_unknown_key_is_reported_at_its_own_line(where, key):
 
 
 def _fields_of(where: tuple) -> set[str]:
-    from suite.matrix import ArmSpec, ModelSpec, RuntimeSpec, ServePoint
+    from suite.matrix_blocks import ArmSpec, ModelSpec, RuntimeSpec, ServePoint
 
     model = {(): Matrix, ("model",): ModelSpec, ("arms", "baseline"): ArmSpec, ("serve", 0): ServePoint,
              ("runtime",): RuntimeSpec}[where]

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from suite.matrix import MatrixError, load_matrix
+from suite.errors import MatrixError
+from suite.matrix_load import load_matrix
 from suite.patch_track import (
     EXIT_NO_LONGER_APPLIES,
     EXIT_PRESENT_UPSTREAM,

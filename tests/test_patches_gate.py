@@ -382,7 +382,7 @@ if __name__ != "__main__":
 
     import pytest
 
-    from suite.matrix import PatchRef
+    from suite.matrix_blocks import PatchRef
     from suite.patches import apply_patch_sets, installed_vllm_root, make_overlay, vllm_source_tree
 
     @pytest.fixture(scope="module")

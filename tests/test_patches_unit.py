@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from suite.matrix import PatchRef
+from suite.matrix_blocks import PatchRef
 from suite.patches import (
     PatchError,
     apply_patch_sets,

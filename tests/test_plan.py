@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from suite.matrix import parse_matrix
+from suite.matrix_load import parse_matrix
 from suite.plan import build_plan, format_plan, round_order
 from tests.conftest import REPO
 
@@ -279,7 +279,7 @@ def test_interleaved_one_window_of_every_arm_per_restart_set_holding_its_blocks(
 def test_the_design_is_computed_once_and_an_old_runs_record_implies_the_same(path, monkeypatch):
     """The plan's Design is what the manifest records; a run recorded before it carried one gets the same design
     from its matrix record, so old and new runs are read alike."""
-    from suite.matrix import load_matrix
+    from suite.matrix_load import load_matrix
     from suite.plan import Design
     from suite.store import MatrixRecord, PlanRecord
 

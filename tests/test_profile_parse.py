@@ -185,7 +185,7 @@ def test_profiler_args_are_the_installed_vllms_profiler_config(tmp_path, monkeyp
 
 def test_matrix_rejects_bad_family_patterns_with_a_line():
     from suite.errors import MatrixError
-    from suite.matrix import parse_matrix
+    from suite.matrix_load import parse_matrix
 
     base = "name: m\nmodel: {id: x}\narms: {a: {vllm: '0.32.0'}}\nprofile:\n  families:\n"
     assert parse_matrix(base + "    gate: 'll_bf16|nvjet'\n").profile.families == {"gate": "ll_bf16|nvjet"}

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from scipy.stats import kendalltau
 
-from suite.matrix import parse_matrix
+from suite.matrix_load import parse_matrix
 from suite.patches import AppliedPatch
 from suite.plan import build_plan
 from suite.quality.finding import Finding, RepeatResult, finding_line, order_findings, summarize_findings

@@ -14,7 +14,7 @@ import pytest
 
 from suite.analysis import load_run
 from suite.document import STYLES, fmt
-from suite.matrix import parse_matrix
+from suite.matrix_load import parse_matrix
 from suite.plan import build_plan
 from suite.report import build_report, render_html, render_markdown
 from suite.stats import DETAIL, HEADLINE

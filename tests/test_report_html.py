@@ -26,7 +26,7 @@ import pytest
 
 from suite.analysis import load_run
 from suite.document import STYLES, Card, Chart, Document, Note, Paragraph, Section, Series, literal
-from suite.matrix import load_matrix
+from suite.matrix_load import load_matrix
 from suite.plan import build_plan
 from suite.render import html as html_render
 from suite.render import markdown as md_render

@@ -10,7 +10,7 @@ from types import ModuleType
 import pytest
 import yaml
 
-from suite.matrix import load_matrix
+from suite.matrix_load import load_matrix
 from tests.conftest import REPO, load_script
 from tests.test_evidence import EVIDENCE, unpack
 

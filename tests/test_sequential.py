@@ -149,7 +149,7 @@ def test_one_time_seconds_are_the_rounds_correctness_jobs(tmp_path):
     from types import SimpleNamespace
 
     from suite import REPO_ROOT
-    from suite.matrix import load_matrix
+    from suite.matrix_load import load_matrix
     from suite.plan import build_plan
     from suite.runner import batches, one_time_seconds
     from suite.store import RunStore

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from suite.errors import MatrixError
-from suite.matrix import parse_matrix
+from suite.matrix_load import parse_matrix
 from suite.runtime.slurm.cluster import (
     container_mounts,
     gres_request,

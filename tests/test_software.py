@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from suite.analysis import environment, load_run
-from suite.matrix import parse_matrix
+from suite.matrix_load import parse_matrix
 from suite.patches import AppliedPatch
 from suite.quality.software import compare_software, software_findings
 from suite.report import build_report

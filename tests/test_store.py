@@ -79,7 +79,7 @@ def test_a_stages_notes_are_declared_and_land_in_its_record(tmp_path):
 def test_the_recorded_verdict_block_reads_as_the_verdict_spec_it_was_dumped_from(tmp_path):
     """The manifest's matrix keeps the declared primary test as the VerdictSpec the matrix held: dumped with the
     matrix, read back typed, and written back as the same JSON (a key the record left out stays out)."""
-    from suite.matrix import parse_matrix
+    from suite.matrix_load import parse_matrix
     from suite.store import PlanRecord, new_manifest
     from suite.verdict import VerdictSpec
 

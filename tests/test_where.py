@@ -15,7 +15,7 @@ from rich.console import Console
 
 from suite.analysis import load_run, machines
 from suite.errors import SuiteError
-from suite.matrix import parse_matrix
+from suite.matrix_load import parse_matrix
 from suite.report import render_markdown
 from suite.runner import check_resume_host
 from suite.runtime import identity

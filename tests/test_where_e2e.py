@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from suite.matrix import load_matrix
+from suite.matrix_load import load_matrix
 from suite.plan import build_plan
 from tests.conftest import REPO, processes_mentioning, tiny_cpu_matrix, wait_for
 from tests.test_report import card_of

@@ -251,7 +251,7 @@ def test_first_night_has_nothing_to_compare(tmp_path: Path) -> None:
 def test_nightly_matrices_follow_today_vllm(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every arm of every nightly matrix takes its release from SUITE_VLLM_VERSION (the tracking step's), with
     today's pin as the default, so the baseline and the patched arms always run one release."""
-    from suite.matrix import load_matrix, parse_matrix
+    from suite.matrix_load import load_matrix, parse_matrix
 
     bench = bench_matrices()
     for name in bench["BENCH_CUDA"] + bench["BENCH_ROCM"]:
@@ -339,7 +339,7 @@ def test_track_step_runs_a_matrix_on_an_earlier_diff_it_found_applying(tmp_path:
     assert outputs == {"vllm": "0.33.0", "runnable": "true", "reason": ""}
     assert "vLLM 0.33.0: every patch set applies" in r.stdout
     assert "0.32.0.diff` (earlier release's)" in (work / "track-summary.md").read_text()
-    proc = subprocess.run([sys.executable, "-c", "import sys; from suite.matrix import load_matrix; "
+    proc = subprocess.run([sys.executable, "-c", "import sys; from suite.matrix_load import load_matrix; "
                            "from suite.patches import resolve_patches; m = load_matrix(sys.argv[1]); "
                            "print(m.arms['patched'].vllm, resolve_patches(m.arms['patched'].patches, "
                            "m.arms['patched'].vllm)[0].diff_path.name)", str(matrix)],

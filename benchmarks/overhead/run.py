@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from suite.matrix import load_matrix
+from suite.matrix_load import load_matrix
 from suite.plan import build_plan
 from suite.runner import server_argv_tail
 from suite.runtime.base import free_port, http_ok

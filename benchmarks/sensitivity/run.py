@@ -43,7 +43,7 @@ from suite.analysis import (
     summarize_candidates,
     verdict_spec,
 )
-from suite.matrix import load_matrix
+from suite.matrix_load import load_matrix
 from suite.proc import load_average
 from suite.sequential import evaluate_look
 from suite.stats import OneWay, fmt_set_spread

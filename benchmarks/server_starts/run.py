@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from suite.analysis import block_scores, load_run, round_data
-from suite.matrix import load_matrix
+from suite.matrix_load import load_matrix
 from suite.proc import load_average
 from suite.runtime.local import find_tcmalloc
 from suite.verdict import VerdictSpec, round_scores, rounds_needed

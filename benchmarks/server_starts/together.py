@@ -27,7 +27,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from suite.matrix import load_matrix
+from suite.matrix_load import load_matrix
 from suite.plan import build_plan
 from suite.proc import cpu_list, load_average
 from suite.runner import server_argv_tail

@@ -37,7 +37,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-from suite.matrix import load_matrix  # noqa: E402
+from suite.matrix_load import load_matrix  # noqa: E402
 from suite.plan import build_plan  # noqa: E402
 from suite.stats import Strata  # noqa: E402
 from suite.verdict import Outcome, primary_test  # noqa: E402

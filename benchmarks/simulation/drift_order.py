@@ -44,7 +44,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from primary_test import ARMS, FALSE_POSITIVE, Noise, one_run, pct, simulate_round  # noqa: E402
 
-from suite.matrix import parse_matrix  # noqa: E402
+from suite.matrix_load import parse_matrix  # noqa: E402
 from suite.plan import Session, build_plan  # noqa: E402
 from suite.sequential import SequentialRun, session_round  # noqa: E402
 from suite.store import LookRecord  # noqa: E402

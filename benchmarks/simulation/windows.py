@@ -33,7 +33,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from suite.analysis import by_round  # noqa: E402
-from suite.matrix import parse_matrix  # noqa: E402
+from suite.matrix_load import parse_matrix  # noqa: E402
 from suite.plan import Plan, build_plan, round_order  # noqa: E402
 from suite.verdict import Outcome, VerdictSpec, primary_test  # noqa: E402
 

@@ -28,7 +28,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from suite import REPO_ROOT
     from suite.errors import SuiteError
-    from suite.matrix import load_matrix
+    from suite.matrix_load import load_matrix
     from suite.runtime.docker.bases import host_driver
     from suite.runtime.docker.images import build_image, docker_client, plans_for, resolve_digest
     from suite.runtime.preflight import enforce, matrix_checks

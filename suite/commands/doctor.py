@@ -33,7 +33,8 @@ def run(args: argparse.Namespace) -> int:
     from suite import REPO_ROOT
     from suite.doctor import GROUPS, Check, Options, as_json, default_cache_dirs, run_checks
     from suite.errors import SuiteError
-    from suite.matrix import DockerSpec, load_matrix
+    from suite.matrix_blocks import DockerSpec
+    from suite.matrix_load import load_matrix
     from suite.runtime.docker.images import docker_client
     from suite.runtime.preflight import matrix_checks
 

@@ -21,7 +21,7 @@ from rich.console import Console
 
 from suite.errors import SuiteError
 from suite.fixtures.gemma4 import ensure_model
-from suite.matrix import load_matrix
+from suite.matrix_load import load_matrix
 from suite.runtime.preflight import FALLBACK_WEIGHT_PATTERNS, Download, hub_cache_dir, hub_hint, plan_fetch
 
 NAME = "fetch"

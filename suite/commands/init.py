@@ -106,7 +106,8 @@ verdict:
 def run(args: argparse.Namespace) -> int:
     from suite.calibrate import estimate_here
     from suite.commands.validate import patch_problems
-    from suite.matrix import MatrixError, load_matrix, missing_model_paths
+    from suite.errors import MatrixError
+    from suite.matrix_load import load_matrix, missing_model_paths
     from suite.plan import build_plan
 
     console = Console()

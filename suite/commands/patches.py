@@ -13,7 +13,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from suite.matrix import PatchRef
+from suite.matrix_blocks import PatchRef
 from suite.patches import (
     PatchError,
     PatchSet,
@@ -224,7 +224,8 @@ def _check(args: argparse.Namespace) -> int:
 def _matrix_sets(path: Path) -> list[PatchSet]:
     """The patch sets a matrix's arms name, in the order they first appear (its own diff files have no
     manifest, hence no release to track)."""
-    from suite.matrix import MatrixError, parse_matrix
+    from suite.errors import MatrixError
+    from suite.matrix_load import parse_matrix
 
     try:
         text = path.read_text()

@@ -16,7 +16,7 @@ from rich.table import Table
 
 from suite.analysis import load_run, one_time_seconds, round_data, running_seconds, set_spread
 from suite.errors import SuiteError
-from suite.matrix import load_matrix
+from suite.matrix_load import load_matrix
 from suite.stats import OneWay, fmt_set_spread
 from suite.verdict import VerdictSpec, round_scores, rounds_needed
 

@@ -17,7 +17,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from suite import REPO_ROOT
     from suite.errors import SuiteError
-    from suite.matrix import load_matrix
+    from suite.matrix_load import load_matrix
     from suite.plan import build_plan
     from suite.runtime.slurm.cluster import job_script
     from suite.runtime.slurm.runtime import SlurmRuntime

@@ -6,7 +6,7 @@ from rich.console import Console
 
 from suite.calibrate import estimate_here
 from suite.errors import MatrixError
-from suite.matrix import describe_sources, line_of, load_matrix, missing_model_paths, nothing_to_compare
+from suite.matrix_load import describe_sources, line_of, load_matrix, missing_model_paths, nothing_to_compare
 from suite.plan import build_plan
 
 NAME = "validate"

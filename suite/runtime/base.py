@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from suite.errors import ServerError
-from suite.matrix import Matrix, ModelSpec
+from suite.matrix import Matrix
+from suite.matrix_blocks import ModelSpec
 from suite.patches import AppliedPatch
 from suite.plan import effective_arms
 from suite.proc import ToolCommand

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from suite.errors import ServerError, SuiteError
-from suite.matrix import ArmSpec
+from suite.matrix_blocks import ArmSpec
 from suite.proc import (
     LM_EVAL_PYTHON,
     ToolCommand,

@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from suite.errors import SuiteError
-from suite.matrix import DockerSpec, Matrix
+from suite.matrix import Matrix
+from suite.matrix_blocks import DockerSpec
 from suite.runtime.docker.bases import CUDA13_DRIVER, cuda_base, engine_is_here, host_driver
 
 Status = Literal["ok", "warn", "fail"]

@@ -24,7 +24,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from suite.errors import SuiteError
-from suite.matrix import ArmSpec
+from suite.matrix_blocks import ArmSpec
 from suite.patches import PatchError, parse_unified_diff, resolve_patches
 from suite.proc import ToolCommand, read_tail, run_tool
 from suite.runtime.base import ArmEnv, ArmPreparer, Runtime

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from suite.matrix import ModelSpec
+from suite.matrix_blocks import ModelSpec
 from suite.plan import Job
 from suite.proc import ToolCommand
 from suite.store import JobNotes

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from suite.errors import SuiteError
-from suite.matrix import Matrix, SlurmSpec
+from suite.matrix import Matrix
+from suite.matrix_blocks import SlurmSpec
 
 # Job states (squeue %T / sacct State). Anything not active is final.
 ACTIVE_STATES = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD",

@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from suite.errors import SuiteError
-from suite.matrix import ArmSpec, Matrix
+from suite.matrix import Matrix
+from suite.matrix_blocks import ArmSpec
 from suite.patches import AppliedPatch
 from suite.runtime.base import ArmEnv, ArmPlacement
 from suite.runtime.local import overlay_words, prepare_local_arm

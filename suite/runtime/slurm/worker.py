@@ -24,7 +24,7 @@ from rich.console import Console
 
 from suite import REPO_ROOT
 from suite.errors import SuiteError
-from suite.matrix import load_matrix
+from suite.matrix_load import load_matrix
 from suite.plan import Session, build_plan
 from suite.proc import signals_as_interrupt
 from suite.runner import RunContext, run_session

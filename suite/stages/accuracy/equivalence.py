@@ -20,7 +20,7 @@ from pathlib import Path
 
 from suite.errors import SuiteError
 from suite.fixtures.gsm8k import synthetic_problems
-from suite.matrix import AccuracySpec
+from suite.matrix_blocks import AccuracySpec
 from suite.stages.base import JobEnv
 from suite.store import JobNotes, atomic_write_json
 

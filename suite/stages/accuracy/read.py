@@ -24,7 +24,7 @@ from typing import Any
 from scipy.stats import binomtest
 
 from suite.errors import SuiteError
-from suite.matrix import AccuracySpec
+from suite.matrix_blocks import AccuracySpec
 from suite.plan import Job
 from suite.stats import GateOutcome, PairedAccuracy, accuracy_gate, accuracy_gate_reason, paired_accuracy
 from suite.store import JobRecord, RunStore

@@ -9,7 +9,7 @@ to `vllm serve`.
 from __future__ import annotations
 
 from suite.errors import SuiteError
-from suite.matrix import LayerSpec, ModelSpec
+from suite.matrix_blocks import LayerSpec, ModelSpec
 from suite.proc import run_tool
 from suite.stages.base import JobEnv
 from suite.store import CommandNotes

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from suite.matrix import LayerSpec, Matrix
+from suite.matrix import Matrix
+from suite.matrix_blocks import LayerSpec
 from suite.stages.spec import KindSpec
 
 

@@ -32,7 +32,7 @@ import urllib.request
 from pathlib import Path
 
 from suite.errors import SuiteError
-from suite.matrix import ProfileSpec
+from suite.matrix_blocks import ProfileSpec
 from suite.stages.base import JobEnv, SessionEnv
 from suite.stages.profile.read import summarize, worker_traces
 from suite.stages.serve.run import run_serve, serve_command

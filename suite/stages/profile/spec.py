@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from suite.matrix import Matrix, ProfileSpec
+from suite.matrix import Matrix
+from suite.matrix_blocks import ProfileSpec
 from suite.stages.spec import KindSpec
 
 

