@@ -37,6 +37,7 @@ from suite.quality.finding import Finding, RepeatResult, order_findings, repeat_
 from suite.quality.hosts import machine_names
 from suite.quality.run import run_checks
 from suite.quality.software import SoftwareDiff, compare_software, software_findings
+from suite.records import JobRecord, Manifest, MatrixRecord, PlanRecord, elapsed_s
 from suite.stages.accuracy.read import ArmsCorrectness, compare_arms
 from suite.stages.serve.read import (
     PointResults,
@@ -60,7 +61,7 @@ from suite.stats import (
     set_value,
 )
 from suite.stats import holm as stats_holm
-from suite.store import JobRecord, Manifest, MatrixRecord, PlanRecord, RunStore, Unreadable, elapsed_s
+from suite.store import RunStore, Unreadable
 from suite.verdict import (
     Evaluation,
     Hypothesis,

@@ -14,11 +14,12 @@ from suite.errors import SuiteError
 from suite.estimate import COSTS, GSM8K_QUESTIONS, Estimate, HostCosts, estimate, host_of, point_seconds
 from suite.matrix import Matrix
 from suite.plan import Plan
+from suite.records import Manifest
 from suite.runtime.gpu import host_kind
 from suite.runtime.identity import this_machine
 from suite.stages.serve.read import precompile_records, server_records
 from suite.stages.serve.spec import ServeParams
-from suite.store import Manifest, RunStore
+from suite.store import RunStore
 
 USABLE = ("complete", "incomplete", "interrupted")  # a run that measured something (a failed one may not have)
 

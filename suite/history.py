@@ -19,8 +19,8 @@ from typing import Any
 from suite.analysis import load_run
 from suite.errors import SuiteError
 from suite.patches import AppliedPatch
+from suite.records import utc_now
 from suite.stats import Verdict
-from suite.store import utc_now
 
 DB_NAME = "history.sqlite"
 SCHEMA_VERSION = 1

@@ -50,9 +50,9 @@ from suite.quality.finding import CHECK_ORDER, Finding, order_findings
 from suite.quality.run import ACROSS_ROUNDS
 from suite.quality.series import DRIFT_MIN_ROUNDS
 from suite.quality.software import beyond_patch, named
+from suite.records import ArmSoftware, Manifest, MatrixRecord, elapsed_s
 from suite.stages.accuracy.read import GATE_FILTER, ArmsCorrectness
 from suite.stats import METRICS, Verdict, fmt_interval, fmt_pct
-from suite.store import ArmSoftware, Manifest, MatrixRecord, elapsed_s
 from suite.verdict import (
     COMPOSITE_WEIGHT,
     SPENDING_LABEL,

@@ -40,6 +40,18 @@ from suite.plan import (
 )
 from suite.proc import signals_as_interrupt
 from suite.quality.software import beyond_patch, compare_software, named
+from suite.records import (
+    ArmRecord,
+    ArmSoftware,
+    DeviceStates,
+    JobCounts,
+    LookRecord,
+    PlanRecord,
+    Stretch,
+    WeightsRecord,
+    new_manifest,
+    utc_now,
+)
 from suite.runtime.base import (
     ArmEnv,
     ArmPreparer,
@@ -63,23 +75,7 @@ from suite.stages.base import JobEnv, SessionEnv, SessionScope, trusts_remote_co
 from suite.stages.registry import STAGES
 from suite.stages.serve.read import PrecompileStart
 from suite.stages.serve.run import serve_command
-from suite.store import (
-    ArmRecord,
-    ArmSoftware,
-    DeviceStates,
-    JobCounts,
-    LookRecord,
-    PlanRecord,
-    RunStore,
-    Stretch,
-    WeightsRecord,
-    atomic_write_json,
-    new_manifest,
-    redact_env,
-    redact_text,
-    secret_values,
-    utc_now,
-)
+from suite.store import RunStore, atomic_write_json, redact_env, redact_text, secret_values
 
 RUNTIMES: dict[str, type] = {"local": LocalRuntime, "docker": DockerRuntime, "slurm": SlurmRuntime}
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from suite.analysis import load_run, primary
 from suite.plan import AA_SUFFIX, Plan, Session, session_round
-from suite.store import LookRecord, SequentialRecord
+from suite.records import LookRecord, SequentialRecord
 from suite.verdict import VerdictSpec
 
 

@@ -297,8 +297,9 @@ def test_report_section_from_run_records(tmp_path: Path) -> None:
     """The section of a run: each arm's raw files found from the job records, through the store."""
     from suite.analysis import load_run
     from suite.plan import Job
+    from suite.records import SCHEMA_VERSION, Manifest
     from suite.render.markdown import section as markdown_section
-    from suite.store import SCHEMA_VERSION, Manifest, RunStore
+    from suite.store import RunStore
 
     store = RunStore(tmp_path)
     store.write_manifest(Manifest.model_validate({"schema_version": SCHEMA_VERSION,

@@ -35,7 +35,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from suite.store import Manifest
+from suite.records import Manifest
 from tests.conftest import REPO, processes_mentioning, run_suite, start_suite_in_group, wait_for
 
 pytestmark = pytest.mark.e2e

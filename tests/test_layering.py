@@ -25,7 +25,7 @@ LAYERS: list[tuple[str, ...]] = [
     # what the plan knows of each kind, declared by its stage (spec.py) and gathered in job order (kinds)
     ("suite.stages.spec", "suite.stages.kinds", *(f"suite.stages.{k}.spec" for k in STAGE_PACKAGES)),
     ("suite.plan", "suite.estimate"),
-    ("suite.store",),
+    ("suite.records", "suite.store"),
     ("suite.runtime",),
     ("suite.stages",),  # a stage's run.py (and its helpers): one job against a JobEnv
     ("suite.quality", "suite.document", "suite.stages.serve.checks"),  # a stage's own data-quality checks

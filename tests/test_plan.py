@@ -281,7 +281,7 @@ def test_the_design_is_computed_once_and_an_old_runs_record_implies_the_same(pat
     from its matrix record, so old and new runs are read alike."""
     from suite.matrix_load import load_matrix
     from suite.plan import Design
-    from suite.store import MatrixRecord, PlanRecord
+    from suite.records import MatrixRecord, PlanRecord
 
     monkeypatch.setenv("SUITE_VLLM_VERSION", "0.33.0")
     m = load_matrix(path)

@@ -10,6 +10,7 @@ import pytest
 
 from suite.analysis import load_run
 from suite.plan import Job
+from suite.records import SCHEMA_VERSION, Manifest
 from suite.render.markdown import section as markdown_section
 from suite.stages.probe.plugin import BUCKET_LABELS, bucket
 from suite.stages.probe.read import FROZEN, NOT_EXERCISED
@@ -23,7 +24,7 @@ from suite.stages.probe.run import (
     summarize,
 )
 from suite.stages.probe.summary import section
-from suite.store import SCHEMA_VERSION, Manifest, RunStore, atomic_write_json
+from suite.store import RunStore, atomic_write_json
 
 TIER6 = "F.linear (tier 6: ReplicatedLinear) > dispatch_unquantized_gemm->cpu_unquantized_gemm"
 

@@ -27,6 +27,7 @@ from suite.quality.series import (
     session_levels,
 )
 from suite.quality.server_log import check_server_health, count_log_errors
+from suite.records import ClientRecord
 from suite.stages.serve.checks import (
     check_chunked,
     check_client,
@@ -39,7 +40,6 @@ from suite.stages.serve.checks import (
 )
 from suite.stages.serve.read import ServeResult, ServerStart
 from suite.stages.serve.spec import ServeParams
-from suite.store import ClientRecord
 
 DATA = Path(__file__).parent / "data" / "report_run"
 C1, C4, C8 = "isl128-osl32-c1-n4", "isl128-osl32-c4-n16", "isl256-osl16-c8-n16"

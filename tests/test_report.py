@@ -16,9 +16,10 @@ from suite.analysis import load_run
 from suite.document import STYLES, fmt
 from suite.matrix_load import parse_matrix
 from suite.plan import build_plan
+from suite.records import PlanRecord, Stretch, new_manifest
 from suite.report import build_report, render_html, render_markdown
 from suite.stats import DETAIL, HEADLINE
-from suite.store import PlanRecord, RunStore, Stretch, atomic_write_json, new_manifest
+from suite.store import RunStore, atomic_write_json
 from tests.test_report_html import build_run_dir
 
 MATRIX = """\
@@ -329,7 +330,7 @@ def test_an_unfinished_run_says_whether_its_process_still_runs(tmp_path):
     import subprocess
     import sys
 
-    from suite.store import boot_id
+    from suite.records import boot_id
 
     store = RunStore.open(make_run(tmp_path, scaled([100] * 3, [110] * 3), skip=frozenset(
         {("patched", "serve/isl64-osl16-c2-n8/rep-2")})))

@@ -28,11 +28,12 @@ from suite.analysis import load_run
 from suite.document import STYLES, Card, Chart, Document, Note, Paragraph, Section, Series, literal
 from suite.matrix_load import load_matrix
 from suite.plan import build_plan
+from suite.records import PlanRecord, new_manifest
 from suite.render import html as html_render
 from suite.render import markdown as md_render
 from suite.report import build_document, build_report, render_html
 from suite.stats import DETAIL, HEADLINE, METRICS, Verdict
-from suite.store import PlanRecord, RunStore, atomic_write_json, new_manifest
+from suite.store import RunStore, atomic_write_json
 
 DATA = Path(__file__).parent / "data" / "report_run"
 SCALE_JITTER = (1.0, 1.01, 1 / 1.01)

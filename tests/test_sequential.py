@@ -114,8 +114,8 @@ def test_the_last_look_says_it_is_the_last_not_that_every_candidate_decided(tmp_
 
 
 def test_the_look_line_says_whether_the_control_raised_a_false_alarm():
+    from suite.records import LookRecord
     from suite.runner import look_line
-    from suite.store import LookRecord
 
     seq = SequentialRun(spec=VerdictSpec(max_rounds=4, looks=(2, 4)), budget_s=None)
     look = LookRecord(rounds=2, outcomes={"ll-bf16": "IMPROVEMENT", "slowed-gate": "INCONCLUSIVE"},
@@ -131,8 +131,8 @@ def test_the_look_line_says_whether_the_control_raised_a_false_alarm():
 def test_an_interleaved_runs_lines_count_restart_sets():
     """The report calls an interleaved run's rounds restart sets; the runner's lines did not ("look after 3
     rounds" for the H200 run's three sets, 2026-12-05). The runner resumes its state with that unit."""
+    from suite.records import LookRecord
     from suite.runner import look_line
-    from suite.store import LookRecord
 
     seq = SequentialRun.resume(VerdictSpec(max_rounds=4, looks=(3, 4)), None, None, unit="restart sets")
     look = LookRecord(rounds=4, outcomes={"ll-bf16": "INCONCLUSIVE"}, decided={"ll-bf16": True}, final=True)
@@ -204,7 +204,7 @@ def test_aa_alternate_through_the_cli(tmp_path, capsys):
 
 def _look(rounds: int, cand: str, cand_decided: bool, control: str | None, control_decided: bool | None,
           final: bool = False):
-    from suite.store import LookRecord
+    from suite.records import LookRecord
     return LookRecord(rounds=rounds, outcomes={"patched": cand}, decided={"patched": cand_decided}, final=final,
                       control=control, control_decided=control_decided)
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 
 from suite.plan import Job
+from suite.records import ClientRecord
 from suite.stages.serve.run import ServeNotes
 from suite.stages.serve.sizing import PointSize, point_size
-from suite.store import ClientRecord, RunStore
+from suite.store import RunStore
 
 POINT = "isl128-osl32-c1-t3s"
 PARAMS = {"isl": 128, "osl": 32, "concurrency": 1, "num_prompts": 4, "duration_s": 3.0, "seed": 0,

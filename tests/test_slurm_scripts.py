@@ -181,9 +181,10 @@ def test_report_section_lists_every_submission(tmp_path: Path) -> None:
     import json
 
     from suite.analysis import load_run
+    from suite.records import SCHEMA_VERSION, Manifest
     from suite.render.markdown import section
     from suite.report_sections import slurm_section
-    from suite.store import SCHEMA_VERSION, Manifest, RunStore
+    from suite.store import RunStore
 
     RunStore(tmp_path).write_manifest(Manifest.model_validate({"schema_version": SCHEMA_VERSION,
                                        "plan": {"arms": ["baseline", "patched"], "baseline": "baseline"}}))
@@ -215,9 +216,10 @@ def test_a_malformed_ledger_is_named(tmp_path: Path) -> None:
 
     from suite.analysis import load_run
     from suite.errors import SuiteError
+    from suite.records import SCHEMA_VERSION, Manifest
     from suite.render.markdown import section
     from suite.report_sections import slurm_section
-    from suite.store import SCHEMA_VERSION, Manifest, RunStore
+    from suite.store import RunStore
 
     store = RunStore(tmp_path)
     assert store.slurm_ledger() is None  # no Slurm run: no ledger, no section

@@ -17,12 +17,13 @@ from suite.analysis import environment, load_run
 from suite.matrix_load import parse_matrix
 from suite.patches import AppliedPatch
 from suite.quality.software import compare_software, software_findings
+from suite.records import ArmSoftware, VllmFiles
 from suite.report import build_report
 from suite.runtime.base import ArmEnv
 from suite.runtime.local import LocalRuntime
 from suite.runtime.software import collect_software, patched_files
 from suite.share import summary_markdown
-from suite.store import ArmSoftware, RunStore, VllmFiles, read_json
+from suite.store import RunStore, read_json
 from tests.test_report import make_run
 
 MATRIX = """

@@ -8,7 +8,8 @@ import pytest
 
 from suite.errors import SuiteError
 from suite.plan import Job
-from suite.store import SCHEMA_VERSION, RunStore
+from suite.records import SCHEMA_VERSION
+from suite.store import RunStore
 
 
 def _job() -> Job:
@@ -49,10 +50,10 @@ def test_a_stages_notes_are_declared_and_land_in_its_record(tmp_path):
     them, and the runner's write puts them in the record, read back typed (the client), None fields left out."""
     from pydantic import ValidationError
 
+    from suite.records import ClientRecord, DeviceStates
     from suite.stages.latency.run import LatencyNotes
     from suite.stages.serve.run import ServeNotes
     from suite.stages.serve.warmup import WarmShape, WarmupRecord
-    from suite.store import ClientRecord, DeviceStates
 
     store = RunStore(tmp_path)
     job = _job()
@@ -80,7 +81,7 @@ def test_the_recorded_verdict_block_reads_as_the_verdict_spec_it_was_dumped_from
     """The manifest's matrix keeps the declared primary test as the VerdictSpec the matrix held: dumped with the
     matrix, read back typed, and written back as the same JSON (a key the record left out stays out)."""
     from suite.matrix_load import parse_matrix
-    from suite.store import PlanRecord, new_manifest
+    from suite.records import PlanRecord, new_manifest
     from suite.verdict import VerdictSpec
 
     matrix = parse_matrix(

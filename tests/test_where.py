@@ -16,10 +16,11 @@ from rich.console import Console
 from suite.analysis import load_run, machines
 from suite.errors import SuiteError
 from suite.matrix_load import parse_matrix
+from suite.records import GpuIdentity, HostIdentity, Stretch
 from suite.report import render_markdown
 from suite.runner import check_resume_host
 from suite.runtime import identity
-from suite.store import GpuIdentity, HostIdentity, RunStore, Stretch
+from suite.store import RunStore
 from tests.test_report import MATRIX, card_of, make_run
 
 H100_CSV = ("0, GPU-5f3c9a1e-0d2b-4c1e-9a7f-1b2c3d4e5f60, 00000000:18:00.0, 570.133.20, 700.00, 1980, 1755, "

@@ -46,8 +46,8 @@ from primary_test import ARMS, FALSE_POSITIVE, Noise, one_run, pct, simulate_rou
 
 from suite.matrix_load import parse_matrix  # noqa: E402
 from suite.plan import Session, build_plan  # noqa: E402
+from suite.records import LookRecord  # noqa: E402
 from suite.sequential import SequentialRun, session_round  # noqa: E402
-from suite.store import LookRecord  # noqa: E402
 from suite.verdict import Evaluation, Outcome, VerdictSpec, evaluate, every_other_look, every_other_round  # noqa: E402
 
 POWER = (("none", 5.0), ("linear", 5.0))  # a 5 % slowdown: what randomising costs where mirrored pairs cancel

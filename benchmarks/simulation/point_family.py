@@ -44,9 +44,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from drift_order import LABELS, MODELS, SLOTS, drift_of, plan_orders  # noqa: E402
 
 import suite.verdict as verdict  # noqa: E402
+from suite.records import LookRecord  # noqa: E402
 from suite.sequential import SequentialRun  # noqa: E402
 from suite.stats import METRICS  # noqa: E402
-from suite.store import LookRecord  # noqa: E402
 from suite.verdict import Outcome, PointWord, VerdictSpec, evaluate, primary_test, round_scores  # noqa: E402
 
 POINTS = ("isl128-osl64-c1-n16", "isl128-osl64-c4-n32", "isl128-osl64-c8-n64", "isl128-osl64-c16-n128")

@@ -24,7 +24,7 @@ from suite.errors import SuiteError
 
 if TYPE_CHECKING:  # the analysis (scipy) loads only when the command runs
     from suite.analysis import CandidateSummary, CellResult
-    from suite.store import Manifest
+    from suite.records import Manifest
 
 NAME = "compare"
 HELP = "Compare an arm across two runs of the same matrix (or arm X of run A vs arm Y of run B): md + html report."
@@ -89,7 +89,7 @@ def _link_file(src: str | Path, dst: str | Path) -> None:
 def merge_runs(run_a: Path, arm_a: str, label_a: str, run_b: Path, arm_b: str, label_b: str,
                out: Path) -> Path:
     """Write a run directory at ``out`` holding ``arm_a`` of run A (as the baseline) and ``arm_b`` of run B."""
-    from suite.store import (
+    from suite.records import (
         ArmRecord,
         CompareRecord,
         CompareSide,
@@ -97,9 +97,9 @@ def merge_runs(run_a: Path, arm_a: str, label_a: str, run_b: Path, arm_b: str, l
         Manifest,
         PlannedJob,
         PlanRecord,
-        RunStore,
         utc_now,
     )
+    from suite.store import RunStore
 
     sa, sb = RunStore.open(run_a), RunStore.open(run_b)
     ma, mb = sa.manifest(), sb.manifest()

@@ -12,10 +12,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
+from suite.records import ClientRecord, HostIdentity
 from suite.stages.serve.read import ServeResult
 from suite.stages.serve.spec import ServeParams
 from suite.stats import FAMILIES, METRICS
-from suite.store import ClientRecord, HostIdentity
 
 Severity = Literal["unreliable", "warning"]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from suite.quality.finding import Finding, RepeatResult
-from suite.store import HostIdentity
+from suite.records import HostIdentity
 
 
 def machine_names(hosts: Sequence[HostIdentity]) -> dict[str, str]:

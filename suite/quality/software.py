@@ -1,6 +1,6 @@
 """Whether an arm differs from the baseline only by its patch: the arms' software as each run recorded it
-(`suite.store.ArmSoftware`, collected in each arm's own environment; every file of its vllm package in
-`suite.store.VllmFiles`), compared file by file and version by version.
+(`suite.records.ArmSoftware`, collected in each arm's own environment; every file of its vllm package in
+`suite.records.VllmFiles`), compared file by file and version by version.
 
 A router-gate change is measured as the difference between two arms, so anything else that differs between
 them (another torch, Triton, FlashInfer or AITER, a vLLM file no patch set writes, a native extension built
@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from suite.quality.finding import Finding
-from suite.store import SOFTWARE_PACKAGES, ArmSoftware, PackageInfo, VllmFiles, is_native
+from suite.records import SOFTWARE_PACKAGES, ArmSoftware, PackageInfo, VllmFiles, is_native
 
 MAX_NAMED = 10  # files named in one finding; the rest counted (every file: the arms' vllm-files.json)
 

@@ -24,7 +24,8 @@ from suite.matrix_blocks import ModelSpec
 from suite.patches import AppliedPatch
 from suite.plan import effective_arms
 from suite.proc import ToolCommand
-from suite.store import ArmDirs, ArmRuntimeInfo, GpuState
+from suite.records import ArmRuntimeInfo, GpuState
+from suite.store import ArmDirs
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Literal
 
-from suite.store import GpuState
+from suite.records import GpuState
 
 HostKind = Literal["cpu", "cuda", "rocm"]
 HOST_KINDS: tuple[HostKind, ...] = ("cpu", "cuda", "rocm")

@@ -24,7 +24,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from suite.store import GpuIdentity, HostIdentity, boot_id
+from suite.records import GpuIdentity, HostIdentity, boot_id
 
 TOOL_TIMEOUT_S = 20.0
 NVIDIA_FIELDS = ("index", "uuid", "pci.bus_id", "driver_version", "power.limit", "clocks.max.sm", "clocks.sm", "name")

@@ -32,9 +32,10 @@ from suite.proc import (
     start,
     stop_group,
 )
+from suite.records import ArmRuntimeInfo, CpuSplit, GpuState
 from suite.runtime.base import ArmEnv, ArmPlacement, RuntimeBase, Server, ServerBase, ServerSpec
 from suite.runtime.gpu import HostKind, gpu_state, host_kind, process_tree, release_gpu
-from suite.store import SERVER_START_MARK, ArmDirs, ArmRuntimeInfo, CpuSplit, GpuState
+from suite.store import SERVER_START_MARK, ArmDirs
 
 STOP_GRACE_S = 30.0
 

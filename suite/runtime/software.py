@@ -27,18 +27,17 @@ from suite.errors import SuiteError
 from suite.matrix_blocks import ArmSpec
 from suite.patches import PatchError, parse_unified_diff, resolve_patches
 from suite.proc import ToolCommand, read_tail, run_tool
-from suite.runtime.base import ArmEnv, ArmPreparer, Runtime
-from suite.store import (
+from suite.records import (
     SOFTWARE_PACKAGES,
     ArmSoftware,
     PackageInfo,
-    RunStore,
     VllmFiles,
     is_native,
-    read_json,
     tree_digest,
     utc_now,
 )
+from suite.runtime.base import ArmEnv, ArmPreparer, Runtime
+from suite.store import RunStore, read_json
 
 PROBE = Path(__file__).with_name("software_probe.py")
 PROBE_TIMEOUT_S = 600.0  # a container start and a few GB hashed take well under a minute

@@ -2,7 +2,7 @@
 server) — never the runner's context, the store or the runtime object.
 
 A stage's ``run.execute(env) -> JobNotes`` runs one job, writes its raw result to ``env.result`` (atomically,
-through suite.store) and returns its notes (a ``suite.store.JobNotes`` of its own), which the runner writes into
+through suite.store) and returns its notes (a ``suite.records.JobNotes`` of its own), which the runner writes into
 the job's record. Server hooks (``server_args``,
 ``server_env``) let a stage shape the server of a session that holds its jobs (profiler, probe plugin).
 """
@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from suite.matrix_blocks import ModelSpec
 from suite.plan import Job
 from suite.proc import ToolCommand
-from suite.store import JobNotes
+from suite.records import JobNotes
 
 
 class ServerHandle(Protocol):

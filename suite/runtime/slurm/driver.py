@@ -21,6 +21,7 @@ from suite import REPO_ROOT
 from suite.errors import SuiteError
 from suite.plan import Job, Session
 from suite.proc import signals_as_interrupt
+from suite.records import SlurmLedger, SlurmSubmission, utc_now
 from suite.runtime.scheduler import Batch, RunProgress
 from suite.runtime.slurm.cluster import (
     JobScript,
@@ -34,7 +35,7 @@ from suite.runtime.slurm.cluster import (
     spec_of,
     submit,
 )
-from suite.store import SlurmLedger, SlurmSubmission, atomic_write_text, utc_now
+from suite.store import atomic_write_text
 
 CANCEL_WAIT_S = 180.0
 UNKNOWN_POLLS = 5  # polls a job may be missing from squeue and accounting before it counts as lost

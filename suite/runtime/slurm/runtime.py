@@ -9,10 +9,10 @@ from suite.errors import SuiteError
 from suite.matrix import Matrix
 from suite.matrix_blocks import ArmSpec
 from suite.patches import AppliedPatch
+from suite.records import ArmRuntimeInfo
 from suite.runtime.base import ArmEnv, ArmPlacement
 from suite.runtime.local import overlay_words, prepare_local_arm
 from suite.runtime.slurm.cluster import preflight, spec_of
-from suite.store import ArmRuntimeInfo
 
 
 class SlurmRuntime:

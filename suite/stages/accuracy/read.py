@@ -26,8 +26,9 @@ from scipy.stats import binomtest
 from suite.errors import SuiteError
 from suite.matrix_blocks import AccuracySpec
 from suite.plan import Job
+from suite.records import JobRecord
 from suite.stats import GateOutcome, PairedAccuracy, accuracy_gate, accuracy_gate_reason, paired_accuracy
-from suite.store import JobRecord, RunStore
+from suite.store import RunStore
 
 FILTERS = ("strict-match", "flexible-extract")
 GATE_FILTER = "flexible-extract"

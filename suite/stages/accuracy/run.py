@@ -28,8 +28,9 @@ from suite.errors import SuiteError
 from suite.fixtures.gsm8k import is_synthetic_dataset, write_synthetic_gsm8k
 from suite.matrix_blocks import AccuracySpec
 from suite.proc import LM_EVAL_PYTHON, failure, run_tool
+from suite.records import JobNotes
 from suite.stages.base import JobEnv
-from suite.store import JobNotes, atomic_write_json
+from suite.store import atomic_write_json
 
 SIDECAR = "suite-accuracy.json"
 SCHEMA = "suite.accuracy/1"

@@ -14,10 +14,10 @@ from typing import Any
 
 from suite.analysis import RunData
 from suite.document import BulletList, Cell, Note, Paragraph, Section, Table, code, fmt_p, literal
+from suite.records import ModelRecord
 from suite.render import markdown
 from suite.stages.accuracy.read import AccuracyComparison, ArmScore, EquivalenceSummary, FilterComparison
 from suite.stats import fmt_interval
-from suite.store import ModelRecord
 
 MAX_LISTED_FLIPS = 20
 GATE_STYLE = {"PASS": "better", "FAIL": "worse", "INCONCLUSIVE": "unreliable", "UNINFORMATIVE": "unreliable"}

@@ -9,7 +9,8 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from suite.store import JobRecord, RunStore, Unreadable, load_results
+from suite.records import JobRecord
+from suite.store import RunStore, Unreadable, load_results
 
 
 class _Read(BaseModel):

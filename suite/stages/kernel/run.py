@@ -9,8 +9,8 @@ from __future__ import annotations
 from suite.errors import SuiteError
 from suite.matrix_blocks import KernelSpec
 from suite.proc import run_tool
+from suite.records import CommandNotes
 from suite.stages.base import JobEnv
-from suite.store import CommandNotes
 
 
 def kernel_command(params: KernelSpec, out: str, arm: str) -> list[str]:

@@ -9,8 +9,9 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from suite.records import JobRecord
 from suite.stages.latency.spec import LatencyParams
-from suite.store import JobRecord, RunStore, Unreadable, load_results
+from suite.store import RunStore, Unreadable, load_results
 
 
 def quantile(values: list[float], q: float) -> float:

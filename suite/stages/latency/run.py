@@ -18,9 +18,10 @@ from pathlib import Path
 
 from suite.errors import SuiteError
 from suite.proc import failure, run_tool
+from suite.records import CommandNotes
 from suite.stages.base import JobEnv
 from suite.stages.latency.spec import LatencyParams
-from suite.store import CommandNotes, read_json
+from suite.store import read_json
 
 # flags this module sets itself: a copy in serve_args is dropped so the tool sees one value
 OWN_FLAGS = {"--model", "--tokenizer", "--max-model-len", "--served-model-name", "--input-len", "--output-len",

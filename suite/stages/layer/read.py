@@ -7,9 +7,10 @@ from collections.abc import Sequence
 
 from pydantic import Field, model_validator
 
+from suite.records import JobRecord
 from suite.stages.kernel.read import ByArm, KernelRun, _Read, load_runs
 from suite.stages.layer.bench import run_time_path
-from suite.store import JobRecord, RunStore, Unreadable
+from suite.store import RunStore, Unreadable
 
 
 class LayerInfo(_Read):

@@ -11,8 +11,8 @@ from __future__ import annotations
 from suite.errors import SuiteError
 from suite.matrix_blocks import LayerSpec, ModelSpec
 from suite.proc import run_tool
+from suite.records import CommandNotes
 from suite.stages.base import JobEnv
-from suite.store import CommandNotes
 
 
 def layer_command(params: LayerSpec, model: ModelSpec, out: str, arm: str) -> list[str]:

@@ -6,7 +6,8 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from suite.store import JobRecord, RunStore, Unreadable, load_results
+from suite.records import JobRecord
+from suite.store import RunStore, Unreadable, load_results
 
 
 class _Record(BaseModel):

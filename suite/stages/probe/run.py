@@ -29,10 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from suite.errors import SuiteError
+from suite.records import JobNotes
 from suite.stages.base import JobEnv, SessionEnv
 from suite.stages.probe.plugin import BUCKET_LABELS, ENV_DIR, ENV_FLUSH, STOP_FILE, bucket
 from suite.stages.probe.read import FROZEN, NOT_EXERCISED, ProbeResult
-from suite.store import JobNotes, atomic_write_json, atomic_write_text, read_json
+from suite.store import atomic_write_json, atomic_write_text, read_json
 
 PLUGIN_NAME = "suite_gate_probe"
 PLUGIN_VERSION = "1"

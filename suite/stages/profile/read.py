@@ -12,7 +12,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from suite.errors import SuiteError
-from suite.store import JobRecord, RunStore, Unreadable, load_results
+from suite.records import JobRecord
+from suite.store import RunStore, Unreadable, load_results
 
 STEP = re.compile(r"^execute_(?:\d+_)?context_(\d+)\((?:sq)?(\d+)[^)]*\)_generation_(\d+)\((?:sq)?(\d+)")
 

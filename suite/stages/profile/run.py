@@ -33,11 +33,12 @@ from pathlib import Path
 
 from suite.errors import SuiteError
 from suite.matrix_blocks import ProfileSpec
+from suite.records import JobNotes
 from suite.stages.base import JobEnv, SessionEnv
 from suite.stages.profile.read import summarize, worker_traces
 from suite.stages.serve.run import run_serve, serve_command
 from suite.stages.serve.spec import ServeParams
-from suite.store import JobNotes, atomic_write_json, read_json
+from suite.store import atomic_write_json, read_json
 
 
 def profiler_args(trace_dir: Path) -> list[str]:

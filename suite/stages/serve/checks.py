@@ -13,9 +13,9 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from suite.quality.finding import Finding, RepeatResult, fmt_value
+from suite.records import ClientRecord
 from suite.stages.serve.read import ServeResult, finite_number
 from suite.stages.serve.spec import ServeParams
-from suite.store import ClientRecord
 
 TOKEN_TIMING = ("ttft", "tpot", "itl")  # the metric families a stream's token timing spoils (suite.stats.FAMILIES)
 BURST_S_PER_TOKEN = 50e-6  # faster than any decode step: tokens that close together came in one read

@@ -31,7 +31,7 @@ from typing import Any
 
 from suite.errors import SuiteError
 from suite.proc import failure, start, stop_group
-from suite.store import ClientMode, ClientRecord
+from suite.records import ClientMode, ClientRecord
 
 WORKER_PATH = Path(__file__).with_name("client_worker.py")
 START_TIMEOUT_S = 180.0  # vLLM's imports: ~10 s on 2 idle cores, much more on a loaded box

@@ -18,8 +18,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from suite.records import HostIdentity, JobRecord
 from suite.stages.serve.spec import ServeParams
-from suite.store import HostIdentity, JobRecord, RunStore, Unreadable, load_results, read_json
+from suite.store import RunStore, Unreadable, load_results, read_json
 
 DRIFT_TAG = "drift"
 MAX_RESTARTS_READ = 32  # server attempts of one session looked for (a matrix allows far fewer restarts)

@@ -10,13 +10,14 @@ from pathlib import Path
 from suite.errors import SuiteError
 from suite.plan import Job
 from suite.proc import run_tool
+from suite.records import ClientRecord, JobNotes
 from suite.stages.base import JobEnv
 from suite.stages.serve.client import WORKER_PATH, PersistentClient, with_flag
 from suite.stages.serve.sizing import PointSize, point_size
 from suite.stages.serve.spec import ServeParams
 from suite.stages.serve.warmup import WarmPoint, WarmupRecord, warm_session
 from suite.stats import LATENCIES, PERCENTILES
-from suite.store import ClientRecord, JobNotes, RunStore
+from suite.store import RunStore
 
 PERCENTILE_METRICS = ",".join(LATENCIES)  # every latency of the metric registry ...
 METRIC_PERCENTILES = ",".join(str(q) for q in PERCENTILES)  # ... at its percentiles

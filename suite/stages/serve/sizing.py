@@ -27,8 +27,9 @@ from pydantic import BaseModel, ConfigDict
 
 from suite.errors import SuiteError
 from suite.plan import Job
+from suite.records import JobRecord
 from suite.stages.serve.read import ServeResult
-from suite.store import JobRecord, RunStore, load_results
+from suite.store import RunStore, load_results
 
 
 class PointSize(BaseModel):
