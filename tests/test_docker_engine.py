@@ -469,3 +469,34 @@ def test_a_timed_out_client_ends_inside_the_container_too(engine, cpu_images, tm
         assert any("sleep 300" in p for p in procs) and not any("time.sleep(240)" in p for p in procs), procs
     finally:
         box.kill()
+
+
+GIVEN_MATRIX = """\
+name: given-image
+model: {{id: google/gemma-4-26B-A4B-it}}
+runtime: {{kind: docker, docker: {{vendor: cpu}}}}
+arms:
+  baseline: {{vllm: "0.32.0", image: "{image}"}}
+  again: {{vllm: "0.32.0", image: "{image}"}}
+serve:
+  - {{isl: 128, osl: 32, concurrency: [1]}}
+accuracy: {{task: gsm8k, limit: 4}}
+"""
+
+
+def test_a_given_image_without_the_lm_eval_venv_is_refused_before_any_server(engine, bookworm, cpu_images, tmp_path):
+    """An arm's own image (`image:`) with accuracy jobs must carry lm-eval where the suite runs it
+    (/opt/lm-eval/bin/python): a plain base is refused at prepare time with the way out; a suite-built one passes."""
+    from suite.errors import SuiteError
+    from suite.matrix_load import parse_matrix
+    from suite.runtime.docker.runtime import DockerRuntime
+
+    plain = parse_matrix(GIVEN_MATRIX.format(image=LOCAL_BOOKWORM), "m.yaml")
+    runtime = DockerRuntime(plain, tmp_path, client=engine)
+    with pytest.raises(SuiteError, match="has no /opt/lm-eval/bin/python .*Drop `image:`"):
+        runtime.prepare_arm("baseline", plain.arms["baseline"])
+    _, tags, _, _ = cpu_images
+    built = tags["baseline"]
+    ok = parse_matrix(GIVEN_MATRIX.format(image=built), "m.yaml")
+    env = DockerRuntime(ok, tmp_path, client=engine).prepare_arm("baseline", ok.arms["baseline"])
+    assert env.image == built

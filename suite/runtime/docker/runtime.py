@@ -631,9 +631,24 @@ class DockerRuntime(RuntimeBase):
         if spec.patches and labels.get("suite.patch.fingerprint") != patch_fingerprint(spec.patches, spec.vllm):
             raise SuiteError(f"arm {arm}: image {spec.image} is used as it is, but it does not carry the arm's "
                              "patch sets (suite.patch.fingerprint label); drop `image:` to have it built")
+        if self.matrix.accuracy is not None and not self._has_file(spec.image, IMAGE_LM_EVAL_PYTHON):
+            raise SuiteError(f"arm {arm}: image {spec.image} has no {IMAGE_LM_EVAL_PYTHON} (lm-eval in its own venv, "
+                             "as `suite build` makes every image): the accuracy jobs run there. Drop `image:` to have "
+                             "the arm's image built, or build yours FROM it with docker/lm_eval_venv.py")
         self.images[arm] = ImageInfo(tag=spec.image, id=image.id, given=True, vllm_source=image_vllm_source(labels))
         return ArmEnv(arm=arm, vllm_version=labels.get("suite.vllm.version", spec.vllm), image=spec.image,
                       patches=image_patches(labels), vllm_root=self._host_sources(spec.image, image.id))
+
+    def _has_file(self, image: str, path: str) -> bool:
+        """Whether ``path`` is an executable file in ``image`` (a throwaway container of it, `test -x`)."""
+        from docker.errors import DockerException
+
+        try:
+            self.client.containers.run(image, ["-x", path], entrypoint="test", remove=True,
+                                       labels={"suite.managed": "1"})
+        except DockerException:
+            return False
+        return True
 
     def _host_sources(self, image: str, image_id: str) -> Path | None:
         """Host-side stages read a few vLLM source files without importing vLLM (the latency stage: the engine
