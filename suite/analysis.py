@@ -38,6 +38,7 @@ from suite.quality.hosts import machine_names
 from suite.quality.run import run_checks
 from suite.quality.software import SoftwareDiff, compare_software, software_findings
 from suite.records import JobRecord, Manifest, MatrixRecord, PlanRecord, elapsed_s
+from suite.scores import round_scores
 from suite.stages.accuracy.read import ArmsCorrectness, compare_arms
 from suite.stages.serve.read import (
     PointResults,
@@ -62,16 +63,8 @@ from suite.stats import (
 )
 from suite.stats import holm as stats_holm
 from suite.store import RunStore, Unreadable
-from suite.verdict import (
-    Evaluation,
-    Hypothesis,
-    Outcome,
-    VerdictSpec,
-    evaluate,
-    every_other_look,
-    every_other_round,
-    round_scores,
-)
+from suite.verdict import Outcome, VerdictSpec, every_other_look, every_other_round
+from suite.verdict_family import Evaluation, Hypothesis, evaluate
 
 FAMILY_ALPHA = 0.05  # Holm: family-wise error rate over a candidate's cells
 NO_DATA = "NO DATA"

@@ -53,16 +53,8 @@ from suite.quality.software import beyond_patch, named
 from suite.records import ArmSoftware, Manifest, MatrixRecord, elapsed_s
 from suite.stages.accuracy.read import GATE_FILTER, ArmsCorrectness
 from suite.stats import METRICS, Verdict, fmt_interval, fmt_pct
-from suite.verdict import (
-    COMPOSITE_WEIGHT,
-    SPENDING_LABEL,
-    Evaluation,
-    Hypothesis,
-    Outcome,
-    PointWord,
-    PrimaryResult,
-    point_word,
-)
+from suite.verdict import SPENDING_LABEL, Outcome, PrimaryResult
+from suite.verdict_family import COMPOSITE_WEIGHT, Evaluation, Hypothesis, PointWord, point_word
 
 MAX_SHOWN_PCT = 1000.0  # an MDE beyond +1,000 % (×11) is said in words
 # the composite's interval is shown unless it spans more than a factor 11 either way around its estimate (an

@@ -805,7 +805,8 @@ def test_the_card_opens_with_each_points_own_word_and_numbers(tmp_path):
     from suite.analysis import load_run
     from suite.report_sections import point_labels
     from suite.stats import fmt_interval, fmt_pct
-    from suite.verdict import Outcome, PointWord
+    from suite.verdict import Outcome
+    from suite.verdict_family import PointWord
 
     name = "h200-interleaved-precompile-20261205"
     run = load_run(unpack(EVIDENCE / name, tmp_path / name))
@@ -833,7 +834,8 @@ def test_a_slowdown_whose_ttft_alone_read_better_is_inconclusive_not_an_improvem
     (the composite and every metric at every point, family-wise alpha) nothing is confirmed: INCONCLUSIVE, every
     point undecided with the change it could have detected."""
     from suite.analysis import load_run
-    from suite.verdict import Outcome, PointWord
+    from suite.verdict import Outcome
+    from suite.verdict_family import PointWord
 
     name = "cpu-sensitivity-150us-improvement-20261206"
     run = load_run(unpack(EVIDENCE / name, tmp_path / name))

@@ -76,13 +76,14 @@ def test_point_family_simulation_runs_the_family_through_the_real_plan_and_runne
     """benchmarks/simulation/point_family.py: one run of each scenario at very low noise through evaluate and
     SequentialRun: a trade-off reads MIXED naming both points, one point moved reads that point alone, a
     uniform slowdown REGRESSION at every point, and the rule before (the composite alone) says neither."""
-    from suite.verdict import Outcome, PointWord
+    from suite.verdict import Outcome
+    from suite.verdict_family import PointWord
 
     sim = simulation("point_family")
     rng = np.random.default_rng(0)
 
     def one(scenario, effects):
-        task = sim.Task("gpu", scenario, effects, 0.0002, "none", 1, 0, sim.verdict.COMPOSITE_WEIGHT)
+        task = sim.Task("gpu", scenario, effects, 0.0002, "none", 1, 0, sim.verdict_family.COMPOSITE_WEIGHT)
         return sim.one_trial(rng, task, 0)
 
     p = sim.POINTS

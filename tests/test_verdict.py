@@ -13,30 +13,24 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
+from suite.scores import round_score, round_scores, score_round
 from suite.stats import Strata
 from suite.verdict import (
-    COMPOSITE_WEIGHT,
     HEADLINE,
-    Hypothesis,
     Outcome,
-    PointWord,
     PrimaryResult,
     VerdictSpec,
-    evaluate,
-    family_word,
     fmt_pct,
     inflation_factor,
     look_alphas,
     nominal_alphas,
     plan_looks,
     primary_test,
-    round_score,
-    round_scores,
     rounds_needed,
-    score_round,
     spent_alpha,
     z_boundaries,
 )
+from suite.verdict_family import COMPOSITE_WEIGHT, Hypothesis, PointWord, evaluate, family_word
 
 SPEC = VerdictSpec()  # O'Brien-Fleming, looks 2/4/6/8, target 5 %, A/A not pooled
 

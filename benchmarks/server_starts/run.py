@@ -34,7 +34,8 @@ from suite.analysis import block_scores, load_run, round_data
 from suite.matrix_load import load_matrix
 from suite.proc import load_average
 from suite.runtime.local import find_tcmalloc
-from suite.verdict import VerdictSpec, round_scores, rounds_needed
+from suite.scores import round_scores
+from suite.verdict import VerdictSpec, rounds_needed
 
 REPO = Path(__file__).resolve().parents[2]
 MATRIX = Path(__file__).with_name("matrix.yaml")

@@ -48,7 +48,8 @@ from suite.matrix_load import parse_matrix  # noqa: E402
 from suite.plan import Session, build_plan  # noqa: E402
 from suite.records import LookRecord  # noqa: E402
 from suite.sequential import SequentialRun, session_round  # noqa: E402
-from suite.verdict import Evaluation, Outcome, VerdictSpec, evaluate, every_other_look, every_other_round  # noqa: E402
+from suite.verdict import Outcome, VerdictSpec, every_other_look, every_other_round  # noqa: E402
+from suite.verdict_family import Evaluation, evaluate  # noqa: E402
 
 POWER = (("none", 5.0), ("linear", 5.0))  # a 5 % slowdown: what randomising costs where mirrored pairs cancel
 NOISIER = (1.0, 2.0, 3.0)  # a candidate whose servers vary this many times more: pooling with the A/A arm
@@ -185,7 +186,7 @@ def sequential_run(rng: np.random.Generator, noise: Noise, effect_pct: float, sp
     ``SequentialRun.needed_session`` keeps (``own``: the control stops at the first look that decides its own
     test and its later sessions are left out, so the later sessions' slots move up under drift; else the
     control runs to the run's stop, as before), the primary test at each look as ``evaluate_look`` computes it
-    (``suite.verdict.evaluate`` on the stored rounds: candidate and A/A arm against the baseline, paired by
+    (``suite.verdict_family.evaluate`` on the stored rounds: candidate and A/A arm against the baseline, paired by
     round), and ``SequentialRun.take_look`` to decide the control's stop and the run's."""
     seq = SequentialRun(spec=spec, budget_s=None, control_arm="baseline.aa" if own else None)
     sessions = plan_sessions(seed, aa)

@@ -5,9 +5,9 @@
 Each trial is one run: the order of every round's sessions comes from ``suite.plan.build_plan`` (the same matrix
 as drift_order.py: baseline, its A/A arm, one candidate; ``order: abba``; a fresh ``order_seed`` per trial), the
 values of every session from the noise model below plus one of drift_order.py's host drift models, and the run
-stops as the runner stops it: ``suite.verdict.evaluate`` at each look of the design (the family, weighted Holm
-over group-sequential tests) and ``SequentialRun.take_look`` on its ``decided``. Beside it, in the same trial on
-the same values, the rule before (``composite``): the composite's own test at the whole alpha, the run stopped
+stops as the runner stops it: ``suite.verdict_family.evaluate`` at each look of the design (the family, weighted
+Holm over group-sequential tests) and ``SequentialRun.take_look`` on its ``decided``. Beside it, in the same trial
+on the same values, the rule before (``composite``): the composite's own test at the whole alpha, the run stopped
 where it decides (``primary_test(...).decided``), the word its outcome.
 
 Noise (log scale): every session a shared offset N(0, σ_session) (all its points and metrics move together, as
@@ -43,11 +43,13 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from drift_order import LABELS, MODELS, SLOTS, drift_of, plan_orders  # noqa: E402
 
-import suite.verdict as verdict  # noqa: E402
+import suite.verdict_family as verdict_family  # noqa: E402
 from suite.records import LookRecord  # noqa: E402
+from suite.scores import round_scores  # noqa: E402
 from suite.sequential import SequentialRun  # noqa: E402
 from suite.stats import METRICS  # noqa: E402
-from suite.verdict import Outcome, PointWord, VerdictSpec, evaluate, primary_test, round_scores  # noqa: E402
+from suite.verdict import Outcome, VerdictSpec, primary_test  # noqa: E402
+from suite.verdict_family import PointWord, evaluate  # noqa: E402
 
 POINTS = ("isl128-osl64-c1-n16", "isl128-osl64-c4-n32", "isl128-osl64-c8-n64", "isl128-osl64-c16-n128")
 BASE = {"output_throughput": 700.0, "mean_ttft_ms": 120.0, "mean_tpot_ms": 20.0, "mean_e2el_ms": 800.0}
@@ -124,7 +126,7 @@ def one_trial(rng: np.random.Generator, task: Task, t: int) -> Trial:
 
 
 def run_task(task: Task) -> list[Trial]:
-    verdict.COMPOSITE_WEIGHT = task.weight
+    verdict_family.COMPOSITE_WEIGHT = task.weight
     rng = np.random.default_rng(task.seed)
     return [one_trial(rng, task, t) for t in range(task.trials)]
 
@@ -145,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--trials", type=int, default=2000)
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
-    ap.add_argument("--weight", type=float, default=verdict.COMPOSITE_WEIGHT)
+    ap.add_argument("--weight", type=float, default=verdict_family.COMPOSITE_WEIGHT)
     ap.add_argument("--designs", default="default,gpu")
     args = ap.parse_args(argv)
     started = time.time()

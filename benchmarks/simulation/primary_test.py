@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import fdtrc, stdtr
 
+from suite.scores import round_scores
 from suite.stats import METRICS
 from suite.verdict import (
     AA_CORRELATION,
@@ -46,7 +47,6 @@ from suite.verdict import (
     look_alphas,
     nominal_alphas,
     primary_test,
-    round_scores,
     rounds_needed,
 )
 

@@ -17,8 +17,9 @@ from rich.table import Table
 from suite.analysis import load_run, one_time_seconds, round_data, running_seconds, set_spread
 from suite.errors import SuiteError
 from suite.matrix_load import load_matrix
+from suite.scores import round_scores
 from suite.stats import OneWay, fmt_set_spread
-from suite.verdict import VerdictSpec, round_scores, rounds_needed
+from suite.verdict import VerdictSpec, rounds_needed
 
 NAME = "plan"
 HELP = "Rounds and wall time the primary test needs for a target effect, from an earlier run's spread."
