@@ -21,36 +21,32 @@ from __future__ import annotations
 
 import json
 import math
-from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 
-from pydantic import BaseModel
-
+from suite.candidate import FAMILY_ALPHA, NO_DATA, CandidateSummary, CellResult
 from suite.document import Note, Section, code, literal
 from suite.errors import SuiteError
-from suite.plan import AA_SUFFIX, Design, each_round
+from suite.plan import AA_SUFFIX, Design
 from suite.quality.fast_path import check_fast_path, gate_shapes_from_config
 from suite.quality.finding import Finding, RepeatResult, order_findings, repeat_name
-from suite.quality.hosts import machine_names
 from suite.quality.run import run_checks
 from suite.quality.software import SoftwareDiff, compare_software, software_findings
-from suite.records import JobRecord, Manifest, MatrixRecord, PlanRecord, elapsed_s
+from suite.records import JobRecord, Manifest, MatrixRecord, PlanRecord
 from suite.scores import round_scores
-from suite.stages.accuracy.read import ArmsCorrectness, compare_arms
+from suite.stages.accuracy.read import compare_arms
 from suite.stages.serve.read import (
     PointResults,
     ServePoints,
     load_points,
-    precompile_records,
     server_logs,
     server_records,
 )
 from suite.stats import (
     DETAIL,
-    Comparison,
     OneWay,
     Strata,
     Verdict,
@@ -65,18 +61,6 @@ from suite.stats import holm as stats_holm
 from suite.store import RunStore, Unreadable
 from suite.verdict import Outcome, VerdictSpec, every_other_look, every_other_round
 from suite.verdict_family import Evaluation, Hypothesis, evaluate
-
-FAMILY_ALPHA = 0.05  # Holm: family-wise error rate over a candidate's cells
-NO_DATA = "NO DATA"
-OUTPUT_CHANGED = "OUTPUT CHANGED"  # the correctness word: greedy completions differ from the baseline's
-CONTROL_PASSED = "CONTROL PASSED"  # the A/A control: two identical arms, no difference found
-# a candidate of a matrix with no serving points: it has data (the offline stages' tables, each row with its
-# verdict), but no serving test to give the verdict words to
-NO_SERVING_TEST = "NO SERVING TEST"
-CONTROL_FAILED = "CONTROL FAILED"  # the A/A control: two identical arms called different (a false alarm)
-CONTROL_UNTESTED = "CONTROL UNTESTED"  # the A/A control: too few rounds for the test to say anything
-OUTPUT_IDENTICAL = "OUTPUT IDENTICAL"
-
 
 # ---------------------------------------------------------------------------------------------- run data
 
@@ -199,45 +183,6 @@ def load_run(run_dir: Path) -> RunData:
         raise SuiteError(f"{run_dir}: cannot read the run: {exc}") from None
 
 
-def gpu_models(run: RunData) -> dict[str, int]:
-    """The GPUs nvidia-smi listed before each job, as "1 × NVIDIA H100 80GB HBM3" -> how many jobs saw that; empty
-    where no job recorded a GPU's name (a CPU host, a run recorded before the names were). More than one entry:
-    the jobs ran on different GPUs (a run resumed on another machine kind)."""
-    seen: Counter[str] = Counter()
-    for rec in run.records:
-        names = Counter(g.name for g in (rec.device.before or [] if rec.device else []) if g.name)
-        if names:
-            seen[", ".join(f"{n} × {name}" for name, n in sorted(names.items()))] += 1
-    return dict(seen.most_common())
-
-
-@dataclass(frozen=True)
-class Machine:
-    """One machine a run's jobs ran on (`HostIdentity.key`), named so a reader tells it from the others, with the
-    rounds (order interleaved: restart sets) of the serving jobs it ran and how many jobs in all."""
-
-    key: str
-    name: str
-    rounds: tuple[int, ...]
-    jobs: int
-
-
-def machines(run: RunData, arms: Sequence[str] | None = None) -> list[Machine]:
-    """The machines the jobs of ``arms`` (None: every arm) ran on, in the order of their first job; empty when
-    no job recorded where it ran (runs before 2026-12-07)."""
-    recs = sorted((r for r in run.records if r.where is not None and (arms is None or r.job.arm in arms)),
-                  key=lambda r: r.started or r.written or "")
-    names = machine_names([r.where for r in recs if r.where is not None])
-    rounds: dict[str, set[int]] = {k: set() for k in names}
-    jobs: Counter[str] = Counter()
-    for r in recs:
-        key = r.where.key  # type: ignore[union-attr]
-        jobs[key] += 1
-        if r.job.kind == "serve":
-            rounds[key].add(r.job.repeat // run.blocks)
-    return [Machine(k, names[k], tuple(sorted(rounds[k])), jobs[k]) for k in names]
-
-
 def round_machines(run: RunData, point: str | None = None) -> dict[int, str]:
     """round -> the machine the baseline's serving jobs of that round ran on (at ``point``, or at every point:
     a round cut by a move between machines is its own stratum, "A+B"); rounds without a record of it left out."""
@@ -266,58 +211,6 @@ def strata_of(run: RunData, rounds: Iterable[int], point: str | None = None) -> 
         return Strata(n * len(keys), kind="GPU layouts × machines", unit=unit,
                       by_round={r: r % n + n * index[m] for r, m in used.items() if m is not None})
     return Strata(len(keys), kind="machines", unit=unit, by_round={r: index[m] for r, m in used.items() if m})
-
-
-class PatchName(BaseModel):
-    """A patch an arm got, as the environment names it."""
-
-    name: str | None
-    sha256: str | None
-    reverse: bool = False
-
-
-class ArmEnvironment(BaseModel):
-    """One arm's software as the environment names it: its vLLM, image and patches, and the versions of torch
-    (with its CUDA / HIP), Triton, FlashInfer and AITER the arm's environment has (where the run recorded its
-    software; absent packages are not named)."""
-
-    vllm: str | None
-    image: str | None
-    patches: list[PatchName]
-    packages: dict[str, str] = {}  # "torch" -> "2.9.0+cu129 (CUDA 12.9)", "Triton" -> "3.5.0", ...
-
-
-class Environment(BaseModel):
-    """Where and with what a run ran, as a report's header and summary.md name it."""
-
-    suite: str | None
-    machines: list[str]  # each machine the run's jobs ran on, with its GPUs
-    gpus: dict[str, int]  # "1 × NVIDIA H100 80GB HBM3" -> jobs that saw it
-    cpus: list[str] = []  # the machines' CPU models
-    drivers: list[str]
-    cuda: list[str]
-    arms: dict[str, ArmEnvironment]
-    running_s: float | None
-
-
-def environment(run: RunData) -> Environment:
-    m = run.manifest
-    found = machines(run)
-    hosts = [r.where for r in run.records if r.where is not None]
-    drivers = sorted({g.driver for h in hosts for g in h.gpus if g.driver})
-    cuda = sorted({h.cuda for h in hosts if h.cuda} | {h.rocm for h in hosts if h.rocm})
-    arms = {a: ArmEnvironment(vllm=info.vllm_version, image=info.image,
-                              patches=[PatchName(name=p.name, sha256=p.sha256, reverse=p.reverse) for p in info.patches],
-                              packages={k: v for k, v in sw.versions().items() if k != "vLLM"}
-                              if (sw := info.software) is not None and sw.error is None else {})
-            for a, info in m.arms.items()}
-    return Environment(suite=m.suite_version, machines=[x.name for x in found],
-                       gpus=gpu_models(run), cpus=sorted({h.cpu for h in hosts if h.cpu}), drivers=drivers, cuda=cuda, arms=arms, running_s=running_seconds(run)[0])
-
-
-def failed_jobs(run: RunData) -> list[JobRecord]:
-    """Every job record whose status is not ok (shown, never hidden)."""
-    return [r for r in run.records if not r.ok]
 
 
 # ------------------------------------------------------------------------------------------ data quality
@@ -439,62 +332,6 @@ def geometric_mean(values: list[float]) -> float | None:
     if min(values) <= 0:
         return 0.0 if min(values) == 0 else None
     return math.exp(math.fsum(map(math.log, values)) / len(values))
-
-
-@dataclass(frozen=True)
-class CellResult:
-    """One point × metric of one candidate against the baseline."""
-
-    point: str
-    metric: str
-    comparison: Comparison | None  # None: a side has no value
-    before: float | None  # geometric mean of the baseline values Δ came from
-    after: float | None
-    rounds: tuple[int, ...]  # rounds used (paired), or the rounds of both sides (independent)
-    verdict: Verdict | None  # after data quality and Holm; None: missing
-    reason: str
-    left_out: tuple[tuple[str, int, str], ...] = ()  # (arm, job repeat, checks) a data-quality check left out
-    dropped: tuple[tuple[int, str], ...] = ()  # (job repeat, arm without a value): unpaired, dropped (paired)
-    blocks: int = 1  # job repeats per round (RunData.blocks): how a repeat is named
-
-    @property
-    def notes(self) -> list[str]:
-        return ([f"{arm} {repeat_name(r, self.blocks)} left out ({checks})" for arm, r, checks in self.left_out]
-                + [f"{repeat_name(r, self.blocks)}: no {arm} value, dropped from both sides"
-                   for r, arm in self.dropped])
-
-    @property
-    def tested(self) -> bool:
-        return self.comparison is not None
-
-    @property
-    def significant(self) -> bool:
-        return self.verdict in (Verdict.BETTER, Verdict.WORSE)
-
-    @property
-    def reliable(self) -> bool:
-        return self.verdict in (Verdict.BETTER, Verdict.WORSE, Verdict.NOT_SIGNIFICANT)
-
-    @property
-    def delta_pct(self) -> float | None:
-        return self.comparison.delta_pct if self.comparison else None
-
-    @property
-    def ratio(self) -> float | None:
-        return self.comparison.ratio if self.comparison else None
-
-    @property
-    def interval(self) -> tuple[float, float] | None:
-        """The 95 % interval of Δ%, only for a reliable cell (an unreliable one shows its reason instead)."""
-        c = self.comparison
-        if c is None or not self.reliable or c.ci_low_pct is None or c.ci_high_pct is None:
-            return None
-        return c.ci_low_pct, c.ci_high_pct
-
-    @property
-    def n(self) -> tuple[int, int]:
-        c = self.comparison
-        return (c.baseline.n, c.candidate.n) if c else (0, 0)
 
 
 def _values(run: RunData, point: PointResults, arm: str, key: str,
@@ -703,51 +540,6 @@ def verdict_spec(run: RunData) -> VerdictSpec:
     return VerdictSpec.model_validate({**kept, "max_rounds": n, "looks": [n]})
 
 
-def stretch_last_jobs(run: RunData) -> list[str | None]:
-    """Per stretch of the run, the time its last job record was written (before the next stretch began): where a
-    stretch that never recorded its end (its machine lost, the run killed) can be said to have stopped."""
-    stretches = run.manifest.stretches
-    out = []
-    for i, st in enumerate(stretches):
-        until = stretches[i + 1].started if i + 1 < len(stretches) else None
-        written = [r.written for r in run.records if r.written and r.written >= st.started
-                   and (until is None or r.written < until)]
-        out.append(max(written) if written else None)
-    return out
-
-
-def running_seconds(run: RunData) -> tuple[float | None, int]:
-    """(seconds the run executed, stretches counted to their last job): each stretch from its start to its end,
-    or, for one that never recorded an end, to its last job record (`stretch_last_jobs`); None when such a
-    stretch wrote no record."""
-    stretches = run.manifest.stretches
-    if not stretches:
-        return run.manifest.running_seconds(), 0
-    total, estimated = 0.0, 0
-    for st, last in zip(stretches, stretch_last_jobs(run), strict=True):
-        if (seconds := st.seconds()) is not None:
-            total += seconds
-            continue
-        if (seconds := elapsed_s(st.started, last)) is None:
-            return None, estimated
-        total, estimated = total + seconds, estimated + 1
-    return total, estimated
-
-
-def one_time_seconds(run: RunData) -> float:
-    """Seconds of the run that more rounds would not repeat: its precompile (the servers of one window start
-    together: the window's slowest; the last stretch's, as recorded), the jobs placed once a run (correctness,
-    the probe) or in offline rounds, from their records, and the server starts of correctness-only arms
-    (`serving: false`: one session a run, whatever the rounds)."""
-    windows: dict[str | None, float] = {}
-    for rec in precompile_records(run.store, run.arms):
-        if rec.healthy_after_s is not None:
-            windows[rec.started] = max(windows.get(rec.started, 0.0), rec.healthy_after_s)
-    lone = {(r.job.arm, r.job.session) for r in run.records if not run.serves(r.job.arm)}
-    return (sum(windows.values()) + sum(r.seconds or 0.0 for r in run.records if not each_round(r.job.kind))
-            + sum(s.healthy_after_s or 0.0 for s in server_records(run.store, lone)))
-
-
 def stopped_after(run: RunData) -> int | None:
     """Rounds a sequential run stopped after (the look it took), as the runner recorded it."""
     seq = run.manifest.sequential
@@ -873,62 +665,6 @@ def primary(run: RunData, cand: str, spec: VerdictSpec, *, look: int | None = No
 
 
 # ------------------------------------------------------------------------------------- candidate summary
-
-
-@dataclass
-class CandidateSummary:
-    """Everything a reader wants first about one candidate, as values."""
-
-    candidate: str
-    baseline: str
-    overall: str  # an Outcome word, or NO DATA
-    spec: VerdictSpec
-    evaluation: Evaluation | None
-    cells: dict[tuple[str, str], CellResult]
-    counts: dict[Verdict, int]
-    geomean_throughput_pct: float | None  # geometric mean over points of the output-throughput ratio
-    points: int  # points with an output-throughput comparison
-    correctness: ArmsCorrectness
-    left_out: tuple[str, ...] = ()  # values the primary test did not use (data quality)
-    error: str | None = None  # why there is no primary test although both arms have rounds
-    family_alpha: float = FAMILY_ALPHA
-    decided_after: int | None = None  # the runner's look decided it after this many rounds (the test stops there)
-    offline_only: bool = False  # the matrix has no serving points (and no serving result left unread)
-
-    @property
-    def word(self) -> str:
-        """The card's word (and the history's): the speed outcome; for a candidate without one, what greedy
-        equivalence says (a correctness-only arm), else NO SERVING TEST for a matrix of offline stages only,
-        else NO DATA."""
-        if self.evaluation is not None and self.overall != NO_DATA:
-            return self.overall
-        eq = self.correctness.equivalence
-        if eq is not None:
-            return OUTPUT_CHANGED if eq.n_identical < eq.n else OUTPUT_IDENTICAL
-        return NO_SERVING_TEST if self.offline_only and not self.error else NO_DATA
-
-    @property
-    def control_word(self) -> str:
-        """The word of this summary read as the A/A control (the A/A arm against its own baseline): any
-        confirmed change between two identical arms is a false alarm."""
-        if self.evaluation is None or self.overall == NO_DATA:
-            return NO_DATA
-        if self.evaluation.composite.rci_low_pct is None:  # one round (or no spread): no test, no pass
-            return CONTROL_UNTESTED
-        changed = self.overall in (Outcome.IMPROVEMENT.value, Outcome.REGRESSION.value, Outcome.MIXED.value)
-        return CONTROL_FAILED if changed else CONTROL_PASSED
-
-    @property
-    def regressions(self) -> list[CellResult]:
-        return [c for c in self.cells.values() if c.verdict is Verdict.WORSE]
-
-    @property
-    def improvements(self) -> list[CellResult]:
-        return [c for c in self.cells.values() if c.verdict is Verdict.BETTER]
-
-    @property
-    def family_size(self) -> int:
-        return sum(c.reliable for c in self.cells.values())
 
 
 def summarize_candidate(run: RunData, cand: str, floors: dict[str, float] | None = None,

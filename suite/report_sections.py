@@ -13,21 +13,14 @@ import math
 from dataclasses import replace
 from typing import Any
 
-from suite.analysis import (
+from suite.analysis import RunData
+from suite.candidate import (
     CONTROL_FAILED,
     CONTROL_UNTESTED,
     NO_DATA,
     OUTPUT_CHANGED,
     CandidateSummary,
     CellResult,
-    Environment,
-    RunData,
-    environment,
-    failed_jobs,
-    gpu_models,
-    machines,
-    running_seconds,
-    stretch_last_jobs,
 )
 from suite.document import (
     BulletList,
@@ -51,6 +44,15 @@ from suite.quality.run import ACROSS_ROUNDS
 from suite.quality.series import DRIFT_MIN_ROUNDS
 from suite.quality.software import beyond_patch, named
 from suite.records import ArmSoftware, Manifest, MatrixRecord, elapsed_s
+from suite.run_facts import (
+    Environment,
+    environment,
+    failed_jobs,
+    gpu_models,
+    machines,
+    running_seconds,
+    stretch_last_jobs,
+)
 from suite.stages.accuracy.read import GATE_FILTER, ArmsCorrectness
 from suite.stats import METRICS, Verdict, fmt_interval, fmt_pct
 from suite.verdict import SPENDING_LABEL, Outcome, PrimaryResult
@@ -775,7 +777,7 @@ def slurm_section(run: RunData) -> Section | None:
 
 
 def gpus_line(models: dict[str, int]) -> str:
-    """Provenance: the GPUs the jobs ran on (``analysis.gpu_models``), and a warning when they differ."""
+    """Provenance: the GPUs the jobs ran on (``run_facts.gpu_models``), and a warning when they differ."""
     if len(models) == 1:
         ((gpus, n),) = models.items()
         return f"GPUs (nvidia-smi before each job): {literal(gpus)}, in all {n} jobs that recorded them"

@@ -16,9 +16,11 @@ from typing import Any
 from pydantic import BaseModel
 
 from suite import report_sections as sections
-from suite.analysis import CandidateSummary, Environment, RunData, environment
+from suite.analysis import RunData
+from suite.candidate import CandidateSummary
 from suite.document import Card, Document, Paragraph, Section, code, literal
 from suite.render import markdown as md_render
+from suite.run_facts import Environment, environment
 from suite.stats import METRICS
 
 RESULTS_SCHEMA = 1

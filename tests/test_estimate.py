@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from suite.analysis import running_seconds
 from suite.estimate import COSTS, estimate, host_of, point_seconds
 from suite.matrix_load import load_matrix
 from suite.plan import build_plan
+from suite.run_facts import running_seconds
 from tests.conftest import REPO, run_suite
 from tests.test_evidence import EVIDENCE, unpack
 

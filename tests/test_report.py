@@ -667,7 +667,7 @@ def test_a_correctness_only_arms_server_start_is_paid_once_not_a_round(tmp_path)
     """`suite plan`'s wall time splits a run into what it pays once and what a round costs: a correctness-only arm
     (`serving: false`) starts its one server once a run, whatever the rounds, so its start counts as once (it was
     spread over the rounds: the demo's wrong gate, 43 s, priced every restart set)."""
-    from suite.analysis import one_time_seconds
+    from suite.run_facts import one_time_seconds
 
     matrix = MATRIX.replace("  patched:", "  wrong: {vllm: \"0.32.0\", serving: false}\n  patched:") + \
         "accuracy: {limit: 4}\n"

@@ -13,12 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from suite.analysis import environment, load_run
+from suite.analysis import load_run
 from suite.matrix_load import parse_matrix
 from suite.patches import AppliedPatch
 from suite.quality.software import compare_software, software_findings
 from suite.records import ArmSoftware, VllmFiles
 from suite.report import build_report
+from suite.run_facts import environment
 from suite.runtime.base import ArmEnv
 from suite.runtime.local import LocalRuntime
 from suite.runtime.software import collect_software, patched_files

@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from suite.analysis import load_run, machines
+from suite.analysis import load_run
 from suite.errors import SuiteError
 from suite.matrix_load import parse_matrix
 from suite.records import GpuIdentity, HostIdentity, Stretch
 from suite.report import render_markdown
+from suite.run_facts import machines
 from suite.runner import check_resume_host
 from suite.runtime import identity
 from suite.store import RunStore

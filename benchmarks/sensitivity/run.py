@@ -33,16 +33,8 @@ from pathlib import Path
 
 import yaml
 
-from suite.analysis import (
-    OUTPUT_CHANGED,
-    OUTPUT_IDENTICAL,
-    load_run,
-    round_data,
-    set_spread,
-    stopped_after,
-    summarize_candidates,
-    verdict_spec,
-)
+from suite.analysis import load_run, round_data, set_spread, stopped_after, summarize_candidates, verdict_spec
+from suite.candidate import OUTPUT_CHANGED, OUTPUT_IDENTICAL
 from suite.matrix_load import load_matrix
 from suite.proc import load_average
 from suite.sequential import evaluate_look

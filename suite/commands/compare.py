@@ -23,7 +23,7 @@ from rich.console import Console
 from suite.errors import SuiteError
 
 if TYPE_CHECKING:  # the analysis (scipy) loads only when the command runs
-    from suite.analysis import CandidateSummary, CellResult
+    from suite.candidate import CandidateSummary, CellResult
     from suite.records import Manifest
 
 NAME = "compare"

@@ -14,9 +14,10 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from suite.analysis import load_run, one_time_seconds, round_data, running_seconds, set_spread
+from suite.analysis import load_run, round_data, set_spread
 from suite.errors import SuiteError
 from suite.matrix_load import load_matrix
+from suite.run_facts import one_time_seconds, running_seconds
 from suite.scores import round_scores
 from suite.stats import OneWay, fmt_set_spread
 from suite.verdict import VerdictSpec, rounds_needed

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import statistics
 
-from suite.analysis import CandidateSummary, CellResult, RunData, with_left_out
+from suite.analysis import RunData, with_left_out
 from suite.analysis import completed_failed as _completed_failed
 from suite.analysis import drift_checks as _drift_checks
+from suite.candidate import CandidateSummary, CellResult
 from suite.document import (
     MAX_STRENGTH,
     Cell,
