@@ -396,6 +396,115 @@ class VllmFrom(Strict):
         return m.group(1) if m else None
 
 
+def aiter_wheel_name(filename: str) -> str:
+    """An AITER wheel's file name as given (``amd_aiter-0.1.19-cp312-cp312-linux_x86_64.whl``); ValueError
+    when it is not a wheel of amd-aiter."""
+    parts = filename.split("-")
+    if not filename.endswith(".whl") or len(parts) < 5:
+        raise ValueError(f"{filename!r} is not a wheel file name (DIST-VERSION-PY-ABI-PLATFORM.whl)")
+    if parts[0].lower().replace("-", "_").replace(".", "_") != "amd_aiter":
+        raise ValueError(f"{filename!r} is a wheel of {parts[0]!r}, not of AITER (amd_aiter)")
+    return filename
+
+
+# A tuned CSV travels in the image under its own name, in a ':'-separated path list (AITER_CONFIG_GEMM_BF16)
+CSV_NAME = re.compile(r"^[A-Za-z0-9_.+-]+\.csv$")
+
+
+class AiterFrom(Strict):
+    """``aiter: {git: URL, ref: REF}`` or ``aiter: {wheel: PATH}``, with ``tuned_gemm_bf16: [CSV, ...]``: the
+    arm's own AITER, installed over the ROCm base image's, and its own tuned BF16 GEMM configs (runtime docker,
+    vendor rocm). Either part may come alone: CSVs over the base image's AITER, or an AITER with its own
+    configs."""
+
+    wheel: str | None = Field(None, description="an AITER wheel file (amd_aiter-*.whl, relative to the matrix "
+                              "file), installed with --no-deps over the base image's AITER")
+    sha256: str | None = Field(None, description="expected sha256 of the AITER wheel (checked at validate time)")
+    git: str | None = Field(None, description="an AITER git repository URL (https://), cloned with its "
+                            "submodules and installed over the base image's AITER")
+    ref: str | None = Field(None, description="commit sha, tag or branch of `git` (resolved to a commit when "
+                            "the image is planned)")
+    prebuild_kernels: Literal[0, 1, 2, 3] = Field(1, description="git: AITER's PREBUILD_KERNELS when it is "
+                                                  "built (0: every kernel JIT-compiled at first use, in each new "
+                                                  "container; 1: the inference kernels compiled into the image)")
+    gpu_archs: str = Field("gfx950", description="git: AITER's GPU_ARCHS for the build (no GPU is visible to "
+                           "`docker build`): gfx950 for MI355X, gfx942 for MI300X, 'gfx942;gfx950' for both")
+    tuned_gemm_bf16: list[str] = Field([], description="tuned BF16 GEMM CSVs (relative to the matrix file), "
+                                       "copied into the image; AITER_CONFIG_GEMM_BF16 lists them (AITER merges "
+                                       "several)")
+    keep_default_bf16: bool = Field(False, description="also keep the installed AITER's own "
+                                    "aiter/configs/bf16_tuned_gemm.csv, first in AITER_CONFIG_GEMM_BF16 (a "
+                                    "list replaces AITER's default, and with it the model_configs/ CSVs it "
+                                    "would merge)")
+
+    @field_validator("wheel", "git", "ref", mode="before")
+    @classmethod
+    def _env(cls, value: Any) -> Any:
+        return expand_env(value)
+
+    @field_validator("sha256", mode="before")
+    @classmethod
+    def _sha(cls, value: Any) -> Any:
+        return _sha256_text(value)
+
+    @field_validator("ref")
+    @classmethod
+    def _ref(cls, value: str | None) -> str | None:
+        if value is not None and (not GIT_REF.match(value) or ".." in value or value.endswith((".lock", "/"))):
+            raise ValueError(f"{value!r} is not a git commit, tag or branch name")
+        return value
+
+    @field_validator("git")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        if value is not None and not (GIT_URL.match(value) or value.startswith(LOCAL_PREFIXES)):
+            raise ValueError(f"{value!r} is not a git URL (https://...)")
+        return value
+
+    @field_validator("wheel")
+    @classmethod
+    def _wheel(cls, value: str | None) -> str | None:
+        if value is not None:
+            aiter_wheel_name(Path(value).name)
+        return value
+
+    @field_validator("gpu_archs")
+    @classmethod
+    def _archs(cls, value: str) -> str:
+        if not re.match(r"^gfx[0-9a-f]+(;gfx[0-9a-f]+)*$", value):
+            raise ValueError(f"{value!r} is not a list of GPU targets such as gfx950 or 'gfx942;gfx950'")
+        return value
+
+    @field_validator("tuned_gemm_bf16")
+    @classmethod
+    def _csvs(cls, value: list[str]) -> list[str]:
+        for path in value:
+            if not CSV_NAME.match(Path(path).name):
+                raise ValueError(f"{path!r}: a tuned CSV's file name ends in .csv and holds letters, digits and "
+                                 ". _ + - only (it travels in AITER_CONFIG_GEMM_BF16, a ':'-separated list)")
+        return value
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> AiterFrom:
+        if self.wheel is not None and self.git is not None:
+            raise ValueError("give either wheel: PATH or git: URL (with ref:), not both")
+        if self.git is not None and not self.ref:
+            raise ValueError("git: needs ref: (a commit sha, tag or branch)")
+        if self.wheel is not None and self.ref is not None:
+            raise ValueError("ref: belongs to git:, not to wheel:")
+        if self.sha256 is not None and self.wheel is None:
+            raise ValueError("sha256: belongs to wheel: (a git source is identified by its ref)")
+        if self.wheel is None and self.git is None and not self.tuned_gemm_bf16:
+            raise ValueError("give wheel: PATH, git: URL with ref:, or tuned_gemm_bf16: [CSV, ...]")
+        if self.keep_default_bf16 and not self.tuned_gemm_bf16:
+            raise ValueError("keep_default_bf16: goes with tuned_gemm_bf16 (without it AITER's default applies)")
+        return self
+
+    @property
+    def kind(self) -> Literal["base", "wheel", "git"]:
+        return "wheel" if self.wheel is not None else "git" if self.git is not None else "base"
+
+
 @dataclass(frozen=True)
 class VllmSource:
     """Where an arm's vLLM comes from (:meth:`ArmSpec.vllm_source`). ``version`` is always the release the
@@ -425,6 +534,9 @@ class ArmSpec(Strict):
         "this arm's own model, in full (another checkpoint of the same model, as the fused shared-expert gate PR's (vllm#54185) reference row: "
         "Quark-MXFP4 beside the MoE-MXFP4 the others serve); default: the matrix's model. Its served_name, "
         "tokenizer and max_model_len are its own"))
+    aiter: AiterFrom | None = Field(None, description="runtime docker, vendor rocm: the arm's own AITER (a wheel "
+                                    "or a git ref) and tuned BF16 GEMM CSVs, built into its image; default: the "
+                                    "base image's AITER and configs")
 
     @model_validator(mode="before")
     @classmethod
@@ -473,6 +585,12 @@ class ArmSpec(Strict):
             raise ValueError("image: a prebuilt image ignores a vllm: {wheel|git} source: give one of the two")
         return self
 
+    @model_validator(mode="after")
+    def _aiter_image(self) -> ArmSpec:
+        if self.aiter is not None and self.image is not None:
+            raise ValueError("aiter: a prebuilt image (image:) ignores an aiter: block: give one of the two")
+        return self
+
     @model_serializer(mode="wrap")
     def _dump(self, handler: Any) -> Any:
         data = handler(self)
@@ -482,6 +600,8 @@ class ArmSpec(Strict):
             data.pop("serving", None)  # likewise a serving arm (the default)
         if isinstance(data, dict) and self.model is None:
             data.pop("model", None)  # and an arm on the matrix's model
+        if isinstance(data, dict) and self.aiter is None:
+            data.pop("aiter", None)  # and an arm on the base image's AITER
         return data
 
     def vllm_source(self) -> VllmSource:

@@ -70,7 +70,7 @@ def _clean_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:
 
 # A whole-matrix check about one place names it first ("serve[2]: ...", "arms.patched.vllm: ..."), so that the
 # error points at that place's line.
-LOCATED = re.compile(r"^(?:(serve|latency)\[(\d+)\]|arms\.([A-Za-z0-9][A-Za-z0-9_.-]*)\.(vllm|patches|serve_args|env)"
+LOCATED = re.compile(r"^(?:(serve|latency)\[(\d+)\]|arms\.([A-Za-z0-9][A-Za-z0-9_.-]*)\.(vllm|patches|serve_args|env|aiter)"
                      r"|(serve_args|accuracy|env|arms)|runtime\.(gpu_groups|cross_groups)|verdict\.(points|expect)): ")
 
 
@@ -237,8 +237,8 @@ def _local(value: str | None, base_dir: Path) -> str | None:
 
 def resolve_local_paths(matrix: Matrix, base_dir: Path) -> Matrix:
     """Make local paths absolute (relative to the matrix): a model id or tokenizer that names a directory
-    (./, ../, /, ~), diff files in `patches:`, wheel files and local git repositories in `vllm:`, and
-    `runtime.docker.hf_cache`."""
+    (./, ../, /, ~), diff files in `patches:`, wheel files and local git repositories in `vllm:` and `aiter:`,
+    the tuned CSVs of `aiter:`, and `runtime.docker.hf_cache`."""
     base_dir = Path(base_dir)
     model = matrix.model.model_copy(update={"id": _local(matrix.model.id, base_dir),
                                             "tokenizer": _local(matrix.model.tokenizer, base_dir)})
@@ -254,7 +254,13 @@ def resolve_local_paths(matrix: Matrix, base_dir: Path) -> Matrix:
         own = arm.model
         if own is not None:
             own = own.model_copy(update={"id": _local(own.id, base_dir), "tokenizer": _local(own.tokenizer, base_dir)})
-        arms[name] = arm.model_copy(update={"patches": patches, "vllm_from": src, "model": own})
+        aiter = arm.aiter
+        if aiter is not None:
+            aiter = aiter.model_copy(update={
+                "wheel": str((base_dir / aiter.wheel).expanduser().resolve()) if aiter.wheel is not None else None,
+                "git": _local(aiter.git, base_dir),
+                "tuned_gemm_bf16": [str((base_dir / p).expanduser().resolve()) for p in aiter.tuned_gemm_bf16]})
+        arms[name] = arm.model_copy(update={"patches": patches, "vllm_from": src, "model": own, "aiter": aiter})
     runtime = matrix.runtime
     if runtime.docker is not None and runtime.docker.hf_cache:  # a bind mount needs an absolute path
         hf_cache = str((base_dir / Path(runtime.docker.hf_cache).expanduser()).resolve())
@@ -282,8 +288,8 @@ def missing_model_paths(matrix: Matrix) -> list[str]:
 
 def check_files(matrix: Matrix) -> list[tuple[tuple[Any, ...], str]]:
     """What a matrix names on disk, checked before anything runs: each patch set exists and fits the arm's
-    vLLM version (forward / present), each diff file exists and is a unified diff, each wheel exists and
-    matches its sha256. Returns (location, message) pairs; empty when all is well."""
+    vLLM version (forward / present), each diff file exists and is a unified diff, each wheel (vLLM's, AITER's)
+    exists and matches its sha256, each tuned CSV of `aiter:` exists. Returns (location, message) pairs; empty when all is well."""
     from suite.patches import PatchError, get_patch_set, list_patch_sets, resolve_patches
 
     errors: list[tuple[tuple[Any, ...], str]] = []
@@ -329,6 +335,18 @@ def check_files(matrix: Matrix) -> list[tuple[tuple[Any, ...], str]]:
                 errors.append((("arms", name, "vllm", "sha256"),
                                f"{wheel.name} has sha256 {file_sha256(wheel)}, not the {src.sha256} the matrix "
                                "gives"))
+        aiter = arm.aiter
+        if aiter is not None and aiter.wheel is not None:
+            wheel = Path(aiter.wheel)
+            if not wheel.is_file():
+                errors.append((("arms", name, "aiter", "wheel"), f"AITER wheel file {wheel} does not exist"))
+            elif aiter.sha256 is not None and file_sha256(wheel) != aiter.sha256:
+                errors.append((("arms", name, "aiter", "sha256"),
+                               f"{wheel.name} has sha256 {file_sha256(wheel)}, not the {aiter.sha256} the matrix "
+                               "gives"))
+        for i, csv in enumerate(aiter.tuned_gemm_bf16 if aiter is not None else ()):
+            if not Path(csv).is_file():
+                errors.append((("arms", name, "aiter", "tuned_gemm_bf16", i), f"tuned CSV {csv} does not exist"))
     return errors
 
 
@@ -340,6 +358,9 @@ def with_digests(matrix: Matrix) -> Matrix:
         src = arm.vllm_from
         if src is not None and src.wheel is not None and src.sha256 is None:
             arm = arm.model_copy(update={"vllm_from": src.model_copy(update={"sha256": file_sha256(Path(src.wheel))})})
+        aiter = arm.aiter
+        if aiter is not None and aiter.wheel is not None and aiter.sha256 is None:
+            arm = arm.model_copy(update={"aiter": aiter.model_copy(update={"sha256": file_sha256(Path(aiter.wheel))})})
         patches = [ref.model_copy(update={"sha256": file_sha256(Path(ref.path))})
                    if ref.path is not None and ref.sha256 is None else ref for ref in arm.patches]
         arms[name] = arm.model_copy(update={"patches": patches})
@@ -355,6 +376,13 @@ def describe_sources(matrix: Matrix) -> list[str]:
             lines.append(f"arm {name}: vLLM {src.version} from wheel {src.path} (sha256 {src.sha256})")
         elif src.kind == "git":
             lines.append(f"arm {name}: vLLM {src.version} from git {src.url} @ {src.ref}")
+        aiter = arm.aiter
+        if aiter is not None and aiter.wheel is not None:
+            lines.append(f"arm {name}: AITER from wheel {aiter.wheel} (sha256 {aiter.sha256})")
+        elif aiter is not None and aiter.git is not None:
+            lines.append(f"arm {name}: AITER from git {aiter.git} @ {aiter.ref}")
+        for csv in aiter.tuned_gemm_bf16 if aiter is not None else ():
+            lines.append(f"arm {name}: AITER tuned BF16 GEMM CSV {csv} (sha256 {file_sha256(Path(csv))})")
         for ref in arm.patches:
             if ref.path is not None:
                 lines.append(f"arm {name}: {'reverse ' if ref.reverse else ''}diff {ref.path} "

@@ -284,6 +284,31 @@ class CpuSplit(BaseModel):
     client: list[int]
 
 
+class TunedCsv(BaseModel):
+    """One tuned GEMM CSV built into an image: its name there and its sha256."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    sha256: str
+
+
+class AiterSource(BaseModel):
+    """Where a ROCm image's AITER came from (kind base | wheel | git, with the wheel's name and sha256 or the
+    git URL, ref and commit) and the tuned BF16 GEMM CSVs it carries (AITER_CONFIG_GEMM_BF16 in the image)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["base", "wheel", "git"]
+    wheel: str | None = None
+    sha256: str | None = None
+    url: str | None = None
+    ref: str | None = None
+    commit: str | None = None
+    tuned_gemm_bf16: list[TunedCsv] = []
+    config_gemm_bf16: str | None = None
+
+
 class ImageInfo(BaseModel):
     """An arm's image as the docker runtime used it: built (tag, id, identity, base, vendor) or given as is."""
 
@@ -296,6 +321,7 @@ class ImageInfo(BaseModel):
     base_digest: str | None = None
     vendor: str | None = None
     vllm_source: dict[str, str] | None = None  # kind pypi | wheel | git, the version and where it came from
+    aiter_source: AiterSource | None = None  # ROCm images: the AITER and tuned CSVs built in
     given: bool | None = None
 
 

@@ -36,7 +36,9 @@ from typing import Any
 from suite import REPO_ROOT, __version__
 from suite.errors import SuiteError
 from suite.matrix import LOCAL_PREFIXES, ArmSpec, Matrix, VllmSource, file_sha256
+from suite.matrix_blocks import AiterFrom
 from suite.patches import AppliedPatch
+from suite.records import AiterSource, TunedCsv
 from suite.runtime.docker.bases import cuda_base
 
 DOCKER_DIR = REPO_ROOT / "docker"
@@ -145,6 +147,81 @@ class VllmBuild:
         return files
 
 
+AITER_DIR = "aiter"  # docker/rocm/Dockerfile: COPY aiter/ /tmp/suite-aiter/ (a README when empty)
+AITER_CONFIG_DIR = "/opt/suite/aiter/bf16_tuned_gemm"  # the tuned CSVs in the image
+AITER_DEFAULT_LINK = f"{AITER_CONFIG_DIR}/0-aiter-default.csv"  # keep_default_bf16: AITER's own, linked at build
+
+
+@dataclass(frozen=True)
+class AiterBuild:
+    """Where a ROCm image's AITER and its tuned BF16 GEMM configs come from: the base image's (``base``), a
+    wheel or a git ref installed over it (docker/rocm/Dockerfile, after the arm's vLLM, before the patch
+    layer), and the arm's CSVs copied in, named by AITER_CONFIG_GEMM_BF16. Part of the image's identity and
+    labels."""
+
+    kind: str = "base"  # base | wheel | git
+    wheel: Path | None = None
+    wheel_sha256: str = ""
+    git_url: str = ""
+    git_ref: str = ""
+    git_commit: str = ""  # the full sha the ref is (or resolved to); "" when not known
+    prebuild_kernels: int = 1
+    gpu_archs: str = "gfx950"
+    csvs: tuple[tuple[str, Path, str], ...] = ()  # (name in the image, source file, sha256), in the arm's order
+    keep_default_bf16: bool = False
+
+    def config_gemm_bf16(self) -> str:
+        """AITER_CONFIG_GEMM_BF16 in the image: the CSVs' paths, ':'-separated (AITER merges them); "" (AITER's
+        default) when the arm gives none."""
+        paths = [f"{AITER_CONFIG_DIR}/{name}" for name, _, _ in self.csvs]
+        if paths and self.keep_default_bf16:
+            paths.insert(0, AITER_DEFAULT_LINK)
+        return ":".join(paths)
+
+    def identity_parts(self) -> tuple[str, ...]:
+        parts: tuple[str, ...] = ("aiter", self.kind)
+        if self.kind == "wheel":
+            parts += (self.wheel.name if self.wheel else "", self.wheel_sha256)
+        elif self.kind == "git":
+            parts += (self.git_url, self.git_ref, self.git_commit or "unresolved", str(self.prebuild_kernels),
+                      self.gpu_archs)
+        return (*parts, self.config_gemm_bf16(), *(f"{name}={sha}" for name, _, sha in self.csvs))
+
+    def build_args(self) -> dict[str, str]:
+        return {
+            "SUITE_AITER_SOURCE": self.kind,
+            "AITER_WHEEL": self.wheel.name if self.wheel else "",
+            "AITER_WHEEL_SHA256": self.wheel_sha256,
+            "AITER_GIT_URL": self.git_url,
+            "AITER_GIT_REF": self.git_ref,
+            "AITER_GIT_COMMIT": self.git_commit,
+            "AITER_PREBUILD_KERNELS": str(self.prebuild_kernels) if self.kind == "git" else "",
+            "AITER_GPU_ARCHS": self.gpu_archs if self.kind == "git" else "",
+            "SUITE_AITER_GEMM_BF16": " ".join(f"{name}={sha}" for name, _, sha in self.csvs),
+            "SUITE_AITER_CONFIG_GEMM_BF16": self.config_gemm_bf16(),
+        }
+
+    def labels(self) -> dict[str, str]:
+        args = self.build_args()
+        return {
+            "suite.aiter.source": args["SUITE_AITER_SOURCE"],
+            "suite.aiter.wheel": args["AITER_WHEEL"],
+            "suite.aiter.wheel.sha256": args["AITER_WHEEL_SHA256"],
+            "suite.aiter.git": args["AITER_GIT_URL"],
+            "suite.aiter.git.ref": args["AITER_GIT_REF"],
+            "suite.aiter.git.commit": args["AITER_GIT_COMMIT"],
+            "suite.aiter.gemm_bf16": args["SUITE_AITER_GEMM_BF16"],
+            "suite.aiter.config_gemm_bf16": args["SUITE_AITER_CONFIG_GEMM_BF16"],
+        }
+
+    def context_files(self) -> list[tuple[str, Path]]:
+        files = [(f"{AITER_DIR}/README.txt", DOCKER_DIR / "aiter-README.txt")]
+        if self.kind == "wheel" and self.wheel is not None:
+            files.append((f"{AITER_DIR}/wheel/{self.wheel_sha256}/{self.wheel.name}", self.wheel))
+        files += [(f"{AITER_DIR}/bf16_tuned_gemm/{name}", path) for name, path, _ in self.csvs]
+        return files
+
+
 @dataclass(frozen=True)
 class ImagePlan:
     """Everything that decides one image; `tag` is derived from it. Arms with equal plans share the image."""
@@ -160,6 +237,7 @@ class ImagePlan:
     arms: tuple[str, ...] = ()
     patch_files: tuple[tuple[str, str], ...] = ()  # (name, sha256) of the patches that are diff files
     vllm_build: VllmBuild = field(default_factory=VllmBuild)
+    aiter_build: AiterBuild | None = None  # vendor rocm only
 
     @property
     def tag(self) -> str:
@@ -188,6 +266,7 @@ class ImagePlan:
             "SUITE_PATCH_FILES": " ".join(f"{name}={sha}" for name, sha in self.patch_files),
             "SUITE_PATCH_FINGERPRINT": self.patch_fingerprint,
             **self.vllm_build.build_args(),
+            **(self.aiter_build.build_args() if self.aiter_build is not None else {}),
             "SUITE_VERSION": __version__,
             "SUITE_IDENTITY": self.identity,
         }
@@ -212,6 +291,7 @@ class ImagePlan:
             "suite.vllm.git": args["VLLM_GIT_URL"],
             "suite.vllm.git.ref": args["VLLM_GIT_REF"],
             "suite.vllm.git.commit": args["VLLM_GIT_COMMIT"],
+            **(self.aiter_build.labels() if self.aiter_build is not None else {}),
         }
 
     def context_dir(self, cache_root: Path) -> Path:
@@ -359,10 +439,11 @@ def patch_context_files(resolved: list[Any]) -> list[tuple[str, Path]]:
 
 
 def context_files(vendor: str, vllm: str, patches: list[Any] | tuple[Any, ...] = (),
-                  vllm_build: VllmBuild | None = None) -> list[tuple[str, Path]]:
+                  vllm_build: VllmBuild | None = None, aiter_build: AiterBuild | None = None
+                  ) -> list[tuple[str, Path]]:
     """The build context of an image: ``patches`` are the arm's patch references (suite.matrix.PatchRef, or
     "name" / "-name" / "path/to/change.diff"), ``vllm_build`` where its vLLM comes from (default: the base
-    image's)."""
+    image's), ``aiter_build`` (vendor rocm) its AITER and tuned CSVs (default: the base image's)."""
     from suite.patches import resolve_patches
 
     dockerfile = DOCKER_DIR / vendor / "Dockerfile"
@@ -374,16 +455,20 @@ def context_files(vendor: str, vllm: str, patches: list[Any] | tuple[Any, ...] =
     files += [(rel, REPO_ROOT / src) for rel, src in IMAGE_TOOL_FILES]
     files += patch_context_files(resolve_patches(patches, vllm))
     files += (vllm_build or VllmBuild()).context_files()
+    if vendor == "rocm":
+        files += (aiter_build or AiterBuild()).context_files()
     if vendor == "cpu":
         files += cpu_context_files()
     return files
 
 
 def compute_identity(vendor: str, vllm: str, base_image: str, base_digest: str | None, fingerprint: str,
-                     files: list[tuple[str, Path]], vllm_build: VllmBuild | None = None) -> str:
+                     files: list[tuple[str, Path]], vllm_build: VllmBuild | None = None,
+                     aiter_build: AiterBuild | None = None) -> str:
     h = hashlib.sha256()
     for part in (IDENTITY_SCHEMA, __version__, vendor, vllm, base_image, base_digest or "unresolved", fingerprint,
-                 *(vllm_build or VllmBuild()).identity_parts()):
+                 *(vllm_build or VllmBuild()).identity_parts(),
+                 *(aiter_build.identity_parts() if aiter_build is not None else ())):
         h.update(part.encode() + b"\0")
     for rel, path in sorted(files):
         h.update(rel.encode() + b"\0" + file_sha256(path).encode() + b"\0")
@@ -413,12 +498,12 @@ def git_ls_remote(url: str, ref: str) -> str | None:
     return _remote_refs[key]
 
 
-def _buildable_git_url(arm: str, url: str) -> str:
+def _buildable_git_url(arm: str, url: str, what: str = "vLLM") -> str:
     """A git URL the image build can fetch: the build runs in a container without the host's files, ssh keys
     or credentials, and build arguments are written into the image's labels and history."""
     if url.startswith((*LOCAL_PREFIXES, "file://")):
         raise SuiteError(
-            f"arm {arm!r}: vLLM from the local git repository {url} cannot be built into an image (the build fetches "
+            f"arm {arm!r}: {what} from the local git repository {url} cannot be built into an image (the build fetches "
             "the ref inside a container, where that path does not exist); push the ref to a repository the build "
             "can reach (https://...), or build a wheel from your checkout (Python-only changes on CUDA: "
             "`VLLM_USE_PRECOMPILED=1 pip wheel --no-deps -w dist PATH`) and give `vllm: {wheel: dist/vllm-....whl}`")
@@ -452,6 +537,37 @@ def vllm_build_for(arm: str, source: VllmSource,
     return VllmBuild()
 
 
+def aiter_build_for(arm: str, aiter: AiterFrom | None,
+                    resolve_ref: Callable[[str, str], str | None] = git_ls_remote) -> AiterBuild:
+    """The build side of an arm's `aiter:` (None: the base image's AITER and configs): the wheel with its
+    sha256 (checked against the matrix's), or the git URL and ref with the commit it is (a full sha) or
+    resolves to now, and the tuned CSVs (named <n>-<file name> in the image, in the arm's order)."""
+    if aiter is None:
+        return AiterBuild()
+    csvs = []
+    for i, csv in enumerate(aiter.tuned_gemm_bf16, start=1):
+        path = Path(csv)
+        if not path.is_file():
+            raise SuiteError(f"arm {arm!r}: tuned CSV {path} does not exist")
+        csvs.append((f"{i}-{path.name}", path, file_sha256(path)))
+    common = dict(csvs=tuple(csvs), keep_default_bf16=aiter.keep_default_bf16)
+    if aiter.wheel is not None:
+        wheel = Path(aiter.wheel)
+        if not wheel.is_file():
+            raise SuiteError(f"arm {arm!r}: AITER wheel file {wheel} does not exist")
+        sha = file_sha256(wheel)
+        if aiter.sha256 and sha != aiter.sha256:
+            raise SuiteError(f"arm {arm!r}: {wheel.name} has sha256 {sha}, not the {aiter.sha256} the matrix "
+                             "gives (or had when it was loaded)")
+        return AiterBuild(kind="wheel", wheel=wheel, wheel_sha256=sha, **common)
+    if aiter.git is not None:
+        url, ref = _buildable_git_url(arm, aiter.git, "AITER"), aiter.ref or ""
+        commit = ref if FULL_SHA.match(ref) else (resolve_ref(url, ref) or "")
+        return AiterBuild(kind="git", git_url=url, git_ref=ref, git_commit=commit,
+                          prebuild_kernels=aiter.prebuild_kernels, gpu_archs=aiter.gpu_archs, **common)
+    return AiterBuild(**common)
+
+
 def plan_image(matrix: Matrix, arm: str, spec: ArmSpec, base_digest: Callable[[str], str | None],
                resolve_ref: Callable[[str, str], str | None] = git_ls_remote, driver: int | None = None) -> ImagePlan:
     """The image an arm needs (PatchError / SuiteError for unknown sets, a version a set lacks, a diff file
@@ -472,17 +588,20 @@ def plan_image(matrix: Matrix, arm: str, spec: ArmSpec, base_digest: Callable[[s
     patches = tuple((r.name, r.reverse, r.sha256) for r in resolved)
     patch_files = tuple((r.name, r.sha256) for r in resolved if r.kind == "file")
     build = vllm_build_for(arm, spec.vllm_source(), resolve_ref)
-    files = context_files(vendor, spec.vllm, spec.patches, build)
+    if spec.aiter is not None and vendor != "rocm":  # Matrix refuses it; a matrix built in code may not be checked
+        raise SuiteError(f"arm {arm!r}: aiter: is built into a ROCm image only (runtime.docker.vendor: rocm)")
+    aiter = aiter_build_for(arm, spec.aiter, resolve_ref) if vendor == "rocm" else None
+    files = context_files(vendor, spec.vllm, spec.patches, build, aiter)
     digest = base_digest(base)
-    identity = compute_identity(vendor, spec.vllm, base, digest, fingerprint, files, build)
+    identity = compute_identity(vendor, spec.vllm, base, digest, fingerprint, files, build, aiter)
     return ImagePlan(vendor=vendor, vllm=spec.vllm, base_image=base, base_digest=digest, patches=patches,
                      patch_fingerprint=fingerprint, context_files=tuple(files), identity=identity, arms=(arm,),
-                     patch_files=patch_files, vllm_build=build)
+                     patch_files=patch_files, vllm_build=build, aiter_build=aiter)
 
 
 def with_digest(plan: ImagePlan, digest: str) -> ImagePlan:
     identity = compute_identity(plan.vendor, plan.vllm, plan.base_image, digest, plan.patch_fingerprint,
-                                list(plan.context_files), plan.vllm_build)
+                                list(plan.context_files), plan.vllm_build, plan.aiter_build)
     return replace(plan, base_digest=digest, identity=identity)
 
 
@@ -799,6 +918,21 @@ def image_vllm_source(labels: dict[str, str]) -> dict[str, str]:
         out |= {"url": labels.get("suite.vllm.git", ""), "ref": labels.get("suite.vllm.git.ref", ""),
                 "commit": labels.get("suite.vllm.git.commit", "")}
     return out
+
+
+def image_aiter_source(labels: dict[str, str]) -> AiterSource | None:
+    """Where a ROCm image's AITER and tuned BF16 GEMM CSVs came from, from its labels (for the run manifest);
+    None for an image without them (CUDA, CPU, or built before the labels existed)."""
+    kind = labels.get("suite.aiter.source")
+    if not kind:
+        return None
+    csvs = [item.split("=", 1) for item in labels.get("suite.aiter.gemm_bf16", "").split()]
+    return AiterSource(kind=kind, wheel=labels.get("suite.aiter.wheel") or None,
+                       sha256=labels.get("suite.aiter.wheel.sha256") or None,
+                       url=labels.get("suite.aiter.git") or None, ref=labels.get("suite.aiter.git.ref") or None,
+                       commit=labels.get("suite.aiter.git.commit") or None,
+                       tuned_gemm_bf16=[TunedCsv(name=name, sha256=sha) for name, sha in csvs],
+                       config_gemm_bf16=labels.get("suite.aiter.config_gemm_bf16") or None)
 
 
 # vLLM source files host-side stages read (without importing vLLM): suite.stages.latency.run.engine_flags

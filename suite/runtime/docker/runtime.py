@@ -592,6 +592,7 @@ class DockerRuntime(RuntimeBase):
         """The arm's image: `image:` as given, else the content-tagged image (built here when missing)."""
         from suite.runtime.docker.images import (
             build_image,
+            image_aiter_source,
             image_patches,
             image_vllm_source,
             plan_image,
@@ -613,7 +614,8 @@ class DockerRuntime(RuntimeBase):
         self.images[arm] = ImageInfo(tag=result.tag, id=result.image_id, identity=labels.get("suite.identity"),
                                      base_image=labels.get("org.opencontainers.image.base.name"),
                                      base_digest=labels.get("org.opencontainers.image.base.digest"),
-                                     vendor=labels.get("suite.vendor"), vllm_source=image_vllm_source(labels))
+                                     vendor=labels.get("suite.vendor"), vllm_source=image_vllm_source(labels),
+                                     aiter_source=image_aiter_source(labels))
         return ArmEnv(arm=arm, vllm_version=labels.get("suite.vllm.version", spec.vllm), image=result.tag,
                       patches=image_patches(labels), vllm_root=self._host_sources(result.tag, result.image_id))
 
@@ -621,7 +623,7 @@ class DockerRuntime(RuntimeBase):
         from docker.errors import DockerException
 
         from suite.patches import patch_fingerprint
-        from suite.runtime.docker.images import image_patches, image_vllm_source
+        from suite.runtime.docker.images import image_aiter_source, image_patches, image_vllm_source
 
         try:
             image = self.client.images.get(spec.image)
@@ -635,7 +637,8 @@ class DockerRuntime(RuntimeBase):
             raise SuiteError(f"arm {arm}: image {spec.image} has no {IMAGE_LM_EVAL_PYTHON} (lm-eval in its own venv, "
                              "as `suite build` makes every image): the accuracy jobs run there. Drop `image:` to have "
                              "the arm's image built, or build yours FROM it with docker/lm_eval_venv.py")
-        self.images[arm] = ImageInfo(tag=spec.image, id=image.id, given=True, vllm_source=image_vllm_source(labels))
+        self.images[arm] = ImageInfo(tag=spec.image, id=image.id, given=True, vllm_source=image_vllm_source(labels),
+                                     aiter_source=image_aiter_source(labels))
         return ArmEnv(arm=arm, vllm_version=labels.get("suite.vllm.version", spec.vllm), image=spec.image,
                       patches=image_patches(labels), vllm_root=self._host_sources(spec.image, image.id))
 
