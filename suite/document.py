@@ -1,6 +1,6 @@
 """The report as format-neutral pieces: sections of paragraphs, notes, tables, charts and verdict cards.
 
-Built by `suite.analysis` users (`suite.report_sections`, the stage summaries) and drawn by the two renderers
+Built by `suite.analysis` users (`suite.report_sections`, `suite.report_verdict`, the stage summaries) and drawn by the two renderers
 in `suite.render` (markdown, HTML) from the same `Document`, so the two reports cannot disagree. Nothing here
 knows an output format: text is CommonMark *inline* markdown (``**bold**``, `` `code` ``; a newline inside a
 table cell is a line break), styles are keys a renderer maps to its own look, a chart is a declarative spec.

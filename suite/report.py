@@ -1,10 +1,10 @@
 """The report of a run directory: analysis → one format-neutral document → report.md and report.html.
 
 Everything is recomputed from the run's raw files (`suite.analysis.load_run`, through the store). The
-document is built once (`build_document`): the run-level sections (`suite.report_sections`), the serving
-sections (`suite.stages.serve.summary`) and each stage's own section, in the order of the one static stage
-registry (`suite.stages.registry`); the two renderers draw that same document, so the two files cannot
-disagree. Both are written atomically through the store.
+document is built once (`build_document`): the run-level sections (`suite.report_sections`, the verdict's
+`suite.report_verdict`), the serving sections (`suite.stages.serve.summary`) and each stage's own section, in the
+order of the one static stage registry (`suite.stages.registry`); the two renderers draw that same document, so
+the two files cannot disagree. Both are written atomically through the store.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from suite.analysis import RunData, load_run
 from suite.document import Card, Document, Section, code, fmt
 from suite.render import html as html_render
 from suite.render import markdown as md_render
+from suite.report_verdict import verdict_section
 from suite.stages.registry import sections as stage_sections
 from suite.stages.serve import summary as serve
 from suite.stats import HEADLINE
@@ -27,7 +28,7 @@ __all__ = ["HEADLINE", "build_document", "build_report", "fmt", "load_run", "ren
 
 def build_document(run: RunData) -> Document:
     parts: list[Section | None] = [
-        run_sections.verdict_section(run),
+        verdict_section(run),
         run_sections.data_quality_section(run),
         serve.serving_section(run),
         serve.charts_section(run),

@@ -2,7 +2,7 @@
 candidate's word, its per-point table, where it ran, the environment and the command that reproduces it),
 ``results.json`` (the same numbers and every cell, a versioned schema for tools) and ``results.csv`` (one row per
 cell). All three are drawn from the analysis the report draws (`suite.analysis`) and from its cards
-(`suite.report_sections.card`), so they cannot disagree with report.md.
+(`suite.report_verdict.card`), so they cannot disagree with report.md.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from suite import report_sections as sections
+from suite import report_verdict as verdict_cards
 from suite.analysis import RunData
 from suite.candidate import CandidateSummary
 from suite.document import Card, Document, Paragraph, Section, code, literal
@@ -94,7 +95,7 @@ def candidate_result(run: RunData, s: CandidateSummary) -> CandidateResult:
                 point=point, metric=str(main.metric), before=cell.before if cell else None,
                 after=cell.after if cell else None, delta_pct=main.shown.delta_pct,
                 ci_low_pct=own[0] if own else None, ci_high_pct=own[1] if own else None, word=word,
-                expected=want, as_expected=None if want is None else sections.expectation_met(want, words[point])
+                expected=want, as_expected=None if want is None else verdict_cards.expectation_met(want, words[point])
                 .startswith("as expected")))
     cells = [CellResult(point=c.point, metric=c.metric, before=c.before, after=c.after, delta_pct=c.delta_pct,
                         ci_low_pct=c.interval[0] if c.interval else None,
@@ -105,7 +106,7 @@ def candidate_result(run: RunData, s: CandidateSummary) -> CandidateResult:
     comp = ev.composite if ev is not None else None
     return CandidateResult(
         candidate=s.candidate, baseline=s.baseline, word=s.word,
-        where=sections.where_it_acts(run, ev) if ev is not None and len(ev.cells) > 1 else "",
+        where=verdict_cards.where_it_acts(run, ev) if ev is not None and len(ev.cells) > 1 else "",
         composite_pct=comp.estimate_pct if comp else None,
         composite_ci_pct=(comp.rci_low_pct, comp.rci_high_pct) if comp and comp.rci_low_pct is not None else None,
         rounds=comp.n_rounds if comp else None, points=points, cells=cells)
@@ -159,9 +160,9 @@ def environment_line(env: Environment) -> str:
 def summary_markdown(run: RunData) -> str:
     """summary.md: the run in one screen, for a pull request."""
     env = environment(run)
-    cards = [_short(sections.card(run, s)) for s in run.summaries]
+    cards = [_short(verdict_cards.card(run, s)) for s in run.summaries]
     if run.control is not None:
-        cards.append(_short(sections.control_card(run, run.control)))
+        cards.append(_short(verdict_cards.control_card(run, run.control)))
     m = run.manifest
     blocks: list[Any] = list(cards) or [Paragraph("No candidate arm: nothing to compare.")]
     blocks.append(Paragraph(f"Environment: {environment_line(env)}."))

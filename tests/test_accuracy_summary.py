@@ -321,7 +321,7 @@ def test_report_section_from_run_records(tmp_path: Path) -> None:
     assert "### Accuracy: gsm8k, baseline vs patched" in text and "Gates: **INCONCLUSIVE**" in text
     assert "**1/2 identical (50.0 %)**" in text
     # the verdict card carries the same correctness
-    from suite.report_sections import correctness_lines
+    from suite.report_verdict import correctness_lines
 
     (summary,) = load_run(tmp_path).summaries
     lines = correctness_lines(summary.correctness)

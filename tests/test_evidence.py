@@ -803,7 +803,7 @@ def test_the_card_opens_with_each_points_own_word_and_numbers(tmp_path):
     pastes, each row the point's mean TPOT before → after (the cells' geometric means), Δ % with the interval of
     the test that decided the point, and its word; every number from the run's own family test."""
     from suite.analysis import load_run
-    from suite.report_sections import point_labels
+    from suite.report_verdict import point_labels
     from suite.stats import fmt_interval, fmt_pct
     from suite.verdict import Outcome
     from suite.verdict_family import PointWord

@@ -29,8 +29,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("suite.runtime",),
     ("suite.stages",),  # a stage's run.py (and its helpers): one job against a JobEnv
     ("suite.quality", "suite.document", "suite.stages.serve.checks"),  # a stage's own data-quality checks
-    ("suite.candidate", "suite.analysis", "suite.run_facts", "suite.report_sections", "suite.render", "suite.share",
-     "suite.report", "suite.history", "suite.stages.registry",
+    ("suite.candidate", "suite.analysis", "suite.run_facts", "suite.report_sections", "suite.report_verdict",
+     "suite.render", "suite.share", "suite.report", "suite.history", "suite.stages.registry",
      *(f"suite.stages.{k}.{m}" for k in STAGE_PACKAGES for m in ("summary", "stage"))),
     ("suite.sequential",),
     ("suite.runner", "suite.calibrate"),  # calibrate: this machine (runtime) and its stored runs (store)
