@@ -9,7 +9,7 @@ Orders:
   widens the round scores' spread, never biases one arm.
 - ``abba`` with ``side_by_side: k`` (k > 1): each round's serving arms, in the same random order, are cut into
   time windows of k sessions. The servers of a window are alive at once
-  (started together, their jobs alternating, ``suite.runner.run_window``), so whatever drifts on the host
+  (started together, their jobs alternating, ``suite.sessions.run_window``), so whatever drifts on the host
   within a window drifts for all its arms alike. Rounds stay the unit of the verdict (one session per arm per
   round), and which arms share a window changes at random from round to round.
 - ``interleaved``: every serving arm's server alive at once, one time window per round (a restart set); in it

@@ -15,8 +15,8 @@ from suite.errors import SuiteError
 from suite.fixtures import gemma4
 from suite.matrix_load import load_matrix
 from suite.plan import build_plan
-from suite.runner import server_argv_tail
 from suite.runtime.preflight import TOKENIZER_PATTERNS, plan_fetch
+from suite.sessions import server_argv_tail
 from suite.stages.latency.run import latency_command
 from tests.conftest import run_suite
 from tests.test_matrix_errors import error_of, write

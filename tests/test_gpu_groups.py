@@ -118,7 +118,7 @@ def test_crossed_groups_put_each_arm_on_its_own_group_and_swap_them_every_set():
     """runtime.cross_groups: one set at a time; in set r the i-th serving arm on group (i + r) mod N, so every
     arm is on every group once per N sets; each (arm, group) keeps its own cache; one bench client for the run
     (no lanes); the precompile starts the first N sets' layouts one after another (a group holds one server)."""
-    from suite.runner import precompile_windows
+    from suite.sessions import precompile_windows
 
     plan = build_plan(crossed())
     assert plan.design.sets_at_once == 1 and plan.design.cross_groups

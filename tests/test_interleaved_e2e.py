@@ -111,7 +111,7 @@ def test_the_arms_of_an_interleaved_window_take_turns_in_a_fresh_random_order():
     the seed (so both arms go first in some turns), under side by side it is mirrored."""
     from types import SimpleNamespace
 
-    from suite.runner import _turn_order
+    from suite.sessions import _turn_order
 
     lives = [SimpleNamespace(session=SimpleNamespace(arm=a, window=3)) for a in ("baseline", "slowed", "x")]
     ctx = SimpleNamespace(matrix=SimpleNamespace(order="interleaved", order_seed=1))

@@ -33,7 +33,7 @@ LAYERS: list[tuple[str, ...]] = [
      "suite.render", "suite.share", "suite.report", "suite.history", "suite.stages.registry",
      *(f"suite.stages.{k}.{m}" for k in STAGE_PACKAGES for m in ("summary", "stage"))),
     ("suite.sequential",),
-    ("suite.runner", "suite.calibrate"),  # calibrate: this machine (runtime) and its stored runs (store)
+    ("suite.sessions", "suite.runner", "suite.calibrate"),  # calibrate: this machine (runtime) and its stored runs (store)
     ("suite.doctor", "suite.commands", "suite.cli", "suite.__main__"),
 ]
 # entry points that are allowed above their package: the Slurm worker runs sessions on a node

@@ -288,6 +288,7 @@ def _served(tmp_path, monkeypatch, extra: str):
     ±10 % from round to round, undecided until the last look). Returns the run directory and the (arm, round)
     of every session the runner ran, and which sessions it ran side by side."""
     import suite.runner as runner
+    import suite.sessions as sessions
     from suite.cli import main
     from suite.runtime.base import ArmEnv, RuntimeBase
     from suite.store import RunStore, atomic_write_json
@@ -319,8 +320,8 @@ def _served(tmp_path, monkeypatch, extra: str):
             fake_session(ctx, s, p, advance)
 
     monkeypatch.setattr(runner, "make_runtime", lambda matrix, cache_root: FakeRuntime())
-    monkeypatch.setattr(runner, "run_session", fake_session)
-    monkeypatch.setattr(runner, "run_window", fake_window)
+    monkeypatch.setattr(sessions, "run_session", fake_session)
+    monkeypatch.setattr(sessions, "run_window", fake_window)
     (tmp_path / "m.yaml").write_text(CONTROL_MATRIX + extra)
     assert main(["run", str(tmp_path / "m.yaml"), "--out", str(tmp_path / "runs")]) == 0
     (root,) = (tmp_path / "runs").glob("*-ctrl")

@@ -28,9 +28,9 @@ from typing import Any
 
 from suite.matrix_load import load_matrix
 from suite.plan import build_plan
-from suite.runner import server_argv_tail
 from suite.runtime.base import free_port, http_ok
 from suite.runtime.local import LocalRuntime, vllm_command
+from suite.sessions import server_argv_tail
 from suite.stages.serve.run import serve_command
 from suite.stages.serve.spec import ServeParams, serve_points
 

@@ -24,9 +24,9 @@ from pathlib import Path
 from suite.matrix_load import load_matrix
 from suite.plan import build_plan
 from suite.proc import load_average, run_tool
-from suite.runner import server_argv_tail
 from suite.runtime.base import free_port
 from suite.runtime.local import LocalRuntime, vllm_command
+from suite.sessions import server_argv_tail
 from suite.stages.serve.run import serve_command
 from suite.stages.serve.spec import ServeParams
 from suite.store import ArmDirs

@@ -30,9 +30,9 @@ from pathlib import Path
 from suite.matrix_load import load_matrix
 from suite.plan import build_plan
 from suite.proc import cpu_list, load_average
-from suite.runner import server_argv_tail
 from suite.runtime.base import free_port, wait_healthy
 from suite.runtime.local import KV_BYTES_FLAG, KV_SPACE_VAR, LocalRuntime
+from suite.sessions import server_argv_tail
 from suite.stages.serve.client import without_flag
 from suite.store import ArmDirs
 

@@ -86,10 +86,10 @@ def run(args: argparse.Namespace) -> int:
 
 def dry_run_text(matrix, plans, client, cache_root: Path) -> str:
     from suite.plan import build_plan
-    from suite.runner import server_argv_tail
     from suite.runtime.base import ArmEnv
     from suite.runtime.docker.images import existing_image
     from suite.runtime.docker.runtime import DockerRuntime, container_config
+    from suite.sessions import server_argv_tail
     from suite.store import ArmDirs
 
     plan_all = build_plan(matrix)

@@ -4,7 +4,7 @@ The runner owns the rounds: it cuts the plan's pending sessions into batches (on
 run stops at looks, else all of them), hands each batch to the scheduler and takes the sequential look after
 it. A scheduler runs the sessions of one batch to their end and says when each job finished:
 
-- here (``suite.runner.HereScheduler``): in this process, one session (or one side-by-side window) after the
+- here (``suite.sessions.HereScheduler``): in this process, one session (or one side-by-side window) after the
   other, with the local or docker runtime;
 - slurm (``suite.runtime.slurm.driver.SlurmScheduler``): one batch job per session, submitted, followed,
   resubmitted and cancelled from the login node.

@@ -2,7 +2,7 @@
 
     python -m suite.runtime.slurm.worker RUN_DIR --matrix MATRIX --session ARM#N [--overlays DIR|node-local]
 
-Reuses the runner's own session loop (``suite.runner.run_session``): the same server lifecycle, restarts,
+Reuses the runner's own session loop (``suite.sessions.run_session``): the same server lifecycle, restarts,
 job records and atomic raw files as a local run, written into the shared run directory. Jobs already done
 there are skipped, so a resubmitted job runs only what is missing. The manifest is the driver's alone.
 SIGTERM (scancel, time limit) stops the server's process group before the worker exits.
@@ -27,10 +27,10 @@ from suite.errors import SuiteError
 from suite.matrix_load import load_matrix
 from suite.plan import Session, build_plan
 from suite.proc import signals_as_interrupt
-from suite.runner import RunContext, run_session
 from suite.runtime.identity import this_machine
 from suite.runtime.local import LocalRuntime
 from suite.runtime.slurm.cluster import parse_session_id
+from suite.sessions import RunContext, run_session
 from suite.store import RunStore, secret_values
 
 
