@@ -331,19 +331,16 @@ def wheel_version(filename: str) -> str:
     return parts[1]
 
 
-class VllmFrom(Strict):
-    """``vllm: {wheel: PATH, sha256: HEX}`` or ``vllm: {git: URL, ref: REF}``: where an arm's vLLM comes from
-    when it is not a release on PyPI. Built into the arm's image (runtime docker)."""
+class SourceFrom(Strict):
+    """What a package given by a wheel file or a git ref shares (an arm's vLLM, its AITER): the four fields'
+    forms; the subclasses say which package a wheel must be and how the two kinds combine."""
 
-    wheel: str | None = Field(None, description="a vLLM wheel file (relative to the matrix file)")
-    sha256: str | None = Field(None, description="expected sha256 of the wheel (checked at validate time)")
-    git: str | None = Field(None, description="a vLLM git repository URL")
-    ref: str | None = Field(None, description="commit sha, tag or branch of `git`")
-    version: str | None = Field(None, description="the vLLM release the source is based on (patch sets and "
-                                "the vendor base image are chosen by it); default: from the wheel's file "
-                                "name or a release tag such as v0.33.0")
+    wheel: str | None = None
+    sha256: str | None = None
+    git: str | None = None
+    ref: str | None = None
 
-    @field_validator("wheel", "git", "ref", "version", mode="before")
+    @field_validator("wheel", "git", "ref", mode="before")
     @classmethod
     def _env(cls, value: Any) -> Any:
         return expand_env(value)
@@ -368,6 +365,36 @@ class VllmFrom(Strict):
                              "path (./, ../, /, ~)")
         return value
 
+    def _kinds_combine(self, either: bool) -> None:
+        """``either``: exactly one of wheel / git (else at most one); git needs a ref, a wheel none, a sha256
+        belongs to a wheel."""
+        if (self.wheel is None) == (self.git is None) if either else (self.wheel is not None and self.git is not None):
+            raise ValueError("give either wheel: PATH or git: URL (with ref:)" + ("" if either else ", not both"))
+        if self.git is not None and not self.ref:
+            raise ValueError("git: needs ref: (a commit sha, tag or branch)")
+        if self.wheel is not None and self.ref is not None:
+            raise ValueError("ref: belongs to git:, not to wheel:")
+        if self.sha256 is not None and self.wheel is None:
+            raise ValueError("sha256: belongs to wheel: (a git source is identified by its ref)")
+
+
+class VllmFrom(SourceFrom):
+    """``vllm: {wheel: PATH, sha256: HEX}`` or ``vllm: {git: URL, ref: REF}``: where an arm's vLLM comes from
+    when it is not a release on PyPI. Built into the arm's image (runtime docker)."""
+
+    wheel: str | None = Field(None, description="a vLLM wheel file (relative to the matrix file)")
+    sha256: str | None = Field(None, description="expected sha256 of the wheel (checked at validate time)")
+    git: str | None = Field(None, description="a vLLM git repository URL")
+    ref: str | None = Field(None, description="commit sha, tag or branch of `git`")
+    version: str | None = Field(None, description="the vLLM release the source is based on (patch sets and "
+                                "the vendor base image are chosen by it); default: from the wheel's file "
+                                "name or a release tag such as v0.33.0")
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _version_env(cls, value: Any) -> Any:
+        return expand_env(value)
+
     @field_validator("wheel")
     @classmethod
     def _wheel(cls, value: str | None) -> str | None:
@@ -377,14 +404,7 @@ class VllmFrom(Strict):
 
     @model_validator(mode="after")
     def _one_kind(self) -> VllmFrom:
-        if (self.wheel is None) == (self.git is None):
-            raise ValueError("give either wheel: PATH or git: URL (with ref:)")
-        if self.git is not None and not self.ref:
-            raise ValueError("git: needs ref: (a commit sha, tag or branch)")
-        if self.wheel is not None and self.ref is not None:
-            raise ValueError("ref: belongs to git:, not to wheel:")
-        if self.git is not None and self.sha256 is not None:
-            raise ValueError("sha256: belongs to wheel: (a git source is identified by its ref)")
+        self._kinds_combine(either=True)
         return self
 
     def declared_version(self) -> str | None:
@@ -411,7 +431,7 @@ def aiter_wheel_name(filename: str) -> str:
 CSV_NAME = re.compile(r"^[A-Za-z0-9_.+-]+\.csv$")
 
 
-class AiterFrom(Strict):
+class AiterFrom(SourceFrom):
     """``aiter: {git: URL, ref: REF}`` or ``aiter: {wheel: PATH}``, with ``tuned_gemm_bf16: [CSV, ...]``: the
     arm's own AITER, installed over the ROCm base image's, and its own tuned BF16 GEMM configs (runtime docker,
     vendor rocm). Either part may come alone: CSVs over the base image's AITER, or an AITER with its own
@@ -436,30 +456,6 @@ class AiterFrom(Strict):
                                     "aiter/configs/bf16_tuned_gemm.csv, first in AITER_CONFIG_GEMM_BF16 (a "
                                     "list replaces AITER's default, and with it the model_configs/ CSVs it "
                                     "would merge)")
-
-    @field_validator("wheel", "git", "ref", mode="before")
-    @classmethod
-    def _env(cls, value: Any) -> Any:
-        return expand_env(value)
-
-    @field_validator("sha256", mode="before")
-    @classmethod
-    def _sha(cls, value: Any) -> Any:
-        return _sha256_text(value)
-
-    @field_validator("ref")
-    @classmethod
-    def _ref(cls, value: str | None) -> str | None:
-        if value is not None and (not GIT_REF.match(value) or ".." in value or value.endswith((".lock", "/"))):
-            raise ValueError(f"{value!r} is not a git commit, tag or branch name")
-        return value
-
-    @field_validator("git")
-    @classmethod
-    def _url(cls, value: str | None) -> str | None:
-        if value is not None and not (GIT_URL.match(value) or value.startswith(LOCAL_PREFIXES)):
-            raise ValueError(f"{value!r} is not a git URL (https://...)")
-        return value
 
     @field_validator("wheel")
     @classmethod
@@ -486,14 +482,7 @@ class AiterFrom(Strict):
 
     @model_validator(mode="after")
     def _one_kind(self) -> AiterFrom:
-        if self.wheel is not None and self.git is not None:
-            raise ValueError("give either wheel: PATH or git: URL (with ref:), not both")
-        if self.git is not None and not self.ref:
-            raise ValueError("git: needs ref: (a commit sha, tag or branch)")
-        if self.wheel is not None and self.ref is not None:
-            raise ValueError("ref: belongs to git:, not to wheel:")
-        if self.sha256 is not None and self.wheel is None:
-            raise ValueError("sha256: belongs to wheel: (a git source is identified by its ref)")
+        self._kinds_combine(either=False)
         if self.wheel is None and self.git is None and not self.tuned_gemm_bf16:
             raise ValueError("give wheel: PATH, git: URL with ref:, or tuned_gemm_bf16: [CSV, ...]")
         if self.keep_default_bf16 and not self.tuned_gemm_bf16:
