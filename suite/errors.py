@@ -11,3 +11,7 @@ class MatrixError(SuiteError):
 
 class ServerError(SuiteError):
     """A vLLM server failed to start or died; the message carries the command and log tail."""
+
+
+class PatchError(SuiteError):
+    """A patch set is unknown, malformed, does not fit the vLLM version, or a hunk does not apply."""

@@ -290,7 +290,8 @@ def check_files(matrix: Matrix) -> list[tuple[tuple[Any, ...], str]]:
     """What a matrix names on disk, checked before anything runs: each patch set exists and fits the arm's
     vLLM version (forward / present), each diff file exists and is a unified diff, each wheel (vLLM's, AITER's)
     exists and matches its sha256, each tuned CSV of `aiter:` exists. Returns (location, message) pairs; empty when all is well."""
-    from suite.patches import PatchError, get_patch_set, list_patch_sets, resolve_patches
+    from suite.errors import PatchError
+    from suite.patches import get_patch_set, list_patch_sets, resolve_patches
 
     errors: list[tuple[tuple[Any, ...], str]] = []
     known: list[str] | None = None

@@ -28,15 +28,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, computed_field
 
-from suite.patches import (
-    HunkFailed,
-    PatchError,
-    PatchSet,
-    TrackResult,
-    base_version,
-    check_diff,
-    release_key,
-)
+from suite.errors import PatchError
+from suite.patches import HunkFailed, PatchSet, TrackResult, base_version, check_diff, release_key
 
 EXIT_PRESENT_UPSTREAM = 3  # a forward set's change is in the release already (nothing left to measure)
 EXIT_NO_LONGER_APPLIES = 4  # a set's diff fails there (takes precedence over 3)

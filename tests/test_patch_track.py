@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from suite.errors import MatrixError
+from suite.errors import MatrixError, PatchError
 from suite.matrix_load import load_matrix
 from suite.patch_track import (
     EXIT_NO_LONGER_APPLIES,
@@ -29,7 +29,6 @@ from suite.patch_track import (
     track_set,
 )
 from suite.patches import (
-    PatchError,
     apply_patch_sets,
     get_patch_set,
     make_overlay,

@@ -10,16 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from suite.errors import PatchError
 from suite.matrix_blocks import PatchRef
-from suite.patches import (
-    PatchError,
-    apply_patch_sets,
-    get_patch_set,
-    list_patch_sets,
-    make_overlay,
-    parse_unified_diff,
-    patch_fingerprint,
-)
+from suite.patches import apply_patch_sets, get_patch_set, list_patch_sets, make_overlay, patch_fingerprint
+from suite.unified_diff import parse_unified_diff
 
 ORIGINAL = "".join(f"line {i}\n" for i in range(1, 21))
 MODULE = "vllm/model_executor/gate.py"

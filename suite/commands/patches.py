@@ -13,9 +13,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from suite.errors import PatchError
 from suite.matrix_blocks import PatchRef
 from suite.patches import (
-    PatchError,
     PatchSet,
     apply_patch_sets,
     base_version,

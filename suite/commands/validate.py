@@ -25,7 +25,8 @@ def patch_problems(m, path: str, console: Console) -> list[str]:
     into .cache/vllm-src), so a diff that would fail after a long image pull fails here, naming its hunk. An arm
     whose vLLM comes from a wheel or git ref is checked when its image is built; a release that cannot be had here
     (no index) is a warning."""
-    from suite.patches import PatchError, check_patch_sets, vllm_source_tree
+    from suite.errors import PatchError
+    from suite.patches import check_patch_sets, vllm_source_tree
 
     problems, trees = [], {}
     for name, arm in m.arms.items():

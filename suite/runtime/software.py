@@ -23,9 +23,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from suite.errors import SuiteError
+from suite.errors import PatchError, SuiteError
 from suite.matrix_blocks import ArmSpec
-from suite.patches import PatchError, parse_unified_diff, resolve_patches
+from suite.patches import resolve_patches
 from suite.proc import ToolCommand, read_tail, run_tool
 from suite.records import (
     SOFTWARE_PACKAGES,
@@ -38,6 +38,7 @@ from suite.records import (
 )
 from suite.runtime.base import ArmEnv, ArmPreparer, Runtime
 from suite.store import RunStore, read_json
+from suite.unified_diff import parse_unified_diff
 
 PROBE = Path(__file__).with_name("software_probe.py")
 PROBE_TIMEOUT_S = 600.0  # a container start and a few GB hashed take well under a minute
