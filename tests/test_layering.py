@@ -19,7 +19,7 @@ STAGE_PACKAGES = sorted(p.parent.name for p in (SUITE / "stages").glob("*/__init
 # the floors, in order; a module belongs to the first prefix that matches (longest prefixes first)
 LAYERS: list[tuple[str, ...]] = [
     ("suite", "suite.errors", "suite.proc"),
-    ("suite.stats", "suite.scores", "suite.verdict", "suite.verdict_family"),
+    ("suite.stats", "suite.accuracy_stats", "suite.scores", "suite.verdict", "suite.verdict_family"),
     ("suite.matrix_blocks", "suite.matrix", "suite.matrix_load", "suite.unified_diff", "suite.patches",
      "suite.patch_track", "suite.fixtures"),
     # what the plan knows of each kind, declared by its stage (spec.py) and gathered in job order (kinds)

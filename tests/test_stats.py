@@ -14,21 +14,23 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from scipy import stats as sps
 
-from suite.stats import (
-    METRICS,
+from suite.accuracy_stats import (
     GateOutcome,
-    Strata,
-    Verdict,
     accuracy_gate,
     accuracy_gate_reason,
-    compare,
-    compare_metric,
-    geometric_mean_ratio,
     mcnemar,
-    noise_floor_pct,
     paired_accuracy,
     paired_difference_interval,
     paired_difference_p,
+)
+from suite.stats import (
+    METRICS,
+    Strata,
+    Verdict,
+    compare,
+    compare_metric,
+    geometric_mean_ratio,
+    noise_floor_pct,
     set_value,
     summarize,
 )

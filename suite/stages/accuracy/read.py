@@ -1,9 +1,9 @@
 """Reading lm-eval outputs and greedy-equivalence files into typed, paired per-question results.
 
 Accuracy: samples are paired on ``(doc_id, filter)``; per filter the paired numbers come from
-`suite.stats.paired_accuracy` (McNemar's score test and Tango's score interval on the difference: one
-statistic). Gates judge that interval, not a point estimate: ``max_drop`` through `suite.stats.accuracy_gate`,
-``min_accuracy`` through the candidate's Wilson interval; each gate is PASS / FAIL / INCONCLUSIVE / UNINFORMATIVE.
+`suite.accuracy_stats.paired_accuracy` (McNemar's score test and Tango's score interval on the difference: one
+statistic). Gates judge that interval, not a point estimate: ``max_drop`` through
+`suite.accuracy_stats.accuracy_gate`, ``min_accuracy`` through the candidate's Wilson interval; each gate is PASS / FAIL / INCONCLUSIVE / UNINFORMATIVE.
 
 Equivalence: two ``run_equivalence`` files -> share of identical greedy completions and the median position
 of the first differing token among the completions that differ.
@@ -23,11 +23,17 @@ from typing import Any
 
 from scipy.stats import binomtest
 
+from suite.accuracy_stats import (
+    GateOutcome,
+    PairedAccuracy,
+    accuracy_gate,
+    accuracy_gate_reason,
+    paired_accuracy,
+)
 from suite.errors import SuiteError
 from suite.matrix_blocks import AccuracySpec
 from suite.plan import Job
 from suite.records import JobRecord
-from suite.stats import GateOutcome, PairedAccuracy, accuracy_gate, accuracy_gate_reason, paired_accuracy
 from suite.store import RunStore
 
 FILTERS = ("strict-match", "flexible-extract")
