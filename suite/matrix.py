@@ -1,9 +1,10 @@
 """The matrix: what to measure — one model, a runtime, the arms (baseline, patched, ...) and the points —
-as one frozen pydantic model, `Matrix`, made of the blocks of :mod:`suite.matrix_blocks`. Its own checks are
-the rules that span blocks: the baseline among the arms, every point within each model's length, the verdict's
-points among the serving points, the order against the runtime (interleaved, side by side, GPU groups,
-precompile, ports), no compile cache shared by two arms, the flags the model block owns. Nothing here reads a
-file or starts a process: :func:`suite.matrix_load.load_matrix` reads one, with file:line errors.
+as one frozen pydantic model, `Matrix`, made of the blocks of :mod:`suite.matrix_blocks` and
+:mod:`suite.matrix_jobs`. Its own checks are the rules that span blocks: the baseline among the arms, every point
+within each model's length, the verdict's points among the serving points, the order against the runtime
+(interleaved, side by side, GPU groups, precompile, ports), no compile cache shared by two arms, the flags the
+model block owns. Nothing here reads a file or starts a process: :func:`suite.matrix_load.load_matrix` reads
+one, with file:line errors.
 """
 
 from __future__ import annotations
@@ -13,18 +14,14 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from suite.matrix_blocks import (
-    MAX_REPEATS,
+from suite.matrix_blocks import MAX_REPEATS, ArmSpec, ModelSpec, RuntimeSpec, Strict
+from suite.matrix_jobs import (
     AccuracySpec,
-    ArmSpec,
     KernelSpec,
     LatencyPoint,
     LayerSpec,
-    ModelSpec,
     ProfileSpec,
-    RuntimeSpec,
     ServePoint,
-    Strict,
     serve_point_id,
 )
 from suite.verdict import EXPECT_OTHERS, VerdictSpec

@@ -15,7 +15,7 @@ import yaml
 
 from suite.errors import SuiteError
 from suite.fixtures.gsm8k import write_synthetic_gsm8k
-from suite.matrix_blocks import AccuracySpec
+from suite.matrix_jobs import AccuracySpec
 from suite.stages.accuracy.equivalence import equivalence_prompts, prompt_set_sha256, run_equivalence
 from suite.stages.accuracy.run import lm_eval_command, lm_eval_task_yaml, run_accuracy, write_local_task
 

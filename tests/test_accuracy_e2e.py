@@ -33,7 +33,7 @@ import pytest
 from scipy.special import ndtr
 
 from suite.fixtures.gsm8k import write_synthetic_gsm8k
-from suite.matrix_blocks import AccuracySpec
+from suite.matrix_jobs import AccuracySpec
 from suite.stages.accuracy.equivalence import run_equivalence
 from suite.stages.accuracy.read import summarize_accuracy, summarize_equivalence
 from suite.stages.accuracy.run import SIDECAR, run_accuracy

@@ -10,7 +10,7 @@ import pytest
 from scipy.special import ndtr
 
 from suite.errors import SuiteError
-from suite.matrix_blocks import AccuracySpec
+from suite.matrix_jobs import AccuracySpec
 from suite.stages.accuracy.read import (
     first_divergence,
     mean_stderr,

@@ -21,7 +21,8 @@ import pytest
 from dockerfile_parse import DockerfileParser
 
 from suite.errors import SuiteError
-from suite.matrix_blocks import AccuracySpec, DockerSpec
+from suite.matrix_blocks import DockerSpec
+from suite.matrix_jobs import AccuracySpec
 from suite.matrix_load import parse_matrix
 from suite.proc import LM_EVAL_PYTHON
 from suite.runtime.base import ArmEnv

@@ -157,7 +157,8 @@ def test_unknown_key_is_reported_at_its_own_line(where, key):
 
 
 def _fields_of(where: tuple) -> set[str]:
-    from suite.matrix_blocks import ArmSpec, ModelSpec, RuntimeSpec, ServePoint
+    from suite.matrix_blocks import ArmSpec, ModelSpec, RuntimeSpec
+    from suite.matrix_jobs import ServePoint
 
     model = {(): Matrix, ("model",): ModelSpec, ("arms", "baseline"): ArmSpec, ("serve", 0): ServePoint,
              ("runtime",): RuntimeSpec}[where]

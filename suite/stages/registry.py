@@ -5,9 +5,9 @@ A stage owns all of itself in its package ``suite/stages/<package>/``. Adding on
 
 1. its package: ``spec.py`` (``KINDS``: each kind's name, params type, placement, points and result layout,
    as ``suite.stages.spec.KindSpec``; on the plan's floor, so it imports only ``suite.matrix``,
-   ``suite.matrix_blocks`` and ``suite.stages.spec``), ``stage.py`` (``STAGES``: each kind's ``execute``, server
+   ``suite.matrix_jobs`` and ``suite.stages.spec``), ``stage.py`` (``STAGES``: each kind's ``execute``, server
    hooks and report section, as ``suite.stages.base.Stage``), and the modules these name (``run.py``, ``read.py``, ``summary.py``);
-2. its matrix block: a field of ``suite.matrix.Matrix`` (and its spec model, in ``suite.matrix_blocks``) that its
+2. its matrix block: a field of ``suite.matrix.Matrix`` (and its spec model, in ``suite.matrix_jobs``) that its
    ``spec.py`` reads;
 3. one line in ``suite.stages.kinds.SPECS`` (its ``spec``, at its place in the order of jobs in a session);
 4. one line in ``STAGES_BY_PACKAGE`` below (its ``stage``, at its place in the report's section order).

@@ -1,8 +1,8 @@
 """What the plan knows of a job kind (`KindSpec`), declared by each stage in its own ``spec.py``.
 
 This module and every ``suite/stages/<package>/spec.py`` sit on the plan's floor (below ``suite.plan``, above
-``suite.matrix`` and ``suite.matrix_blocks``): they may import the matrix and each other, never a stage's run, read
-or summary modules.
+``suite.matrix`` and its blocks, ``suite.matrix_blocks`` and ``suite.matrix_jobs``): they may import the matrix and
+each other, never a stage's run, read or summary modules.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from suite.errors import SuiteError
 from suite.fixtures.gsm8k import synthetic_problems
-from suite.matrix_blocks import AccuracySpec
+from suite.matrix_jobs import AccuracySpec
 from suite.records import JobNotes
 from suite.stages.base import JobEnv
 from suite.store import atomic_write_json

@@ -31,7 +31,7 @@ from suite.accuracy_stats import (
     paired_accuracy,
 )
 from suite.errors import SuiteError
-from suite.matrix_blocks import AccuracySpec
+from suite.matrix_jobs import AccuracySpec
 from suite.plan import Job
 from suite.records import JobRecord
 from suite.store import RunStore

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from suite.errors import SuiteError
 from suite.fixtures.gsm8k import is_synthetic_dataset, write_synthetic_gsm8k
-from suite.matrix_blocks import AccuracySpec
+from suite.matrix_jobs import AccuracySpec
 from suite.proc import LM_EVAL_PYTHON, failure, run_tool
 from suite.records import JobNotes
 from suite.stages.base import JobEnv

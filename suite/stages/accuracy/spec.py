@@ -4,7 +4,7 @@ block asks for equivalence prompts), then the lm-eval task."""
 from __future__ import annotations
 
 from suite.matrix import Matrix
-from suite.matrix_blocks import AccuracySpec
+from suite.matrix_jobs import AccuracySpec
 from suite.stages.spec import KindSpec
 
 

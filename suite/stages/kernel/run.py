@@ -7,7 +7,7 @@ PYTHONPATH and its own compile caches, so the gate is timed exactly as that arm'
 from __future__ import annotations
 
 from suite.errors import SuiteError
-from suite.matrix_blocks import KernelSpec
+from suite.matrix_jobs import KernelSpec
 from suite.proc import run_tool
 from suite.records import CommandNotes
 from suite.stages.base import JobEnv

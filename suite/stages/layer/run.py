@@ -9,7 +9,8 @@ to `vllm serve`.
 from __future__ import annotations
 
 from suite.errors import SuiteError
-from suite.matrix_blocks import LayerSpec, ModelSpec
+from suite.matrix_blocks import ModelSpec
+from suite.matrix_jobs import LayerSpec
 from suite.proc import run_tool
 from suite.records import CommandNotes
 from suite.stages.base import JobEnv

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from suite.matrix import Matrix
-from suite.matrix_blocks import LayerSpec
+from suite.matrix_jobs import LayerSpec
 from suite.stages.spec import KindSpec
 
 

@@ -32,7 +32,7 @@ import urllib.request
 from pathlib import Path
 
 from suite.errors import SuiteError
-from suite.matrix_blocks import ProfileSpec
+from suite.matrix_jobs import ProfileSpec
 from suite.records import JobNotes
 from suite.stages.base import JobEnv, SessionEnv
 from suite.stages.profile.read import summarize, worker_traces

@@ -7,7 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from suite.matrix import Matrix
-from suite.matrix_blocks import serve_point_id
+from suite.matrix_jobs import serve_point_id
 from suite.stages.spec import KindSpec
 
 

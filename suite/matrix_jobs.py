@@ -1,0 +1,207 @@
+"""The blocks that say what a matrix measures, one per kind of job, each a strict pydantic model that checks its
+own fields: the serving points (`ServePoint`: one ISL/OSL block, a point per concurrency; `serve_point_id`, the
+id plans, stores and reports name a point by), the latency rows (`LatencyPoint`), and the specs of the accuracy,
+kernel, layer and profile jobs (`AccuracySpec`, `KernelSpec`, `LayerSpec`, `ProfileSpec`). Held to the size
+limits of :mod:`suite.matrix_blocks`; read by each stage's ``spec.py``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from suite.matrix_blocks import (
+    MAX_BATCH,
+    MAX_CONCURRENCY,
+    MAX_ITERS,
+    MAX_KERNEL_M,
+    MAX_PROMPTS,
+    MAX_TOKENS,
+    Strict,
+)
+
+NUM_PROMPTS = re.compile(r"^(\d+(?:\.\d+)?)x$")
+
+
+class ServePoint(Strict):
+    """One ISL/OSL block; expands to one point per concurrency."""
+
+    isl: int = Field(gt=0, le=MAX_TOKENS, description="input length in tokens (random prompts)")
+    osl: int = Field(gt=0, le=MAX_TOKENS, description="output length in tokens (--ignore-eos: every request decodes all of them)")
+    concurrency: list[int] = Field(min_length=1, description="requests in flight: one number or a list (a point each)")
+    num_prompts: int | str = Field("3x", description="absolute count or a multiple of concurrency ('3x')")
+    random_range_ratio: float = Field(0.0, ge=0.0, lt=1.0, description="spread of the random lengths around isl / osl (0: exact)")
+    request_rate: float | None = Field(None, gt=0, description="None = all at once (inf)")
+    num_warmups: int = Field(1, ge=0, le=MAX_PROMPTS, description="vLLM's own warm-up requests before each point")
+    seed: int = Field(0, description="the prompts' seed: every arm and round gets the same requests")
+    duration_s: float | None = Field(None, gt=0, le=3600, description="size each point by time: num_prompts "
+                                     "= this many seconds at a measured request rate (the arms' median in the "
+                                     "previous round; in the first, the first arm's warm-up), one count per "
+                                     "round for every arm")
+    warmup: bool = Field(True, description="warm the server at this shape before the session's first point")
+    client: Literal["persistent", "cli"] = Field("persistent", description="one long-lived `vllm bench serve` "
+                                                 "process per session, or a fresh CLI process per point")
+
+    @field_validator("concurrency", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: Any) -> Any:
+        return one_or_many(value, "concurrency")
+
+    @field_validator("concurrency")
+    @classmethod
+    def _positive(cls, value: list[int]) -> list[int]:
+        if any(c <= 0 for c in value):
+            raise ValueError("every concurrency must be > 0")
+        if any(c > MAX_CONCURRENCY for c in value):
+            raise ValueError(f"concurrency {max(value):,} is beyond the limit {MAX_CONCURRENCY:,}")
+        if len(set(value)) != len(value):
+            raise ValueError("concurrency values must be distinct")
+        return value
+
+    @field_validator("num_prompts")
+    @classmethod
+    def _num_prompts(cls, value: int | str) -> int | str:
+        if isinstance(value, int):
+            if value <= 0:
+                raise ValueError("num_prompts must be > 0")
+            if value > MAX_PROMPTS:
+                raise ValueError(f"num_prompts {value:,} is beyond the limit {MAX_PROMPTS:,}")
+            return value
+        m = NUM_PROMPTS.match(value.strip())
+        if not m:
+            raise ValueError("num_prompts must be a positive integer or a multiple like '3x'")
+        if float(m.group(1)) > MAX_PROMPTS:
+            raise ValueError(f"num_prompts {value.strip()} is beyond the limit {MAX_PROMPTS:,} prompts")
+        return value.strip()
+
+    @model_validator(mode="after")
+    def _prompt_total(self) -> ServePoint:
+        worst = max(self.prompts_for(c) for c in self.concurrency)
+        if worst > MAX_PROMPTS:
+            raise ValueError(f"num_prompts {self.num_prompts} at concurrency {max(self.concurrency):,} is "
+                             f"{worst:,} prompts, beyond the limit {MAX_PROMPTS:,}")
+        return self
+
+    def prompts_for(self, concurrency: int) -> int:
+        if isinstance(self.num_prompts, int):
+            return self.num_prompts
+        factor = float(NUM_PROMPTS.match(self.num_prompts).group(1))  # type: ignore[union-attr]
+        return max(1, round(factor * concurrency))
+
+
+def serve_point_id(isl: int, osl: int, concurrency: int, num_prompts: int, duration_s: float | None = None) -> str:
+    """A serving point's id, as plans, stores and reports name it."""
+    size = f"t{duration_s:g}s" if duration_s else f"n{num_prompts}"
+    return f"isl{isl}-osl{osl}-c{concurrency}-{size}"
+
+
+def one_or_many(value: Any, field: str) -> Any:
+    """A number or a list of numbers (``concurrency: 8`` or ``[1, 8]``); text is refused with what to write (YAML
+    reads "8" as text, and the library's own word for it, "should be a valid list", says nothing of that)."""
+    if isinstance(value, str):
+        raise ValueError(f"a number or a list of numbers, e.g. {field}: 8 or [1, 8, 16], not the text {value!r}"
+                         + (": write it without quotes" if value.strip().isdigit() else ""))
+    return [value] if isinstance(value, int) else value
+
+
+class LatencyPoint(Strict):
+    input_len: int = Field(gt=0, le=MAX_TOKENS, description="prompt tokens per request")
+    output_len: int = Field(gt=0, le=MAX_TOKENS, description="generated tokens per request")
+    batch_size: list[Annotated[int, Field(gt=0, le=MAX_BATCH)]] = Field(min_length=1, description="one batch size or a list (a row each)")
+    num_iters_warmup: int = Field(3, ge=0, le=MAX_ITERS, description="unmeasured iterations first")
+    num_iters: int = Field(10, gt=0, le=MAX_ITERS, description="measured iterations")
+
+    @field_validator("batch_size", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: Any) -> Any:
+        return one_or_many(value, "batch_size")
+
+
+class AccuracySpec(Strict):
+    task: str = Field("gsm8k", description="the lm-eval task")
+    num_fewshot: int = Field(5, ge=0, le=1_000, description="few-shot examples per question")
+    limit: int | None = Field(None, gt=0, le=MAX_PROMPTS, description="None = the whole test set (1,319 for GSM8K)")
+    endpoint: Literal["completions", "chat"] = Field("completions", description="completions or chat-completions")
+    max_gen_toks: int = Field(256, gt=0, le=MAX_TOKENS, description="tokens generated per answer at most")
+    concurrency: int = Field(8, gt=0, le=MAX_CONCURRENCY, description="questions in flight")
+    seed: int = Field(1234, description="lm-eval's seed")
+    dataset: str = Field(
+        "openai/gsm8k",
+        description="hub id, a directory with train.jsonl and test.jsonl, or 'synthetic' (GSM8K-format problems "
+        "generated into the run directory, labelled synthetic; for the CPU demo and tests)",
+    )
+    min_accuracy: float | None = Field(None, ge=0, le=1, description="gate: absolute floor (flexible-extract)")
+    max_drop: float | None = Field(None, ge=0, le=1, description="gate: largest allowed drop vs baseline")
+    equivalence_prompts: int = Field(16, ge=0, le=MAX_PROMPTS, description="greedy-equivalence prompts (0 = off)")
+    equivalence_max_tokens: int = Field(64, gt=0, le=MAX_TOKENS, description="tokens each greedy-equivalence prompt generates")
+
+
+class KernelSpec(Strict):
+    hidden: int = Field(gt=0, le=MAX_KERNEL_M, description="the gate's input size (the model's hidden size)")
+    experts: int = Field(gt=0, le=MAX_KERNEL_M, description="the gate's output size (routed experts)")
+    m: list[Annotated[int, Field(gt=0, le=MAX_KERNEL_M)]] = Field([1, 2, 4, 8, 16, 32], description="tokens per call to time (a row each)")
+    trace_m: int = Field(2048, gt=0, le=MAX_KERNEL_M, description="M of the first (frozen) torch.compile trace")
+    iters: int = Field(50, gt=0, le=MAX_ITERS, description="calls per timing")
+    trials: int = Field(31, gt=0, le=MAX_ITERS, description="timings per M (their median is the row's value)")
+
+
+class LayerSpec(Strict):
+    """The decoder-layer subgraph benchmark (suite.stages.layer): µs per layer of the model's own decoder layer,
+    attention taken out, compiled guard-free and traced at a large T, timed per T (CUDA-graph replay on GPU)."""
+
+    tokens: list[Annotated[int, Field(gt=0, le=MAX_KERNEL_M)]] = Field(
+        [1, 2, 4, 8], description="T: tokens per call (the decode batch sizes of the ll-bf16 change's PR table)")
+    trace_m: int = Field(2048, gt=0, le=MAX_KERNEL_M, description="T of the first (frozen) torch.compile trace")
+    compile: Literal["vllm", "inductor"] = Field("vllm", description=(
+        "vllm: the layer compiled by vLLM's own support_torch_compile in the engine's config, as the server "
+        "compiles it; inductor: plain guard-free torch.compile (the token dimension dynamic)"))
+    layer_index: int = Field(0, ge=0, description="which decoder layer of the model is built (its config)")
+    iters: int = Field(20, gt=0, le=MAX_ITERS, description="layer calls per timed sample (one CUDA graph)")
+    trials: int = Field(51, gt=0, le=MAX_ITERS, description="timings per T (their median is the row's value)")
+
+
+class ProfileSpec(Strict):
+    """A short decode-heavy window under vLLM's torch profiler (suite.stages.profile)."""
+
+    isl: int = Field(128, gt=0, le=MAX_TOKENS, description="the profiled point's input length")
+    osl: int = Field(64, gt=0, le=MAX_TOKENS, description="its output length")
+    concurrency: int = Field(4, gt=0, le=MAX_CONCURRENCY, description="its concurrency")
+    num_prompts: int | None = Field(None, gt=0, le=MAX_PROMPTS, description="requests in the profiled window; default: "
+                                    "concurrency (all start together: one prefill round, then decode steps)")
+    warmup_prompts: int | None = Field(None, ge=0, le=MAX_PROMPTS, description="requests sent before /start_profile; "
+                                       "default: concurrency; 0 = no warm-up")
+    seed: int = Field(0, description="its prompts' seed")
+    families: dict[str, str] = Field(
+        default_factory=lambda: {
+            "wvSplitK": "wvSplitK",
+            "Tensile Cijk_*": "Cijk_",
+            "ll_bf16": "ll_bf16",
+            "nvjet": "nvjet",
+            "cutlass": "cutlass",
+            "triton": "triton",
+            "gemm (other)": "gemm|mm",
+        },
+        description="family label -> regex searched in kernel (GPU) or op (CPU) names; first match wins",
+    )
+
+    @field_validator("families")
+    @classmethod
+    def _families(cls, value: dict[str, str]) -> dict[str, str]:
+        for label, pattern in value.items():
+            if label == "other":
+                raise ValueError("family label 'other' is reserved for what no pattern matches")
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"family {label!r}: bad regex {pattern!r}: {exc}") from None
+        return value
+
+    @property
+    def num_prompts_or_default(self) -> int:
+        return self.concurrency if self.num_prompts is None else self.num_prompts
+
+    @property
+    def warmup_prompts_or_default(self) -> int:
+        return self.concurrency if self.warmup_prompts is None else self.warmup_prompts
