@@ -13,7 +13,7 @@ round starts one server session per arm, in ABBA order (baseline, aa, candidate;
 At each point: e_p = N(0, sigma_within) shared by the point's metrics, plus N(0, sigma_within / 2) per
 metric. Throughput = base * exp(g + e_p + e_pm), latency = base * exp(-(g + e_p) + e_pm).
 
-Per trial the SAME functions as the runner: suite.verdict.round_scores (composite and per metric, paired
+Per trial the SAME functions as the runner: suite.scores.round_scores (composite and per metric, paired
 by round index, candidate and A/A against the baseline) -> primary_test on the composite at each planned
 look (spending boundaries, A/A pooling, the whole alpha) -> the outcome at the first look that decides. These
 are the composite test's own rates; the report's word comes from the family of the composite and every point ×
