@@ -57,5 +57,6 @@ def test_a_cpu_starter_plans_and_prices_the_tiny_model(tmp_path):
     m = load_matrix(path)
     assert m.model.id == str(REPO / "models" / "tiny-moe") and m.runtime.kind == "local"
     assert m.verdict.looks == (2, 4)
-    dry = run_suite("run", str(path), "--dry-run", env={"COLUMNS": "300"})
+    # no run of this model here yet (an empty runs directory): the seeds price it; after one, that run does
+    dry = run_suite("run", str(path), "--dry-run", "--out", str(tmp_path / "runs"), env={"COLUMNS": "300"})
     assert dry.returncode == 0 and "estimate: ~" in dry.stdout and "on this project's 2-core CPU" in dry.stdout
