@@ -389,7 +389,7 @@ def test_startup_timeout_is_clear_and_stops_the_server(run1, run1_state, tmp_pat
 def tiny_tmpfs(tmp_path):
     mnt = tmp_path / "full"
     mnt.mkdir()
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True)
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)], capture_output=True)
     if proc.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here (needs root): {proc.stderr.decode().strip()}")
     try:

@@ -111,15 +111,16 @@ def test_the_arms_of_an_interleaved_window_take_turns_in_a_fresh_random_order():
     the seed (so both arms go first in some turns), under side by side it is mirrored."""
     from types import SimpleNamespace
 
+    from suite.plan import Design
     from suite.sessions import _turn_order
 
     lives = [SimpleNamespace(session=SimpleNamespace(arm=a, window=3)) for a in ("baseline", "slowed", "x")]
-    ctx = SimpleNamespace(matrix=SimpleNamespace(order="interleaved", order_seed=1))
+    ctx = SimpleNamespace(matrix=SimpleNamespace(order_seed=1), plan=SimpleNamespace(design=Design(order="interleaved")))
     turns = [[live.session.arm for live in _turn_order(ctx, lives, t)] for t in range(12)]
     assert all(sorted(t) == ["baseline", "slowed", "x"] for t in turns)
     assert {t[0] for t in turns} == {"baseline", "slowed", "x"}
     assert turns == [[live.session.arm for live in _turn_order(ctx, lives, t)] for t in range(12)]  # seeded
-    ctx.matrix.order = "abba"
+    ctx.plan.design = Design(order="abba")
     assert [live.session.arm for live in _turn_order(ctx, lives, 1)] == ["x", "slowed", "baseline"]
 
 
