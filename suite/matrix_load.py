@@ -24,7 +24,7 @@ from pydantic import BaseModel, ValidationError
 
 from suite.errors import MatrixError
 from suite.matrix import Matrix
-from suite.matrix_blocks import file_sha256
+from suite.matrix_blocks import SourceFrom, file_sha256
 
 # ---------------------------------------------------------------- loading with file:line errors
 
@@ -286,6 +286,19 @@ def missing_model_paths(matrix: Matrix) -> list[str]:
     return out
 
 
+def _wheel_errors(loc: tuple[str, ...], src: SourceFrom | None, what: str) -> list[tuple[tuple[Any, ...], str]]:
+    """A source's wheel (an arm's vLLM or AITER): missing, or not the sha256 the matrix gives."""
+    if src is None or src.wheel is None:
+        return []
+    wheel = Path(src.wheel)
+    if not wheel.is_file():
+        return [((*loc, "wheel"), f"{what} {wheel} does not exist")]
+    if src.sha256 is not None and file_sha256(wheel) != src.sha256:
+        return [((*loc, "sha256"), f"{wheel.name} has sha256 {file_sha256(wheel)}, not the {src.sha256} the matrix "
+                 "gives")]
+    return []
+
+
 def check_files(matrix: Matrix) -> list[tuple[tuple[Any, ...], str]]:
     """What a matrix names on disk, checked before anything runs: each patch set exists and fits the arm's
     vLLM version (forward / present), each diff file exists and is a unified diff, each wheel (vLLM's, AITER's)
@@ -327,24 +340,9 @@ def check_files(matrix: Matrix) -> list[tuple[tuple[Any, ...], str]]:
                 resolve_patches(arm.patches, arm.vllm)
             except PatchError as exc:
                 errors.append((("arms", name, "patches"), str(exc)))
-        src = arm.vllm_from
-        if src is not None and src.wheel is not None:
-            wheel = Path(src.wheel)
-            if not wheel.is_file():
-                errors.append((("arms", name, "vllm", "wheel"), f"wheel file {wheel} does not exist"))
-            elif src.sha256 is not None and file_sha256(wheel) != src.sha256:
-                errors.append((("arms", name, "vllm", "sha256"),
-                               f"{wheel.name} has sha256 {file_sha256(wheel)}, not the {src.sha256} the matrix "
-                               "gives"))
+        errors += _wheel_errors(("arms", name, "vllm"), arm.vllm_from, "wheel file")
         aiter = arm.aiter
-        if aiter is not None and aiter.wheel is not None:
-            wheel = Path(aiter.wheel)
-            if not wheel.is_file():
-                errors.append((("arms", name, "aiter", "wheel"), f"AITER wheel file {wheel} does not exist"))
-            elif aiter.sha256 is not None and file_sha256(wheel) != aiter.sha256:
-                errors.append((("arms", name, "aiter", "sha256"),
-                               f"{wheel.name} has sha256 {file_sha256(wheel)}, not the {aiter.sha256} the matrix "
-                               "gives"))
+        errors += _wheel_errors(("arms", name, "aiter"), aiter, "AITER wheel file")
         for i, csv in enumerate(aiter.tuned_gemm_bf16 if aiter is not None else ()):
             if not Path(csv).is_file():
                 errors.append((("arms", name, "aiter", "tuned_gemm_bf16", i), f"tuned CSV {csv} does not exist"))
