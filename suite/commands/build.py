@@ -40,8 +40,8 @@ def run(args: argparse.Namespace) -> int:
                       "images for the docker runtime anyway[/yellow]")
     cache_root = args.cache_root or REPO_ROOT / ".cache"
     client = docker_client(required=not args.dry_run)
-    checks = matrix_checks(matrix, client, serving=False)  # before any pull: the driver's base, disk, model access
     plans = plans_for(matrix, lambda ref: resolve_digest(client, ref), driver=host_driver(matrix))
+    checks = matrix_checks(matrix, client, serving=False, plans=plans)  # before any pull: base, disk, model access
     if args.dry_run:
         console.print(dry_run_text(matrix, plans, client, cache_root), markup=False, highlight=False, soft_wrap=True)
         for c in checks:

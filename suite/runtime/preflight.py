@@ -261,9 +261,10 @@ def _existing(path: Path) -> Path:
 # ------------------------------------------------------------------------------------------------ all of it
 
 
-def docker_checks(matrix: Matrix, client: Any, serving: bool) -> list[Preflight]:
+def docker_checks(matrix: Matrix, client: Any, serving: bool, plans: dict[str, Any] | None = None) -> list[Preflight]:
     """The docker runtime's checks (``serving``: servers will start here, so the GPUs must reach containers;
-    `suite build` alone needs the base and the disk)."""
+    `suite build` alone needs the base and the disk); ``plans``: the arms' image plans when the caller has them
+    (planning resolves git refs over the network: once)."""
     from suite.runtime.docker.images import plans_for, resolve_digest
 
     docker = matrix.runtime.docker or DockerSpec()
@@ -283,7 +284,7 @@ def docker_checks(matrix: Matrix, client: Any, serving: bool) -> list[Preflight]
     if client is not None and engine_is_here():
         from docker.errors import DockerException
 
-        plans = plans_for(matrix, lambda ref: resolve_digest(client, ref), driver=driver)
+        plans = plans or plans_for(matrix, lambda ref: resolve_digest(client, ref), driver=driver)
         missing, to_build = [], 0
         for plan in {p.identity: p for p in plans.values()}.values():
             try:
@@ -300,9 +301,10 @@ def docker_checks(matrix: Matrix, client: Any, serving: bool) -> list[Preflight]
     return out
 
 
-def matrix_checks(matrix: Matrix, client: Any = None, serving: bool = True) -> list[Preflight]:
+def matrix_checks(matrix: Matrix, client: Any = None, serving: bool = True, plans: dict[str, Any] | None = None
+                  ) -> list[Preflight]:
     """Every check that applies to the matrix on this host: the docker runtime's, then its models'."""
-    out = docker_checks(matrix, client, serving) if matrix.runtime.kind == "docker" else []
+    out = docker_checks(matrix, client, serving, plans) if matrix.runtime.kind == "docker" else []
     return out + models(matrix)
 
 
