@@ -25,6 +25,7 @@ from pydantic import BaseModel, ValidationError
 from suite.errors import MatrixError
 from suite.matrix import Matrix
 from suite.matrix_blocks import SourceFrom, file_sha256
+from suite.matrix_retired import retired_message
 
 # ---------------------------------------------------------------- loading with file:line errors
 
@@ -134,15 +135,6 @@ def _duplicate_keys(root: yaml.Node | None, source: str) -> list[str]:
     return sorted(errors, key=lambda e: int(e[len(source) + 1:].split(":", 1)[0]))
 
 
-# fields a matrix no longer takes, and what to write instead (said at the field's line)
-RETIRED = {
-    "settle_s": ("retired: load at the first point's shape until a deadline did not end the slow state after a "
-                 "start in the stored H200 runs (a 20 s and a 30 s settle: both INCONCLUSIVE, the slow first minute "
-                 "unchanged); delete it, and keep quiet_s (no request for that long after /health) with warm-ups, "
-                 "or precompile: true for cold compiles"),
-}
-
-
 @functools.cache
 def known_fields() -> tuple[str, ...]:
     """Every field name (and alias) of the matrix's models: where an unknown field's did-you-mean looks."""
@@ -204,8 +196,8 @@ def parse_matrix(text: str, source: str = "<matrix>", base_dir: Path | None = No
             elif field and _has_key(root, loc, field.group(1)):  # "vllm: ..." about the arm's vllm key
                 loc, msg = (*loc, field.group(1)), msg[field.end():]
                 line = _node_line(root, loc) or line
-            if err["type"] == "extra_forbidden" and loc and str(loc[-1]) in RETIRED:
-                msg = RETIRED[str(loc[-1])]
+            if err["type"] == "extra_forbidden" and (retired := retired_message(loc, err["input"])):
+                msg = retired
             elif err["type"] == "extra_forbidden":
                 close = difflib.get_close_matches(str(loc[-1]) if loc else "", known_fields(), n=1, cutoff=0.7)
                 msg = "unknown field" + (f" (did you mean {close[0]}?)" if close else "")

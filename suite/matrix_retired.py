@@ -1,0 +1,63 @@
+"""Matrix fields that were retired, and what an old matrix should write instead.
+
+A retired field is refused like any unknown field, but its error names the field that replaced it and, where
+the old value says it, the exact line to write (``repeats: 3`` for ``offline_repeats: 3``). Each entry is a
+path pattern (``*`` stands for any arm name) and a message made from the value the matrix gave.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Retired:
+    path: tuple[str, ...]  # where the field sat; "*": any key there (an arm's name)
+    says: Callable[[Any], str]  # the message, from the value the old matrix gave
+
+    def matches(self, loc: Sequence[Any]) -> bool:
+        return len(loc) == len(self.path) and all(p in ("*", str(x)) for p, x in zip(self.path, loc, strict=True))
+
+
+def _flag(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+def _sbatch(option: str, form: Callable[[Any], str] | None = None) -> Callable[[Any], str]:
+    def says(value: Any) -> str:
+        written = form(value) if form else f"{option}={_flag(value)}"
+        return (f"retired: write sbatch's own option in runtime.slurm.sbatch, e.g. sbatch: [{written}] "
+                "(every option there goes to each session's batch job as it is)")
+    return says
+
+
+def _model_flag(flag: str) -> Callable[[Any], str]:
+    def says(value: Any) -> str:
+        return (f"retired: give vLLM's own flag in serve_args (the matrix's, or an arm's for its own model): "
+                f"[{flag}, {_flag(value)}]")
+    return says
+
+
+RETIRED: tuple[Retired, ...] = (
+    Retired(("settle_s",), lambda _: (
+        "retired: load at the first point's shape until a deadline did not end the slow state after a start in "
+        "the stored H200 runs (a 20 s and a 30 s settle: both INCONCLUSIVE, the slow first minute unchanged); "
+        "delete it, and keep quiet_s (no request for that long after /health) with warm-ups, or precompile: true "
+        "for cold compiles")),
+    Retired(("side_by_side",), lambda v: (
+        f"retired: servers alive at once are `together: {v}` (with order: abba; together: all is every serving "
+        "arm's server of a round at once, what order: interleaved was)")),
+    Retired(("offline_repeats",), lambda v: (
+        f"retired: `repeats` counts the rounds of every job, offline ones (latency, kernel, layer) included: write "
+        f"repeats: {v} (a matrix that also serves runs its serving points that many rounds too)")),
+    Retired(("verdict", "max_rounds"), lambda v: (
+        f"retired: the last of verdict.looks is the most rounds a sequential run takes: write looks ending at {v}, "
+        f"e.g. looks: [{max(1, int(v) // 2) if isinstance(v, int) else 2}, {v}]")),
+)
+
+
+def retired_message(loc: Sequence[Any], value: Any) -> str | None:
+    """The message for a retired field at ``loc`` (a matrix location, arm names included), or None."""
+    return next((r.says(value) for r in RETIRED if r.matches(loc)), None)
