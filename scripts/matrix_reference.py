@@ -53,6 +53,14 @@ def _default(info) -> str:
     return f"`{value!r}`".replace("None", "null").replace("True", "true").replace("False", "false")
 
 
+def _blocks(model: type) -> list[type]:
+    """The models whose fields ``model`` takes in whole, by inheritance (the Matrix: DesignFields), below the
+    schema's own base (Strict, pydantic's BaseModel)."""
+    return [base for base in model.__mro__[1:] if getattr(base, "model_fields", None)
+            and base.__name__ not in ("Strict", "BaseModel") and base.model_fields.keys() <= model.model_fields.keys()
+            and any(name in base.__dict__.get("__annotations__", {}) for name in base.model_fields)]
+
+
 def reference() -> str:
     sys.path.insert(0, str(REPO))
     from suite.matrix import Matrix
@@ -67,15 +75,20 @@ def reference() -> str:
         if model in seen:
             continue
         seen.append(model)
-        doc = (model.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
-        out += [f"## {model.__name__}", "", *([doc, ""] if doc else []),
-                "| Field | Type | Default | What it is |", "|---|---|---|---|"]
-        for name, info in model.model_fields.items():
-            key = info.alias or name
-            desc = (info.description or "—").replace("|", "\\|").replace("\n", " ")
-            out.append(f"| `{key}` | {_type(info.annotation)} | {_default(info)} | {desc} |")
-            todo += [m for m in _models(info.annotation) if m not in seen]
-        out.append("")
+        # a model's fields, then those of each block of fields it takes in whole (the Matrix: its design's)
+        parts = [(model, [n for n in model.model_fields if not any(n in b.model_fields for b in _blocks(model))])]
+        parts += [(base, list(base.model_fields)) for base in _blocks(model)]
+        for part, names in parts:
+            doc = (part.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
+            out += [f"## {part.__name__}", "", *([doc, ""] if doc else []),
+                    "| Field | Type | Default | What it is |", "|---|---|---|---|"]
+            for name in names:
+                info = model.model_fields[name]
+                key = info.alias or name
+                desc = (info.description or "—").replace("|", "\\|").replace("\n", " ")
+                out.append(f"| `{key}` | {_type(info.annotation)} | {_default(info)} | {desc} |")
+                todo += [m for m in _models(info.annotation) if m not in seen]
+            out.append("")
     return "\n".join(out)
 
 

@@ -28,9 +28,10 @@ from functools import cached_property
 from pathlib import Path
 
 from suite.candidate import FAMILY_ALPHA, NO_DATA, CandidateSummary, CellResult
+from suite.design import Design
 from suite.document import Note, Section, code, literal
 from suite.errors import SuiteError
-from suite.plan import AA_SUFFIX, Design
+from suite.plan import AA_SUFFIX
 from suite.quality.fast_path import check_fast_path, gate_shapes_from_config
 from suite.quality.finding import Finding, RepeatResult, order_findings, repeat_name
 from suite.quality.run import run_checks
@@ -125,17 +126,17 @@ class RunData:
 
     @property
     def paired(self) -> bool:
-        """Under ABBA each round's arms ran back to back (interleaved: in one window): compare them per round."""
+        """Under ABBA each round's arms ran back to back (together: all: in one window): compare them per round."""
         return self.design.paired
 
     @property
     def layouts(self) -> int:
-        """How many GPU layouts the restart sets cycle through (runtime.cross_groups); 1 for every other design."""
+        """How many GPU layouts the rounds cycle through (runtime.cross_groups); 1 for every other design."""
         return self.design.layouts
 
     @property
     def blocks(self) -> int:
-        """Blocks per unit (order interleaved: a restart set's blocks are its jobs' repeats); 1 otherwise."""
+        """Blocks per unit (together: all: a round's blocks are its jobs' repeats); 1 otherwise."""
         return self.design.blocks
 
     def repeat_name(self, r: int) -> str:
@@ -221,7 +222,7 @@ def _plan_positions(run: RunData) -> dict[tuple[str, str], int]:
     order); for a job the plan does not list, and for every job of a side-by-side run, its record's start
     time."""
     positions = {(j.arm, j.key): i for i, j in enumerate(run.plan.jobs)}
-    if run.design.together > 1 or run.design.unit_starts_together:  # a window's jobs alternate: by start time
+    if run.design.together > 1 or run.design.all_together:  # a window's jobs alternate: by start time
         positions = {}
     unplanned = sorted((rec.started, rec.job.arm, rec.job.key) for rec in run.records
                        if (rec.job.arm, rec.job.key) not in positions and rec.started)
@@ -349,24 +350,26 @@ def _values(run: RunData, point: PointResults, arm: str, key: str,
 
 
 def by_round(values: Mapping[int, float], blocks: int) -> dict[int, float]:
-    """Block values (job repeats) -> round values: each round's ``set_value`` of its blocks (order
-    interleaved: a restart set's blocks share its servers, so the set is the unit; with one block per round
-    the values themselves)."""
+    """Block values (job repeats) -> round values, the one rule for a round's blocks everywhere (a cell, the
+    primary test): each round's ``set_value`` of its positive blocks, kept only where the round has all its
+    ``blocks`` of them (a round cut short, or a block a data-quality check spoiled, is not scored on fewer blocks
+    than its pair). With one block per round, the values themselves."""
     if blocks == 1:
         return dict(values)
     grouped: dict[int, list[float]] = defaultdict(list)
     for r, v in values.items():
-        grouped[r // blocks].append(v)
-    return {r: set_value(vs) for r, vs in sorted(grouped.items())}
+        if v > 0:
+            grouped[r // blocks].append(v)
+    return {r: set_value(vs) for r, vs in sorted(grouped.items()) if len(vs) == blocks}
 
 
 def _pair(run: RunData, cand: str, base: dict[int, float], new: dict[int, float]
           ) -> tuple[tuple[int, ...], list[float], list[float], list[tuple[int, str]]]:
     """(rounds used, baseline values, candidate values, unpaired rounds dropped): by round index under ABBA;
-    interleaved: blocks paired first, then each restart set the ``set_value`` of its paired blocks."""
+    together: all: blocks paired first, then each round the ``set_value`` of its paired blocks."""
     if run.paired:
         dropped = [(r, cand if r in base else run.baseline) for r in sorted(base.keys() ^ new.keys())]
-        if run.blocks > 1:  # a block without a positive value on both sides is left out of its set
+        if run.blocks > 1:  # a block without a positive value on both sides is left out: so is its round
             both = [r for r in base.keys() & new.keys() if base[r] > 0 and new[r] > 0]
             base = by_round({r: base[r] for r in both}, run.blocks)
             new = by_round({r: new[r] for r in both}, run.blocks)
@@ -536,8 +539,8 @@ def verdict_spec(run: RunData) -> VerdictSpec:
     if declared is not None and repeats == "auto":
         return declared
     n = max(2, repeats if isinstance(repeats, int) and not isinstance(repeats, bool) else 1)
-    kept = declared.model_dump(exclude={"max_rounds", "looks"}) if declared is not None else {}
-    return VerdictSpec.model_validate({**kept, "max_rounds": n, "looks": [n]})
+    kept = declared.model_dump(exclude={"looks"}) if declared is not None else {}
+    return VerdictSpec.model_validate({**kept, "looks": [n]})
 
 
 def stopped_after(run: RunData) -> int | None:
@@ -560,7 +563,7 @@ def decided_after(run: RunData, cand: str) -> int | None:
 def round_data(run: RunData, arm: str, metrics: tuple[str, ...], points: tuple[str, ...] | None = None,
                *, sets: bool = True) -> tuple[dict[int, dict[str, dict[str, float]]], list[str]]:
     """round -> point -> metric -> value of one arm (``points``: only those), without values a data-quality
-    check spoiled (listed). Order interleaved: a round is a restart set, its blocks combined (``sets=False``:
+    check spoiled (listed). Together: all: a round's blocks combined (``sets=False``:
     block -> point -> metric -> value, the blocks as they were measured)."""
     rounds: dict[int, dict[str, dict[str, float]]] = defaultdict(dict)
     left_out: list[str] = []
@@ -585,29 +588,24 @@ def round_data(run: RunData, arm: str, metrics: tuple[str, ...], points: tuple[s
 
 def _restart_sets(blocks: Mapping[int, Mapping[str, Mapping[str, float]]], n: int
                   ) -> dict[int, dict[str, dict[str, float]]]:
-    """block -> point -> metric -> value, as restart set -> point -> metric -> the ``set_value`` of the set's
-    blocks. A value is kept only where the set has all its n blocks (a set cut short, or a block a data-quality
-    check spoiled, is not scored on fewer blocks than its pair: the pairing across arms is by set)."""
-    grouped: dict[tuple[int, str, str], list[float]] = defaultdict(list)
+    """block -> point -> metric -> value, as round -> point -> metric -> the ``set_value`` of the round's
+    blocks. A value is kept only where the round has all its n blocks (a round cut short, or a block a data-quality
+    check spoiled, is not scored on fewer blocks than its pair: the pairing across arms is by round)."""
+    series: dict[tuple[str, str], dict[int, float]] = defaultdict(dict)
     for r, points in blocks.items():
         for point, row in points.items():
             for key, value in row.items():
-                if value > 0:
-                    grouped[(r // n, point, key)].append(value)
-    sets: dict[int, dict[str, dict[str, float]]] = {}
-    for r in sorted({r // n for r in blocks}):
-        sets[r] = {}
-        for point in sorted({pt for b, pts in blocks.items() if b // n == r for pt in pts}):
-            values = {key: set_value(xs) for (s_, pt, key), xs in grouped.items()
-                      if s_ == r and pt == point and len(xs) == n}
-            if values:  # a point the set has fewer blocks of is missing from it: the set reads incomplete
-                sets[r][point] = values
+                series[(point, key)][r] = value
+    sets: dict[int, dict[str, dict[str, float]]] = {r: {} for r in sorted({r // n for r in blocks})}
+    for (point, key), values in sorted(series.items()):
+        for r, value in by_round(values, n).items():  # a point the round lacks a block of is missing from it:
+            sets[r].setdefault(point, {})[key] = value  # the round reads incomplete
     return sets
 
 
 def block_scores(run: RunData, cand: str, spec: VerdictSpec) -> dict[int, list[float]]:
-    """Order interleaved: restart set -> the primary test's score of each of its blocks (``cand`` against the
-    baseline block by block, the composite of the declared metrics and points), the sets with all their blocks;
+    """Together: all: round -> the primary test's score of each of its blocks (``cand`` against the
+    baseline block by block, the composite of the declared metrics and points), the rounds with all their blocks;
     empty for any other order."""
     if run.blocks <= 1:
         return {}
@@ -620,7 +618,7 @@ def block_scores(run: RunData, cand: str, spec: VerdictSpec) -> dict[int, list[f
 
 
 def set_spread(run: RunData, cand: str, spec: VerdictSpec) -> OneWay | None:
-    """Order interleaved: how much of the restart sets' spread is the noise of their blocks and how much a set's
+    """Together: all: how much of the rounds' spread is the noise of their blocks and how much a round's
     own (a server start's offset, shared by its blocks): the one-way analysis of ``block_scores``."""
     return one_way(list(block_scores(run, cand, spec).values()))
 
@@ -643,7 +641,7 @@ def primary(run: RunData, cand: str, spec: VerdictSpec, *, look: int | None = No
     halved = None
     if cand == run.aa_arm:  # the control: its own paired test, without the "not pooled" remark of a candidate
         spec = spec.model_copy(update={"pool_aa": False})
-        if run.matrix.aa == "alternate" and (halved := every_other_round(spec)) is not None:
+        if run.design.aa == "alternate" and (halved := every_other_round(spec)) is not None:
             spec, run_spec = halved, spec  # its own design: the rounds it has at each of the run's looks
     aa = (round_data(run, run.aa_arm, spec.metrics, spec.points)[0] if run.aa_arm and run.paired and spec.pool_aa
           else None)
@@ -658,7 +656,7 @@ def primary(run: RunData, cand: str, spec: VerdictSpec, *, look: int | None = No
         return Primary(None, left_out)
     try:
         return Primary(evaluate(base, new, spec, aa_rounds=aa or None, look=k, final=final,
-                                unit=run.design.short_unit,
+                                unit=run.design.unit,
                                 strata=strata_of(run, base.keys() & new.keys())), left_out)
     except ValueError as exc:  # malformed values (negative, not a number): said, not hidden
         return Primary(None, left_out, f"primary test refused the values: {exc}")

@@ -120,8 +120,8 @@ def _min(seconds: float) -> str:
 
 def estimate(matrix: Matrix, plan: Plan, host: str, costs: HostCosts | None = None, source: str = "") -> Estimate:
     """What ``plan`` costs on ``host`` (cpu | cuda | rocm; ``costs``: a run's own, else the host's seeds): the
-    server starts (an arm's first cold, the others warm; a window's or a restart set's servers start together,
-    as do the sets of one wave), the serving jobs, the offline and correctness jobs, and each round's share."""
+    server starts (an arm's first cold, the others warm; a window's or a round's servers start together,
+    as do the rounds of one wave), the serving jobs, the offline and correctness jobs, and each round's share."""
     c = costs or COSTS.get(host, COSTS["cpu"])
     started: set[str] = set()
     groups: dict[object, list[Session]] = {}
@@ -131,12 +131,12 @@ def estimate(matrix: Matrix, plan: Plan, host: str, costs: HostCosts | None = No
         rnd = session_round(s)
         key: object = (("wave", plan.wave_of(rnd)) if plan.design.sets_at_once > 1 and rnd is not None else
                        ("window", s.window) if s.window is not None else
-                       ("set", rnd) if plan.design.unit_starts_together and rnd is not None else ("session", s.arm, s.index))
+                       ("set", rnd) if plan.design.all_together and rnd is not None else ("session", s.arm, s.index))
         groups.setdefault(key, []).append(s)
     start_s, by_round, starts = 0.0, {}, len(groups)
-    if plan.design.precompile:  # every serving arm once, cold, before the first session (interleaved: all at once)
+    if plan.design.precompile:  # every serving arm once, cold, before the first session (together: all: all at once)
         arms = {s.arm for g in groups.values() for s in g}
-        together = 1 if plan.design.unit_starts_together else len(arms)
+        together = 1 if plan.design.all_together else len(arms)
         start_s += c.start_cold_s * together
         starts += together
         started |= arms
@@ -164,6 +164,11 @@ def estimate(matrix: Matrix, plan: Plan, host: str, costs: HostCosts | None = No
                 other_s += sec
             if rnd is not None and isinstance(j.params, ServeParams):
                 by_round[rnd] = by_round.get(rnd, 0.0) + sec
+    waves = sorted({plan.wave_of(r) for r in by_round})
+    for wave in waves[1:]:  # cooldown_s before each wave (round) after the first, no server alive
+        first = min(r for r in by_round if plan.wave_of(r) == wave)
+        by_round[first] += plan.design.cooldown_s
+        other_s += plan.design.cooldown_s
     looks = plan.design.looks
     budget = matrix.budget_min * 60 if matrix.budget_min is not None and looks else None
     return Estimate(c, starts, start_s, measure_s, other_s, dict(sorted(by_round.items())), looks, source, budget)

@@ -2,7 +2,7 @@
 as one frozen pydantic model, `Matrix`, made of the blocks of :mod:`suite.matrix_blocks` and
 :mod:`suite.matrix_jobs`. Its own checks are the rules that span blocks: the baseline among the arms, every point
 within each model's length, the verdict's points among the serving points, the order against the runtime
-(interleaved, side by side, GPU groups, precompile, ports), no compile cache shared by two arms, the flags the
+(servers alive together, GPU groups, precompile, ports), no compile cache shared by two arms, the flags the
 model block owns. Nothing here reads a file or starts a process: :func:`suite.matrix_load.load_matrix` reads
 one, with file:line errors.
 """
@@ -10,11 +10,11 @@ one, with file:line errors.
 from __future__ import annotations
 
 import re
-from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from suite.matrix_blocks import MAX_REPEATS, ArmSpec, ModelSpec, RuntimeSpec, Strict
+from suite.design import DesignFields
+from suite.matrix_blocks import ArmSpec, ModelSpec, RuntimeSpec
 from suite.matrix_jobs import (
     AccuracySpec,
     KernelSpec,
@@ -33,7 +33,7 @@ ARM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 COMPILE_CACHE_VARS = ("VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
 
 
-class Matrix(Strict):
+class Matrix(DesignFields):
     name: str = Field(description="the run's name (letters, digits, . _ -): run directories and reports are named by it")
     description: str | None = Field(None, description="what the run measures, in a sentence; the report's first paragraph")
     model: ModelSpec = Field(description="the checkpoint every arm serves (an arm may serve its own: arms.NAME.model)")
@@ -44,48 +44,10 @@ class Matrix(Strict):
     baseline: str | None = Field(None, description="the reference arm; default: the first arm")
     serve: list[ServePoint] = Field([], description="serving points: `vllm bench serve` per ISL / OSL / concurrency, every round")
     latency: list[LatencyPoint] = Field([], description="`vllm bench latency` rows (offline, an engine per process)")
-    repeats: int | Literal["auto"] = Field(1, description="rounds; 'auto': rounds until the verdict block's "
-                                           "primary test decides (group-sequential), at most verdict.max_rounds")
-    budget_min: float | None = Field(None, gt=0, description="with repeats: auto, stop at the last look that fits")
     verdict: VerdictSpec | None = Field(None, description="the primary test, declared before the run")
-    order: Literal["blocked", "abba", "interleaved"] = Field("blocked", description=(
-        "blocked: one server per arm; abba: a fresh server per arm and round, the arms of a round in a fresh "
-        "random order; interleaved: every serving arm's server alive at once (one time window per round: a "
-        "restart set), measured in `blocks` short alternating blocks of every point, the restart set the unit "
-        "of the verdict"))
-    blocks: int = Field(1, ge=1, le=32, description=(
-        "order: interleaved only: blocks per restart set (each block: every point once per arm, the arms "
-        "taking turns); the verdict scores a restart set by the median of its blocks (in log; with two, their "
-        "geometric mean): one block off its server's level hardly moves it, and blocks of a steady server cost "
-        "it ~20-35 % more variance than their mean would (docs/statistics.md)"))
-    aa: bool | Literal["alternate"] = Field(False, description=(
-        "also run the baseline arm twice to measure the A/A noise floor (the A/A control); alternate: its "
-        "sessions in every other round only (rounds 0, 2, 4, ...): half the A/A arm's server starts (a sixth of "
-        "all with three arms), the control tested on the rounds it has and never pooled into a candidate's test"))
-    drift_check: bool = Field(False, description="repeat the first point at the end of each session")
-    side_by_side: int = Field(1, ge=1, le=8, description=(
-        "order: abba only: the servers of this many arms of a round are alive at once (one time window: "
-        "started together, their jobs alternating); each round's arms are put in windows in a seeded "
-        "random order (order_seed)"))
-    order_seed: int = Field(0, ge=0, description="seed of the random arm order of abba rounds (a fresh "
-                            "permutation per round, recorded in the manifest's plan)")
-    precompile: bool = Field(False, description=(
-        "before the first server session of a stretch (a run or a --resume), start every serving arm's server "
-        "once (with runtime.gpu_groups: once per group), wait for /health and stop it unmeasured: its compile "
-        "caches are filled, so every measured session starts warm. On the H200 the two servers of a restart set "
-        "that compiled cold sat 2-3 % apart for their whole life in 3 of 7 such sets, never in 12 warm ones "
-        "(docs/gpu-h200.md); costs one cold start of each arm"))
-    quiet_s: float = Field(0, ge=0, le=600, description=(
-        "no request reaches a server (in a side-by-side window: any of the window's servers) until this many "
-        "seconds after it (the window's last) answered /health; then the warm-up"))
     accuracy: AccuracySpec | None = Field(None, description="lm-eval GSM8K and greedy equivalence against each live server")
     kernel: KernelSpec | None = Field(None, description="the isolated router-gate GEMM per M (a process per arm and round)")
     layer: LayerSpec | None = Field(None, description="the model's own decoder layer per T tokens (µs per layer)")
-    offline_repeats: int = Field(1, ge=1, le=50, description=(
-        "rounds of the offline jobs (latency, kernel, layer): every round runs each job once per arm, each its own "
-        "process (for `vllm bench latency` an engine start), the arms in a fresh seeded random order per round; "
-        "with 2 or more the tables' intervals and verdicts are across these processes, not across the "
-        "iterations inside one"))
     profile: ProfileSpec | None = Field(None, description="a torch-profiler window at one point: the gate's kernels and their share")
     probe: bool = Field(False, description="record which router-gate path ran per batch-size bucket")
 
@@ -94,14 +56,6 @@ class Matrix(Strict):
     def _name(cls, value: str) -> str:
         if not ARM_NAME.match(value):
             raise ValueError("name may hold letters, digits, '.', '_' and '-' only")
-        return value
-
-    @field_validator("repeats")
-    @classmethod
-    def _repeats(cls, value: int | str) -> int | str:
-        if isinstance(value, int) and not 1 <= value <= MAX_REPEATS:
-            raise ValueError(f"{value:,} is beyond the limit {MAX_REPEATS:,} (or give 'auto')" if value > 0
-                             else "repeats must be >= 1 (or 'auto')")
         return value
 
     @field_validator("arms")
@@ -139,8 +93,7 @@ class Matrix(Strict):
 
         if self.repeats == "auto":
             if self.order == "blocked":
-                raise ValueError("repeats: auto needs order: abba or interleaved (rounds are the unit of the "
-                                 "sequential test)")
+                raise ValueError("repeats: auto needs order: abba (rounds are the unit of the sequential test)")
             if self.verdict is None:
                 object.__setattr__(self, "verdict", VerdictSpec())
         elif self.budget_min is not None:
@@ -148,36 +101,11 @@ class Matrix(Strict):
         if self.aa == "alternate" and self.verdict is not None and self.verdict.pool_aa:
             raise ValueError("aa: alternate measures the A/A arm in every other round only, so its rounds cannot "
                              "be pooled into a candidate's test (verdict.pool_aa): use aa: true, or pool_aa: false")
-        if self.blocks > 1 and self.order != "interleaved":
-            raise ValueError(f"blocks: {self.blocks} goes with order: interleaved (blocks inside one restart set "
-                             "of servers alive at once)")
-        if self.order == "interleaved":
-            if self.side_by_side > 1:
-                raise ValueError("order: interleaved already runs every serving arm's server at once: leave "
-                                 "side_by_side out")
-            if self.runtime.kind == "slurm":
-                raise ValueError("order: interleaved: the slurm runtime runs one session per batch job; use the "
-                                 "local or docker runtime")
-            self._check_gpu_groups()
-            if self.runtime.port != 0 and sum(a.serving for a in self.arms.values()) + bool(self.aa) > 1:
-                raise ValueError(f"order: interleaved: the servers alive at once cannot share runtime.port "
-                                 f"{self.runtime.port}: set runtime.port: 0 (a free port each)")
-        elif self.runtime.gpu_groups is not None:
-            raise ValueError("runtime.gpu_groups: restart sets run at once only under order: interleaved")
-        if self.runtime.cross_groups and self.runtime.gpu_groups is None:
-            raise ValueError("runtime.cross_groups: crosses the arms over runtime.gpu_groups; give the groups")
-        if self.precompile and self.runtime.kind == "slurm":
-            raise ValueError("precompile: the slurm runtime starts each session in a batch job of its own, with "
-                             "no server before it; leave precompile out")
-        if self.side_by_side > 1:
-            if self.order != "abba":
-                raise ValueError("side_by_side needs order: abba (a window holds sessions of one round)")
-            if self.runtime.kind == "slurm":
-                raise ValueError("side_by_side: the slurm runtime runs one session per batch job; use the local "
-                                 "or docker runtime")
-            if self.runtime.port != 0:
-                raise ValueError(f"side_by_side: {self.side_by_side} servers cannot share runtime.port "
-                                 f"{self.runtime.port}: set runtime.port: 0 (a free port each)")
+        self._check_together()
+        for knob, value in (("precompile", self.precompile), ("cooldown_s", self.cooldown_s)):
+            if value and self.runtime.kind == "slurm":
+                raise ValueError(f"{knob}: the slurm runtime starts each session in a batch job of its own, with no "
+                                 f"server before it and no round after another in this process; leave {knob} out")
         for name, arm in self.arms.items():
             if arm.vllm_from is not None and self.runtime.kind != "docker":
                 kind = "wheel" if arm.vllm_from.wheel is not None else "git"
@@ -194,6 +122,40 @@ class Matrix(Strict):
                                  f"({where})")
         self._check_shared_compile_caches()
         return self
+
+    def _check_together(self) -> None:
+        """Servers alive at once (together) against the order, the runtime and its ports; blocks and GPU groups
+        need every serving arm's server of a round together."""
+        if self.blocks > 1 and not self.all_together:
+            raise ValueError(f"blocks: {self.blocks} goes with together: all (blocks inside one round of every "
+                             "serving arm's server alive at once)")
+        if self.together != 1:
+            if self.order != "abba":
+                raise ValueError(f"together: {self.together} needs order: abba (a window holds servers of one "
+                                 "round)")
+            if self.runtime.kind == "slurm":
+                raise ValueError(f"together: {self.together}: the slurm runtime runs one session per batch job; "
+                                 "use the local or docker runtime")
+            if self.runtime.port != 0 and self.serving_arms > 1:
+                raise ValueError(f"together: {self.together}: the servers alive at once cannot share "
+                                 f"runtime.port {self.runtime.port}: set runtime.port: 0 (a free port each)")
+        if self.all_together:
+            self._check_gpu_groups()
+        elif self.runtime.gpu_groups is not None:
+            raise ValueError("runtime.gpu_groups: rounds run at once on groups of GPUs only with together: all")
+        if self.runtime.cross_groups and self.runtime.gpu_groups is None:
+            raise ValueError("runtime.cross_groups: crosses the arms over runtime.gpu_groups; give the groups")
+
+    @property
+    def serving_arms(self) -> int:
+        """Servers of one round: the serving arms and the A/A arm."""
+        return sum(a.serving for a in self.arms.values()) + bool(self.aa)
+
+    @property
+    def all_together(self) -> bool:
+        """Every serving arm's server of a round alive at once: together: all, or a k that holds them all."""
+        return self.order == "abba" and (self.together == "all" or
+                                         (self.together > 1 and self.together >= self.serving_arms))
 
     def _check_shared_compile_caches(self) -> None:
         """Arms whose `env:` (the matrix's, then the arm's) points a compile cache at one directory: vLLM 0.26.0
@@ -215,7 +177,7 @@ class Matrix(Strict):
                         "of its own) or give each arm its own under arms.<name>.env")
 
     def _check_gpu_groups(self) -> None:
-        """Restart sets at once on groups of GPUs: the groups replace runtime.gpus / runtime.docker.gpus, and a
+        """Rounds at once on groups of GPUs: the groups replace runtime.gpus / runtime.docker.gpus, and a
         sequential design's looks fall at the end of a wave (every group's set done)."""
         groups = self.runtime.gpu_groups
         if groups is None:
@@ -223,18 +185,18 @@ class Matrix(Strict):
         n_serving = sum(a.serving for a in self.arms.values()) + bool(self.aa)
         if self.runtime.cross_groups and len(groups) != n_serving:
             raise ValueError(f"runtime.cross_groups: each of the {n_serving} serving arms (the A/A arm included) "
-                             f"needs a GPU group of its own in every restart set: give {n_serving} groups, not "
+                             f"needs a GPU group of its own in every round: give {n_serving} groups, not "
                              f"{len(groups)}")
         if self.runtime.gpus is not None:
             raise ValueError("runtime.gpu_groups: give either runtime.gpus (every server on those GPUs) or "
-                             "runtime.gpu_groups (each restart set on its group), not both")
+                             "runtime.gpu_groups (each round on its group), not both")
         docker = self.runtime.docker
         if self.runtime.kind == "docker" and docker is not None and docker.gpus.strip() != "all":
-            raise ValueError("runtime.gpu_groups: each restart set's containers get their group's GPUs; leave "
+            raise ValueError("runtime.gpu_groups: each round's containers get their group's GPUs; leave "
                              "runtime.docker.gpus at 'all'")
         n = len(groups)
         if self.runtime.cross_groups and self.repeats != "auto" and self.repeats % n:
-            raise ValueError(f"runtime.cross_groups: the arms cross over the {n} groups every {n} restart sets: "
+            raise ValueError(f"runtime.cross_groups: the arms cross over the {n} groups every {n} rounds: "
                              f"repeats must be a multiple of {n} (not {self.repeats})")
         if self.repeats == "auto":
             assert self.verdict is not None and self.verdict.looks is not None
@@ -242,18 +204,17 @@ class Matrix(Strict):
                 raise ValueError(f"runtime.cross_groups: the test takes the {n} GPU layouts' difference out, which "
                                  f"leaves no degree of freedom after {n} sets: the first look must come after "
                                  f"{2 * n} sets or more (verdict.looks, e.g. [{2 * n}, {3 * n}])")
-            off = [k for k in (*self.verdict.looks, self.verdict.max_rounds) if k % n]
+            off = [k for k in self.verdict.looks if k % n]
             if off:
-                why = (f"the arms cross over the {n} groups every {n} restart sets, so a look comes only after "
-                       "whole crossings (a GPU's own speed then cancels)" if self.runtime.cross_groups else
-                       f"{n} groups run {n} restart sets at a time, so a look can come only after a whole wave")
-                raise ValueError(f"runtime.gpu_groups: {why}: verdict.looks and verdict.max_rounds must be "
-                                 f"multiples of {n} (not {', '.join(map(str, dict.fromkeys(off)))}), e.g. looks "
-                                 f"[{2 * n}, {3 * n}] and max_rounds {3 * n}")
+                why = (f"the arms cross over the {n} groups every {n} rounds, so a look comes only after whole "
+                       "crossings (a GPU's own speed then cancels)" if self.runtime.cross_groups else
+                       f"{n} groups run {n} rounds at a time, so a look can come only after a whole wave")
+                raise ValueError(f"runtime.gpu_groups: {why}: verdict.looks must be multiples of {n} (not "
+                                 f"{', '.join(map(str, dict.fromkeys(off)))}), e.g. [{2 * n}, {3 * n}]")
 
     @property
     def sets_at_once(self) -> int:
-        """Restart sets run at the same time: one per GPU group (runtime.gpu_groups), else one (and one under
+        """Rounds run at the same time: one per GPU group (runtime.gpu_groups), else one (and one under
         runtime.cross_groups, whose every set holds all the groups)."""
         return len(self.runtime.gpu_groups) if self.runtime.gpu_groups and not self.runtime.cross_groups else 1
 

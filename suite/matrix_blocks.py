@@ -215,17 +215,17 @@ class RuntimeSpec(Strict):
                                          "of every arm's processes, e.g. \"0\" (None: as inherited; an arm's env may "
                                          "set its own)")
     gpu_groups: list[str] | None = Field(None, min_length=2, description=(
-        "order: interleaved on a host of several GPUs: restart sets run this many at a time, each on its own "
-        "group of GPUs (every serving arm's server of the set on that group: CUDA_VISIBLE_DEVICES, ROCm "
+        "together: all on a host of several GPUs: rounds run this many at a time, each on its own "
+        "group of GPUs (every serving arm's server of the round on that group: CUDA_VISIBLE_DEVICES, ROCm "
         "HIP_VISIBLE_DEVICES; docker: the container's GPUs), e.g. [\"0\", \"1\"] or [\"0,1\", \"2,3\"] for two "
-        "GPUs a server; set s on group s mod N. The arms of a set still share one group, so a GPU's own speed "
-        "falls on both sides of the set's score; each group keeps its own compile cache. A look comes after "
+        "GPUs a server; round r on group r mod N. The arms of a round still share one group, so a GPU's own speed "
+        "falls on both sides of the round's score; each group keeps its own compile cache. A look comes after "
         "a whole wave of N sets (verdict.looks: multiples of N). On a CPU host the groups select nothing: the "
         "sets only run at once"))
     cross_groups: bool = Field(False, description=(
-        "with gpu_groups, for a model that cannot fit twice on one group: one restart set at a time, each serving "
+        "with gpu_groups, for a model that cannot fit twice on one group: one round at a time, each serving "
         "arm's server on a group of its own (as many groups as serving arms), the groups crossed over from set to "
-        "set (set s: the i-th serving arm on group (i + s) mod N). A GPU's own speed then enters each set's score "
+        "round (round r: the i-th serving arm on group (i + r) mod N). A GPU's own speed then enters each round's score "
         "with that set's layout, and the test takes it out: the mean of the N layouts' means, the spread within "
         "layouts on n - N degrees of freedom (verdict.looks: multiples of N, the first from 2N). Each arm keeps "
         "a compile cache per group"))

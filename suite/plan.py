@@ -2,24 +2,23 @@
 
 Pure: no I/O, no processes. ``format_plan`` prints it for ``suite run --dry-run``.
 
-Orders:
-- ``blocked``: one server per arm; inside it, repeat r runs every point before repeat r+1.
-- ``abba``: every repeat is a fresh server per arm, the arms of each round in a fresh random order drawn
+The design (`suite.design.Design`: the order, servers alive together, blocks, GPU groups, the A/A arm) is made
+once from the matrix; the plan lays the sessions out by it:
+- ``blocked``: one server per arm; inside it, round r runs every point before round r+1.
+- ``abba``: every round is a fresh server per serving arm, the arms of each round in a fresh random order drawn
   from ``order_seed`` (``round_order``), so drift of the machine over time falls on the arms at random: it
   widens the round scores' spread, never biases one arm.
-- ``abba`` with ``side_by_side: k`` (k > 1): each round's serving arms, in the same random order, are cut into
-  time windows of k sessions. The servers of a window are alive at once
-  (started together, their jobs alternating, ``suite.sessions.run_window``), so whatever drifts on the host
-  within a window drifts for all its arms alike. Rounds stay the unit of the verdict (one session per arm per
-  round), and which arms share a window changes at random from round to round.
-- ``interleaved``: every serving arm's server alive at once, one time window per round (a restart set); in it
-  ``blocks`` blocks, each every point once per arm (job repeat = the block's index over the run), the arms taking
-  turns job by job. Sessions carry their round (``Session.round``): the restart set is the unit of the sequential
-  looks and of the verdict (``suite.analysis.set_value`` scores a set by the median of its blocks), so blocks
-  sharing one server start never count as independent rounds.
-Offline jobs (latency, kernel, layer) run after the server sessions, one session per arm; with ``offline_repeats: n``
-(n > 1) in n rounds, each round's arms in a fresh random order of their own, so their tables compare arms
-across processes (engine starts), the unit that varies from start to start.
+- ``abba`` with ``together: k`` (k > 1): each round's serving arms, in the same random order, are cut into time
+  windows of k sessions. The servers of a window are alive at once (started together, their jobs alternating,
+  ``suite.sessions.run_window``), so whatever drifts on the host within a window drifts for all its arms alike;
+  which arms share a window changes at random from round to round.
+- ``together: all``: every serving arm's server of a round alive at once, the round one window; in it ``blocks``
+  blocks, each every point once per arm in a fresh seeded order (job repeat = the block's index over the run), the
+  arms taking turns job by job. Sessions carry their round (``Session.round``), so blocks sharing one server start
+  never count as independent rounds.
+Offline jobs (latency, kernel, layer) run after the server sessions, one session per arm and round (``repeats``;
+under ``repeats: auto`` as many rounds as the first look), each round's arms in a fresh random order of their
+own, so their tables compare arms across processes (engine starts), the unit that varies from start to start.
 The A/A mode adds an arm ``<baseline>.aa`` that is the baseline again (``aa: alternate``: in even rounds only); the
 drift check repeats the first serve point at the end of every session.
 """
@@ -28,12 +27,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import random
 from collections.abc import Sequence
 from typing import Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
+from suite.design import Design, round_order
 from suite.matrix import Matrix
 from suite.matrix_blocks import ArmSpec
 from suite.stages.kinds import KINDS
@@ -93,70 +92,9 @@ class Session(BaseModel):
     needs_server: bool
     jobs: list[Job]
     window: int | None = None  # sessions of one window run side by side (their servers alive at once)
-    round: int | None = None  # interleaved: the restart set (its jobs' repeats are its blocks); else derived
-    gpus: str | None = None  # runtime.gpu_groups: the GPUs this session's server sees (its restart set's group;
+    round: int | None = None  # together: all: the round (its jobs' repeats are its blocks); else derived
+    gpus: str | None = None  # runtime.gpu_groups: the GPUs this session's server sees (its round's group;
     # under runtime.cross_groups the arm's group in this set)
-
-
-class Design(BaseModel):
-    """The experimental design, computed once from the matrix (`Design.of`, by `build_plan`) and recorded in the
-    manifest: the unit of the verdict (a round; under order interleaved a restart set: every serving arm's server
-    started together), the blocks of every point a unit holds, how many servers are alive together, the GPU
-    groups and layouts, the A/A arm, the precompile and quiet periods, the sequential looks. The runner, the
-    estimate, the analysis and the report read it; nothing else derives these from the matrix."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    order: str = "blocked"  # blocked | abba | interleaved (a comparison of two runs: "independent runs")
-    blocks: int = 1  # order interleaved: blocks of every point per restart set (a job's repeat // blocks: its unit)
-    together: int = 1  # serving arms' servers alive at once: side_by_side, or every serving arm under interleaved
-    sets_at_once: int = 1  # runtime.gpu_groups: restart sets run at the same time (a wave), one per group
-    gpu_groups: list[str] | None = None  # runtime.gpu_groups, in the matrix's order (a group's index names its cache)
-    cross_groups: bool = False  # runtime.cross_groups: one set at a time, each serving arm on its own group
-    precompile: bool = False  # every serving arm's server started once, unmeasured, before the first session
-    aa: bool | str = False  # the A/A arm: true (every unit), "alternate" (even units only), false
-    quiet_s: float = 0  # no request until this long after the servers answered /health
-    looks: tuple[int, ...] = ()  # repeats: auto: the units after which the sequential test looks
-
-    @classmethod
-    def of(cls, matrix: Matrix) -> Design:
-        serving = sum(a.serving for a in effective_arms(matrix).values())
-        looks = tuple(matrix.verdict.looks) if matrix.repeats == "auto" and matrix.verdict is not None else ()
-        return cls(order=matrix.order, blocks=matrix.blocks if matrix.order == "interleaved" else 1,
-                   together=serving if matrix.order == "interleaved" else matrix.side_by_side,
-                   sets_at_once=matrix.sets_at_once, gpu_groups=matrix.runtime.gpu_groups,
-                   cross_groups=matrix.runtime.cross_groups, precompile=matrix.precompile, aa=matrix.aa,
-                   quiet_s=matrix.quiet_s, looks=looks)
-
-    @property
-    def unit(self) -> str:
-        """What the verdict pairs and the sequential test counts: a restart set under interleaved, else a round."""
-        return "restart set" if self.order == "interleaved" else "round"
-
-    @property
-    def units(self) -> str:
-        return self.unit + "s"
-
-    @property
-    def short_unit(self) -> str:
-        """The unit in a card's score lines: "set" or "round"."""
-        return self.unit.removeprefix("restart ")
-
-    @property
-    def unit_starts_together(self) -> bool:
-        """Every serving arm's server of a unit starts at once (one window: a restart set)."""
-        return self.order == "interleaved"
-
-    @property
-    def paired(self) -> bool:
-        """Each unit's arms ran back to back (abba) or alive together (interleaved): compare them per unit."""
-        return self.order in ("abba", "interleaved")
-
-    @property
-    def layouts(self) -> int:
-        """GPU layouts the restart sets cycle through (runtime.cross_groups: one per group, set s in layout
-        s mod N); 1 for every other design."""
-        return len(self.gpu_groups) if self.cross_groups and self.gpu_groups and self.order == "interleaved" else 1
 
 
 class Plan(BaseModel):
@@ -177,11 +115,11 @@ class Plan(BaseModel):
         return self.design.order
 
     def wave_of(self, rnd: int) -> int:
-        """The wave a round (restart set) runs in: the sets that run at the same time, one per GPU group."""
+        """The wave a round runs in: the rounds that run at the same time, one per GPU group."""
         return rnd // self.design.sets_at_once
 
     def wave_of_session(self, session: Session) -> int | None:
-        """A restart set's wave under runtime.gpu_groups; None without groups or for a session of no set."""
+        """A round's wave under runtime.gpu_groups; None without groups or for a session of no set."""
         return None if self.design.sets_at_once == 1 or session.round is None else self.wave_of(session.round)
 
     def group_of_session(self, session: Session) -> int | None:
@@ -198,14 +136,14 @@ class Plan(BaseModel):
         return self.group_of_session(next(s for s in self.sessions if s.arm == job.arm and s.index == job.session))
 
     def lane_of(self, job: Job) -> int | None:
-        """The lane (thread) a job's restart set runs in when sets run at once, one per GPU group: each lane has
-        its own bench client. None: the run's one client (no groups, one set at a time, an offline job)."""
+        """The lane (thread) a job's round runs in when sets run at once, one per GPU group: each lane has
+        its own bench client. None: the run's one client (no groups, one round at a time, an offline job)."""
         if self.design.sets_at_once == 1 or KINDS[job.kind].placement == "offline":
             return None
         return self.round_of(job) % self.design.sets_at_once
 
     def round_of(self, job: Job) -> int:
-        """The round a job belongs to: under interleaved its restart set (its repeat is the block), else its repeat."""
+        """The round a job belongs to: under together: all its round (its repeat is the block), else its repeat."""
         return job.repeat // self.design.blocks
 
 
@@ -247,8 +185,8 @@ def _asked(matrix: Matrix, placement: Placement) -> list[tuple[str, str, BaseMod
             for pid, params in spec.points(matrix)]
 
 
-def _server_jobs(matrix: Matrix, arms: dict[str, ArmSpec], arm: str, session: int, repeats: Sequence[int],
-                 first_session: bool) -> list[Job]:
+def _server_jobs(matrix: Matrix, design: Design, arms: dict[str, ArmSpec], arm: str, session: int,
+                 repeats: Sequence[int], first_session: bool) -> list[Job]:
     def jobs(placement: Placement, repeat: int = 0, tag: str = "") -> list[Job]:
         if placement == "each-round" and not arms[arm].serving:
             return []
@@ -257,22 +195,22 @@ def _server_jobs(matrix: Matrix, arms: dict[str, ArmSpec], arm: str, session: in
         return [_job(matrix, arms, kind, arm, session, pid, params, repeat=repeat, tag=tag)
                 for kind, pid, params in _asked(matrix, placement)]
 
-    measured = [j for r in repeats for j in block_order(jobs("each-round", r), matrix, r)]
+    measured = [j for r in repeats for j in block_order(jobs("each-round", r), design, r)]
     first = measured[:1]  # the drift repeat: the session's first measured point again, at its end
     drift = [j.model_copy(update={"tag": "drift"}) for j in first] if matrix.drift_check else []
     return [*jobs("session-start"), *measured, *drift, *jobs("session-end")]
 
 
-def block_order(jobs: list[Job], matrix: Matrix, block: int) -> list[Job]:
-    """The order of one block's points under ``interleaved``: a fresh seeded random order per block, the same for
+def block_order(jobs: list[Job], design: Design, block: int) -> list[Job]:
+    """The order of one block's points under ``together: all``: a fresh seeded random order per block, the same for
     every arm (the arms take turns job by job, so each turn measures one point on every arm). A fixed order puts
     each point at the same place in every block, so whatever that place does falls on one point always: on the
     2-core box a server that sat idle while the other arms measured served its first ~0.6 s at half speed, and
     concurrency 1, first in every block, read ~20 % slower in every block but the first (which followed the
-    warm-up). Other orders keep the matrix's."""
-    if matrix.order != "interleaved" or len(jobs) < 2:
+    warm-up). Other designs keep the matrix's."""
+    if not design.all_together or len(jobs) < 2:
         return jobs
-    keys = round_order([j.key for j in jobs], block, matrix.order_seed, "points")
+    keys = round_order([j.key for j in jobs], block, design.order_seed, "points")
     by_key = {j.key: j for j in jobs}
     return [by_key[k] for k in keys]
 
@@ -283,23 +221,11 @@ def in_round(matrix: Matrix, arm: str, r: int) -> bool:
     return not (matrix.aa == "alternate" and arm == matrix.baseline_arm + AA_SUFFIX and r % 2 == 1)
 
 
-def round_order(arms: list[str], r: int, seed: int = 0, stream: str = "") -> list[str]:
-    """The arm order of round r under ABBA (and the order arms are put in windows with side_by_side): a fresh
-    seeded random permutation per round. A fixed order, a rotation or mirrored pairs line up with periodic
-    drift of the host (a neutral arm read changed in 10.4 % of runs at a drift period of 8 sessions under the
-    rotation this replaced, 9.3 % at 6 under randomised mirrored pairs); a fresh order per round stays at
-    4.3-5.6 % under linear, AR(1), random-walk and periodic drift (benchmarks/simulation/drift_order.py,
-    docs/statistics.md): drift becomes noise of the round's score, never a bias of one arm. Seeded by a string
-    (``random.Random`` hashes it with SHA-512: the same on every machine and Python run); ``stream`` names
-    another sequence of orders (the offline rounds') drawn from the same seed."""
-    order = list(arms)
-    random.Random(f"suite-round-order:{seed}:{r}" + (f":{stream}" if stream else "")).shuffle(order)
-    return order
-
-
 def build_plan(matrix: Matrix) -> Plan:
+    design = design_of(matrix)
     arms = effective_arms(matrix)
     names = list(arms)
+    serving = [a for a in names if arms[a].serving]
     has_server_work = any(_asked(matrix, p) for p in SERVER_PLACEMENTS)
     sessions: list[Session] = []
     counters = dict.fromkeys(names, 0)
@@ -311,68 +237,78 @@ def build_plan(matrix: Matrix) -> Plan:
                                     window=window, round=rnd, gpus=gpus))
             counters[arm] += 1
 
-    if has_server_work:
-        if matrix.order == "blocked":
-            for arm in names:
-                rounds = [r for r in range(matrix.rounds) if in_round(matrix, arm, r)]
-                add(arm, _server_jobs(matrix, arms, arm, counters[arm], rounds, True), True)
-        elif matrix.order == "interleaved":  # one window of every serving arm per round, blocks inside it
-            serving = [a for a in names if arms[a].serving]
-            groups = matrix.runtime.gpu_groups
-            for arm in names:  # a correctness-only arm: its first session only, on its own (the first group)
-                if not arms[arm].serving:
-                    add(arm, _server_jobs(matrix, arms, arm, 0, range(0, 1), True), True,
-                        gpus=groups[0] if groups else None)
-            b = matrix.blocks
-            for r in range(matrix.rounds):
-                for arm in (a for a in round_order(serving, r, matrix.order_seed) if in_round(matrix, a, r)):
-                    add(arm, _server_jobs(matrix, arms, arm, counters[arm], range(r * b, (r + 1) * b), r == 0), True,
-                        window=r, rnd=r, gpus=set_gpus(matrix, serving, arm, r))
-        elif matrix.side_by_side > 1:  # abba in time windows of side_by_side servers, random order per round
-            serving = [a for a in names if arms[a].serving]
-            windows = 0
-            for arm in names:  # a correctness-only arm: its first session only, on its own
-                if not arms[arm].serving:
-                    add(arm, _server_jobs(matrix, arms, arm, 0, range(0, 1), True), True)
-            for r in range(matrix.rounds):
-                order = [a for a in round_order(serving, r, matrix.order_seed) if in_round(matrix, a, r)]
-                for w in range(0, len(order), matrix.side_by_side):
-                    for arm in order[w:w + matrix.side_by_side]:
-                        add(arm, _server_jobs(matrix, arms, arm, counters[arm], range(r, r + 1), r == 0), True,
-                            window=windows)
-                    windows += 1
-        else:  # abba: one fresh server per arm per repeat
-            serving = [a for a in names if arms[a].serving]
-            for arm in names:  # a correctness-only arm: its first session only, first
-                if not arms[arm].serving:
-                    add(arm, _server_jobs(matrix, arms, arm, 0, range(0, 1), True), True)
-            for r in range(matrix.rounds):  # a fresh random order per round
-                for arm in (a for a in round_order(serving, r, matrix.order_seed) if in_round(matrix, a, r)):
-                    add(arm, _server_jobs(matrix, arms, arm, counters[arm], range(r, r + 1), r == 0), True)
+    def server_jobs(arm: str, repeats: Sequence[int], first: bool) -> list[Job]:
+        return _server_jobs(matrix, design, arms, arm, counters[arm], repeats, first)
+
+    if has_server_work and design.order == "blocked":
+        for arm in names:
+            add(arm, server_jobs(arm, [r for r in range(matrix.rounds) if in_round(matrix, arm, r)], True), True)
+    elif has_server_work:  # abba: a fresh server per serving arm and round, the arms in a fresh random order
+        groups = design.gpu_groups
+        for arm in names:  # a correctness-only arm: its first session only, first, on its own (the first group)
+            if not arms[arm].serving:
+                add(arm, server_jobs(arm, range(0, 1), True), True, gpus=groups[0] if groups else None)
+        windows = 0
+        for r in range(matrix.rounds):
+            order = [a for a in round_order(serving, r, design.order_seed) if in_round(matrix, a, r)]
+            if design.all_together:  # the round one window, its blocks inside it
+                b = design.blocks
+                for arm in order:
+                    add(arm, server_jobs(arm, range(r * b, (r + 1) * b), r == 0), True, window=r, rnd=r,
+                        gpus=set_gpus(design, serving, arm, r))
+                continue
+            for w in range(0, len(order), design.together):  # windows of `together` servers (1: one at a time)
+                for arm in order[w:w + design.together]:
+                    add(arm, server_jobs(arm, range(r, r + 1), r == 0), True,
+                        window=windows if design.together > 1 else None)
+                windows += 1
     offline = _asked(matrix, "offline")
-    for r in range(matrix.offline_repeats):  # one round: one session per arm, all arms; a random order from 2 on
-        for arm in (names if matrix.offline_repeats == 1 else round_order(names, r, matrix.order_seed, "offline")):
+    rounds = offline_rounds(matrix)
+    for r in range(rounds):  # one round: one session per arm, all arms; a random order from 2 rounds on
+        for arm in (names if rounds == 1 else round_order(names, r, design.order_seed, "offline")):
             add(arm, [_job(matrix, arms, kind, arm, counters[arm], pid, params, repeat=r)
                       for kind, pid, params in offline], False)
     for kind, pid, params in _asked(matrix, "own-session"):
         for arm in names:
             add(arm, [_job(matrix, arms, kind, arm, counters[arm], pid, params)], True)
-    return Plan(matrix=matrix.name, design=Design.of(matrix), arms=arms, baseline=matrix.baseline_arm,
-                sessions=sessions)
+    return Plan(matrix=matrix.name, design=design, arms=arms, baseline=matrix.baseline_arm, sessions=sessions)
 
 
-def set_gpus(matrix: Matrix, serving: list[str], arm: str, r: int) -> str | None:
-    """The GPUs of an arm's server in restart set r (runtime.gpu_groups): the set's group (set r on group r mod
+def design_of(matrix: Matrix) -> Design:
+    """The matrix's design, made once (`build_plan`): the unit, servers alive together, blocks, GPU groups and
+    layouts, the A/A arm, the precompile, quiet and cooldown periods, the seed, the looks."""
+    everyone = matrix.all_together
+    looks = tuple(matrix.verdict.looks) if matrix.repeats == "auto" and matrix.verdict is not None else ()
+    groups = matrix.runtime.gpu_groups
+    return Design(order=matrix.order, together=matrix.serving_arms if everyone else int(matrix.together),
+                  all_together=everyone, blocks=matrix.blocks if everyone else 1,
+                  sets_at_once=len(groups) if groups and not matrix.runtime.cross_groups else 1,
+                  gpu_groups=groups, cross_groups=matrix.runtime.cross_groups, precompile=matrix.precompile,
+                  aa=matrix.aa, quiet_s=matrix.quiet_s, cooldown_s=matrix.cooldown_s, order_seed=matrix.order_seed,
+                  looks=looks)
+
+
+def offline_rounds(matrix: Matrix) -> int:
+    """Rounds of the offline jobs: ``repeats``, or under ``repeats: auto`` the first look's count (the rounds
+    every sequential run has)."""
+    if matrix.repeats == "auto":
+        assert matrix.verdict is not None and matrix.verdict.looks
+        return matrix.verdict.looks[0]
+    return matrix.repeats
+
+
+def set_gpus(design: Design, serving: list[str], arm: str, r: int) -> str | None:
+    """The GPUs of an arm's server in round r (runtime.gpu_groups): the round's group (set r on group r mod
     N); under runtime.cross_groups the i-th serving arm's own, group (i + r) mod N, so that over N sets every arm
     has been on every group once."""
-    groups = matrix.runtime.gpu_groups
+    groups = design.gpu_groups
     if not groups:
         return None
-    return groups[(serving.index(arm) + r) % len(groups)] if matrix.runtime.cross_groups else groups[r % len(groups)]
+    return groups[(serving.index(arm) + r) % len(groups)] if design.cross_groups else groups[r % len(groups)]
 
 
 def session_round(session: Session) -> int | None:
-    """The round a server session belongs to: its own (interleaved: the restart set), else its serve jobs'
+    """The round a server session belongs to: its own (together: all), else its serve jobs'
     repeat (ABBA); None for offline sessions."""
     if session.round is not None:
         return session.round
@@ -382,9 +318,12 @@ def session_round(session: Session) -> int | None:
 
 def format_plan(plan: Plan) -> str:
     lines = [f"plan for {plan.matrix}: {len(plan.sessions)} sessions, {len(plan.jobs)} jobs, order {plan.order}"]
+    if plan.design.cooldown_s:
+        lines.append(f"  cooldown: {plan.design.cooldown_s:g} s with no server alive before each round after the first"
+                     + (" (each wave)" if plan.design.sets_at_once > 1 else ""))
     if plan.design.precompile:
         lines.append("  precompile: every serving arm's server started once (per GPU group) before the first session "
-                     "of a stretch, stopped unmeasured" + ("; crossed groups: one set's layout at a time"
+                     "of a stretch, stopped unmeasured" + ("; crossed groups: one round's layout at a time"
                                                            if plan.design.cross_groups else ""))
     for arm, spec in plan.arms.items():
         patches = ", ".join(("-" if p.reverse else "") + p.name for p in spec.patches) or "none"
@@ -393,7 +332,7 @@ def format_plan(plan: Plan) -> str:
         what = "server" if s.needs_server else "offline"
         window = f", window {s.window}" if s.window is not None else ""
         if s.round is not None and plan.design.blocks > 1:
-            window += (f", restart set {s.round}: {plan.design.blocks} blocks, rep-{s.round * plan.design.blocks} to "
+            window += (f", round {s.round}: {plan.design.blocks} blocks, rep-{s.round * plan.design.blocks} to "
                            f"rep-{(s.round + 1) * plan.design.blocks - 1}")
         if s.gpus is not None:
             window += (f", on GPUs {s.gpus}" if plan.design.sets_at_once == 1 else

@@ -15,14 +15,15 @@ import os
 import platform
 import socket
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from suite import __version__
+from suite.design import Design
 from suite.patches import AppliedPatch
-from suite.plan import Design, Job, Plan
-from suite.verdict import VerdictSpec
+from suite.plan import Job, Plan
+from suite.verdict import VerdictSpec, default_looks
 
 SCHEMA_VERSION = 1
 
@@ -183,6 +184,20 @@ class JobRecord(BaseModel):
         return self.error.splitlines()[0][:width] if self.error else ""
 
 
+def _looks_of_max_rounds(data: Any) -> Any:
+    """A verdict block recorded before verdict.max_rounds became the last look: its looks (the default looks of
+    that many rounds where the record has none)."""
+    if isinstance(data, dict) and "max_rounds" in data:
+        data = dict(data)
+        most = data.pop("max_rounds")
+        if data.get("looks") is None and isinstance(most, int):
+            data["looks"] = default_looks(most)
+    return data
+
+
+RecordedVerdict = Annotated[VerdictSpec, BeforeValidator(_looks_of_max_rounds)]
+
+
 class Recorded(BaseModel):
     """A part of the manifest: the fields the suite reads are typed; keys it does not read (or that a later
     suite adds) ride along as extras and are written back as they were read."""
@@ -231,8 +246,8 @@ class ArmSpecRecord(Recorded):
 
 
 class MatrixRuntimeRecord(Recorded):
-    gpu_groups: list[str] | None = None  # restart sets at once, set s on group s mod N
-    cross_groups: bool = False  # one set at a time, the i-th serving arm on group (i + s) mod N
+    gpu_groups: list[str] | None = None  # rounds at once, round r on group r mod N
+    cross_groups: bool = False  # one round at a time, the i-th serving arm on group (i + s) mod N
 
 
 class MatrixRecord(Recorded):
@@ -244,28 +259,39 @@ class MatrixRecord(Recorded):
     model: ModelRecord = ModelRecord()
     arms: dict[str, ArmSpecRecord] = {}
     repeats: int | str = 1
-    verdict: VerdictSpec | None = None  # the declared block, as the matrix's VerdictSpec dumped it
-    side_by_side: int = 1
+    verdict: RecordedVerdict | None = None  # the declared block, as the matrix's VerdictSpec dumped it
+    together: int | str = 1  # servers alive at once (runs before 2026-12-07: side_by_side, read into it)
     aa: bool | str = False  # the A/A arm: true (every round), "alternate" (even rounds only), false
-    blocks: int = 1  # order interleaved: blocks per restart set (a job's repeat // blocks is its round)
+    blocks: int = 1  # together: all: blocks per round (a job's repeat // blocks is its round)
     order_seed: int = 0
     quiet_s: float = 0
     settle_s: float = 0  # retired from matrices (runs of 2026-12-01 and 2026-12-04 recorded one)
     runtime: MatrixRuntimeRecord = MatrixRuntimeRecord()
     precompile: bool = False
 
+    @model_validator(mode="before")
+    @classmethod
+    def _retired(cls, data: Any) -> Any:
+        """Runs recorded before side_by_side became together."""
+        if isinstance(data, dict):
+            data = dict(data)
+            if "side_by_side" in data:
+                data.setdefault("together", data.pop("side_by_side"))
+        return data
+
     def design(self, order: str) -> Design:
-        """The design of a run recorded before its plan record carried one (`PlanRecord.design`), as `Design.of`
+        """The design of a run recorded before its plan record carried one (`PlanRecord.design`), as `suite.plan.design_of`
         would have made it from this matrix."""
         rt = self.runtime
-        interleaved = order == "interleaved"
+        everyone = order == "interleaved" or self.together == "all"
         looks = tuple(self.verdict.looks) if self.repeats == "auto" and self.verdict is not None else ()
-        return Design(order=order or "blocked", blocks=self.blocks if interleaved else 1,
-                      together=sum(a.serving for a in self.arms.values()) + bool(self.aa) if interleaved
-                      else self.side_by_side,  # the A/A arm serves beside the matrix's own
+        return Design(order="abba" if everyone else order or "blocked", all_together=everyone,
+                      blocks=self.blocks if everyone else 1,
+                      together=sum(a.serving for a in self.arms.values()) + bool(self.aa) if everyone
+                      else int(self.together),  # the A/A arm serves beside the matrix's own
                       sets_at_once=len(rt.gpu_groups) if rt.gpu_groups and not rt.cross_groups else 1,
                       gpu_groups=rt.gpu_groups, cross_groups=rt.cross_groups, precompile=self.precompile, aa=self.aa,
-                      quiet_s=self.quiet_s, looks=looks)
+                      quiet_s=self.quiet_s, order_seed=self.order_seed, looks=looks)
 
 
 class HostRecord(Recorded):
@@ -472,7 +498,7 @@ class LookRecord(Recorded):
 
 
 class SequentialRecord(Recorded):
-    design: VerdictSpec | None = None  # the sequential design the looks used
+    design: RecordedVerdict | None = None  # the sequential design the looks used
     looks: list[LookRecord] = []
     stop_after: int | None = None
     why: str = ""

@@ -92,7 +92,7 @@ def _offline_rounds(run: RunData) -> str:
 
 
 def _block_points(run: RunData) -> str:
-    """How the blocks of an interleaved run ordered their points, read from the plan it recorded (the rule has
+    """How the blocks of a together: all run ordered their points, read from the plan it recorded (the rule has
     changed: until 2026-12-04 every block took the matrix's order)."""
     blocks: dict[int, list[str]] = {}
     arm = next((j.arm for j in run.plan.jobs if j.key.startswith("serve/")), None)
@@ -106,17 +106,17 @@ def _block_points(run: RunData) -> str:
 
 
 def _gpu_groups(groups: list[str] | None, crossed: bool) -> str:
-    """runtime.gpu_groups in the intro: how many restart sets ran at once, and on which GPUs."""
+    """runtime.gpu_groups in the intro: how many rounds ran at once, and on which GPUs."""
     if not groups:
         return ""
     where = "; ".join(f"{i}: GPUs {literal(g)}" for i, g in enumerate(groups))
     if crossed:
-        return (f", each serving arm on a GPU group of its own, the groups crossed over from set to set (set s: the "
-                f"i-th serving arm on group (i + s) mod {len(groups)}; {where}): a group's own speed enters each set's "
+        return (f", each serving arm on a GPU group of its own, the groups crossed over from round to round (round r: "
+                f"the i-th serving arm on group (i + r) mod {len(groups)}; {where}): a group's own speed enters each round's "
                 f"score with its layout, and the test takes it out (the mean of the {len(groups)} layouts' means, "
                 f"the spread within layouts)")
-    return (f", {len(groups)} restart sets at a time, each on its own GPU group, both arms of a set on the same "
-            f"group (set s on group s mod {len(groups)}; {where})")
+    return (f", {len(groups)} rounds at a time, each on its own GPU group, both arms of a round on the same "
+            f"group (round r on group r mod {len(groups)}; {where})")
 
 
 def machine_line(run: RunData) -> str | None:
@@ -171,19 +171,20 @@ def intro(run: RunData) -> list[Paragraph | BulletList | Note]:
         + "".join(f" ({literal(a)}: its own, {code(info.model)})" for a, info in m.arms.items() if info.model)
         + f"; runtime: {literal(m.runtime or 'local')}; "
         f"order: {literal(run.order)}"
-        + (f", side by side: {literal(matrix.side_by_side)} servers per time window (arms in random order per "
-           f"round, seed {literal(matrix.order_seed)})" if matrix.side_by_side > 1 else "")
-        + (f": every serving arm's server alive at once, a fresh start per round (restart set), "
-           f"{literal(matrix.blocks)} block{'s' if matrix.blocks != 1 else ''} of every point per set"
-           f"{_block_points(run)}, the arms taking turns (seed {literal(matrix.order_seed)})"
-           if run.design.unit_starts_together else "")
+        + (f", together: {literal(run.design.together)} servers per time window (arms in random order per "
+           f"round, seed {literal(run.design.order_seed)})" if run.design.together > 1 and not run.design.all_together
+           else "")
+        + (f", together: all: every serving arm's server alive at once, a fresh start per round, "
+           f"{literal(run.design.blocks)} block{'s' if run.design.blocks != 1 else ''} of every point per round"
+           f"{_block_points(run)}, the arms taking turns (seed {literal(run.design.order_seed)})"
+           if run.design.all_together else "")
         + _gpu_groups(matrix.runtime.gpu_groups, matrix.runtime.cross_groups)
-        + (f", quiet: no request until {literal(f'{matrix.quiet_s:g}')} s after the servers answered"
-           if matrix.quiet_s else "")
+        + (f", quiet: no request until {literal(f'{run.design.quiet_s:g}')} s after the servers answered"
+           if run.design.quiet_s else "")
         + (f", settle: a session's first point measured {literal(f'{matrix.settle_s:g}')} s or more after its "
            "servers answered (load at that point's shape until then)" if matrix.settle_s else "")
         + (", precompile: every serving arm's server started once before the first session of each stretch "
-           "(compile caches filled, nothing measured)" if matrix.precompile else "")
+           "(compile caches filled, nothing measured)" if run.design.precompile else "")
         + f"; repeats: {literal(matrix.repeats)}"
         + _offline_rounds(run),
         f"baseline: **{literal(run.baseline)}**; candidates: {literal(', '.join(run.candidates) or '(none)')}"
@@ -233,12 +234,12 @@ def software_line(run: RunData, arm: str) -> str | None:
 
 
 def _finding_where(run: RunData, f: Finding) -> str:
-    """The round (or, order interleaved, the restart set and block) a finding is about; blank for none."""
+    """The round (or, together: all, the round and block) a finding is about; blank for none."""
     if f.round is None:
         return ""
     if run.blocks == 1:
         return str(f.round)
-    return f"restart set {f.round}" if f.check in ACROSS_ROUNDS else run.repeat_name(f.round)
+    return f"round {f.round}" if f.check in ACROSS_ROUNDS else run.repeat_name(f.round)
 
 
 HOST_CHECKS = ("other-host", "hosts")  # suite.quality.hosts: they need the machine on each job record

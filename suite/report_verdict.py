@@ -288,7 +288,7 @@ def card(run: RunData, s: CandidateSummary) -> Card:
         return Card(title_, s.word, outcome_style(NO_DATA), f"no primary test: {literal(why)}", correctness=correct,
                     lines=[where_line(run, [s.baseline, s.candidate]), *software_lines(run, s.candidate)])
     c = ev.composite
-    unit = run.design.short_unit  # what the test pairs: a restart set, or a round
+    unit = run.design.unit  # what the test pairs: a round
     planned = "planned: " if _short_of(s, c) is not None else ""  # no look reached yet: the design, not a result
     level = planned + ("95 % interval" if c.n_looks == 1
                        else f"repeated {100 * (1 - c.nominal_alpha):.3g} % interval, look {c.look} of {c.n_looks} "
@@ -299,16 +299,16 @@ def card(run: RunData, s: CandidateSummary) -> Card:
     composite = f"composite {fmt_pct(c.estimate_pct)} {_interval(c.rci_low_pct, c.rci_high_pct)}"
     where = where_it_acts(run, ev) if len(ev.cells) > 1 else ""
     headline = f"{where} · {composite}" if where else composite
-    if run.design.unit_starts_together:  # the restart set is the unit: its blocks share one start of the servers
-        rounds = (f"{c.n_rounds} restart set{'s' if c.n_rounds != 1 else ''} of servers alive at once, each the "
+    if run.design.all_together:  # the round is the unit: its blocks share one start of the servers
+        rounds = (f"{c.n_rounds} round{'s' if c.n_rounds != 1 else ''} of servers alive at once, each the "
                   + (f"median of its {run.blocks} blocks" if run.blocks > 2 else
-                     f"geometric mean of its {run.blocks} block{'s' if run.blocks != 1 else ''}") + ", paired by set")
+                     f"geometric mean of its {run.blocks} block{'s' if run.blocks != 1 else ''}") + ", paired by round")
     else:
         rounds = f"{c.n_rounds} round{'s' if c.n_rounds != 1 else ''} paired by round index" + (
             "" if run.paired else f" ({literal(run.order or 'unordered')} order: the pairing cancels no drift)")
     if run.layouts > 1:
         rounds += (f"; crossed over {run.layouts} GPU layouts: the mean of the layouts' means, the spread within "
-                   f"layouts ({c.n_rounds} sets, {c.n_rounds - run.layouts} degrees of freedom)")
+                   f"layouts ({c.n_rounds} rounds, {c.n_rounds - run.layouts} degrees of freedom)")
     if "machines" in c.variance:  # rounds on several machines: each machine's own speed taken out
         rounds += (f"; over the machines the {unit}s ran on: the mean of the machines' means, the spread within "
                    "machines")
@@ -388,7 +388,7 @@ def control_card(run: RunData, s: CandidateSummary) -> Card:
     base = card(run, s)
     word = s.control_word
     eq = s.correctness.equivalence
-    unit = run.design.units  # "restart sets" under order interleaved
+    unit = run.design.units  # "rounds" under together: all
     if word == CONTROL_FAILED:
         why = (f"the same test called two identical arms different: this run's {unit} were not independent draws "
                "(the machine's speed drifted, or sessions differed); a candidate verdict near this size is not "
@@ -399,7 +399,7 @@ def control_card(run: RunData, s: CandidateSummary) -> Card:
         why = (f"not tested: the test needs at least two {unit} with a spread between them, so it can neither "
                "pass nor fail this run; the between-start difference below is one draw, not a noise estimate")
     else:
-        rounds = (f"every {unit.removesuffix('s')}" if run.matrix.aa != "alternate" or s.evaluation is None
+        rounds = (f"every {unit.removesuffix('s')}" if run.design.aa != "alternate" or s.evaluation is None
                   else f"{unit} " + ", ".join(map(str, s.evaluation.composite.rounds)) + " (aa: alternate)")
         why = ("no false alarm: the same test found no change between two identical arms (the baseline started "
                f"again in {rounds})")
@@ -435,7 +435,7 @@ def verdict_section(run: RunData) -> Section:
     if not run.summaries:
         return Section("Verdict", 2, [Paragraph("No candidate arm: nothing to compare.")], anchor="verdict")
     spec = run.summaries[0].spec
-    unit = run.design.unit  # what the test pairs: a restart set, or a round
+    unit = run.design.unit  # what the test pairs: a round
     legend = Paragraph(
         f"One primary test per candidate, declared before the run, asked at each point: every declared metric at "
         f"every tested point (candidate/baseline per {unit}, paired by {unit}, t test over {unit}s), and their "

@@ -34,7 +34,7 @@ def gpu_models(run: RunData) -> dict[str, int]:
 @dataclass(frozen=True)
 class Machine:
     """One machine a run's jobs ran on (`HostIdentity.key`), named so a reader tells it from the others, with the
-    rounds (order interleaved: restart sets) of the serving jobs it ran and how many jobs in all."""
+    rounds (together: all: rounds) of the serving jobs it ran and how many jobs in all."""
 
     key: str
     name: str

@@ -172,7 +172,7 @@ def make_scheduler(matrix: Matrix) -> Scheduler:
 def batches(todo: Batch, by_round: bool, plan: Plan | None = None) -> list[Batch]:
     """The runner's units of work for the scheduler: every session at once, or (a run that stops at looks)
     one round at a time, cut where the plan's round changes (offline sessions form batches of their own); with
-    GPU groups one wave at a time (the restart sets that run at once)."""
+    GPU groups one wave at a time (the rounds that run at once)."""
     if not by_round:
         return [todo] if todo else []
 

@@ -124,7 +124,7 @@ def round_scores(
     both, never paired with a neighbour). A round that lacks a point other rounds compare (a run cut short
     in the middle of a round, a failed job) is dropped too: its composite would weigh the points it has
     more, and the effect differs by point. ``unit``: what the dropped and skipped notes call a round (under
-    order interleaved, "set": the restart set)."""
+    together: all, "set": the round)."""
     b_keys = {_round_index(r) for r in base_rounds}
     c_keys = {_round_index(r) for r in cand_rounds}
     dropped = [f"{unit} {r}: no {'candidate' if r in b_keys else 'baseline'} result"

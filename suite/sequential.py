@@ -62,7 +62,7 @@ class SequentialRun:
     round_ends: list[float] = field(default_factory=list)  # when each round of this process finished
     control_arm: str | None = None  # the A/A arm: its sessions of rounds after its own test decided are not run
     control_after: int | None = None  # rounds after which the A/A control's own test decided
-    unit: str = "rounds"  # what a round is called in the lines it writes ("restart sets" under order interleaved)
+    unit: str = "rounds"  # what a round is called in the lines it writes ("rounds" under together: all)
 
     @classmethod
     def resume(cls, spec: VerdictSpec, budget_s: float | None, stored: SequentialRecord | None,
@@ -95,7 +95,7 @@ class SequentialRun:
         (runtime.gpu_groups: a wave), so that one call's time covers that many rounds."""
         now = time.monotonic()
         self.round_ends.append(now)
-        looks = self.spec.looks or (self.spec.max_rounds,)
+        looks = self.spec.looks
         if self.stop_after is not None:
             return None
         last = rounds_done == looks[-1]
@@ -123,7 +123,7 @@ class SequentialRun:
         stops the A/A control at the first look that decides its own test (a decided control's outcome is
         carried to the later looks, which do not test it again), and the run when every candidate is
         decided, at the design's last look, or where the budget runs out."""
-        looks = self.spec.looks or (self.spec.max_rounds,)
+        looks = self.spec.looks
         rounds_done = look.rounds
         last = rounds_done == looks[-1]
         if self.control_after is not None:  # decided at an earlier look: its outcome stands

@@ -1,9 +1,9 @@
 """Sessions run on this machine: the executor under the runner (`suite.runner` decides which batches run).
 
-A session is one server lifetime of one arm: its server started on its restart set's GPUs (the stages shape
+A session is one server lifetime of one arm: its server started on its round's GPUs (the stages shape
 its flags and environment), awaited on /health, restarted (bounded) when it dies, its jobs run one by one and
 recorded as each ends (`LiveSession`, `run_session`). A time window's sessions run side by side: their servers
-started and awaited together, their jobs taking turns (`run_window`: mirrored, or under interleaved in a fresh
+started and awaited together, their jobs taking turns (`run_window`: mirrored, or under together: all in a fresh
 seeded order per turn); the windows of a wave (runtime.gpu_groups) at once, a thread per GPU group
 (`run_wave`). Before the first session of a stretch, the precompile (`precompile`). `HereScheduler` runs a
 batch of sessions this way; the Slurm worker runs one session with the same `run_session`. `RunContext` is
@@ -24,9 +24,10 @@ from typing import Any
 
 from rich.console import Console
 
+from suite.design import round_order
 from suite.errors import ServerError, SuiteError
 from suite.matrix import Matrix
-from suite.plan import Job, Plan, Session, round_order
+from suite.plan import Job, Plan, Session, session_round
 from suite.records import DeviceStates, utc_now
 from suite.runtime.base import (
     ArmEnv,
@@ -56,14 +57,14 @@ class RunContext:
     console: Console
     secrets: list[str] = field(default_factory=list)
     run_scope: SessionScope = field(default_factory=SessionScope)  # lives as long as the run (bench client)
-    # runtime.gpu_groups: restart sets run at once, each in a thread of its own (a lane, one per GPU group)
+    # runtime.gpu_groups: rounds run at once, each in a thread of its own (a lane, one per GPU group)
     lane_scopes: dict[int, SessionScope] = field(default_factory=dict)  # a later lane's run-long resources
     lock: threading.RLock = field(default_factory=threading.RLock)  # ports handed out, progress, scopes
     ports: set[int] = field(default_factory=set)  # every port handed to a server of this run
     cancel: threading.Event = field(default_factory=threading.Event)  # a lane failed or Ctrl-C: the others stop
 
     def scope_of(self, lane: int | None) -> SessionScope:
-        """What lives as long as the run for one lane's restart sets (the bench client: one per GPU group when
+        """What lives as long as the run for one lane's rounds (the bench client: one per GPU group when
         sets run at once); the run's own for the first lane or none."""
         if not lane:
             return self.run_scope
@@ -140,7 +141,7 @@ def job_env(ctx: RunContext, job: Job, server: Server | None, scope: SessionScop
     arm_env, arm_spec = ctx.arm_envs[job.arm], ctx.plan.arms[job.arm]
     offline = server is None
     dirs = ctx.store.arm_dirs(job.arm, ctx.plan.group_of(job))  # the compile cache of its server's GPU group
-    lane = ctx.plan.lane_of(job)  # the bench client of its restart set's lane (sets at once)
+    lane = ctx.plan.lane_of(job)  # the bench client of its round's lane (sets at once)
     return JobEnv(
         job=job, model=ctx.matrix.model_of(arm_spec), serve_args=[*ctx.matrix.serve_args, *arm_spec.serve_args],
         result=ctx.store.result_path(job), log=ctx.store.log_path(job), run_root=ctx.store.root,
@@ -224,7 +225,7 @@ class Launch:
 
 
 def _launch_server(ctx: RunContext, session: Session, attempt: int, log_path: Path | None = None) -> Launch:
-    """Start the session's server process (the stages shape its flags and env) on its restart set's GPUs
+    """Start the session's server process (the stages shape its flags and env) on its round's GPUs
     (runtime.gpu_groups); /health is not awaited. ``log_path``: another log than the session's (precompile)."""
     port = _pick_port(ctx)
     arm_spec = ctx.plan.arms[session.arm]
@@ -379,18 +380,18 @@ def run_session(ctx: RunContext, session: Session, pending: list[Job], advance: 
 
 def _turn_order(ctx: RunContext, lives: list[LiveSession], turn: int) -> list[LiveSession]:
     """The order a window's sessions take their turn-th job in: mirrored (A B, B A, ...) side by side; under
-    order interleaved a fresh seeded random order per turn (recorded by the jobs' start times), so no fixed
+    together: all a fresh seeded random order per turn (recorded by the jobs' start times), so no fixed
     pattern lines up with a periodic drift of the host within the window."""
-    if not ctx.plan.design.unit_starts_together:
+    if not ctx.plan.design.all_together:
         return lives if turn % 2 == 0 else lives[::-1]
     by_arm = {live.session.arm: live for live in lives}
     window = lives[0].session.window
-    return [by_arm[a] for a in round_order(list(by_arm), turn, ctx.matrix.order_seed, f"turns:{window}")]
+    return [by_arm[a] for a in round_order(list(by_arm), turn, ctx.plan.design.order_seed, f"turns:{window}")]
 
 
 def run_window(ctx: RunContext, items: list[tuple[Session, list[Job]]], advance: Callable[..., None]) -> None:
     """Sessions of one time window side by side: every server is started at once and awaited together, then
-    the sessions take turns, one job each (``_turn_order``: mirrored, A B, B A, ...; interleaved: a fresh random
+    the sessions take turns, one job each (``_turn_order``: mirrored, A B, B A, ...; together: all: a fresh random
     order per turn), so that a drift within the window falls on every arm alike. A server that dies is restarted alone."""
     lives = [LiveSession(ctx, s, p) for s, p in items if p]
     if len(lives) <= 1:
@@ -415,8 +416,8 @@ def run_window(ctx: RunContext, items: list[tuple[Session, list[Job]]], advance:
         turn = 0
         while any(not live.ended for live in lives):
             for live in _turn_order(ctx, lives, turn):
-                if ctx.cancel.is_set():  # another restart set of the wave failed, or Ctrl-C: stop here
-                    raise KeyboardInterrupt("another restart set of the wave stopped")
+                if ctx.cancel.is_set():  # another round of the wave failed, or Ctrl-C: stop here
+                    raise KeyboardInterrupt("another round of the wave stopped")
                 live.step(advance)
             turn += 1
     finally:
@@ -424,7 +425,7 @@ def run_window(ctx: RunContext, items: list[tuple[Session, list[Job]]], advance:
 
 
 def run_wave(ctx: RunContext, windows: list[list[tuple[Session, list[Job]]]], advance: Callable[..., None]) -> None:
-    """Restart sets that run at the same time (runtime.gpu_groups: one per GPU group), each ``run_window`` in a
+    """Rounds that run at the same time (runtime.gpu_groups: one per GPU group), each ``run_window`` in a
     thread of its own; finished jobs are reported one at a time. A set that fails (or Ctrl-C) stops the others
     between two jobs, their servers stopped; the first error goes on once every set has ended."""
     if len(windows) == 1:
@@ -444,7 +445,7 @@ def run_wave(ctx: RunContext, windows: list[list[tuple[Session, list[Job]]]], ad
             errors.append(exc)
             ctx.cancel.set()
 
-    threads = [threading.Thread(target=lane, args=(items,), name=f"restart-set-{items[0][0].round}", daemon=True)
+    threads = [threading.Thread(target=lane, args=(items,), name=f"round-{items[0][0].round}", daemon=True)
                for items in windows]
     for t in threads:
         t.start()
@@ -465,8 +466,8 @@ def precompile(ctx: RunContext, todo: Batch) -> None:
     """Matrix ``precompile``: before the stretch's first server session, every serving arm's server (once per
     GPU group, on the group's GPUs and compile cache) started from its first pending session's command, awaited
     and stopped, nothing measured: torch.compile's and the kernels' caches are then warm for every measured
-    start. Under interleaved an arm's servers start together (they are alive at once anyway; under
-    runtime.cross_groups one set's layout at a time), else one after another (``precompile_windows``). Each
+    start. Under together: all an arm's servers start together (they are alive at once anyway; under
+    runtime.cross_groups one round's layout at a time), else one after another (``precompile_windows``). Each
     log is ``<arm>/precompile[-group-N].log``, its start record the ``.json`` beside it; a server that does not
     start is reported and the run goes on (its sessions meet the same error, recorded)."""
     for servers in precompile_windows(ctx.plan, todo):
@@ -475,18 +476,18 @@ def precompile(ctx: RunContext, todo: Batch) -> None:
 
 def precompile_windows(plan: Plan, todo: Batch) -> list[list[tuple[tuple[str, int | None], Session]]]:
     """The precompile's servers, ((arm, GPU group), the session whose command it starts), in the windows that
-    start together: every serving arm's first pending session per group; under interleaved all at once, except
-    under runtime.cross_groups, where a group holds one server at a time: one window per restart set that
+    start together: every serving arm's first pending session per group; under together: all every server at once, except
+    under runtime.cross_groups, where a group holds one server at a time: one window per round that
     brings an (arm, group) pair first (the first N sets' layouts); otherwise one server at a time."""
     firsts: dict[tuple[str, int | None], Session] = {}
     for session, pending in todo:
         if pending and session.needs_server and plan.arms[session.arm].serving:
             firsts.setdefault((session.arm, plan.group_of_session(session)), session)
-    if not plan.design.unit_starts_together:
+    if not plan.design.all_together:
         return [[item] for item in firsts.items()]
     if not plan.design.cross_groups:
         return [list(firsts.items())] if firsts else []
-    # the plan holds a set's sessions together, so the pairs each set brings first come one set after another
+    # the plan holds a round's sessions together, so the pairs each round brings first come one round after another
     return [list(items) for _, items in groupby(firsts.items(), key=lambda item: item[1].round)]
 
 
@@ -523,6 +524,9 @@ class HereScheduler:
 
     kind = "here"
 
+    def __init__(self) -> None:
+        self.last_wave: int | None = None  # the wave (a round, or rounds at once) that ran last: cooldown_s after it
+
     def run(self, ctx: RunContext, batch: Batch, progress: RunProgress) -> None:
         def together(item: tuple[Session, list[Job]]) -> tuple[str, int] | int:
             """What runs at once: a wave of windows (GPU groups), a window, or one session alone (its index)."""
@@ -534,6 +538,7 @@ class HereScheduler:
         for _, unit in groupby(batch, key=together):
             items = list(unit)
             session, pending = items[0]
+            self.cool_down(ctx, items)
             if session.window is None:
                 if pending:
                     progress.now(f"{session.arm}#{session.index}")
@@ -542,3 +547,20 @@ class HereScheduler:
             windows = [list(w) for _, w in groupby(items, key=lambda it: it[0].window)]
             progress.now(" | ".join(" + ".join(f"{s.arm}#{s.index}" for s, _ in w) for w in windows))
             run_wave(ctx, windows, progress.job_done)
+
+    def cool_down(self, ctx: RunContext, items: list[tuple[Session, list[Job]]]) -> None:
+        """Design ``cooldown_s``: before the first server of a round (a wave of rounds under runtime.gpu_groups)
+        that follows another in this process, that long with no server alive (the last one was stopped at its
+        session's end). Ctrl-C ends the wait."""
+        session = items[0][0]
+        rnd = session_round(session) if session.needs_server else None
+        if rnd is None or not any(pending for _, pending in items):
+            return
+        wave = ctx.plan.wave_of(rnd)
+        rest = ctx.plan.design.cooldown_s
+        if rest and self.last_wave is not None and wave != self.last_wave:
+            ctx.console.print(f"cooldown: {rest:g} s with no server alive before round {rnd}", markup=False,
+                              highlight=False)
+            if ctx.cancel.wait(rest):
+                raise KeyboardInterrupt("stopped during the cooldown")
+        self.last_wave = wave

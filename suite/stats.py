@@ -37,7 +37,7 @@ MAX_HALF_WIDTH_LOG = math.log(2)
 
 
 def set_value(values: Sequence[float]) -> float:
-    """A restart set's value (order interleaved) from its blocks' positive values: their median, taken in log
+    """A round's value (together: all) from its blocks' positive values: their median, taken in log
     (with two blocks, their geometric mean). The median, not the mean, because a server's first minute can run ~5 % slow and then
     return to its level (the H200, docs/gpu-h200.md): one such block of three moves the mean by a third of
     its offset and the median hardly at all, and a start's own offset, which lasts the server's life, is
@@ -208,22 +208,22 @@ class Strata:
     n: int
     kind: str = "GPU layouts"  # what the strata are, plural, as the reasons name them
     by_round: Mapping[int, int] | None = None  # round -> stratum 0 .. n-1; None: round r in stratum r mod n
-    unit: str = "rounds"  # what a score is of, plural (order interleaved: "restart sets")
+    unit: str = "rounds"  # what a score is of, plural (together: all: "rounds")
 
     def of(self, r: int) -> int:
         return self.by_round[r] if self.by_round is not None else r % self.n
 
     @classmethod
     def layouts(cls, n: int) -> Strata | None:
-        """runtime.cross_groups' N layouts, one per restart set (None for one: nothing to take out)."""
-        return cls(n, unit="restart sets") if n > 1 else None
+        """runtime.cross_groups' N layouts, one per round (None for one: nothing to take out)."""
+        return cls(n, unit="rounds") if n > 1 else None
 
 
 @dataclass(frozen=True)
 class WithinLayouts:
-    """Paired differences measured over GPU layouts that repeat (runtime.cross_groups: set s in layout s mod N),
+    """Paired differences measured over GPU layouts that repeat (runtime.cross_groups: round r in layout r mod N),
     each layout's own offset taken out: ``mean`` is the mean of the layouts' means (each layout weighted alike,
-    so a group's speed cancels even when a layout has fewer sets), ``var`` the variance within layouts on ``df``
+    so a group's speed cancels even when a layout has fewer rounds), ``var`` the variance within layouts on ``df``
     = n - N degrees of freedom, and ``n_eff`` the count that scales it to the mean's (n when balanced)."""
 
     mean: float
@@ -253,7 +253,7 @@ def within_layouts(values: Sequence[float], layouts: Sequence[int], n_layouts: i
 
 @dataclass(frozen=True)
 class OneWay:
-    """A one-way analysis of variance of values in groups (order interleaved: each restart set's block scores):
+    """A one-way analysis of variance of values in groups (together: all: each round's block scores):
     sums of squares and degrees of freedom between and within the groups. Runs are independent, so their
     analyses add (``+``): each run keeps its own mean (its own effect), the spreads pool."""
 
@@ -295,11 +295,11 @@ class OneWay:
 
 
 def fmt_set_spread(spread: OneWay) -> str:
-    """An interleaved run's (or runs') restart-set spread in words: the blocks' SD inside a set, the set's own
+    """A together: all run's (or runs') round spread in words: the blocks' SD inside a round, the round's own
     part, the F test and the design it came from."""
-    return (f"its blocks spread {100 * spread.within_sd:.2f} % inside a restart set, a set's own part "
+    return (f"its blocks spread {100 * spread.within_sd:.2f} % inside a round, a round's own part "
             f"{100 * spread.group_sd:.2f} % (F = {spread.f:.2f} on {spread.df_between} and {spread.df_within} "
-            f"degrees of freedom, p = {spread.p:.2g}; {spread.groups} sets of {spread.values / spread.groups:g} blocks)")
+            f"degrees of freedom, p = {spread.p:.2g}; {spread.groups} rounds of {spread.values / spread.groups:g} blocks)")
 
 
 def one_way(groups: Sequence[Sequence[float]]) -> OneWay | None:

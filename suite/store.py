@@ -123,7 +123,7 @@ class ArmDirs:
     @classmethod
     def in_run(cls, run: Path, arm: str, group: int | None = None) -> ArmDirs:
         """The arm's directories in the run directory ``run`` (one that need not exist: a dry run's). A GPU group
-        after the first (runtime.gpu_groups: restart sets at once) gets a cache of its own: two servers of one arm
+        after the first (runtime.gpu_groups: rounds at once) gets a cache of its own: two servers of one arm
         compiling at the same time never write one cache."""
         return cls(run, run / arm / ("cache" if not group else f"cache-group-{group}"))
 
@@ -188,7 +188,7 @@ class RunStore:
 
     def update_manifest(self, **fields: Any) -> Manifest:
         """Set top-level fields (the manifest's own types, or their JSON) and write the manifest back whole; one
-        update at a time (restart sets on GPU groups run in threads of one process)."""
+        update at a time (rounds on GPU groups run in threads of one process)."""
         with _MANIFEST_LOCK:
             manifest = Manifest.model_validate(self.manifest().dump() | fields)
             self.write_manifest(manifest)

@@ -91,6 +91,15 @@ def plan_looks(max_rounds: int, n_looks: int) -> tuple[int, ...]:
     return tuple(2 * max(1, math.floor(pairs * k / n_looks + 0.5)) for k in range(1, n_looks + 1))
 
 
+DEFAULT_MAX_ROUNDS = 8  # the default looks' last: after 2, 4, 6 and 8 rounds
+
+
+def default_looks(max_rounds: int) -> tuple[int, ...]:
+    """The looks of a design that takes at most ``max_rounds`` rounds: every 2 rounds, at most 4 looks (one look
+    at the end for an odd count)."""
+    return plan_looks(max_rounds, min(4, max_rounds // 2)) if max_rounds % 2 == 0 else (max_rounds,)
+
+
 class VerdictSpec(BaseModel):
     """What the primary test is, declared before the run (the matrix's ``verdict:`` block)."""
 
@@ -101,10 +110,9 @@ class VerdictSpec(BaseModel):
     alpha: float = Field(0.05, gt=0, lt=0.5, description="two-sided, over all looks")
     power: float = Field(0.80, gt=0.5, lt=1, description="the power the smallest detectable change is stated at")
     spending: Spending = Field("obrien-fleming", description="how alpha is spent over the looks: obrien-fleming (strict early) or pocock")
-    max_rounds: int = Field(8, ge=2, description="rounds at most (repeats: auto)")
     looks: tuple[int, ...] | None = Field(
-        None, description="round counts at which the test is looked at; default: every 2 rounds, at most 4"
-    )
+        None, description="round counts at which the test is looked at (repeats: auto), the last the most rounds "
+        "the run takes; default: [2, 4, 6, 8]")
     pool_aa: bool = Field(False, description=(
         "pool the variance with the A/A arm's scores when an F test allows: more power at few rounds, but only "
         "for arms whose servers vary alike; a candidate whose servers vary 2-3x more reads changed in 9.5-11.7 % "
@@ -150,15 +158,17 @@ class VerdictSpec(BaseModel):
     @model_validator(mode="after")
     def _looks(self) -> VerdictSpec:
         if self.looks is None:
-            n = min(4, self.max_rounds // 2)
-            looks = plan_looks(self.max_rounds, n) if self.max_rounds % 2 == 0 else (self.max_rounds,)
-            object.__setattr__(self, "looks", looks)
+            object.__setattr__(self, "looks", default_looks(DEFAULT_MAX_ROUNDS))
         looks = self.looks
         if not looks or looks[0] < 2 or any(b <= a for a, b in zip(looks, looks[1:], strict=False)):
             raise ValueError(f"looks must be increasing round counts >= 2, got {looks}")
-        if looks[-1] != self.max_rounds:
-            raise ValueError(f"the last look must be at max_rounds={self.max_rounds}, got {looks}")
         return self
+
+    @property
+    def max_rounds(self) -> int:
+        """The most rounds a sequential run takes: its last look."""
+        assert self.looks
+        return self.looks[-1]
 
     @property
     def fractions(self) -> tuple[float, ...]:
@@ -176,7 +186,7 @@ def every_other_round(spec: VerdictSpec) -> VerdictSpec | None:
     half = sorted({-(-n // 2) for n in spec.looks} - {0, 1})
     if not half:
         return None
-    return spec.model_copy(update={"looks": tuple(half), "max_rounds": half[-1]})
+    return spec.model_copy(update={"looks": tuple(half)})
 
 
 def every_other_look(spec: VerdictSpec, own: VerdictSpec, rounds: int) -> int:

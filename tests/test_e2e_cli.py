@@ -28,7 +28,7 @@ serve:
   - {isl: 64, osl: 16, concurrency: [1, 4], num_prompts: 2x}
 kernel: {hidden: 256, experts: 16, m: [1, 4, 16], trace_m: 64, iters: 5, trials: 5}
 layer: {tokens: [1, 4], trace_m: 64, iters: 5, trials: 5}
-offline_repeats: 2
+repeats: 2
 """
 
 
@@ -175,7 +175,7 @@ def test_layer_stage_times_each_arms_own_decoder_layer(e2e_run):
     _, run_dir, _ = e2e_run
     medians = {}
     for arm in ("baseline", "patched"):
-        for r in (0, 1):  # offline_repeats: 2, one process per round
+        for r in (0, 1):  # repeats: 2, one process per round
             result = json.loads((run_dir / arm / "layer" / "layer0" / f"rep-{r}.json").read_text())
             assert result["arm"] == arm and result["layer"]["class"].endswith("MixtralDecoderLayer")
             assert result["layer"]["num_layers"] == 2 and result["layer"]["load_format"] == "dummy"
@@ -202,7 +202,7 @@ def test_kernel_stage_runs_in_each_arms_environment(e2e_run):
     _, run_dir, _ = e2e_run
     medians = {}
     for arm in ("baseline", "patched"):
-        for r in (0, 1):  # offline_repeats: 2, one process per round
+        for r in (0, 1):  # repeats: 2, one process per round
             result = json.loads((run_dir / arm / "kernel" / "h256-e16" / f"rep-{r}.json").read_text())
             assert [x["m"] for x in result["results"]] == [1, 4, 16]
             assert all(x["median_us"] > 0 for x in result["results"])

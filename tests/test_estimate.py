@@ -94,3 +94,20 @@ def test_every_matrix_the_nightly_runs_fits_its_limit():
             assert any(line.startswith(f"  budget_min {m.budget_min:g}: ") for line in guess.lines()), name
         else:
             assert guess.total_s / 60 + 180 <= limit, name
+
+
+def test_a_cooldown_between_rounds_is_in_the_estimate_and_refused_where_it_cannot_run():
+    """`cooldown_s`: the design records it, the estimate adds it before each round after the first (each wave of
+    rounds under runtime.gpu_groups), and the Slurm runtime, whose sessions are batch jobs of their own, refuses
+    it at validate time."""
+    from suite.errors import MatrixError
+    from suite.matrix_load import parse_matrix
+
+    text = (REPO / "matrices" / "gemma4-h100-abba.yaml").read_text()
+    m, rested = load_matrix(REPO / "matrices" / "gemma4-h100-abba.yaml"), parse_matrix(text + "cooldown_s: 60\n")
+    plain, cooled = estimate(m, build_plan(m), "cuda"), estimate(rested, build_plan(rested), "cuda")
+    assert build_plan(rested).design.cooldown_s == 60
+    for n in (2, 4):  # one before each round after round 0
+        assert cooled.until(n) - plain.until(n) == pytest.approx(60 * (n - 1))
+    with pytest.raises(MatrixError, match="cooldown_s: the slurm runtime starts each session in a batch job"):
+        parse_matrix(text.replace("kind: local", "kind: slurm") + "cooldown_s: 60\n")

@@ -426,9 +426,9 @@ def test_the_h100s_decoder_layer_gains_what_seed_000_claims(tmp_path):
 
 def test_interleaved_on_the_h200_decides_seed_000_on_three_restart_sets(tmp_path):
     """The H200 run of gemma4-h200-interleaved.yaml (docs/gpu-h200.md): both servers alive at once, three blocks
-    a restart set, stopped by hand after three sets (the stretch's end). The look after two sets was
+    a round, stopped by hand after three sets (the stretch's end). The look after two sets was
     INCONCLUSIVE (one degree of freedom); the report's test on the three complete sets decides IMPROVEMENT. Each
-    set's score is the mean over points of the log ratio of the medians of its blocks (the restart set is the
+    set's score is the mean over points of the log ratio of the medians of its blocks (the round is the
     unit), recomputed here from the raw JSON."""
     from suite.analysis import load_run
 
@@ -449,8 +449,8 @@ def test_interleaved_on_the_h200_decides_seed_000_on_three_restart_sets(tmp_path
 
 def test_an_interleaved_aa_on_the_h200_reads_equivalent_while_both_servers_move_together(tmp_path):
     """The H200 run of gemma4-h200-interleaved-aa.yaml (docs/gpu-h200.md): two identical stock servers alive at
-    once, three blocks a restart set, looks after 3 and 4 sets; sets 0-1 on one machine, sets 2-3 on another
-    (`--resume`). Recomputed from the raw JSON: between restart sets both servers' TPOT moved by 1.4-2.3 %
+    once, three blocks a round, looks after 3 and 4 sets; sets 0-1 on one machine, sets 2-3 on another
+    (`--resume`). Recomputed from the raw JSON: between rounds both servers' TPOT moved by 1.4-2.3 %
     together, while inside each set the pair agreed to 0.5 %: what a sequential design would read as noise, the
     pairing by set removes. No position bias: the test reads EQUIVALENT within +-1 % at its last look, and one
     block slow just after a cold start (stock-again, set 2, c1: +6 %) is left out by its set's median."""
@@ -472,7 +472,7 @@ def test_an_interleaved_aa_on_the_h200_reads_equivalent_while_both_servers_move_
 
     scores = _set_scores(root, "baseline", "stock-again", 4)
     assert all(abs(x) < 0.002 for x in scores)  # the pair agrees inside each set
-    for arm in ("baseline", "stock-again"):  # both moved 1.4-2.3 % from one restart set to the next
+    for arm in ("baseline", "stock-again"):  # both moved 1.4-2.3 % from one round to the next
         assert all(0.01 < set_mean(arm, p, 1) - set_mean(arm, p, 0) < 0.03 for p in points)
     # the one slow block: stock-again's first c1 request train after set 2's cold start
     c1 = "isl128-osl64-c1-n16"
@@ -489,13 +489,13 @@ def test_an_interleaved_aa_on_the_h200_reads_equivalent_while_both_servers_move_
     slow = sorted((f.arm, f.point, f.round) for f in run.findings if f.check == "slow-request")
     assert slow == [("baseline", "isl128-osl64-c8-n64", 2), ("stock-again", "isl128-osl64-c16-n128", 0),
                     ("stock-again", "isl128-osl64-c16-n128", 5)]
-    assert ("restart set 0, block 0, rep-0: the first 16 of 128 requests (the first wave at concurrency 16) waited ≥ 4× the median for "
+    assert ("round 0, block 0, rep-0: the first 16 of 128 requests (the first wave at concurrency 16) waited ≥ 4× the median for "
             "their first token (slowest 971 ms, median 141 ms)") in report
     # the slow c1 block after set 2's cold start is named, and it is the run's only block off its set
     blocks = [(f.arm, f.point, f.round) for f in run.findings if f.check == "block-outlier"]
     assert blocks == [("stock-again", c1, 6)]
-    # a drift repeat is named by its restart set and block, not as "round 11" of a four-set run
-    assert "Drift check stock-again restart set 3, block 2, rep-11, the point again at the session's end" in report
+    # a drift repeat is named by its round and block, not as "round 11" of a four-set run
+    assert "Drift check stock-again round 3, block 2, rep-11, the point again at the session's end" in report
 
 
 def _tpot(root: Path, arm: str, point: str, rep: int | str) -> float:
@@ -505,7 +505,7 @@ def _tpot(root: Path, arm: str, point: str, rep: int | str) -> float:
 
 def _set_scores(root: Path, a: str, b: str, sets: int, skip: frozenset[int] = frozenset(),
                 rule: str = "median") -> list[float]:
-    """Each restart set's score from the raw JSON: the mean over points of log(a's TPOT / b's TPOT), each arm's
+    """Each round's score from the raw JSON: the mean over points of log(a's TPOT / b's TPOT), each arm's
     blocks at a point (three a set, those in ``skip`` left out) combined by their median in log, as the verdict
     combines them (``rule="mean"``: their geometric mean, the rule before 2026-12-04)."""
     points = sorted(p.name for p in (root / a / "serve").iterdir() if p.name.startswith("isl"))
@@ -556,8 +556,8 @@ def test_the_h200_interleaved_runs_with_blocks_in_random_order(tmp_path):
     report = (EVIDENCE / "h200-interleaved-blocks-20261204" / "report.md").read_text()
     assert "**ll-bf16 vs baseline: IMPROVEMENT** — better at c1, c8, c16 · composite +2.2% [+1.4, +3.0]" in report
     assert "| c1 | 3.98 → 3.86 | -3.0% [-5.5, -0.4] | better |" in report
-    assert "3 blocks of every point per set (each block's points in a random order of its own" in report
-    assert "restart set 2, block 0, rep-6: Mean TPOT 5.45 ms at the point's first measurement" in report
+    assert "3 blocks of every point per round (each block's points in a random order of its own" in report
+    assert "round 2, block 0, rep-6: Mean TPOT 5.45 ms at the point's first measurement" in report
 
     root = unpack(EVIDENCE / "h200-interleaved-aa-blocks-20261204", tmp_path / "h200-interleaved-aa-blocks-20261204")
     run = load_run(root)
@@ -614,7 +614,7 @@ def test_a_settle_does_not_shorten_the_h200s_slow_first_minute(tmp_path):
     report = (EVIDENCE / "h200-interleaved-settle-20261204" / "report.md").read_text()
     assert "**ll-bf16 vs baseline: INCONCLUSIVE** — undecided at c1, c8, c16 · composite +2.7% [-2.8, +8.4]" in report
     # the card shows the values its test ran on, so the set off the others is there to see
-    assert "each set's score: set 0 +4.0%, set 1 +2.0%, set 2 +1.9%" in report
+    assert "each round's score: round 0 +4.0%, round 1 +2.0%, round 2 +1.9%" in report
     assert "settle: a session's first point measured 30 s or more after its servers answered" in report
 
 
@@ -636,7 +636,7 @@ def test_a_cold_first_set_sits_apart_and_a_precompiled_one_does_not(tmp_path):
     assert all(abs(r - 1) < 0.002 for r in warm)
     report = (EVIDENCE / "h200-interleaved-aa6-20261204" / "report.md").read_text()
     assert "status **running** (jobs ok 29, failed 0, missing 91)" in report
-    assert "dropped: set 1: incomplete" in report  # the set the machine was lost in
+    assert "dropped: round 1: incomplete" in report  # the set the machine was lost in
 
     root = unpack(EVIDENCE / "h200-interleaved-aa-precompile-20261204", tmp_path / "precompile")
     run = load_run(root)
@@ -656,7 +656,7 @@ def test_a_cold_first_set_sits_apart_and_a_precompiled_one_does_not(tmp_path):
     # equal within the margin at c8 and c16; c1 too loosely measured for it: not EQUIVALENT (the composite alone was)
     assert ("**stock-again vs baseline: INCONCLUSIVE** — equal at c8, c16; undecided at c1 · composite +0.3% "
             "[-0.2, +0.8]") in report
-    assert "each set's score: set 0 +0.3%, set 1 +0.2%, set 2 +0.4%" in report
+    assert "each round's score: round 0 +0.3%, round 1 +0.2%, round 2 +0.4%" in report
     assert "precompile: every serving arm's server started once before the first session" in report
 
 
@@ -683,13 +683,13 @@ def test_seed_000s_precompiled_first_set_reads_like_the_warm_sets_of_earlier_run
     assert -0.023 < score < -0.020  # ll-bf16 2.0-2.3 % faster: the warm sets' level
     report = (EVIDENCE / "h200-interleaved-precompile-20261204" / "report.md").read_text()
     assert "**ll-bf16 vs baseline: INCONCLUSIVE** — undecided at c1, c8, c16 · composite +2.2% (no interval)" in report
-    assert "1 set: no interval; look 1 of 2 is planned after 3 sets" in report
+    assert "1 round: no interval; look 1 of 2 is planned after 3 rounds" in report
     # the design line says what the first look will use, not an interval it has
     assert "  - planned: repeated 98.5 % interval, look 1 of 2 (O'Brien–Fleming); better is +" in report
     assert "final: no more rounds" not in report
-    assert "restart set 0, block 2, rep-2: Mean TPOT 5.46 ms, +4.9%" in report  # the one block off its set, named
+    assert "round 0, block 2, rep-2: Mean TPOT 5.46 ms, +4.9%" in report  # the one block off its set, named
     aa6 = (EVIDENCE / "h200-interleaved-aa6-20261204" / "report.md").read_text()
-    assert "1 set: no interval; the test (fixed design) is planned after 6 sets" in aa6
+    assert "1 round: no interval; the test (fixed design) is planned after 6 rounds" in aa6
 
 
 def test_seed_000_precompiled_decides_at_its_first_look_on_the_h200(tmp_path, capsys):
@@ -743,7 +743,7 @@ def test_a_run_cut_after_two_of_four_sets_says_so_in_its_report(tmp_path):
     rather than claiming that look; it offers no "rounds would detect" already run."""
     root = unpack(EVIDENCE / "h200-interleaved-aa-20261204", tmp_path / "cut")
     for f in root.glob("*/serve/*/rep-*"):
-        if int(f.name.split(".")[0].split("-")[1]) >= 6:  # blocks 6-11: restart sets 2 and 3
+        if int(f.name.split(".")[0].split("-")[1]) >= 6:  # blocks 6-11: rounds 2 and 3
             f.unlink()
     manifest = json.loads((root / "manifest.json").read_text())
     manifest.update(status="running", finished=None, sequential=None,
@@ -756,9 +756,9 @@ def test_a_run_cut_after_two_of_four_sets_says_so_in_its_report(tmp_path):
     # first look's stricter boundary: INCONCLUSIVE (the composite alone read EQUIVALENT), and the report says
     # the test ran short of that look
     assert "**stock-again vs baseline: INCONCLUSIVE** — undecided at c1, c8, c16 · composite -0.1% [-1.5, +1.4]" in report
-    assert "2 sets, short of look 1 of 2, planned after 3; tested at that look's boundary" in report
-    assert "Drift check stock-again restart set 1, block 2, rep-5, the point again at the session's end" in report
-    assert "Drift check stock-again restart set 2" not in report
+    assert "2 rounds, short of look 1 of 2, planned after 3; tested at that look's boundary" in report
+    assert "Drift check stock-again round 1, block 2, rep-5, the point again at the session's end" in report
+    assert "Drift check stock-again round 2" not in report
 
 
 def test_seed_000s_latency_row_is_read_across_engine_starts(tmp_path):
@@ -825,12 +825,12 @@ def test_the_card_opens_with_each_points_own_word_and_numbers(tmp_path):
         assert row in text, row
     # the table sits above everything else of the card
     card = text.split("## Verdict", 1)[1]
-    assert card.index("| Point | Mean TPOT (ms) | Δ % | Says |") < card.index("restart sets of servers alive")
+    assert card.index("| Point | Mean TPOT (ms) | Δ % | Says |") < card.index("rounds of servers alive")
 
 
 def test_a_slowdown_whose_ttft_alone_read_better_is_inconclusive_not_an_improvement(tmp_path):
     """The CPU run (2026-12-06) where a 150 us gate slowdown read IMPROVEMENT: the composite's interval held 0,
-    and Mean TTFT's own test over the points on three restart sets (2 df) once decided the word. In the family
+    and Mean TTFT's own test over the points on three rounds (2 df) once decided the word. In the family
     (the composite and every metric at every point, family-wise alpha) nothing is confirmed: INCONCLUSIVE, every
     point undecided with the change it could have detected."""
     from suite.analysis import load_run
@@ -882,11 +882,11 @@ def test_plan_tells_a_restart_sets_own_offset_from_its_blocks_noise(tmp_path, ca
         run = load_run(root)
         expected = f_oneway(*block_scores(run, "stock-again", verdict_spec(run)).values())
         assert f"F = {expected.statistic:.2f}" in lines[name] and f"p = {expected.pvalue:.2g};" in lines[name]
-    assert ("stock-again: its blocks spread 0.62 % inside a restart set, a set's own part 1.29 % (F = 13.99 on 3 "
-            "and 8 degrees of freedom, p = 0.0015; 4 sets of 3 blocks). The sets carry offsets of their own"
+    assert ("stock-again: its blocks spread 0.62 % inside a round, a round's own part 1.29 % (F = 13.99 on 3 "
+            "and 8 degrees of freedom, p = 0.0015; 4 rounds of 3 blocks). The rounds carry offsets of their own"
             ) in lines["h200-interleaved-aa-blocks-20261204"]
-    assert "a set's own part 0.00 %" in lines["h200-interleaved-aa-precompile-20261204"]
-    assert "No sign of a set's own part: the sets spread as their 3 blocks predict" in lines[
+    assert "a round's own part 0.00 %" in lines["h200-interleaved-aa-precompile-20261204"]
+    assert "No sign of a round's own part: the rounds spread as their 3 blocks predict" in lines[
         "h200-interleaved-aa-precompile-20261204"]
 
 

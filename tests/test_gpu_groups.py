@@ -1,4 +1,4 @@
-"""Restart sets at once on groups of GPUs (runtime.gpu_groups): the matrix's rules, the plan's sets and waves,
+"""Rounds at once on groups of GPUs (runtime.gpu_groups): the matrix's rules, the plan's sets and waves,
 each set's server on its group (local: CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES; docker: the container's
 GPUs), a cache per group, the runner's batches one wave at a time and the budget counted per wave.
 
@@ -35,9 +35,10 @@ runtime:
 serve:
   - {{isl: 8, osl: 4, concurrency: [1, 2], num_prompts: 4}}
 repeats: auto
-order: interleaved
+order: abba
+together: all
 blocks: 2
-verdict: {{max_rounds: 6, looks: [{looks}]}}
+verdict: {{looks: [{looks}]}}
 """
 
 
@@ -50,7 +51,7 @@ def matrix(groups: str = '["0", "1"]', looks: str = "4, 6", kind: str = "local",
     ('["0", "0,1"]', "4, 6", "", "runtime.gpu_groups: GPU 0 is in two groups"),
     ('["0", "x"]', "4, 6", "", "'x' is not a comma list of GPU indices"),
     ('["0"]', "4, 6", "", "at least 2 items"),
-    ('["0", "1"]', "3, 6", "", "must be multiples of 2 (not 3), e.g. looks [4, 6]"),
+    ('["0", "1"]', "3, 6", "", "must be multiples of 2 (not 3), e.g. [4, 6]"),
     ('["0", "1"]', "4, 6", '  gpus: "0"\n', "give either runtime.gpus"),
 ])
 def test_a_matrix_with_gpu_groups_that_cannot_run_says_why_at_its_line(groups, looks, extra, message):
@@ -59,10 +60,10 @@ def test_a_matrix_with_gpu_groups_that_cannot_run_says_why_at_its_line(groups, l
     assert message in str(err.value) and "m.yaml:5:" in str(err.value)
 
 
-def test_gpu_groups_need_interleaved_restart_sets():
+def test_gpu_groups_need_every_server_of_a_round_together():
     text = BASE.format(kind="local", runtime='  gpu_groups: ["0", "1"]\n', looks="4, 6").replace(
-        "order: interleaved", "order: abba").replace("blocks: 2\n", "")
-    with pytest.raises(MatrixError, match="restart sets run at once only under order: interleaved"):
+        "order: abba\ntogether: all", "order: abba").replace("blocks: 2\n", "")
+    with pytest.raises(MatrixError, match="rounds run at once on groups of GPUs only with together: all"):
         parse_matrix(text, "m.yaml")
 
 
@@ -96,10 +97,10 @@ def crossed(groups: str = '["0", "1"]', looks: str = "4, 6", extra: str = "", bo
 
 @pytest.mark.parametrize(("groups", "looks", "body", "message", "line"), [
     ('["0", "1", "2"]', "4, 6", "", "each of the 2 serving arms (the A/A arm included) needs a GPU group of its own "
-     "in every restart set: give 2 groups, not 3", 6),
+     "in every round: give 2 groups, not 3", 6),
     ('["0", "1"]', "4, 6", "aa: true\n", "give 3 groups, not 2", 6),
-    ('["0", "1"]', "5, 6", "", "the arms cross over the 2 groups every 2 restart sets, so a look comes only after "
-     "whole crossings (a GPU's own speed then cancels): verdict.looks and verdict.max_rounds must be multiples "
+    ('["0", "1"]', "5, 6", "", "the arms cross over the 2 groups every 2 rounds, so a look comes only after "
+     "whole crossings (a GPU's own speed then cancels): verdict.looks must be multiples "
      "of 2 (not 5)", 5),
     ('["0", "1"]', "2, 6", "", "the test takes the 2 GPU layouts' difference out, which leaves no degree of "
      "freedom after 2 sets: the first look must come after 4 sets or more (verdict.looks, e.g. [4, 6])", 6),
@@ -149,8 +150,8 @@ def test_the_dry_run_names_each_crossed_servers_gpus():
     from suite.plan import format_plan
 
     text = format_plan(build_plan(crossed()))
-    assert "session base#0 (server, 4 jobs, window 0, restart set 0: 2 blocks, rep-0 to rep-1, on GPUs 0)" in text
-    assert "session cand#1 (server, 4 jobs, window 1, restart set 1: 2 blocks, rep-2 to rep-3, on GPUs 0)" in text
+    assert "session base#0 (server, 4 jobs, window 0, round 0: 2 blocks, rep-0 to rep-1, on GPUs 0)" in text
+    assert "session cand#1 (server, 4 jobs, window 1, round 1: 2 blocks, rep-2 to rep-3, on GPUs 0)" in text
     assert "wave" not in text
 
 
@@ -194,7 +195,7 @@ def test_a_docker_server_gets_its_sets_gpus(tmp_path, monkeypatch):
 
 def test_the_budget_counts_a_wave_as_one_stretch_of_time(tmp_path: Path):
     """A wave of two sets took 100 s: the next look (2 sets later) is one more wave, not two."""
-    spec = VerdictSpec(max_rounds=6, looks=(4, 6))
+    spec = VerdictSpec(looks=(4, 6))
     for per_batch, stops in ((2, False), (1, True)):
         seq = SequentialRun(spec, budget_s=250.0, control_arm=None)
         seq.started = time.monotonic() - 100.0

@@ -1,4 +1,4 @@
-"""End to end through the CLI: restart sets at once on GPU groups (runtime.gpu_groups), real `vllm serve`
+"""End to end through the CLI: rounds at once on GPU groups (runtime.gpu_groups), real `vllm serve`
 processes on the tiny MoE. On a CPU host the groups select no device (tests/test_gpu_groups.py pins the
 variables a GPU host's servers get); what runs here for real is the scheduling: the two sets of a wave run at
 the same time, each with its own servers, bench client and compile cache, the look comes after the whole
@@ -34,10 +34,11 @@ arms:
 serve:
   - {isl: 64, osl: 16, concurrency: [1, 2], num_prompts: 2x, duration_s: 1, num_warmups: 1}
 repeats: auto
-order: interleaved
+order: abba
+together: all
 order_seed: 1
 precompile: true
-verdict: {metrics: [mean_tpot_ms], max_rounds: 2, looks: [2]}
+verdict: {metrics: [mean_tpot_ms], looks: [2]}
 """
 
 
@@ -69,7 +70,7 @@ def test_both_sets_of_the_wave_run_at_once_each_on_its_group(groups_run):
     _, run_dir, proc = groups_run
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "jobs: 8 ok, 0 failed, 0 missing" in proc.stdout  # 2 sets x 1 block x 2 points x 2 arms
-    assert "look after 2 restart sets: slowed " in proc.stdout  # one look, after the wave of both sets
+    assert "look after 2 rounds: slowed " in proc.stdout  # one look, after the wave of both sets
     starts = {}
     for arm in ("baseline", "slowed"):
         for session in (0, 1):
@@ -99,9 +100,9 @@ def test_each_group_has_its_own_compile_cache_and_bench_client(groups_run):
 def test_the_report_says_where_each_set_ran(groups_run):
     _, run_dir, _ = groups_run
     md = (run_dir / "report.md").read_text()
-    assert ("2 restart sets at a time, each on its own GPU group, both arms of a set on the same group (set s on "
-            "group s mod 2; 0: GPUs 0; 1: GPUs 1)") in md
-    assert "each set's score: set 0 " in md and ", set 1 " in md
+    assert ("2 rounds at a time, each on its own GPU group, both arms of a round on the same group (round r on "
+            "group r mod 2; 0: GPUs 0; 1: GPUs 1)") in md
+    assert "each round's score: round 0 " in md and ", round 1 " in md
 
 
 def test_no_process_is_left(groups_run):
@@ -122,7 +123,7 @@ def crossed_run(tmp_path_factory, tiny_model):
 
 def test_crossed_groups_run_one_set_at_a_time_each_arm_on_its_own_group_swapped_every_set(crossed_run):
     """runtime.cross_groups (a model that cannot fit twice on a group): set 0 baseline on group 0 and slowed on
-    group 1, set 1 the other way round; the sets one after the other; each (arm, group) precompiled, one set's
+    group 1, round 1 the other way round; the sets one after the other; each (arm, group) precompiled, one set's
     layout at a time, all stopped before set 0 and nothing measured (the precompile's run through the CLI: the
     sets-at-once run above goes without it, tests/test_gpu_groups.py pins its one window of four); a cache per
     (arm, group), one bench client; the report says how the arms crossed."""
@@ -157,13 +158,13 @@ def test_crossed_groups_run_one_set_at_a_time_each_arm_on_its_own_group_swapped_
         assert (run_dir / arm / "cache").is_dir() and (run_dir / arm / "cache-group-1").is_dir()
     assert sorted(p.name for p in (run_dir / "client").glob("client-*.log")) == ["client-persistent.log"]
     md = (run_dir / "report.md").read_text()
-    assert ("each serving arm on a GPU group of its own, the groups crossed over from set to set (set s: the i-th "
-            "serving arm on group (i + s) mod 2; 0: GPUs 0; 1: GPUs 1): a group's own speed enters each set's score "
+    assert ("each serving arm on a GPU group of its own, the groups crossed over from round to round (round r: the "
+            "i-th serving arm on group (i + r) mod 2; 0: GPUs 0; 1: GPUs 1): a group's own speed enters each round's score "
             "with its layout, and the test takes it out") in md
     # two sets, one per layout: nothing is left to test on once the layouts are taken out, and the card says so
-    assert "crossed over 2 GPU layouts: the mean of the layouts' means, the spread within layouts (2 sets, 0 " in md
-    assert "2 restart sets in 2 of the 2 GPU layouts: no interval once the GPU layouts' difference is taken out" in md
-    assert "each set's score: set 0 " in md and ", set 1 " in md
+    assert "crossed over 2 GPU layouts: the mean of the layouts' means, the spread within layouts (2 rounds, 0 " in md
+    assert "2 rounds in 2 of the 2 GPU layouts: no interval once the GPU layouts' difference is taken out" in md
+    assert "each round's score: round 0 " in md and ", round 1 " in md
     assert "precompile: every serving arm's server started once before the first session of each stretch" in md
     assert processes_mentioning(str(run_dir)) == []
 

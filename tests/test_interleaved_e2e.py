@@ -1,10 +1,10 @@
-"""End to end through the CLI: `order: interleaved` on the tiny MoE (CPU), real `vllm serve` processes.
+"""End to end through the CLI: `together: all` on the tiny MoE (CPU), real `vllm serve` processes.
 
 One module-scoped run: the installed vLLM against a 3 ms-per-gate-call slowdown (synthetic-gate-delay), two
-restart sets of two blocks each, rounds until decided with one look after both sets. Checks what the order
+rounds of two blocks each, rounds until decided with one look after both sets. Checks what the order
 promises: each set a fresh start of every arm holding all the set's blocks, the arms taking turns in a fresh
 seeded order per turn, each block's points in the plan's order, one prompt count per set and point for both
-arms (points sized by time), the verdict's unit the restart set (its score the geometric mean of its
+arms (points sized by time), the verdict's unit the round (its score the geometric mean of its
 paired blocks, recomputed here from the raw JSON), the report saying so, and no process left behind.
 """
 
@@ -26,10 +26,12 @@ arms:
 serve:
   - {isl: 64, osl: 16, concurrency: [1, 2], num_prompts: 2x, duration_s: 1, num_warmups: 1}
 repeats: auto
-order: interleaved
+order: abba
+together: all
 blocks: 2
 order_seed: 1
-verdict: {metrics: [mean_tpot_ms], max_rounds: 2, looks: [2]}
+verdict: {metrics: [mean_tpot_ms], looks: [2]}
+cooldown_s: 3
 """
 POINTS = ("isl64-osl16-c1-t1s", "isl64-osl16-c2-t1s")
 
@@ -45,15 +47,15 @@ def test_the_dry_run_shows_restart_sets_of_blocks(il_run):
 
     matrix, _, _ = il_run
     out = run_suite("run", str(matrix), "--dry-run").stdout
-    assert "order interleaved" in out
-    assert "window 0, restart set 0: 2 blocks, rep-0 to rep-1" in out and "window 1, restart set 1: 2 blocks, rep-2 to rep-3" in out
+    assert "order abba" in out and "cooldown: 3 s with no server alive before each round after the first" in out
+    assert "window 0, round 0: 2 blocks, rep-0 to rep-1" in out and "window 1, round 1: 2 blocks, rep-2 to rep-3" in out
 
 
 def test_run_completes_with_every_job(il_run):
     _, run_dir, proc = il_run
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "jobs: 16 ok, 0 failed, 0 missing" in proc.stdout  # 2 sets x 2 blocks x 2 points x 2 arms
-    assert "look after 2 restart sets: slowed " in proc.stdout  # after two restart sets, not two blocks
+    assert "look after 2 rounds: slowed " in proc.stdout  # after two rounds, not two blocks
 
 
 def test_each_restart_set_is_a_fresh_start_of_every_arm_holding_all_its_blocks(il_run):
@@ -107,20 +109,20 @@ def test_each_block_measures_its_points_in_the_plans_order(il_run):
 
 
 def test_the_arms_of_an_interleaved_window_take_turns_in_a_fresh_random_order():
-    """Each turn holds one job of every arm of the window; under interleaved the order is drawn per turn from
-    the seed (so both arms go first in some turns), under side by side it is mirrored."""
+    """Each turn holds one job of every arm of the window; under together: all the order is drawn per turn from
+    the seed (so both arms go first in some turns), under together: k it is mirrored."""
     from types import SimpleNamespace
 
-    from suite.plan import Design
+    from suite.design import Design
     from suite.sessions import _turn_order
 
     lives = [SimpleNamespace(session=SimpleNamespace(arm=a, window=3)) for a in ("baseline", "slowed", "x")]
-    ctx = SimpleNamespace(matrix=SimpleNamespace(order_seed=1), plan=SimpleNamespace(design=Design(order="interleaved")))
+    ctx = SimpleNamespace(plan=SimpleNamespace(design=Design(order="abba", all_together=True, order_seed=1)))
     turns = [[live.session.arm for live in _turn_order(ctx, lives, t)] for t in range(12)]
     assert all(sorted(t) == ["baseline", "slowed", "x"] for t in turns)
     assert {t[0] for t in turns} == {"baseline", "slowed", "x"}
     assert turns == [[live.session.arm for live in _turn_order(ctx, lives, t)] for t in range(12)]  # seeded
-    ctx.plan.design = Design(order="abba")
+    ctx.plan.design = Design(order="abba", together=2)
     assert [live.session.arm for live in _turn_order(ctx, lives, 1)] == ["x", "slowed", "baseline"]
 
 
@@ -130,7 +132,7 @@ def test_the_verdict_scores_each_restart_set_from_its_blocks(il_run):
     _, run_dir, _ = il_run
     run = load_run(run_dir)
     (s,) = run.summaries
-    assert s.evaluation.composite.n_rounds == 2  # two restart sets, not four blocks
+    assert s.evaluation.composite.n_rounds == 2  # two rounds, not four blocks
 
     def tpot(arm: str, point: str, block: int) -> float:
         return json.loads((run_dir / arm / "serve" / point / f"rep-{block}.json").read_text())["mean_tpot_ms"]
@@ -144,10 +146,10 @@ def test_the_verdict_scores_each_restart_set_from_its_blocks(il_run):
 def test_report_states_the_interleaved_order(il_run):
     _, run_dir, _ = il_run
     md = (run_dir / "report.md").read_text()
-    assert ("order: interleaved: every serving arm's server alive at once, a fresh start per round (restart "
-            "set), 2 blocks of every point per set") in md
-    assert "2 restart sets of servers alive at once, each the geometric mean of its 2 blocks, paired by set" in md
-    assert ("paired per restart set (interleaved: each set the median of its blocks both arms have; of two, their "
+    assert ("order: abba, together: all: every serving arm's server alive at once, a fresh start per round, 2 blocks "
+            "of every point per round") in md
+    assert "2 rounds of servers alive at once, each the geometric mean of its 2 blocks, paired by round" in md
+    assert ("paired per round (together: all: each round the median of its blocks both arms have; of two, their "
             "geometric mean)") in md
     # the card lists the two set scores its test ran on, recomputed here from the raw JSON (composite of the
     # matrix's metric, mean TPOT: each point's two blocks by their geometric mean, better is +)
@@ -156,9 +158,30 @@ def test_report_states_the_interleaved_order(il_run):
 
     sets = [sum(math.log(tpot("baseline", p, b) / tpot("slowed", p, b)) for p in POINTS for b in (2 * r, 2 * r + 1))
             / (2 * len(POINTS)) for r in (0, 1)]
-    assert f"each set's score: set 0 {100 * math.expm1(sets[0]):+.1f}%, set 1 {100 * math.expm1(sets[1]):+.1f}%" in md
+    assert f"each round's score: round 0 {100 * math.expm1(sets[0]):+.1f}%, round 1 {100 * math.expm1(sets[1]):+.1f}%" in md
 
 
 def test_no_process_is_left(il_run):
     _, run_dir, _ = il_run
     assert processes_mentioning(str(run_dir)) == []
+
+
+def test_the_cooldown_leaves_the_host_without_a_server_between_rounds(il_run):
+    """`cooldown_s: 3`: between round 0's servers' stop and round 1's start, 3 s with no server alive (said on
+    the terminal; the gap between the two rounds' jobs holds the servers' stop, the cooldown and the start)."""
+    import datetime as dt
+
+    _, run_dir, proc = il_run
+    assert proc.stdout.count("cooldown: 3 s with no server alive before round 1") == 1, proc.stdout[-3000:]
+    recs = [json.loads(f.read_text()) for arm in ("baseline", "slowed")
+            for f in (run_dir / arm / "serve").glob("*/rep-*.job.json")]
+
+    def at(rec: dict) -> float:
+        return dt.datetime.fromisoformat(rec["started"]).timestamp()
+
+    last_of_0 = max(at(r) + r["seconds"] for r in recs if r["job"]["repeat"] // 2 == 0)
+    first_of_1 = min(at(r) for r in recs if r["job"]["repeat"] // 2 == 1)
+    healthy = max(json.loads((run_dir / arm / "server-1.json").read_text())["healthy_after_s"]
+                  for arm in ("baseline", "slowed"))
+    assert first_of_1 - last_of_0 >= 3 + healthy
+    assert json.loads((run_dir / "manifest.json").read_text())["plan"]["design"]["cooldown_s"] == 3

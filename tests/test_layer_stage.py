@@ -27,7 +27,7 @@ arms:
   baseline: {vllm: "0.26.0"}
   ll-bf16: {vllm: "0.26.0", patches: [ll-bf16-router-gemm-dispatch]}
 layer: {tokens: [1, 2, 4, 8], trace_m: 2048}
-offline_repeats: 3
+repeats: 3
 """
 
 

@@ -8,6 +8,7 @@ layer or of the layers before it.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ STAGE_PACKAGES = sorted(p.parent.name for p in (SUITE / "stages").glob("*/__init
 LAYERS: list[tuple[str, ...]] = [
     ("suite", "suite.errors", "suite.proc"),
     ("suite.stats", "suite.accuracy_stats", "suite.scores", "suite.verdict", "suite.verdict_family"),
-    ("suite.matrix_blocks", "suite.matrix_jobs", "suite.matrix", "suite.matrix_load", "suite.unified_diff",
+    ("suite.matrix_blocks", "suite.design", "suite.matrix_jobs", "suite.matrix", "suite.matrix_load", "suite.unified_diff",
      "suite.patches", "suite.patch_track", "suite.fixtures"),
     # what the plan knows of each kind, declared by its stage (spec.py) and gathered in job order (kinds)
     ("suite.stages.spec", "suite.stages.kinds", *(f"suite.stages.{k}.spec" for k in STAGE_PACKAGES)),
@@ -184,3 +185,25 @@ def test_no_module_is_over_700_lines_but_those_not_yet_split():
     assert over == {}, f"over their ceiling (split them by job): {over}"
     done = sorted(rel for rel in NOT_YET_SPLIT if lines.get(rel, 0) <= MAX_LINES)
     assert done == [], f"split (or gone): take them off NOT_YET_SPLIT: {done}"
+
+
+def test_a_design_option_is_read_from_the_design_not_the_matrix():
+    """One owner for the experimental design: a design knob (`suite.design.DesignFields`) is read from the matrix
+    only where the matrix is checked and planned (`suite.matrix`, `suite.matrix_load`, `suite.plan`, which makes
+    the `Design`; `suite.records` reads the knobs of runs recorded before the plan carried one); the runner, the
+    executor, the estimate, the analysis and the report read the `Design`. So a new option touches its field,
+    `suite.plan.design_of` and what uses it (docs/ARCHITECTURE.md, "A design option"), never a copy of the rule.
+    `repeats` and `budget_min` say how long a run goes, not how its rounds run: the sequential runner, the
+    estimate and the report read them from the matrix."""
+    from suite.design import Design, DesignFields
+
+    knobs = [name for name in DesignFields.model_fields if name not in ("repeats", "budget_min")]
+    laid_out = {"drift_check"}  # the plan lays it out as jobs (each session's drift repeat): nothing to record
+    assert set(knobs) - laid_out <= set(Design.model_fields), "a knob the plan does not record in the Design"
+    reads = re.compile(r"\bmatrix\.(" + "|".join(knobs) + r")\b")
+    owners = {"suite/matrix.py", "suite/matrix_load.py", "suite/plan.py", "suite/records.py", "suite/design.py"}
+    repo = SUITE.parent
+    found = [f"{p.relative_to(repo)}:{n}: {line.strip()}" for p in sorted(SUITE.rglob("*.py"))
+             if str(p.relative_to(repo)) not in owners
+             for n, line in enumerate(p.read_text().splitlines(), 1) if reads.search(line)]
+    assert found == [], "read the plan's Design instead:\n" + "\n".join(found)

@@ -241,7 +241,7 @@ def test_the_kv_cache_flag_is_not_overridden_by_the_suites_default_size(tmp_path
 
 
 def test_a_server_starts_on_every_cpu_and_serves_on_its_own(tmp_path):
-    """A restart set's servers import in parallel on every CPU (nothing is measured while they start); the moment
+    """A round's servers import in parallel on every CPU (nothing is measured while they start); the moment
     one answers /health each thread of its process group is narrowed to the server's CPUs, a child bound
     elsewhere included."""
     import time

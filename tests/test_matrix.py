@@ -70,15 +70,16 @@ def test_bad_num_prompts(value):
 
 
 @pytest.mark.parametrize(("extra", "message"), [
-    ("side_by_side: 2\n", "side_by_side needs order: abba"),
-    ("order: abba\nside_by_side: 2\nruntime: {kind: local, port: 8000}\n", "cannot share runtime.port 8000"),
-    ("order: abba\nside_by_side: 2\nruntime: {kind: slurm}\n", "slurm runtime runs one session per batch job"),
-    ("order: abba\nside_by_side: 0\n", "side_by_side"),
+    ("together: 2\n", "together: 2 needs order: abba"),
+    ("order: abba\ntogether: 2\nruntime: {kind: local, port: 8000}\n", "cannot share runtime.port 8000"),
+    ("order: abba\ntogether: 2\nruntime: {kind: slurm}\n", "slurm runtime runs one session per batch job"),
+    ("order: abba\ntogether: 0\n", "together: 1 to 8 servers alive at once, or all"),
+    ("order: abba\ntogether: some\n", "together"),
 ])
-def test_side_by_side_is_refused_where_it_cannot_run(extra, message):
+def test_together_is_refused_where_it_cannot_run(extra, message):
     with pytest.raises(MatrixError, match=message):
         parse_matrix(MINIMAL + extra)
-    assert parse_matrix(MINIMAL + "order: abba\nside_by_side: 2\n").side_by_side == 2
+    assert parse_matrix(MINIMAL + "order: abba\ntogether: 2\n").together == 2
 
 
 def test_unknown_baseline_and_empty_matrix():

@@ -369,18 +369,17 @@ def test_aa_alternate_refuses_pooling_and_takes_true_or_alternate_only(tmp_path)
     assert "m.yaml:12" in msg and "aa" in msg
 
 
-def test_interleaved_and_its_blocks_are_checked_where_they_are_given(tmp_path):
-    """`order: interleaved` runs every serving arm at once: `blocks` goes with it only, side_by_side is refused
-    beside it (it already is side by side), so is a fixed shared port and the Slurm runtime; rounds until
-    decided work with it as with abba."""
-    m = load_matrix(write(tmp_path, BASE + "order: interleaved\nblocks: 3\nrepeats: auto\n"))
-    assert (m.order, m.blocks, m.rounds) == ("interleaved", 3, m.verdict.max_rounds)
-    assert "blocks: 3 goes with order: interleaved" in error_of(write(tmp_path, BASE + "order: abba\nblocks: 3\n"))
-    assert "leave side_by_side out" in error_of(write(tmp_path, BASE + "order: interleaved\nside_by_side: 2\n"))
-    msg = error_of(write(tmp_path, BASE + "order: interleaved\nruntime: {kind: local, port: 8000}\n"))
+def test_together_and_its_blocks_are_checked_where_they_are_given(tmp_path):
+    """`together: all` runs every serving arm's server of a round at once: `blocks` goes with it only, so does
+    order abba; a fixed shared port and the Slurm runtime are refused; rounds until decided work with it."""
+    m = load_matrix(write(tmp_path, BASE + "order: abba\ntogether: all\nblocks: 3\nrepeats: auto\n"))
+    assert (m.order, m.together, m.all_together, m.blocks, m.rounds) == ("abba", "all", True, 3, m.verdict.max_rounds)
+    assert "blocks: 3 goes with together: all" in error_of(write(tmp_path, BASE + "order: abba\nblocks: 3\n"))
+    msg = error_of(write(tmp_path, BASE + "order: abba\ntogether: all\nruntime: {kind: local, port: 8000}\n"))
     assert "cannot share runtime.port 8000" in msg
-    assert "order: abba or interleaved" in error_of(write(tmp_path, BASE + "repeats: auto\n"))
-    assert "m.yaml" in error_of(write(tmp_path, BASE + "order: interleaved\nblocks: 0\n"))
+    assert "together: all needs order: abba" in error_of(write(tmp_path, BASE + "together: all\n"))
+    assert "repeats: auto needs order: abba" in error_of(write(tmp_path, BASE + "repeats: auto\n"))
+    assert "m.yaml" in error_of(write(tmp_path, BASE + "order: abba\ntogether: all\nblocks: 0\n"))
 
 
 def test_arms_pointed_at_one_compile_cache_are_refused(tmp_path):

@@ -2,8 +2,9 @@ from __future__ import annotations
 
 import pytest
 
+from suite.design import round_order
 from suite.matrix_load import parse_matrix
-from suite.plan import build_plan, format_plan, round_order
+from suite.plan import build_plan, format_plan
 from tests.conftest import REPO
 
 BASE = """\
@@ -78,7 +79,7 @@ def test_aa_alternate_runs_the_control_in_even_rounds_only():
     """`aa: alternate`: the A/A arm's sessions in rounds 0, 2, 4 only; every other arm's sessions, their order
     within each round and every job's hash are those of `aa: true` (the A/A arm simply left out of odd rounds),
     under ABBA, side by side and blocked."""
-    for extra in ("order: abba\nrepeats: 6\n", "order: abba\nrepeats: 6\nside_by_side: 2\n"):
+    for extra in ("order: abba\nrepeats: 6\n", "order: abba\nrepeats: 6\ntogether: 2\n"):
         every, alt = plan_of("aa: true\n" + extra), plan_of("aa: alternate\n" + extra)
         rounds = {r: [s.arm for s in alt.sessions if s.jobs[0].repeat == r] for r in range(6)}
         assert all(("A.aa" in arms) == (r % 2 == 0) for r, arms in rounds.items()), rounds
@@ -119,7 +120,7 @@ def test_format_plan_lists_every_job():
 
 
 def test_side_by_side_puts_each_round_in_seeded_random_windows():
-    extra = "aa: true\norder: abba\nrepeats: 6\nside_by_side: 2\norder_seed: 7\n"
+    extra = "aa: true\norder: abba\nrepeats: 6\ntogether: 2\norder_seed: 7\n"
     matrix = BASE.replace("  B: {", "  C: {vllm: \"0.32.0\", patches: [y]}\n  B: {") + extra
     plan = build_plan(parse_matrix(matrix))
     assert plan == build_plan(parse_matrix(matrix))  # seeded: the same plan on every machine and run
@@ -197,18 +198,21 @@ def test_every_job_kind_has_its_place_in_the_kinds_table():
         Job(kind="probe", params=latency.model_dump(), **fields)
 
 
-def test_offline_repeats_run_every_offline_job_once_per_arm_per_round_in_a_random_order():
-    """Each `vllm bench latency` job is an engine start: offline_repeats puts the starts in rounds, each
-    round every arm once, the arms in a fresh random order (their own stream, not the serving rounds')."""
+def test_repeats_run_every_offline_job_once_per_arm_per_round_in_a_random_order():
+    """Each `vllm bench latency` job is an engine start: `repeats` puts the starts in rounds, as it does the
+    serving points, each round every arm once, the arms in a fresh random order (their own stream, not the
+    serving rounds'); under repeats: auto, as many rounds as the first look."""
     extra = ("latency:\n  - {input_len: 8, output_len: 4, batch_size: [1, 4], num_iters_warmup: 1, num_iters: 2}\n"
              "kernel: {hidden: 64, experts: 8, m: [1], trace_m: 8}\n")
     once = plan_of(extra)
     offline = [s for s in once.sessions if not s.needs_server]
     assert [(s.arm, s.index) for s in offline] == [("A", 1), ("B", 1)]  # as before: one session per arm
 
-    plan = plan_of(extra + "offline_repeats: 6\n")
+    plan = plan_of(extra + "repeats: 6\n")
     offline = [s for s in plan.sessions if not s.needs_server]
     assert len(offline) == 12 and all(not s.needs_server for s in plan.sessions[2:])  # after the servers
+    auto = plan_of(extra + "repeats: auto\norder: abba\nverdict: {looks: [3, 5]}\n")
+    assert {j.repeat for j in auto.jobs if j.kind == "latency"} == {0, 1, 2}  # the first look's three rounds
     rounds = [[s.arm for s in offline[2 * r:2 * r + 2]] for r in range(6)]
     assert all(sorted(order) == ["A", "B"] for order in rounds) and len({tuple(o) for o in rounds}) == 2
     for r, (first, second) in enumerate(zip(offline[::2], offline[1::2], strict=True)):
@@ -235,7 +239,7 @@ def test_interleaved_blocks_take_their_points_in_a_fresh_order_each():
     every server's first 0.4-0.7 s ran at half speed: each block now draws its own seeded order of the points, the
     same for every arm (the arms take turns job by job, so a turn is one point on every arm); the drift repeat
     measures the session's first point again."""
-    four = BASE.replace("[1, 2]", "[1, 2, 4, 8]") + "repeats: 3\norder: interleaved\nblocks: 4\ndrift_check: true\n"
+    four = BASE.replace("[1, 2]", "[1, 2, 4, 8]") + "repeats: 3\norder: abba\ntogether: all\nblocks: 4\ndrift_check: true\n"
     plan = build_plan(parse_matrix(four))
     orders = {tuple(block_points(plan, b)) for b in range(12)}
     assert len(orders) > 3 and all(sorted(o) == sorted(next(iter(orders))) for o in orders)
@@ -247,19 +251,21 @@ def test_interleaved_blocks_take_their_points_in_a_fresh_order_each():
             assert [j.point for j in measured if j.repeat == b] == block_points(plan, b)
         assert s.jobs[-1].tag == "drift" and (s.jobs[-1].point, s.jobs[-1].repeat) == (
             measured[0].point, measured[0].repeat)
-    abba = build_plan(parse_matrix(four.replace("order: interleaved\nblocks: 4", "order: abba")))
+    abba = build_plan(parse_matrix(four.replace("order: abba\ntogether: all\nblocks: 4", "order: abba")))
     assert [j.point for j in abba.sessions[0].jobs if not j.tag] == [f"isl64-osl16-c{c}-n4" for c in (1, 2, 4, 8)]
 
 
-def test_interleaved_one_window_of_every_arm_per_restart_set_holding_its_blocks():
-    """`order: interleaved`: a window per round (restart set) holding a session of every serving arm, in the
-    round's seeded random order; each session measures the set's blocks (job repeat = the block over the run),
-    block by block; the session's round is the set, so looks count sets, not blocks. aa: alternate keeps the
-    A/A arm out of odd sets; the job hashes are those of ABBA's jobs."""
+def test_together_all_one_window_of_every_arm_per_round_holding_its_blocks():
+    """`together: all`: a window per round holding a session of every serving arm, in the round's seeded random
+    order; each session measures the round's blocks (job repeat = the block over the run), block by block; the
+    session's round is the round, so looks count rounds, not blocks. aa: alternate keeps the A/A arm out of odd
+    rounds; the job hashes are those of one-at-a-time ABBA's jobs. A together: k that holds every serving arm is
+    together: all."""
     from suite.sequential import planned_rounds, session_round
 
-    plan = plan_of("repeats: 3\norder: interleaved\nblocks: 2\naa: alternate\n")
-    assert plan.order == "interleaved" and plan.design.blocks == 2
+    plan = plan_of("repeats: 3\norder: abba\ntogether: all\nblocks: 2\naa: alternate\n")
+    assert plan.order == "abba" and plan.design.all_together and plan.design.blocks == 2
+    assert plan_of("repeats: 3\norder: abba\ntogether: 3\nblocks: 2\naa: alternate\n").sessions == plan.sessions
     for r in range(3):
         window = [s for s in plan.sessions if s.window == r]
         want = ["A", "A.aa", "B"] if r % 2 == 0 else ["A", "B"]
@@ -280,12 +286,12 @@ def test_the_design_is_computed_once_and_an_old_runs_record_implies_the_same(pat
     """The plan's Design is what the manifest records; a run recorded before it carried one gets the same design
     from its matrix record, so old and new runs are read alike."""
     from suite.matrix_load import load_matrix
-    from suite.plan import Design
+    from suite.plan import design_of
     from suite.records import MatrixRecord, PlanRecord
 
     monkeypatch.setenv("SUITE_VLLM_VERSION", "0.33.0")
     m = load_matrix(path)
     plan = build_plan(m)
-    assert plan.design == Design.of(m) and PlanRecord.of(plan).design == plan.design
+    assert plan.design == design_of(m) and PlanRecord.of(plan).design == plan.design
     assert MatrixRecord.model_validate(m.model_dump(mode="json")).design(m.order) == plan.design
-    assert plan.design.unit == ("restart set" if m.order == "interleaved" else "round")
+    assert plan.design.unit == "round"

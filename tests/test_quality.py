@@ -396,12 +396,12 @@ def test_session_drift_flags_a_server_that_changed_speed_within_its_session():
     assert all(f.severity == "warning" and f.check == "session-drift" for f in found)
     assert "Mean TPOT 4.26 ms at the point's first measurement, 3.99 ms when it was measured again" in found[0].message
     assert "(-6.3%; this run's threshold 2.5%)" in found[0].message  # 5 x the median |difference|, 0.5 %
-    # named where it ran by run_checks, as every repeat's finding: a round, or a restart set's block (it read
-    # "round 6" under interleaved, where the report names that job repeat "restart set 2, block 0, rep-6")
+    # named where it ran by run_checks, as every repeat's finding: a round, or a round's block (it read
+    # "round 6" under interleaved, where the report names that job repeat "round 2, block 0, rep-6")
     named = [f.message for f in run_checks(repeats) if f.check == "session-drift"]
     assert named[0].startswith("round 1: Mean TPOT 4.26 ms") and len(named) == 3
     named = [f.message for f in run_checks(repeats, blocks=3) if f.check == "session-drift"]
-    assert named[0].startswith("restart set 0, block 1, rep-1: Mean TPOT 4.26 ms")
+    assert named[0].startswith("round 0, block 1, rep-1: Mean TPOT 4.26 ms")
     # a noisy run sets its own threshold (5 x its median difference): 3 % swings everywhere are its noise
     noisy = [RepeatResult("a", "c1", r, sr({"mean_tpot_ms": 10.0}), end=sr(mean_tpot_ms=10.0 * (1.03 if r % 2 else 0.97)))
              for r in range(6)]
@@ -442,7 +442,7 @@ def test_block_outlier_names_one_block_off_its_restart_set():
                for p, sets in (("c1", c1), ("c8", c8)) for s_, vs in enumerate(sets) for b, v in enumerate(vs)]
     (f,) = check_block_outlier(repeats, blocks=3)
     assert (f.check, f.arm, f.point, f.round, f.severity) == ("block-outlier", "stock-again", "c1", 6, "warning")
-    assert f.message.startswith("restart set 2, block 0, rep-6: Mean TPOT 4.15 ms, +6.4% from the 3.90 ms of the set's "
+    assert f.message.startswith("round 2, block 0, rep-6: Mean TPOT 4.15 ms, +6.4% from the 3.90 ms of the set's "
                                 "other 2 blocks, which lie within 0.0% of it")
     assert check_round_outlier([replace(r, round=r.round // 3) for r in repeats]) == []  # the set hides it
     assert check_block_outlier(repeats, blocks=1) == []
@@ -573,8 +573,8 @@ def test_run_checks_on_the_real_results():
 
 def test_a_repeats_finding_is_named_where_it_ran():
     """The checks of one repeat name no repeat; run_checks puts its name in front, as the rest of the report
-    names it: the round, or under interleaved (two blocks a set here) the restart set and block. The same
-    failed repeat (job repeat 3) reads "round 3" in one design and "restart set 1, block 1, rep-3" in the other."""
+    names it: the round, or under interleaved (two blocks a set here) the round and block. The same
+    failed repeat (job repeat 3) reads "round 3" in one design and "round 1, block 1, rep-3" in the other."""
     raw = raw_copy(*CLEAN)
     raw["failed"], raw["completed"] = 3, 13
     raw["errors"] = ["Server disconnected" if i in (1, 7, 15) else "" for i in range(16)]
@@ -582,7 +582,7 @@ def test_a_repeats_finding_is_named_where_it_ran():
     (f,) = [f for f in run_checks([failed]) if f.check == "failed-requests"]
     assert f.message.startswith("round 3: 3 of 16 requests failed") and f.round == 3
     (f,) = [f for f in run_checks([failed], blocks=2) if f.check == "failed-requests"]
-    assert f.message.startswith("restart set 1, block 1, rep-3: 3 of 16 requests failed") and f.round == 3
+    assert f.message.startswith("round 1, block 1, rep-3: 3 of 16 requests failed") and f.round == 3
 
 
 # ------------------------------------------------------------------ fast path not taken (server log)
@@ -683,7 +683,7 @@ def test_a_finding_spoils_its_families_by_the_registry_not_by_substring():
 
 
 def test_under_interleaved_the_checks_across_rounds_see_restart_sets():
-    """A run interleaved with 3 blocks a restart set: the drift check counts sets, not blocks (the verdict's
+    """A run interleaved with 3 blocks a round: the drift check counts sets, not blocks (the verdict's
     unit), while a single block is still what a per-repeat finding names."""
     # three points, two sets of three blocks; throughput rises block after block
     blocks = _series_repeats("a", {p: [100.0 * 1.02 ** b for b in range(6)] for p in ("c1", "c4", "c8")})

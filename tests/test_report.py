@@ -253,23 +253,27 @@ def test_pairing_by_round_index_drops_a_lost_round_from_both_sides(tmp_path):
     assert_arrows_agree(text)
 
 
-def test_interleaved_names_a_lost_block_by_its_restart_set_not_as_a_round(tmp_path):
-    """Interleaved, 2 restart sets of 2 blocks: the candidate's block 3 is lost at one point. The block is
-    dropped from both sides of set 1 (set 1 is block 2 alone), and the report and the cell's own notes name it
-    "restart set 1, block 1, rep-3": "round 3" of a two-set run would send a reader to a round that does not exist."""
-    matrix = MATRIX.replace("order: %(order)s", "order: %(order)s\nblocks: 2")
+def test_a_lost_block_takes_its_round_out_of_the_cell_and_is_named_by_its_round(tmp_path):
+    """together: all, 2 rounds of 2 blocks: the candidate's block 3 is lost at one point. The block is dropped
+    from both sides, and with it round 1 (a round is scored on all its blocks or not at all, in every cell as in
+    the primary test: round 1 is not scored on block 2 alone against a whole round 0); the report and the cell's
+    own notes name it "round 1, block 1, rep-3": "round 3" of a two-round run would send a reader to a round that
+    does not exist."""
+    matrix = MATRIX.replace("order: %(order)s", "order: %(order)s\ntogether: all\nblocks: 2")
     base = [100, 200, 100, 300]
     cand = [110, 220, 110, 330]
-    root = make_run(tmp_path, scaled(base, cand), order="interleaved", repeats=2, matrix_text=matrix,
+    root = make_run(tmp_path, scaled(base, cand), order="abba", repeats=2, matrix_text=matrix,
                     skip=frozenset({("patched", "serve/isl64-osl16-c2-n8/rep-3")}))
     run = load_run(root)
     (s,) = run.summaries
     cell = s.cells[("isl64-osl16-c2-n8", "output_throughput")]
-    assert cell.rounds == (0, 1) and cell.dropped == ((3, "patched"),)
-    assert cell.before == pytest.approx(gm([gm([100, 200]), 100])) and cell.delta_pct == pytest.approx(10.0)
-    assert cell.notes == ["restart set 1, block 1, rep-3: no patched value, dropped from both sides"]
+    assert cell.rounds == (0,) and cell.dropped == ((3, "patched"),)
+    assert cell.before == pytest.approx(gm([100, 200])) and cell.delta_pct == pytest.approx(10.0)
+    assert s.cells[("isl64-osl16-c4-n8", "output_throughput")].rounds == (0, 1)  # the other point keeps both
+    assert cell.notes == ["round 1, block 1, rep-3: no patched value, dropped from both sides"]
     text = render_markdown(run)
-    assert "Unpaired blocks dropped from both sides: restart set 1, block 1, rep-3 (no patched value)" in text
+    assert ("Unpaired blocks dropped from both sides, each with its round (a round is scored on all its blocks or "
+            "not at all, in every cell as in the primary test): round 1, block 1, rep-3 (no patched value)") in text
     assert "round 3" not in text
 
 
@@ -360,18 +364,18 @@ def test_an_unfinished_run_says_whether_its_process_still_runs(tmp_path):
         assert lost in text and "on this host" not in text, (host, boot_of)
 
 
-def test_interleaved_findings_say_which_set_and_block(tmp_path):
-    """Under order interleaved a per-repeat finding is about one block and a check across rounds about one
-    restart set: the Every finding table's Where column says which ("restart set 1, block 1, rep-3"), never a bare 3
+def test_together_all_findings_say_which_round_and_block(tmp_path):
+    """Under together: all a per-repeat finding is about one block and a check across rounds about one
+    round: the Every finding table's Where column says which ("round 1, block 1, rep-3"), never a bare 3
     that a reader would take for a round."""
-    matrix = MATRIX.replace("order: %(order)s", "order: %(order)s\nblocks: 2")
-    root = make_run(tmp_path, scaled([100, 200, 100, 300], [110, 220, 110, 330]), order="interleaved", repeats=2,
+    matrix = MATRIX.replace("order: %(order)s", "order: %(order)s\ntogether: all\nblocks: 2")
+    root = make_run(tmp_path, scaled([100, 200, 100, 300], [110, 220, 110, 330]), order="abba", repeats=2,
                     matrix_text=matrix)
     result = root / "patched" / "serve" / "isl64-osl16-c2-n8" / "rep-3.json"
     raw_ = json.loads(result.read_text())
     result.write_text(json.dumps(raw_ | {"ttfts": [0.9, 0.9] + [0.1] * 6}))  # the first wave stalled
     text = render_markdown(load_run(root))
-    assert ("| warning | slow-request | patched | isl64-osl16-c2-n8 | restart set 1, block 1, rep-3 | restart set 1, block 1, rep-3: the first 2 "
+    assert ("| warning | slow-request | patched | isl64-osl16-c2-n8 | round 1, block 1, rep-3 | round 1, block 1, rep-3: the first 2 "
             "of 8 requests (the first wave at concurrency 2) waited") in text
     assert "| Severity | Check | Arm | Point | Where | Finding |" in text
 
@@ -468,7 +472,7 @@ def test_the_declared_test_and_the_look_a_sequential_run_stopped_at(tmp_path):
     matrix = store.manifest().matrix.model_dump(mode="json", exclude_unset=True)
     store.update_manifest(matrix=matrix | {"verdict": {"target_pct": 2.0}})
     assert verdict_spec(load_run(root)).target_pct == 2.0 and verdict_spec(load_run(root)).looks == (4,)
-    store.update_manifest(matrix=matrix | {"repeats": "auto", "verdict": {"max_rounds": 8, "looks": [2, 4, 8]}},
+    store.update_manifest(matrix=matrix | {"repeats": "auto", "verdict": {"looks": [2, 4, 8]}},
                           sequential={"stop_after": 4, "why": "every candidate decided at look 2"})
     run = load_run(root)
     assert verdict_spec(run).looks == (2, 4, 8)
@@ -666,7 +670,7 @@ def test_a_run_whose_serve_results_are_all_unreadable_does_not_read_as_offline_o
 def test_a_correctness_only_arms_server_start_is_paid_once_not_a_round(tmp_path):
     """`suite plan`'s wall time splits a run into what it pays once and what a round costs: a correctness-only arm
     (`serving: false`) starts its one server once a run, whatever the rounds, so its start counts as once (it was
-    spread over the rounds: the demo's wrong gate, 43 s, priced every restart set)."""
+    spread over the rounds: the demo's wrong gate, 43 s, priced every round)."""
     from suite.run_facts import one_time_seconds
 
     matrix = MATRIX.replace("  patched:", "  wrong: {vllm: \"0.32.0\", serving: false}\n  patched:") + \

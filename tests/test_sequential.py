@@ -9,7 +9,7 @@ from suite.sequential import SequentialRun, evaluate_look
 from suite.verdict import VerdictSpec
 from tests.test_report_html import build_run_dir
 
-SPEC = VerdictSpec(max_rounds=4, looks=(2, 4))
+SPEC = VerdictSpec(looks=(2, 4))
 
 
 def test_a_look_evaluates_every_candidate_on_the_stored_rounds(tmp_path):
@@ -17,7 +17,7 @@ def test_a_look_evaluates_every_candidate_on_the_stored_rounds(tmp_path):
     look = evaluate_look(run, SPEC, rounds=2, final=False)
     assert look.rounds == 2 and set(look.outcomes) == {"patched"}
     assert not look.decided["patched"]  # 2 rounds of this noisy CPU data cannot decide at an interim look
-    final = evaluate_look(run, VerdictSpec(max_rounds=3, looks=(3,)), rounds=3, final=True)
+    final = evaluate_look(run, VerdictSpec(looks=(3,)), rounds=3, final=True)
     assert final.decided["patched"] and final.outcomes["patched"] in ("REGRESSION", "INCONCLUSIVE")
     assert final.reasons["patched"].startswith("-")  # the estimate says the candidate got slower
 
@@ -85,7 +85,7 @@ def test_a_correctness_only_arm_does_not_hold_the_run_to_its_last_look(tmp_path)
                           '  patched: {vllm: "0.32.0"}\n  wrong: {vllm: "0.32.0", serving: false}')
     root = make_run(tmp_path, scaled([100, 102, 99, 101], [70, 71, 69.5, 70.5]), order="abba", repeats=4,
                     matrix_text=text)
-    seq = SequentialRun(spec=VerdictSpec(max_rounds=8, looks=(4, 8)), budget_s=None)
+    seq = SequentialRun(spec=VerdictSpec(looks=(4, 8)), budget_s=None)
     look = seq.after_round(root, 4, 4)
     assert set(look.outcomes) == {"patched"} and look.outcomes["patched"] == "REGRESSION"
     assert seq.stop_after == 4 and "every candidate decided" in seq.why
@@ -95,7 +95,7 @@ def test_a_look_records_the_aa_control_but_never_waits_for_it(tmp_path):
     from tests.test_report import AA_MATRIX, aa_values, make_run
     root = make_run(tmp_path, aa_values(1.2), order="abba", repeats=4, matrix_text=AA_MATRIX)
     # Pocock's first boundary: every point of the 20 % slower candidate is confirmed at the look after 4 rounds
-    seq = SequentialRun(spec=VerdictSpec(max_rounds=8, looks=(4, 8), spending="pocock"), budget_s=None)
+    seq = SequentialRun(spec=VerdictSpec(looks=(4, 8), spending="pocock"), budget_s=None)
     look = seq.after_round(root, 4, 4)
     assert set(look.outcomes) == {"patched"} and look.control == "IMPROVEMENT"  # a false alarm, recorded
     assert seq.stop_after == 4 and seq.record().looks[0].control == "IMPROVEMENT"
@@ -106,7 +106,7 @@ def test_the_last_look_says_it_is_the_last_not_that_every_candidate_decided(tmp_
     from tests.test_report import MATRIX, make_run, scaled
     root = make_run(tmp_path, scaled([100, 102, 99, 101], [101, 100, 102, 99]), order="abba", repeats=4,
                     matrix_text=MATRIX)
-    seq = SequentialRun(spec=VerdictSpec(max_rounds=4, looks=(2, 4)), budget_s=None)
+    seq = SequentialRun(spec=VerdictSpec(looks=(2, 4)), budget_s=None)
     assert seq.after_round(root, 2, 2).final is False and seq.stop_after is None
     look = seq.after_round(root, 4, 4)
     assert look.final and look.outcomes["patched"] == "EQUIVALENT"  # decided, and still the design's end
@@ -117,7 +117,7 @@ def test_the_look_line_says_whether_the_control_raised_a_false_alarm():
     from suite.records import LookRecord
     from suite.runner import look_line
 
-    seq = SequentialRun(spec=VerdictSpec(max_rounds=4, looks=(2, 4)), budget_s=None)
+    seq = SequentialRun(spec=VerdictSpec(looks=(2, 4)), budget_s=None)
     look = LookRecord(rounds=2, outcomes={"ll-bf16": "IMPROVEMENT", "slowed-gate": "INCONCLUSIVE"},
                       decided={"ll-bf16": True, "slowed-gate": False}, control="INCONCLUSIVE")
     assert look_line(look, seq) == ("look after 2 rounds: ll-bf16 IMPROVEMENT, slowed-gate INCONCLUSIVE; "
@@ -126,19 +126,6 @@ def test_the_look_line_says_whether_the_control_raised_a_false_alarm():
     seq.stop_after, seq.why = 2, "every candidate decided at look 1 of 2"
     assert look_line(alarm, seq).endswith("A/A control: FALSE ALARM (REGRESSION); stopping: every candidate "
                                           "decided at look 1 of 2")
-
-
-def test_an_interleaved_runs_lines_count_restart_sets():
-    """The report calls an interleaved run's rounds restart sets; the runner's lines did not ("look after 3
-    rounds" for the H200 run's three sets, 2026-12-05). The runner resumes its state with that unit."""
-    from suite.records import LookRecord
-    from suite.runner import look_line
-
-    seq = SequentialRun.resume(VerdictSpec(max_rounds=4, looks=(3, 4)), None, None, unit="restart sets")
-    look = LookRecord(rounds=4, outcomes={"ll-bf16": "INCONCLUSIVE"}, decided={"ll-bf16": True}, final=True)
-    assert seq.take_look(look) is not None and seq.why == "last look of the design (after 4 restart sets)"
-    assert look_line(look, seq) == ("look after 4 restart sets: ll-bf16 INCONCLUSIVE; stopping: last look of the "
-                                    "design (after 4 restart sets)")
 
 
 def test_one_time_seconds_are_the_rounds_correctness_jobs(tmp_path):
@@ -218,7 +205,7 @@ def test_the_control_stops_at_the_first_look_that_decides_its_own_test():
     """Constructed looks of a 2/4/6/8 design: the control equivalent at look 1 is decided there (its sessions of
     rounds 2 on are not needed, the other arms' are), keeps that outcome at the later looks without being tested
     again, and never stops the run: the candidate does, at look 3."""
-    seq = SequentialRun(spec=VerdictSpec(max_rounds=8, looks=(2, 4, 6, 8)), budget_s=None, control_arm="baseline.aa")
+    seq = SequentialRun(spec=VerdictSpec(looks=(2, 4, 6, 8)), budget_s=None, control_arm="baseline.aa")
     assert seq.needed_session(_session("baseline.aa", 5))
     seq.take_look(_look(2, "INCONCLUSIVE", False, "EQUIVALENT", True))
     assert seq.control_after == 2 and seq.stop_after is None
@@ -240,7 +227,7 @@ def test_the_control_stops_at_the_first_look_that_decides_its_own_test():
 
 
 def test_a_failed_control_stops_too_and_an_undecided_one_waits_for_the_runs_stop():
-    spec = VerdictSpec(max_rounds=8, looks=(2, 4, 6, 8))
+    spec = VerdictSpec(looks=(2, 4, 6, 8))
     failed = SequentialRun(spec=spec, budget_s=None, control_arm="baseline.aa")
     failed.take_look(_look(2, "INCONCLUSIVE", False, "REGRESSION", False))  # not decided: no stop
     assert failed.control_after is None and failed.needed_session(_session("baseline.aa", 2))
@@ -261,9 +248,9 @@ def test_a_look_on_stored_rounds_says_whether_the_control_is_decided(tmp_path):
     the design's last look (decided); two rounds at an interim look of 2/4/6/8 are not."""
     from tests.test_report import AA_MATRIX, aa_values, make_run
     root = make_run(tmp_path, aa_values(1.0), order="abba", repeats=4, matrix_text=AA_MATRIX)
-    early = evaluate_look(root, VerdictSpec(max_rounds=8, looks=(2, 4, 6, 8)), rounds=2, final=False)
+    early = evaluate_look(root, VerdictSpec(looks=(2, 4, 6, 8)), rounds=2, final=False)
     assert early.control == "INCONCLUSIVE" and early.control_decided is False
-    last = evaluate_look(root, VerdictSpec(max_rounds=4, looks=(2, 4)), rounds=4, final=True)
+    last = evaluate_look(root, VerdictSpec(looks=(2, 4)), rounds=4, final=True)
     assert last.control == "EQUIVALENT" and last.control_decided is True
     assert evaluate_look(root, SPEC, rounds=4, final=True, control=False).control is None
 
@@ -277,7 +264,7 @@ arms:
 serve:
   - {isl: 64, osl: 16, concurrency: 2, num_prompts: 8}
 repeats: auto
-verdict: {max_rounds: 6, looks: [2, 4, 6]}
+verdict: {looks: [2, 4, 6]}
 """
 
 
@@ -332,9 +319,9 @@ def _served(tmp_path, monkeypatch, extra: str):
 @pytest.mark.parametrize("design, aa_rounds, windows", [
     ("order: abba\naa: true\n", [0, 1], None),
     ("order: abba\naa: alternate\n", [0, 2], None),  # one A/A round at look 1 (untested), two at look 2
-    ("order: abba\naa: true\nside_by_side: 3\n", [0, 1], [3, 3, 2, 2, 2, 2]),  # later windows run without it
-    ("order: abba\naa: true\nside_by_side: 2\n", [0, 1], None),
-    ("order: interleaved\nblocks: 2\naa: true\n", [0, 1], [3, 3, 2, 2, 2, 2]),
+    ("order: abba\naa: true\ntogether: 3\n", [0, 1], [3, 3, 2, 2, 2, 2]),  # later windows run without it
+    ("order: abba\naa: true\ntogether: 2\n", [0, 1], None),
+    ("order: abba\ntogether: all\nblocks: 2\naa: true\n", [0, 1], [3, 3, 2, 2, 2, 2]),
 ])
 def test_the_runner_skips_the_sessions_of_a_decided_control(tmp_path, monkeypatch, design, aa_rounds, windows):
     from suite.analysis import load_run
@@ -357,7 +344,7 @@ def test_the_runner_skips_the_sessions_of_a_decided_control(tmp_path, monkeypatc
     c = run.control.evaluation.composite
     assert f"{c.look} of {c.n_looks}" == own and run.control.decided_after == after
     report = (root / "report.md").read_text()
-    unit = "restart sets" if "interleaved" in design else "rounds"  # the card names rounds as the design does
+    unit = "rounds"  # one unit in every design
     assert (f"its own sequential test decided at its look {own}, after {after} {unit} of the run (the A/A arm's "
             f"{unit} {its}): the A/A arm's sessions of later {unit} were not run") in report
     assert "(2.7–5.8 % of runs of the default design with the control's own sequential stop, simulated" in report

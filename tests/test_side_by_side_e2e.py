@@ -1,4 +1,4 @@
-"""End to end through the CLI: `side_by_side: 2` on the tiny MoE (CPU), two real `vllm serve` at once.
+"""End to end through the CLI: `together: 2` on the tiny MoE (CPU), two real `vllm serve` at once.
 
 One module-scoped run: two arms (the installed vLLM and the synthetic-gate-delay overlay), two rounds, each
 round one time window of both arms. Checks what the mode promises: both servers of a window healthy before
@@ -31,7 +31,7 @@ serve:
   - {isl: 64, osl: 16, concurrency: [1, 2], num_prompts: 2x, num_warmups: 1}
 repeats: 2
 order: abba
-side_by_side: 2
+together: 2
 order_seed: 3
 quiet_s: 3
 """

@@ -38,7 +38,7 @@ def test_the_first_arm_of_a_round_sizes_from_its_warm_up(tmp_path):
 
 
 def test_every_other_arm_of_the_round_reads_its_count_back(tmp_path):
-    """The demo's restart set whose arms served 15 and 28 prompts: the second arm's own warm-up read twice the
+    """The demo's round whose arms served 15 and 28 prompts: the second arm's own warm-up read twice the
     rate; it now serves the first arm's count, whatever block or tag it measures."""
     store = RunStore(tmp_path)
     first = point_size(store, _job("baseline", 2), 1, 3.0, 1, warm_rate=5.0)

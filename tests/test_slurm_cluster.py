@@ -302,7 +302,7 @@ def test_repeats_auto_runs_round_by_round_and_takes_its_look(slurm_env, tiny_mod
     """Before the scheduler split the Slurm runtime replaced the runner's loop: every round was submitted at
     once and no look was ever taken (the manifest had no sequential record)."""
     matrix = write_matrix(tmp_path / "auto.yaml", "slurm-auto", tiny_model, {"cpus_per_task": 2},
-                          repeats="auto", order="abba", verdict={"max_rounds": 2, "looks": [2]},
+                          repeats="auto", order="abba", verdict={"looks": [2]},
                           serve=[{**SERVE[0], "concurrency": 1, "client": "persistent"}])  # one point a session
     proc = run_suite("run", str(matrix), "--out", str(tmp_path / "runs"), env=slurm_env, timeout=900)
     out = proc.stdout + proc.stderr

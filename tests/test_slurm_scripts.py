@@ -157,7 +157,7 @@ def test_slurm_scripts_command_prints_every_session(tmp_path: Path) -> None:
     path.write_text((BASE % "{container: apptainer, image: /img/base.sif, gpus_per_job: 2}") + "order: abba\nrepeats: 2\n")
     proc = run_suite("slurm-scripts", str(path), "--out", str(tmp_path / "runs"), check=True)
     heads = [line for line in proc.stdout.splitlines() if line.startswith("# ---- ")]
-    from suite.plan import round_order
+    from suite.design import round_order
 
     order = [f"{arm}-s{r}.sbatch" for r in range(2) for arm in round_order(["baseline", "patched"], r)]
     assert [h.split("/slurm/")[1].split(" ")[0] for h in heads] == order  # the plan's order: one script a session

@@ -20,6 +20,7 @@ from suite.verdict import (
     Outcome,
     PrimaryResult,
     VerdictSpec,
+    default_looks,
     fmt_pct,
     inflation_factor,
     look_alphas,
@@ -184,7 +185,7 @@ def test_degenerate_input_is_inconclusive_never_significant(scores, why):
 
 
 POINTS4 = ("isl128-osl64-c1-n16", "isl128-osl64-c4-n32", "isl128-osl64-c8-n64", "isl128-osl64-c16-n128")
-TPOT1 = VerdictSpec(metrics=("mean_tpot_ms",), max_rounds=3, looks=(3,), target_pct=1.0)  # the H200 design
+TPOT1 = VerdictSpec(metrics=("mean_tpot_ms",), looks=(3,), target_pct=1.0)  # the H200 design
 
 
 def tpot_rounds(change: dict[str, float], n: int = 3, sd: float = 0.0003, seed: int = 3,
@@ -306,7 +307,7 @@ def test_the_word_rule(composite, cells, word):
 
 def test_a_point_confirmed_at_an_early_look_stays_confirmed():
     """Maurer & Bretz: a hypothesis rejected at a look stays rejected; its share passes on at the later looks."""
-    spec = VerdictSpec(metrics=("mean_tpot_ms",), max_rounds=8, looks=(4, 8), target_pct=1.0)
+    spec = VerdictSpec(metrics=("mean_tpot_ms",), looks=(4, 8), target_pct=1.0)
     base, cand = tpot_rounds({POINTS4[0]: 0.10}, n=8, sd=0.0005)
     for r in range(4, 8):  # after the first look c1's change vanishes and its rounds scatter
         cand[r][POINTS4[0]]["mean_tpot_ms"] = base[r][POINTS4[0]]["mean_tpot_ms"] * (1.05 if r % 2 else 0.95)
@@ -368,7 +369,7 @@ def test_spending_boundaries():
     assert spent_alpha(0.25, 0.05, "obrien-fleming") == pytest.approx(2 * (1 - 0.99995571), rel=1e-3)
     poc = z_boundaries(SPEC.model_copy(update={"spending": "pocock"}))
     assert max(poc) - min(poc) < 0.05 and 2.3 < poc[0] < 2.4  # nearly constant
-    fixed = VerdictSpec(max_rounds=6, looks=(6,))
+    fixed = VerdictSpec(looks=(6,))
     assert z_boundaries(fixed)[0] == pytest.approx(1.959964, abs=1e-5) and inflation_factor(fixed) == (
         pytest.approx(1.0, abs=1e-4))
     assert all(0 < a < 0.05 for a in nominal_alphas(SPEC))
@@ -434,7 +435,7 @@ def test_detects_a_large_effect_early():
 
 def test_a_look_without_alpha_to_spend_cannot_reject():
     # O'Brien-Fleming spends 3e-8 by 2 of 16 rounds: no t statistic of 2 rounds can cross; the look says so
-    spec = VerdictSpec(max_rounds=16, looks=tuple(range(2, 17, 2)))
+    spec = VerdictSpec(looks=tuple(range(2, 17, 2)))
     assert look_alphas(spec)[0] == 0.0
     r = primary_test({0: -0.5, 1: -0.52}, spec, look=1)
     assert r.outcome == Outcome.INCONCLUSIVE and not r.decided and r.boundary_t == math.inf
@@ -455,9 +456,8 @@ def test_look_resolution_and_validation():
 
 def test_spec_defaults_and_validation():
     assert SPEC.looks == (2, 4, 6, 8) and SPEC.metrics == HEADLINE and SPEC.spending == "obrien-fleming"
-    assert VerdictSpec(max_rounds=16).looks == (4, 8, 12, 16)
-    assert VerdictSpec(max_rounds=4).looks == (2, 4)
-    assert VerdictSpec.model_validate({"looks": [4, 8], "max_rounds": 8}).looks == (4, 8)
+    assert default_looks(16) == (4, 8, 12, 16) and default_looks(4) == (2, 4) and default_looks(5) == (5,)
+    assert VerdictSpec.model_validate({"looks": [4, 8]}).max_rounds == 8  # the last look: the most rounds
     for bad in ({"looks": (2, 4), "max_rounds": 8}, {"looks": (4, 2, 8)}, {"looks": (1, 8)},
                 {"metrics": ("nope",)}, {"metrics": ()}, {"metrics": ("mean_ttft_ms", "mean_ttft_ms")},
                 {"spending": "haybittle"}, {"alpha": 0.7}, {"extra": 1}):
@@ -515,14 +515,14 @@ def test_an_arm_of_every_other_round_has_its_own_looks():
     1/2/3/4 rounds; a look of one round tests nothing, so its design looks at 2, 3 and 4 of its rounds."""
     from suite.verdict import every_other_look, every_other_round
 
-    spec = VerdictSpec(max_rounds=8, looks=(2, 4, 6, 8))
+    spec = VerdictSpec(looks=(2, 4, 6, 8))
     own = every_other_round(spec)
     assert own is not None and own.looks == (2, 3, 4) and own.max_rounds == 4
     assert (own.alpha, own.spending, own.target_pct) == (spec.alpha, spec.spending, spec.target_pct)
     assert [every_other_look(spec, own, n) for n in (2, 4, 6, 8)] == [1, 1, 2, 3]
-    assert every_other_round(VerdictSpec(max_rounds=16, looks=(4, 8, 12, 16))).looks == (2, 4, 6, 8)
-    assert every_other_round(VerdictSpec(max_rounds=4, looks=(3, 4))).looks == (2,)  # ceil: 2 and 2 rounds
-    assert every_other_round(VerdictSpec(max_rounds=2, looks=(2,))) is None  # one round at most: no test
+    assert every_other_round(VerdictSpec(looks=(4, 8, 12, 16))).looks == (2, 4, 6, 8)
+    assert every_other_round(VerdictSpec(looks=(3, 4))).looks == (2,)  # ceil: 2 and 2 rounds
+    assert every_other_round(VerdictSpec(looks=(2,))) is None  # one round at most: no test
 
 
 def test_a_crossed_layout_is_taken_out_of_the_test_not_left_in_its_spread():
@@ -531,7 +531,7 @@ def test_a_crossed_layout_is_taken_out_of_the_test_not_left_in_its_spread():
     ``strata=Strata.layouts(2)`` the estimate is the mean of the two layouts' means and the spread the one within layouts (n - 2
     degrees of freedom): a +2 % change is IMPROVEMENT with an interval near +2 %; the plain paired test over the
     same six sets carries the zig-zag in its spread and cannot tell it from 0."""
-    spec = VerdictSpec(target_pct=1, max_rounds=6, looks=(6,))
+    spec = VerdictSpec(target_pct=1, looks=(6,))
     eff, d = math.log(1.02), math.log(1.03)
     noise = (0.001, -0.002, 0.0015, 0.0005, -0.001, 0.0)
     scores = {r: eff + (d if r % 2 == 0 else -d) + e for r, e in enumerate(noise)}
@@ -550,7 +550,7 @@ def test_a_crossed_layout_is_taken_out_of_the_test_not_left_in_its_spread():
     short = primary_test({0: 0.03, 1: 0.01}, spec, strata=Strata.layouts(2))
     assert short.outcome == Outcome.INCONCLUSIVE and short.rci_low_pct is None
     assert short.estimate_pct == pytest.approx(math.expm1(0.02) * 100)
-    assert "2 restart sets in 2 of the 2 GPU layouts: no interval once the GPU layouts' difference is taken out" in short.reason
+    assert "2 rounds in 2 of the 2 GPU layouts: no interval once the GPU layouts' difference is taken out" in short.reason
     assert primary_test({0: 0.03, 2: 0.01, 4: 0.02}, spec, strata=Strata.layouts(2)).estimate_pct is None  # layout 1 missing
 
 
@@ -558,7 +558,7 @@ def test_an_inconclusive_run_with_rounds_enough_for_its_target_is_not_told_to_ne
     """2026-12-05, an AMD-box run re-decided under Pocock: "-5.3 % [-10.9, +0.7]: could detect ±8 % at 80 % power;
     needs ≈ 4 rounds for ±10 %" after five rounds. It had the rounds; its estimate sits between no change and
     the bound. The plan is said only where it asks for more rounds than the run has."""
-    spec = VerdictSpec(metrics=("mean_tpot_ms",), target_pct=10, max_rounds=5, looks=(3, 5), spending="pocock")
+    spec = VerdictSpec(metrics=("mean_tpot_ms",), target_pct=10, looks=(3, 5), spending="pocock")
     scores = dict(enumerate(math.log(1 - x / 100) for x in (2.0, 9.5, 4.0, 8.5, 2.5)))
     r = primary_test(scores, spec, look=2, final=True)
     assert r.outcome == Outcome.INCONCLUSIVE and r.rounds_for_target is not None and r.rounds_for_target <= 5

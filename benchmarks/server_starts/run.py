@@ -57,10 +57,10 @@ def setups() -> dict[str, dict]:
                      "what": f"no-preload + LD_PRELOAD={tc or '(tcmalloc not installed)'}: the allocator alone"},
         "no-aslr": {"env": {}, "prefix": ["setarch", os.uname().machine, "-R"],
                     "what": "defaults + address-space randomisation off for every process (setarch -R)"},
-        "side-by-side": {"env": {}, "prefix": [], "matrix": "side_by_side: 2\n",
-                         "what": "defaults + side_by_side: 2: both arms' servers of a round alive at once (started "
+        "side-by-side": {"env": {}, "prefix": [], "matrix": "together: 2\n",
+                         "what": "defaults + together: 2: both arms' servers of a round alive at once (started "
                                  "together, their jobs alternating A B, B A, ...), the same cores"},
-        "interleaved": {"env": {}, "prefix": [], "replace": ("order: abba", "order: interleaved\nblocks: 3"),
+        "interleaved": {"env": {}, "prefix": [], "replace": ("order: abba", "order: abba\ntogether: all\nblocks: 3"),
                         "what": "defaults + order: interleaved, blocks: 3: both arms' servers of a round (a restart "
                                 "set) alive at once, three blocks of every point in them, the arms taking turns "
                                 "in a fresh random order; the set is the unit of the round score"},

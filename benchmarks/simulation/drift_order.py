@@ -66,7 +66,7 @@ order: abba
 repeats: auto
 aa: {aa}
 order_seed: {seed}
-verdict: {{max_rounds: 8, looks: [2, 4, 6, 8]}}
+verdict: {{looks: [2, 4, 6, 8]}}
 """
 NAMES = {"baseline": "baseline", "baseline.aa": "baseline.aa", "candidate": "candidate"}
 SLOTS = 8 * len(ARMS)
@@ -129,7 +129,7 @@ def run_cell(task: Task) -> tuple[float, float, float, float]:
     the A/A control, judged by the same test where the candidate's test stopped; mean server sessions) over
     the trials."""
     rng = np.random.default_rng(task.seed)
-    spec = VerdictSpec(max_rounds=8, looks=(2, 4, 6, 8), pool_aa=task.pool_aa)
+    spec = VerdictSpec(looks=(2, 4, 6, 8), pool_aa=task.pool_aa)
     hits = rounds = alarms = sessions = 0
     for t in range(task.trials):
         orders = plan_orders(t, task.aa)
@@ -234,7 +234,7 @@ def own_cell(task: Task) -> tuple[float, float, float, float]:
     the control, server sessions per run, share of runs whose control decided before the run stopped)."""
     own = task.own
     rng = np.random.default_rng(task.seed)
-    spec = VerdictSpec(max_rounds=8, looks=(2, 4, 6, 8))
+    spec = VerdictSpec(looks=(2, 4, 6, 8))
     hits = alarms = sessions = early = 0
     alarm_words = {str(o) for o in FALSE_POSITIVE}
     for t in range(task.trials):

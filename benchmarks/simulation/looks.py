@@ -50,10 +50,9 @@ SET_MIN, RUN_MIN = 1.45, 0.3  # the AMD box's measured wall time: a set, and a r
 MEASURED_SDS = (10.3, 2.8, 2.6, 7.0, 3.8, 8.5, 9.7, 10.6, 11.5, 3.7,
                 4.1, 6.7, 3.2, 3.0, 9.9, 10.9, 5.7, 5.7, 13.6, 6.2)
 DESIGNS = {
-    "one look after 3 (the demo)": VerdictSpec(metrics=("mean_tpot_ms",), target_pct=10, max_rounds=3, looks=(3,)),
-    "looks [3, 5], O'Brien-Fleming": VerdictSpec(metrics=("mean_tpot_ms",), target_pct=10, max_rounds=5,
-                                                 looks=(3, 5)),
-    "looks [3, 5], Pocock": VerdictSpec(metrics=("mean_tpot_ms",), target_pct=10, max_rounds=5, looks=(3, 5),
+    "one look after 3 (the demo)": VerdictSpec(metrics=("mean_tpot_ms",), target_pct=10, looks=(3,)),
+    "looks [3, 5], O'Brien-Fleming": VerdictSpec(metrics=("mean_tpot_ms",), target_pct=10, looks=(3, 5)),
+    "looks [3, 5], Pocock": VerdictSpec(metrics=("mean_tpot_ms",), target_pct=10, looks=(3, 5),
                                         spending="pocock"),
 }
 

@@ -55,8 +55,8 @@ POINTS = ("isl128-osl64-c1-n16", "isl128-osl64-c4-n32", "isl128-osl64-c8-n64", "
 BASE = {"output_throughput": 700.0, "mean_ttft_ms": 120.0, "mean_tpot_ms": 20.0, "mean_e2el_ms": 800.0}
 CHANGED = {Outcome.REGRESSION, Outcome.IMPROVEMENT, Outcome.MIXED}
 DESIGNS = {
-    "default": VerdictSpec(max_rounds=8, looks=(2, 4, 6, 8), target_pct=1.0),
-    "gpu": VerdictSpec(metrics=("mean_tpot_ms",), max_rounds=3, looks=(3,), target_pct=1.0),
+    "default": VerdictSpec(looks=(2, 4, 6, 8), target_pct=1.0),
+    "gpu": VerdictSpec(metrics=("mean_tpot_ms",), looks=(3,), target_pct=1.0),
 }
 NOISE = {"default": 0.004, "gpu": 0.0015}  # σ_session = σ_point where the composite detects a uniform 1 % ~80 %
 

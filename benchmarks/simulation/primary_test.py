@@ -44,6 +44,7 @@ from suite.verdict import (
     POOL_F_ALPHA,
     Outcome,
     VerdictSpec,
+    default_looks,
     look_alphas,
     nominal_alphas,
     primary_test,
@@ -175,15 +176,15 @@ def pct(x: float) -> str:
 
 def spec_with(spec: VerdictSpec, **changes) -> VerdictSpec:
     data = spec.model_dump()
-    if "max_rounds" in changes and "looks" not in changes:
-        data.pop("looks")
+    if "max_rounds" in changes:  # the default looks of a design of that many rounds, unless given
+        changes.setdefault("looks", default_looks(changes.pop("max_rounds")))
     return VerdictSpec(**{**data, **changes})
 
 
 def main_tables(trials: int, aa_trials: int) -> tuple[dict[tuple, Task], list]:
     tasks = {}
     for max_rounds in (8, 16):
-        spec = VerdictSpec(max_rounds=max_rounds, pool_aa=True)  # the tables below: A/A pooled
+        spec = VerdictSpec(looks=default_looks(max_rounds), pool_aa=True)  # the tables below: A/A pooled
         for i, s in enumerate(SESSIONS):
             base_seed = 1000 * max_rounds + 10 * i
             tasks[("main", max_rounds, s, 0.0)] = Task(Noise(s), 0.0, spec, aa_trials, base_seed)
@@ -192,7 +193,7 @@ def main_tables(trials: int, aa_trials: int) -> tuple[dict[tuple, Task], list]:
 
     def render(cells: dict[tuple, Cell]) -> None:
         for max_rounds in (8, 16):
-            spec = VerdictSpec(max_rounds=max_rounds, pool_aa=True)
+            spec = VerdictSpec(looks=default_looks(max_rounds), pool_aa=True)
             head = ["σ_session", "A/A false pos.", "A/A equivalent", "A/A rounds"]
             head += [f"power {e:g} % (rounds)" for e in EFFECTS]
             print(f"\n### max_rounds {max_rounds}, looks {spec.looks}, {spec.spending}, A/A pooled; "
@@ -211,7 +212,7 @@ def main_tables(trials: int, aa_trials: int) -> tuple[dict[tuple, Task], list]:
 
 
 def variants(trials: int, aa_trials: int) -> tuple[dict[tuple, Task], list]:
-    spec = VerdictSpec(max_rounds=8, pool_aa=True)
+    spec = VerdictSpec(looks=default_looks(8), pool_aa=True)
     rows = [
         ("O'Brien–Fleming, looks 2/4/6/8, A/A pooled (the default before 2026-12-02)", Noise(0.05), spec, True),
         ("A/A arm run but not pooled (the default now)", Noise(0.05), spec_with(spec, pool_aa=False), True),
@@ -255,7 +256,7 @@ def planning(trials: int) -> tuple[dict[tuple, Task], list]:
             sds.extend(round_scores(d["baseline"], d["candidate"], HEADLINE).scores.values())
         sd = float(np.std(sds, ddof=1))
         n = rounds_needed(sd, 5.0, VerdictSpec(pool_aa=True))
-        spec = VerdictSpec(max_rounds=n, pool_aa=True)
+        spec = VerdictSpec(looks=default_looks(n), pool_aa=True)
         rows.append((s, sd, n, spec))
         tasks[("plan", s)] = Task(noise, 5.0, spec, trials, 91_000 + i)
 
@@ -312,12 +313,12 @@ def vectorized_fp(spec: VerdictSpec, trials: int, seed: int, *, alphas: str, poo
 
 
 T_DESIGNS = [
-    ("O'Brien–Fleming, looks 2/4/6/8", dict(max_rounds=8)),
-    ("Pocock, looks 2/4/6/8", dict(max_rounds=8, spending="pocock")),
-    ("O'Brien–Fleming, looks 4/8/12/16", dict(max_rounds=16)),
-    ("Pocock, looks 4/8/12/16", dict(max_rounds=16, spending="pocock")),
-    ("Pocock, looks 2/4/…/16", dict(max_rounds=16, looks=tuple(range(2, 17, 2)), spending="pocock")),
-    ("fixed, 4 rounds", dict(max_rounds=4, looks=(4,))),
+    ("O'Brien–Fleming, looks 2/4/6/8", dict(looks=(2, 4, 6, 8))),
+    ("Pocock, looks 2/4/6/8", dict(looks=(2, 4, 6, 8), spending="pocock")),
+    ("O'Brien–Fleming, looks 4/8/12/16", dict(looks=(4, 8, 12, 16))),
+    ("Pocock, looks 4/8/12/16", dict(looks=(4, 8, 12, 16), spending="pocock")),
+    ("Pocock, looks 2/4/…/16", dict(looks=tuple(range(2, 17, 2)), spending="pocock")),
+    ("fixed, 4 rounds", dict(looks=(4,))),
 ]
 
 

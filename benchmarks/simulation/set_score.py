@@ -39,7 +39,7 @@ ARMS = ("baseline", "candidate")
 POINTS = 3
 BLOCKS = 3
 SLOW = math.log(1.05)
-SPEC = VerdictSpec(metrics=("mean_tpot_ms",), target_pct=1, max_rounds=4, looks=(3, 4))
+SPEC = VerdictSpec(metrics=("mean_tpot_ms",), target_pct=1, looks=(3, 4))
 
 
 def run_values(rng: np.random.Generator, effect: float, start_sd: float, block_sd: float, p_slow: float

@@ -33,8 +33,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from suite.analysis import by_round  # noqa: E402
+from suite.design import round_order  # noqa: E402
 from suite.matrix_load import parse_matrix  # noqa: E402
-from suite.plan import Plan, build_plan, round_order  # noqa: E402
+from suite.plan import Plan, build_plan  # noqa: E402
 from suite.verdict import Outcome, VerdictSpec, primary_test  # noqa: E402
 
 POINT_S = 4.0  # one point: 3 s measured + ~1 s between points
@@ -56,8 +57,8 @@ repeats: {rounds}
 order_seed: {seed}
 {design}
 """
-DESIGNS = {"abba": "order: abba", "side-by-side": "order: abba\nside_by_side: 2",
-           "interleaved-2": "order: interleaved\nblocks: 2", "interleaved-4": "order: interleaved\nblocks: 4"}
+DESIGNS = {"abba": "order: abba", "side-by-side": "order: abba\ntogether: 2",
+           "interleaved-2": "order: abba\ntogether: all\nblocks: 2", "interleaved-4": "order: abba\ntogether: all\nblocks: 4"}
 
 
 def plan_of(design: str, rounds: int, seed: int) -> Plan:
@@ -150,7 +151,7 @@ def run_design(design: str, budget_s: float, trials: int, start_sd: float) -> Ce
     probe = plan_of(design, 2, 0)
     per_round = round_seconds(probe)
     n = max(2, int(budget_s // per_round))
-    spec = VerdictSpec(max_rounds=n, looks=(n,))
+    spec = VerdictSpec(looks=(n,))
     rates = {}
     sds = []
     for effect in (0.0, math.log(0.95), math.log(0.90)):

@@ -96,8 +96,7 @@ drift_check: true      # each session's first point measured again at its end
 verdict:
   metrics: [mean_tpot_ms]    # the decode step, where the gate sits; add output_throughput, mean_ttft_ms, ...
   target_pct: 1              # a point within +/-1 % reads "equal"
-  max_rounds: {rounds[-1]}
-  looks: {list(rounds)}
+  looks: {list(rounds)}       # rounds after which the test looks; the last: the most rounds the run takes
   # what the change should do, per point (better | worse | changed | flat); the card says whether it did:
   # expect: {{isl128-osl64-c1-n16: better, others: flat}}
 """

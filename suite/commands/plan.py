@@ -1,8 +1,8 @@
 """`suite plan MATRIX --from RUN_DIR --target-mde 2%`: how many rounds (and how much wall time) the matrix's
 primary test needs to see a change of that size, from the round-to-round spread of an earlier run of the
 same matrix (an A/A run, or any run: each candidate's per-round scores against the baseline). From an
-interleaved run, also how much of its restart sets' spread is their blocks' noise and how much each set's own,
-which says whether more blocks a set or only more sets would narrow the test."""
+together: all run, also how much of its rounds' spread is their blocks' noise and how much each round's own,
+which says whether more blocks a round or only more rounds would narrow the test."""
 
 from __future__ import annotations
 
@@ -89,11 +89,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def set_spread_line(arm: str, spread: OneWay, blocks: int) -> str:
-    """What an interleaved run's restart sets say about where its noise is (``analysis.set_spread``)."""
+    """What a together: all run's rounds say about where its noise is (``analysis.set_spread``)."""
     head = f"{arm}: {fmt_set_spread(spread)}. "
     if spread.p < 0.05:
-        return head + ("The sets carry offsets of their own (a server start's): only more restart sets narrow the "
-                       "test; more blocks a set do not.")
-    return head + (f"No sign of a set's own part: the sets spread as their {blocks} blocks predict, so more blocks a "
-                   "set narrow a set's score too; more sets do that and add degrees of freedom (the set stays the "
+        return head + ("The rounds carry offsets of their own (a server start's): only more rounds narrow the "
+                       "test; more blocks a round do not.")
+    return head + (f"No sign of a round's own part: the rounds spread as their {blocks} blocks predict, so more blocks a "
+                   "round narrow a round's score too; more rounds do that and add degrees of freedom (the round stays the "
                    "test's unit).")

@@ -38,8 +38,8 @@ session-drift       a session's first point measured again at its end differs by
 round-outlier       a round's mean TPOT at a point differs from the median of the arm's     warning
                     other rounds there (≥ 3) by > 3 %, > 5× the run's median deviation and
                     > 3× the farthest of those other rounds from their median
-block-outlier       order interleaved, ≥ 3 blocks a set: a block's mean TPOT against the other  warning
-                    blocks of its restart set (same arm, point, server), by round-outlier's
+block-outlier       together: all, ≥ 3 blocks a round: a block's mean TPOT against the other  warning
+                    blocks of its round (same arm, point, server), by round-outlier's
                     rule with two others enough and 10× the run's median deviation
 fast-path-not-taken an arm's server log: a kernel the gate is routed to ran untuned or was   warning
                     switched off (AITER tuned-config misses: a stock arm's only for the

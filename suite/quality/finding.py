@@ -84,10 +84,10 @@ def fmt_value(value: float) -> str:
 
 
 def repeat_name(r: int, blocks: int) -> str:
-    """Where job repeat ``r`` ran: its round, or with ``blocks`` > 1 (order interleaved) its restart set, the
-    block within that set and the raw file's name (``rep-5.json``), so that repeat 5 of a two-set run is never
-    read as "round 5" nor as a set's sixth block: "restart set 1, block 2, rep-5"."""
-    return f"round {r}" if blocks == 1 else f"restart set {r // blocks}, block {r % blocks}, rep-{r}"
+    """Where job repeat ``r`` ran: its round, or with ``blocks`` > 1 (together: all) its round, the
+    block within that round and the raw file's name (``rep-5.json``), so that repeat 5 of a two-round run is never
+    read as "round 5" nor as a round's sixth block: "round 1, block 2, rep-5"."""
+    return f"round {r}" if blocks == 1 else f"round {r // blocks}, block {r % blocks}, rep-{r}"
 
 
 def summarize_findings(findings: Iterable[Finding],

@@ -41,7 +41,7 @@ def check_hosts(repeats: Sequence[RepeatResult], baseline: str | None, blocks: i
     """``other-host`` (unreliable, per repeat): a repeat of another arm than ``baseline`` that ran on another
     machine than the baseline's repeat of the same round at the same point (its message says both; the report
     prefixes the round). ``hosts`` (warning, per arm): the arm's repeats ran on more than one machine, each
-    machine with its rounds (``blocks``: job repeats per round, order interleaved)."""
+    machine with its rounds (``blocks``: job repeats per round, together: all)."""
     known = [r for r in repeats if r.host is not None]
     names = machine_names([r.host for r in known if r.host is not None])
     if len(names) <= 1:

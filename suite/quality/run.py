@@ -18,7 +18,7 @@ from suite.quality.server_log import check_server_health
 from suite.stages.serve.checks import check_repeat, check_warmup
 from suite.stages.serve.read import ServerStart
 
-# the checks that see rounds: under order interleaved their findings' round is a restart set, every other
+# the checks that see rounds: under together: all their findings' round is a round, every other
 # check's a job repeat (a block)
 ACROSS_ROUNDS = ("round-outlier", "drift", "bimodal-sessions")
 
@@ -27,9 +27,9 @@ def run_checks(repeats: Sequence[RepeatResult], *, servers: Iterable[ServerStart
                logs: Mapping[tuple[str, int], str] | None = None,
                blocks: int = 1, baseline: str | None = None) -> list[Finding]:
     """Every check over a run's repeats (plus server records and logs), in `order_findings` order. ``blocks``:
-    job repeats per round (order interleaved: a restart set's blocks): the checks across rounds (drift,
-    round-outlier, bimodal sessions) see restart sets, the verdict's unit, and block-outlier compares one
-    block with its set's others. ``baseline``: the arm whose repeats the others pair with (`check_hosts`)."""
+    job repeats per round (together: all: a round's blocks): the checks across rounds (drift,
+    round-outlier, bimodal sessions) see rounds, the verdict's unit, and block-outlier compares one
+    block with its round's others. ``baseline``: the arm whose repeats the others pair with (`check_hosts`)."""
     across = [replace(r, round=r.round // blocks) for r in repeats] if blocks > 1 else repeats
     per_repeat: list[Finding] = []
     for r in repeats:
@@ -37,8 +37,8 @@ def run_checks(repeats: Sequence[RepeatResult], *, servers: Iterable[ServerStart
     per_repeat += check_warmup(repeats)
     per_repeat += check_session_drift(repeats)
     per_repeat += check_hosts(repeats, baseline, blocks)
-    # a repeat's finding is named where it ran, as everywhere in the report: "round 2", or under interleaved
-    # "restart set 1, block 3" (the checks themselves name no repeat)
+    # a repeat's finding is named where it ran, as everywhere in the report: "round 2", or under together: all
+    # "round 1, block 3" (the checks themselves name no repeat)
     findings = [f if f.round is None else replace(f, message=f"{repeat_name(f.round, blocks)}: {f.message}")
                 for f in per_repeat]
     findings += check_server_health(servers, logs)

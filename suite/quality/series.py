@@ -25,7 +25,7 @@ ROUND_OUTLIER_FACTOR = 5.0  # ... or below this many times the run's median devi
 ROUND_OUTLIER_MIN_OTHERS = 3  # other rounds the median of a cell needs
 ROUND_OUTLIER_ISOLATION = 3.0  # ... and the round stands alone: this many times farther than any of the others
 ROUND_OUTLIER_MIN_DEVIATIONS = 8  # deviations the run's median needs
-BLOCK_OUTLIER_FACTOR = 10.0  # a block against its set's other two: their median is a weaker reference
+BLOCK_OUTLIER_FACTOR = 10.0  # a block against its round's other two: their median is a weaker reference
 DRIFT_ALPHA = 0.05
 DRIFT_MIN_ROUNDS = 5  # one series of 4 values never reaches p < 0.05 (its smallest p is 1/12)
 BIMODAL_ALPHA = 0.05
@@ -94,7 +94,7 @@ def sen_slope_pct(series: Sequence[Sequence[tuple[int, float]]]) -> float:
 
 
 def _round_series(repeats: Sequence[RepeatResult], metric: str) -> dict[tuple[str, str], list[tuple[int, float]]]:
-    """(arm, point) -> [(round, value)] in round order; repeats of one round (a restart set's blocks) are
+    """(arm, point) -> [(round, value)] in round order; repeats of one round (a round's blocks) are
     merged as the verdict merges them (``set_value``)."""
     acc: dict[tuple[str, str], dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     for r in repeats:
@@ -177,7 +177,7 @@ def check_session_drift(repeats: Sequence[RepeatResult], metric: str = "mean_tpo
 
 @dataclass(frozen=True)
 class _Isolated:
-    """One value of a group (a cell's rounds, or a restart set's blocks) far from the group's others."""
+    """One value of a group (a cell's rounds, or a round's blocks) far from the group's others."""
 
     key: tuple[str, str]  # (arm, point)
     index: int  # the round, or the block
@@ -235,18 +235,18 @@ def check_round_outlier(repeats: Sequence[RepeatResult], metric: str = "mean_tpo
 
 
 def check_block_outlier(repeats: Sequence[RepeatResult], blocks: int, metric: str = "mean_tpot_ms") -> list[Finding]:
-    """Order interleaved: one block far from the other blocks of its restart set, for the same arm and point
+    """Together: all: one block far from the other blocks of its round, for the same arm and point
     (the same server, minutes apart), by the round-outlier rule with two others enough (a set of three blocks
     or more) and ``BLOCK_OUTLIER_FACTOR`` = 10 times the run's median deviation instead of 5: two others make a
     weak reference, and with 5 a run of heavy-tailed noise (Student t, 4 df) warned in 40-50 % of simulated
     runs at sigma 1-4 %; with 10 in 4-5 %, and in none under normal noise
-    (`benchmarks/simulation/block_outlier.py`, docs/statistics.md). The set's value is the median of its
-    blocks, which one such block hardly moves, and the round-outlier check sees sets, not blocks; this one names
+    (`benchmarks/simulation/block_outlier.py`, docs/statistics.md). The round's value is the median of its
+    blocks, which one such block hardly moves, and the round-outlier check sees rounds, not blocks; this one names
     the block.
 
-    On the H200 interleaved A/A, stock-again's first c1 block after set 2's cold start decoded 6.4 % slower
-    than the set's other two blocks, which agreed within 0.03 % (the slow state after a start: the
-    session-drift repeat at the set's end had passed it); it moved that set's score from about 0 to −0.5 %."""
+    On the H200 interleaved A/A, stock-again's first c1 block after round 2's cold start decoded 6.4 % slower
+    than the round's other two blocks, which agreed within 0.03 % (the slow state after a start: the
+    session-drift repeat at the round's end had passed it); it moved that round's score from about 0 to −0.5 %."""
     if blocks < 3:
         return []
     groups: dict[tuple[str, str, int], list[tuple[int, float]]] = defaultdict(list)
@@ -257,7 +257,7 @@ def check_block_outlier(repeats: Sequence[RepeatResult], blocks: int, metric: st
     return [Finding("block-outlier", o.key[0], o.key[1], o.index, "warning",
                     f"{repeat_name(o.index, blocks)}: {m.label} {fmt_value(o.value)} {m.unit}, "
                     f"{math.expm1(math.log(o.value / o.mid)) * 100:+.1f}% from the {fmt_value(o.mid)} {m.unit} of the "
-                    f"set's other {o.others} blocks, which lie within {math.expm1(o.widest) * 100:.1f}% of it (this "
+                    f"round's other {o.others} blocks, which lie within {math.expm1(o.widest) * 100:.1f}% of it (this "
                     f"run's threshold {math.expm1(o.floor) * 100:.1f}%): the server was off its level for that block")
             for o in _isolated(groups, 2, BLOCK_OUTLIER_FACTOR)]
 

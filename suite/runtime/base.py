@@ -181,7 +181,7 @@ def wait_healthy(servers: Sequence[ServerBase], on_healthy: Callable[[int], None
 
 def stop_together(stops: Sequence[Callable[[], None]]) -> None:
     """Run every stop at once, each in a thread of its own, and wait for them all: a stop is mostly a wait
-    (vLLM's shutdown, a GPU's memory let go, a container removed), so a restart set's servers stopped one
+    (vLLM's shutdown, a GPU's memory let go, a container removed), so a round's servers stopped one
     after another cost the sum (four tiny-MoE CPU servers ~8 s, 1.8-2 s each, 2026-12-06) and together about
     the longest. Every stop is made even when one fails; the first error is raised once all have ended."""
     if len(stops) <= 1:

@@ -156,7 +156,7 @@ class LocalServer(ServerBase):
 
     def serving(self) -> None:
         """Onto the server's CPUs now that it answers: it started on every CPU, since nothing is measured while a
-        restart set's servers start, and their imports then use the client's CPU too (four tiny-MoE servers
+        round's servers start, and their imports then use the client's CPU too (four tiny-MoE servers
         answered after 70 s instead of 100 s, 2026-12-05, docs/benchmarks.md). vLLM's own OpenMP binding
         (VLLM_CPU_OMP_THREADS_BIND, the server's CPUs) is kept."""
         if self.spec.cpus and self.proc is not None:
@@ -332,7 +332,7 @@ class LocalRuntime(RuntimeBase):
         VLLM_ENABLE_V1_MULTIPROCESSING=0; the API server still spawns the EngineCore: two processes, not three),
         with as many OpenMP threads as the server has CPUs (vLLM binds OpenMP only in workers it spawns, so the
         count is set here: Intel OpenMP would otherwise start one thread per CPU the server started on, all).
-        On the 2-core box a restart set's two servers answered 2.0x sooner and a run took 0.74 of the time, with
+        On the 2-core box a round's two servers answered 2.0x sooner and a run took 0.74 of the time, with
         the noise not told apart (docs/benchmarks.md, 2026-12-05 sixth session). The host's environment or the
         matrix's `env:` setting VLLM_ENABLE_V1_MULTIPROCESSING keeps vLLM's processes; the matrix's
         OMP_NUM_THREADS is kept. Only with a CPU split (the server's CPUs known)."""
@@ -351,7 +351,7 @@ class LocalRuntime(RuntimeBase):
 
     def server_spec(self, env: ArmEnv, *, argv_tail: list[str], extra_env: dict[str, str], dirs: ArmDirs,
                     log_path: Path, port: int, redact: list[str], gpus: str | None = None) -> ServerSpec:
-        """``gpus``: the GPUs of the server's restart set (runtime.gpu_groups), over the matrix's and the arm's
+        """``gpus``: the GPUs of the server's round (runtime.gpu_groups), over the matrix's and the arm's
         selection; nothing on a CPU host."""
         full_env = self.with_kv_size({**os.environ, **self.arm_vars(env, dirs), **extra_env}, argv_tail,
                                      user_env=extra_env)

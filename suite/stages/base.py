@@ -86,8 +86,8 @@ class JobEnv:
     pending: tuple[Job, ...] = ()  # the session's jobs still to run, this one included (warm-ups)
     run_scope: SessionScope | None = None  # resources that outlive a server (a client that needs no server)
     client_in_server: bool = False  # client tools run inside the server's container: one client per server
-    round: int = 0  # the round the job belongs to (interleaved: its restart set; else its repeat)
-    lane: int | None = None  # runtime.gpu_groups, sets at once: its restart set's lane (a GPU group's), by index
+    round: int = 0  # the round the job belongs to (together: all: its repeat // blocks; else its repeat)
+    lane: int | None = None  # runtime.gpu_groups, sets at once: its round's lane (a GPU group's), by index
 
     @property
     def tokenizer(self) -> str:

@@ -90,7 +90,7 @@ ByArm = dict[str, dict[int, R]]
 def load_runs(store: RunStore, records: Sequence[JobRecord], kind: str,
               shape: type[R]) -> tuple[ByArm[R], list[Unreadable]]:
     """arm -> round -> the result of that round's process for a bench kind (one per round with
-    ``offline_repeats``), and the stored files that are not the bench's output (the section names them)."""
+    ``repeats``), and the stored files that are not the bench's output (the section names them)."""
     stored = load_results(store, records, kind, shape)
     out: dict[str, dict[int, R]] = {}
     for job, result in stored.found:

@@ -127,7 +127,7 @@ def process_medians(runs: Mapping[str, Mapping[int, KernelRun]]) -> dict[str, di
 
 def across_processes(runs: Mapping[str, Mapping[int, KernelRun]], baseline: str, *, label: str = "M",
                      unit: str = "µs per call", name: str = "kernel-processes") -> Table | None:
-    """With 2 or more processes per arm (``offline_repeats``): per M (or T), the geometric mean of the
+    """With 2 or more processes per arm (``repeats``): per M (or T), the geometric mean of the
     processes' medians and each candidate's Δ% with a 95 % paired t interval across the processes, paired by
     round: what one process's samples cannot show (what changes from one process start to the next)."""
     if baseline not in runs or min(len(r) for r in runs.values()) < 2:
@@ -153,7 +153,7 @@ def across_processes(runs: Mapping[str, Mapping[int, KernelRun]], baseline: str,
     return Table([label, *(f"{literal(a)} µs (processes)" for a in arms),
                   *(h for a in arms[1:] for h in (f"Δ% {literal(a)} [95% interval]", f"verdict {literal(a)}"))],
                  rows, name=name,
-                 caption=f"Across processes (`offline_repeats`): per {label} the geometric mean of each process's "
+                 caption=f"Across processes (`repeats`): per {label} the geometric mean of each process's "
                          f"median {unit} (how many processes in brackets); Δ% of the candidate with a 95 % paired t "
                          "interval across the processes, paired by round (positive: slower).")
 

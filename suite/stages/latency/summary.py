@@ -2,7 +2,7 @@
 
 Each `vllm bench latency` job is one process: one engine start, then its iterations. What varies from one
 engine start to the next (placement, clocks, what the compile chose) is not in the spread of one start's
-iterations, so with 2 or more starts per arm (``offline_repeats``) the comparison is across starts: each
+iterations, so with 2 or more starts per arm (``repeats``) the comparison is across starts: each
 start's geometric mean, paired by round, a t interval on their log ratios. With one start per arm the
 interval is the iterations' (Welch) and the row gives no verdict. Cells are the geometric mean of the
 starts' geometric means (p10–p90 of all iterations in brackets): the statistic Δ% is computed from, so a cell
@@ -66,7 +66,7 @@ def section(run: RunData) -> Section | None:
         "process (one engine start). Cells are the geometric mean latency over the engine starts (each start's "
         "geometric mean of its iterations) with the p10–p90 of all iterations in brackets. Δ (ms) = after − "
         "before and speedup = before / after − 1 (positive: faster), of those means. With 2 or more starts per "
-        "arm (`offline_repeats`), Δ% has a 95 % paired t interval across the starts, paired by round, and the "
+        "arm (`repeats`), Δ% has a 95 % paired t interval across the starts, paired by round, and the "
         "verdict is from it; with one start the interval covers iteration-to-iteration noise inside that "
         "process only, not what changes between engine starts, and the row gives no verdict.")]
     for cand in run.candidates:

@@ -70,7 +70,7 @@ def layer_table(runs: Mapping[str, Mapping[int, LayerRun]], baseline: str, num_l
                            "faster), point estimates from these means"
                          + ("; whether a Δ exceeds what changes from one process start to the next: the table "
                             "across processes below." if several else
-                            " from one process per arm: no interval (offline_repeats: 2 or more gives one)."))
+                            " from one process per arm: no interval (repeats: 2 or more gives one)."))
 
 
 def reference_table(runs: Mapping[str, Mapping[int, LayerRun]]) -> Table | None:

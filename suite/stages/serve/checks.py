@@ -3,7 +3,7 @@ planned point, its client record), and a session's first measurements (warm-up o
 
 Pure functions over the results read as `ServeResult` (``--save-result --save-detailed``); thresholds beside
 the checks (each docstring says why). A message names no repeat: `suite.quality.run.run_checks` puts where the
-repeat ran in front of it ("round 2: ...", under interleaved "restart set 1, block 3: ...").
+repeat ran in front of it ("round 2: ...", under together: all "round 1, block 3: ...").
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """One prompt count per round for a point sized by time (``duration_s``).
 
 A point sized by time gets its prompt count from a request rate. Each arm used to take it from its own session's
-warm-up, so the arms of one round measured different work: in one demo restart set the arms served 15 and 28
+warm-up, so the arms of one round measured different work: in one demo round the arms served 15 and 28
 prompts at concurrency 1, and a fixed slow start of a point (its server, idle while the other arms measured,
 served its first ~0.6 s at half speed on the 2-core box) weighed twice as much in the short one (an A/A pair
 10 % apart). Now the count is decided once per round and
@@ -37,7 +37,7 @@ class PointSize(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    round: int  # the round the count holds for (interleaved: the restart set)
+    round: int  # the round the count holds for
     prompts: int
     basis: str  # where the count came from, in words
 

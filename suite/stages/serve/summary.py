@@ -255,7 +255,9 @@ def _point_notes(run: RunData, s: CandidateSummary, point: str) -> list[Note]:
             for (arm, r), checks in sorted(left.items())),
             "unreliable"))
     if dropped:
-        notes.append(Note(f"Unpaired {'rounds' if run.blocks == 1 else 'blocks'} dropped from both sides: " + "; ".join(
+        notes.append(Note(("Unpaired rounds dropped from both sides: " if run.blocks == 1 else
+                           "Unpaired blocks dropped from both sides, each with its round (a round is scored on all "
+                           "its blocks or not at all, in every cell as in the primary test): ") + "; ".join(
             f"{run.repeat_name(r)} (no {literal(arm)} value)" for r, arm in sorted(dropped)), "warning"))
     for d in _drift_checks(run.points[point]):
         notes.append(Note(f"Drift check {literal(d.arm)} {run.repeat_name(d.round)}, the point again at the session's "
@@ -268,7 +270,7 @@ def _point_notes(run: RunData, s: CandidateSummary, point: str) -> list[Note]:
 def statistics_section(run: RunData) -> Section | None:
     if not run.points or not run.serving_summaries:
         return None
-    pairing = ("paired per restart set (interleaved: each set the median of its blocks both arms have; of two, their geometric mean)"
+    pairing = ("paired per round (together: all: each round the median of its blocks both arms have; of two, their geometric mean)"
                if run.blocks > 1 else "paired per round (ABBA): Δ from the rounds both arms have" if run.paired
                else "Welch (independent repeats)")
     blocks: list = [Paragraph(
