@@ -32,7 +32,7 @@ import tempfile
 from pathlib import Path
 
 SUITE_ROOT = Path(__file__).resolve().parent
-PATCH_FILES = SUITE_ROOT / "patches" / "_files"  # suite.runtime.docker.images.PATCH_FILES
+PATCH_FILES = SUITE_ROOT / "patches" / "_files"  # suite.runtime.docker.build_context.PATCH_FILES
 GIT_COMMIT_FILE = SUITE_ROOT / "vllm-git-commit"  # written by the Dockerfiles' git step
 DEPS = ("pydantic", "yaml", "rich", "numpy", "scipy")
 LM_EVAL_VENV = Path(os.environ.get("SUITE_LM_EVAL_VENV", "/opt/lm-eval"))  # docker/lm_eval_venv.py's venv

@@ -315,7 +315,7 @@ def check_container_gpus(required: bool, dev: Path = Path("/dev"), client: objec
     if kfd.exists():
         renders = sorted(p.name for p in dri.glob("renderD*")) if dri.is_dir() else []
         if renders:
-            from suite.runtime.docker.runtime import rocm_group_ids
+            from suite.runtime.docker.containers import rocm_group_ids
 
             checks.append(Check("container GPUs (ROCm)", "ok", f"{kfd} and {dri} ({', '.join(renders)}) go to the "
                                 f"containers, groups {', '.join(rocm_group_ids(dev))}", required=required))
@@ -355,7 +355,7 @@ def _container_nvidia(smi: str, required: bool, client: object | None) -> Check:
                      f"runtime in the engine (runtimes: {', '.join(runtimes) or 'none'})",
                      "install the NVIDIA Container Toolkit: `nvidia-ctk runtime configure --runtime=docker`, "
                      "then restart the engine", required)
-    from suite.runtime.docker.runtime import gpu_requests
+    from suite.runtime.docker.containers import gpu_requests
 
     container = None
     try:  # created, started and removed here: a container the engine refuses to start stays otherwise

@@ -139,7 +139,7 @@ def processes_mentioning(value: str) -> list[int]:
 @pytest.fixture(scope="session")
 def engine():
     """The Docker engine (the SDK client); tests that need one skip with a clear reason without it."""
-    from suite.runtime.docker.images import docker_client
+    from suite.runtime.docker.image_build import docker_client
 
     client = docker_client(required=False)
     if client is None:

@@ -46,7 +46,7 @@ def late(item: pytest.Item) -> bool:
 @pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the groups into the node ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # the Docker modules last: the other lane builds their images meanwhile (tests/test_docker_build.py), and a
-    # module whose images are still being built waits for that build (suite.runtime.docker.images.build_lock)
+    # module whose images are still being built waits for that build (suite.runtime.docker.image_build.build_lock)
     servers = sorted((item for item in items if server_bound(item)),
                      key=lambda item: item.get_closest_marker("docker") is not None)
     for item in servers:

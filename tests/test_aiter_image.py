@@ -16,7 +16,8 @@ from dockerfile_parse import DockerfileParser
 
 from suite.errors import MatrixError
 from suite.matrix_load import load_matrix
-from suite.runtime.docker.images import DOCKER_DIR, image_aiter_source, plan_image
+from suite.runtime.docker import DOCKER_DIR
+from suite.runtime.docker.images import image_aiter_source, plan_image
 
 ROCM = DOCKER_DIR / "rocm" / "Dockerfile"
 AITER_URL = "https://github.com/ROCm/aiter"

@@ -24,7 +24,8 @@ from pathlib import Path
 import pytest
 
 from suite.report import fmt
-from suite.runtime.docker.images import DOCKER_DIR, LOCAL_BOOKWORM
+from suite.runtime.docker import DOCKER_DIR
+from suite.runtime.docker.images import LOCAL_BOOKWORM
 from suite.store import ArmDirs
 from tests.conftest import REPO, SUITE, run_suite
 
@@ -113,7 +114,7 @@ def test_cpu_images_are_labelled_and_not_rebuilt(engine, cpu_images):
 
 
 def test_images_carry_the_tools_and_lm_eval(engine, cpu_images):
-    from suite.runtime.docker.runtime import IMAGE_LM_EVAL_PYTHON
+    from suite.runtime.docker.containers import IMAGE_LM_EVAL_PYTHON
     from suite.stages.serve.client import WORKER_PATH
 
     _, tags, _, _ = cpu_images
@@ -131,19 +132,22 @@ def test_images_carry_the_tools_and_lm_eval(engine, cpu_images):
             "('vllm', 'lm_eval')]))")], remove=True)
         assert json.loads(vllm_side) == [True, False]  # the image's python3: vLLM, and no lm-eval
         found = json.loads(engine.containers.run(tag, entrypoint=["python3", "-c", script], remove=True))
+        kernel = REPO / "suite" / "stages" / "kernel"
         assert found == {"client_worker.py": hashlib.sha256(WORKER_PATH.read_bytes()).hexdigest(),
-                         "kernel_bench.py": hashlib.sha256(
-                             (REPO / "suite" / "stages" / "kernel" / "bench.py").read_bytes()).hexdigest(),
+                         "kernel_bench.py": hashlib.sha256((kernel / "bench.py").read_bytes()).hexdigest(),
+                         "kernel_gate_paths.py": hashlib.sha256((kernel / "gate_paths.py").read_bytes()).hexdigest(),
+                         "kernel_timing.py": hashlib.sha256((kernel / "timing.py").read_bytes()).hexdigest(),
                          "layer_bench.py": hashlib.sha256(
                              (REPO / "suite" / "stages" / "layer" / "bench.py").read_bytes()).hexdigest()}
-        # the layer bench runs there as a file of its own: it finds the kernel bench beside it, not the suite
+        # the layer bench runs there as a file of its own: it finds the kernel bench (and the kernel bench its
+        # timing and path recording) beside it, not the suite
         usage = engine.containers.run(tag, entrypoint=["python3", "/opt/suite/tools/layer_bench.py", "--help"],
                                       remove=True).decode()
         assert "--tokens" in usage and "--hf-overrides" in usage
 
 
 def test_host_side_vllm_sources_come_from_the_image(engine, cpu_images, tmp_path):
-    from suite.runtime.docker.images import copy_vllm_sources
+    from suite.runtime.docker.image_build import copy_vllm_sources
 
     _, tags, _, _ = cpu_images
     image = engine.images.get(tags["baseline"])
@@ -250,7 +254,8 @@ def test_no_container_left_and_no_secret_written(engine, docker_run):
 
 
 def test_secret_reaches_the_container_by_name(engine, bookworm, monkeypatch):
-    from suite.runtime.docker.runtime import ContainerConfig, remove_container
+    from suite.runtime.docker.containers import ContainerConfig
+    from suite.runtime.docker.runtime import remove_container
 
     monkeypatch.setenv("HF_TOKEN", "hf_by_name_0815")
     cfg = ContainerConfig(name=f"suite-test-secret-{os.getpid()}", image=LOCAL_BOOKWORM,
@@ -394,7 +399,8 @@ def test_build_image_runs_buildkit_through_the_cli_on_the_local_base(engine, boo
     left in the image, steps as events, the command at the log's top, the identity label checked; a failing step
     is a SuiteError naming the log and showing its tail."""
     from suite.errors import SuiteError
-    from suite.runtime.docker.images import ImagePlan, build_image
+    from suite.runtime.docker.image_build import build_image
+    from suite.runtime.docker.images import ImagePlan
 
     def plan(fail: str) -> ImagePlan:
         dockerfile = tmp_path / f"Dockerfile{len(fail)}"

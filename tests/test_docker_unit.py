@@ -26,19 +26,13 @@ from suite.matrix_jobs import AccuracySpec
 from suite.matrix_load import parse_matrix
 from suite.proc import LM_EVAL_PYTHON
 from suite.runtime.base import ArmEnv
+from suite.runtime.docker import DOCKER_DIR
+from suite.runtime.docker import containers as docker_containers
 from suite.runtime.docker import runtime as docker_runtime
-from suite.runtime.docker.images import (
-    DOCKER_DIR,
-    buildx_available,
-    compute_identity,
-    context_files,
-    plan_image,
-    with_digest,
-)
-from suite.runtime.docker.runtime import (
+from suite.runtime.docker.build_context import context_files
+from suite.runtime.docker.containers import (
     IMAGE_TOOLS,
     ContainerConfig,
-    DockerRuntime,
     container_config,
     exec_argv,
     image_argv,
@@ -46,6 +40,8 @@ from suite.runtime.docker.runtime import (
     tool_config,
     vendor_flags,
 )
+from suite.runtime.docker.images import buildx_available, compute_identity, plan_image, with_digest
+from suite.runtime.docker.runtime import DockerRuntime
 from suite.stages.serve.client import WORKER_PATH
 from suite.store import ArmDirs
 from tests.conftest import REPO, load_script, run_suite
@@ -118,7 +114,7 @@ def test_rocm_flags(tmp_path, monkeypatch):
         pytest.skip("needs root to give the stand-in device nodes other groups")
     dev = fake_rocm_devices(tmp_path / "dev", {"kfd": 993, "dri/renderD128": 992, "dri/renderD129": 992,
                                                "dri/card0": 44})
-    monkeypatch.setattr(docker_runtime, "DEV", dev)
+    monkeypatch.setattr(docker_containers, "DEV", dev)
     cfg = config_for(gpu_matrix("rocm", gpus="2", patch="rocm-aiter-router-gemm"), tmp_path)
     line = cfg.cli()
     for flag in ("--device /dev/kfd", "--device /dev/dri", "--group-add 44 --group-add 992 --group-add 993",
@@ -227,7 +223,7 @@ def cpu_setup(tmp_path: Path, monkeypatch):
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     monkeypatch.delenv("HF_HUB_CACHE", raising=False)
     monkeypatch.setenv("SUITE_DOCKER_USER", "1000:1000")
-    monkeypatch.setattr(docker_runtime, "user_name", lambda: "alice")
+    monkeypatch.setattr(docker_containers, "user_name", lambda: "alice")
     for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
         monkeypatch.delenv(name, raising=False)
     run = tmp_path / "runs" / "20260101T000000Z-tiny"
@@ -307,7 +303,7 @@ def test_offline_tools_run_in_a_fresh_container_of_the_arm_image(tmp_path, monke
 def test_rocm_tool_container_gets_devices_groups_and_aiter_env(tmp_path, monkeypatch):
     if os.geteuid() != 0:
         pytest.skip("needs root to give the stand-in device nodes other groups")
-    monkeypatch.setattr(docker_runtime, "DEV", fake_rocm_devices(tmp_path / "dev", {"kfd": 993, "dri/renderD128": 992}))
+    monkeypatch.setattr(docker_containers, "DEV", fake_rocm_devices(tmp_path / "dev", {"kfd": 993, "dri/renderD128": 992}))
     monkeypatch.setenv("SUITE_DOCKER_USER", "1000:1000")
     matrix = gpu_matrix("rocm", gpus="0,1", patch="rocm-aiter-router-gemm")
     env = ArmEnv(arm="patched", vllm_version="0.33.0", image="suite-vllm:rocm-0.33.0-abc")
@@ -345,7 +341,7 @@ def test_client_without_a_server_is_a_sibling_on_the_host_network(tmp_path, monk
 
 
 def test_image_argv_maps_the_suite_tools_and_refuses_the_rest():
-    assert docker_runtime.WORKER_PATH == WORKER_PATH  # the file the serve stage starts is the one mapped
+    assert docker_containers.WORKER_PATH == WORKER_PATH  # the file the serve stage starts is the one mapped
     assert image_argv(["vllm", "bench", "latency"]) == ["vllm", "bench", "latency"]
     assert image_argv(["python", "-c", "print(1)"]) == ["python3", "-c", "print(1)"]
     assert image_argv(["python", str(WORKER_PATH), "--x"]) == ["python3", "/opt/suite/tools/client_worker.py", "--x"]
@@ -366,6 +362,8 @@ def test_images_carry_the_client_worker_and_the_benches(tmp_path):
         files = dict(context_files(vendor, "0.33.0" if vendor != "cpu" else "0.32.0", patches))
         assert files["suite-src/tools/client_worker.py"] == WORKER_PATH
         assert files["suite-src/tools/kernel_bench.py"] == REPO / "suite" / "stages" / "kernel" / "bench.py"
+        assert files["suite-src/tools/kernel_gate_paths.py"] == REPO / "suite" / "stages" / "kernel" / "gate_paths.py"
+        assert files["suite-src/tools/kernel_timing.py"] == REPO / "suite" / "stages" / "kernel" / "timing.py"
         assert files["suite-src/tools/layer_bench.py"] == REPO / "suite" / "stages" / "layer" / "bench.py"
     # image content: a change to the worker is a new image
     files = context_files("cuda", "0.33.0", [])
@@ -376,7 +374,7 @@ def test_images_carry_the_client_worker_and_the_benches(tmp_path):
 
 
 def test_extra_ca_certs_from_both_places_once_each(tmp_path, monkeypatch):
-    from suite.runtime.docker.images import extra_ca_certs
+    from suite.runtime.docker.build_context import extra_ca_certs
 
     monkeypatch.delenv("SUITE_EXTRA_CA_CERTS", raising=False)
     pem = "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"
@@ -595,7 +593,7 @@ executor failed running [/bin/sh -c echo done && exit 3]: exit code: 3
 def test_buildkit_plain_output_becomes_steps_log_lines_and_the_error(tmp_path):
     """BuildKit's plain output (the 20.10 CLI's `[stage-0 a/b]` and buildx's `[a/b]`), printed by a real process
     that also shows the leading NAME=value word reaching its environment."""
-    from suite.runtime.docker.images import build_event, run_build
+    from suite.runtime.docker.image_build import build_event, run_build
 
     assert build_event("#5 [stage-0 2/3] RUN pip install x").step == 2
     assert (build_event("#6 [3/3] RUN echo").total, build_event("#6 [3/3] RUN echo").text) == (3, "RUN echo")
@@ -643,7 +641,7 @@ def test_dockerfiles_need_no_syntax_line_and_cache_what_pip_and_uv_download(dock
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.parent.name)
 def test_lm_eval_gets_a_venv_of_its_own_in_every_image(dockerfile):
-    from suite.runtime.docker.runtime import IMAGE_LM_EVAL_PYTHON
+    from suite.runtime.docker.containers import IMAGE_LM_EVAL_PYTHON
 
     vendor = dockerfile.parent.name
     instrs = instructions(dockerfile)
@@ -776,7 +774,7 @@ def test_cpu_vllm_layer_comes_before_the_patch_arguments():
 def test_cpu_image_lock_agrees_with_the_repo_lock():
     import re
 
-    from suite.runtime.docker.images import CPU_LOCK
+    from suite.runtime.docker.build_context import CPU_LOCK
 
     def pins(path: Path) -> dict[str, str]:
         out = {}
@@ -797,7 +795,7 @@ def test_cpu_image_lock_agrees_with_the_repo_lock():
 def test_image_suite_modules_are_enough_for_the_patches_command(tmp_path):
     """What `suite build` copies of the suite into an image runs `suite patches` there on its own: the command
     module through docker/apply_patches.py's runner, nothing else of the suite importable."""
-    from suite.runtime.docker.images import suite_files
+    from suite.runtime.docker.build_context import suite_files
 
     files = suite_files()
     assert {"suite/commands/patches.py", "suite/patches.py", "suite/matrix.py", "suite/errors.py"} <= set(files)
@@ -871,7 +869,8 @@ def sha256_of(data: str | bytes) -> str:
 
 
 def test_a_diff_file_travels_content_addressed_and_is_labelled_by_name_and_sha256(tmp_path):
-    from suite.runtime.docker.images import PATCH_FILES, image_patches
+    from suite.runtime.docker.build_context import PATCH_FILES
+    from suite.runtime.docker.images import image_patches
 
     diff = unified_diff("vllm/gate.py", GATE_BEFORE, GATE_AFTER)
     m = own_matrix(tmp_path, '{vllm: "0.33.0", patches: [ll-bf16-router-gemm-dispatch, ./my-change.diff]}',
@@ -942,7 +941,7 @@ def test_the_patch_layer_takes_what_python3_lacks_from_lm_evals_venv(tmp_path):
     apply_patches.py finds them in lm-eval's venv, with no download (no index here), and leaves that venv be."""
     import venv
 
-    from suite.runtime.docker.images import assemble_context
+    from suite.runtime.docker.image_build import assemble_context
 
     bare = tmp_path / "image"
     venv.EnvBuilder(with_pip=False).create(bare)  # the image's python3: none of pydantic, yaml, rich, scipy
@@ -965,7 +964,7 @@ def test_the_patch_layer_takes_what_python3_lacks_from_lm_evals_venv(tmp_path):
 
 
 def test_diff_files_are_applied_in_the_image_forward_and_reverse_strictly(tmp_path):
-    from suite.runtime.docker.images import assemble_context
+    from suite.runtime.docker.image_build import assemble_context
 
     forward = unified_diff("vllm/gate.py", GATE_BEFORE, GATE_AFTER)
     present = unified_diff("vllm/route.py", ROUTE_OLD, ROUTE_NOW)  # already in the tree: undone with '-'
@@ -997,7 +996,7 @@ def test_diff_files_are_applied_in_the_image_forward_and_reverse_strictly(tmp_pa
 
 def test_an_own_vllm_in_the_image_is_patched_for_the_matrix_version(tmp_path):
     """A wheel or git build reports its own version (a dev build); the base image's vLLM must match the arm's."""
-    from suite.runtime.docker.images import assemble_context
+    from suite.runtime.docker.image_build import assemble_context
 
     diff = unified_diff("vllm/gate.py", GATE_BEFORE, GATE_AFTER)
     m = own_matrix(tmp_path / "m", '{vllm: "0.33.0", patches: [./gate.diff]}', files={"gate.diff": diff})
@@ -1024,7 +1023,8 @@ WHEEL = "vllm-0.33.0-cp38-abi3-manylinux_2_31_x86_64.whl"
 
 
 def test_a_wheel_travels_content_addressed_into_identity_and_labels(tmp_path):
-    from suite.runtime.docker.images import VLLM_WHEEL_DIR, image_vllm_source
+    from suite.runtime.docker.image_sources import VLLM_WHEEL_DIR
+    from suite.runtime.docker.images import image_vllm_source
 
     data = b"PK\x03\x04 a vLLM wheel's bytes"
     mine = f"{{vllm: {{wheel: ./dist/{WHEEL}}}}}"
@@ -1132,7 +1132,7 @@ def vllm_repo(root: Path) -> tuple[Path, str, str]:
 
 
 def test_git_ls_remote_resolves_branches_and_annotated_tags(tmp_path):
-    from suite.runtime.docker.images import git_ls_remote
+    from suite.runtime.docker.image_sources import git_ls_remote
 
     if not shutil.which("git"):
         pytest.skip("git is not installed")
@@ -1360,10 +1360,10 @@ def test_a_rocm_server_of_a_non_root_user_has_aiter_copy_its_jit_tree_once_first
     """AITER copies its package's JIT tree to $HOME/.aiter/jit at import when it cannot write the package, with no
     lock: the server's processes would race on it. A ROCm server spec carries one tool container that imports
     it first, in the server's environment (the arm's HOME); not for root, nor with AITER_JIT_DIR."""
-    from suite.runtime.docker.runtime import AITER_SEED, aiter_home_jit
+    from suite.runtime.docker.containers import AITER_SEED, aiter_home_jit
 
-    monkeypatch.setenv(docker_runtime.DOCKER_USER_ENV, "1000:1000")
-    monkeypatch.setattr(docker_runtime, "user_name", lambda: "alice")
+    monkeypatch.setenv(docker_containers.DOCKER_USER_ENV, "1000:1000")
+    monkeypatch.setattr(docker_containers, "user_name", lambda: "alice")
     matrix = gpu_matrix("rocm")
     rt = DockerRuntime(matrix, tmp_path / "cache")
     env = ArmEnv(arm="baseline", vllm_version="0.33.0", image="suite-vllm:rocm-test")
@@ -1381,10 +1381,10 @@ def test_a_rocm_server_of_a_non_root_user_has_aiter_copy_its_jit_tree_once_first
     assert seed.devices == spec.container.devices == ["/dev/kfd", "/dev/dri"]  # AITER reads the GPU arch
     assert aiter_home_jit(spec.container) == (cache / "home").resolve() / ".aiter" / "jit"
     # root writes into the image's package; AITER_JIT_DIR names its own directory: no copy, no seed
-    monkeypatch.setenv(docker_runtime.DOCKER_USER_ENV, "0:0")
+    monkeypatch.setenv(docker_containers.DOCKER_USER_ENV, "0:0")
     assert rt.server_spec(env, argv_tail=["m"], extra_env={}, dirs=ArmDirs(run, cache), log_path=run / "b.log", port=8000,
                           redact=[]).prestart is None
-    monkeypatch.setenv(docker_runtime.DOCKER_USER_ENV, "1000:1000")
+    monkeypatch.setenv(docker_containers.DOCKER_USER_ENV, "1000:1000")
     assert rt.server_spec(env, argv_tail=["m"], extra_env={"AITER_JIT_DIR": "/jit"}, dirs=ArmDirs(run, cache),
                           log_path=run / "b.log", port=8000, redact=[]).prestart is None
     # CUDA: no AITER
@@ -1437,13 +1437,13 @@ def test_a_second_build_of_a_tag_waits_for_the_first_and_another_tag_does_not(tm
     import time
     import uuid
 
-    from suite.runtime.docker.images import build_lock
+    from suite.runtime.docker.image_build import build_lock
 
     tag = f"suite-vllm:cpu-locktest-{uuid.uuid4().hex[:8]}"
     held, released = tmp_path / "held", tmp_path / "released"
     holder = subprocess.Popen([sys.executable, "-c", (
         "import pathlib, sys, time\n"
-        "from suite.runtime.docker.images import build_lock\n"
+        "from suite.runtime.docker.image_build import build_lock\n"
         f"with build_lock({tag!r}):\n"
         f"    pathlib.Path({str(held)!r}).write_text('1')\n"
         "    time.sleep(1.5)\n"

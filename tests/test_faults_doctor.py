@@ -199,7 +199,7 @@ def test_container_gpus_tries_docker_run_gpus_on_this_engine(engine):
     with no image here, the engine is found to lack the nvidia runtime); either way the check fails and says
     what to install. The request is the runtime's own (`--gpus all`)."""
     from suite.doctor import GPU_PROBE_LABELS, _container_nvidia
-    from suite.runtime.docker.runtime import gpu_requests
+    from suite.runtime.docker.containers import gpu_requests
 
     (req,) = gpu_requests("all")
     assert req["Count"] == -1 and req["Capabilities"] == [["gpu"]]

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from suite.runtime.docker.images import wheel_dirs
+from suite.runtime.docker.build_context import wheel_dirs
 from tests.conftest import REPO
 
 pytestmark = [pytest.mark.docker, pytest.mark.e2e]

@@ -10,16 +10,11 @@ import torch
 
 from suite.commands.kernel import parse_arm_args, parse_arms
 from suite.errors import SuiteError
-from suite.stages.kernel.bench import (
-    MeasureConfig,
-    PathRecorder,
-    classify,
-    measure_gate,
-    percentile,
-    summarize,
-)
+from suite.stages.kernel.bench import MeasureConfig, measure_gate
+from suite.stages.kernel.gate_paths import PathRecorder, classify
 from suite.stages.kernel.read import KernelRun
 from suite.stages.kernel.summary import comparison_rows, render_kernel_md, render_kernel_text
+from suite.stages.kernel.timing import percentile, summarize
 
 # Toy "kernel module": gates look the fast kernel up here at call time, as GateLinear does with ll_bf16.
 toy_kernels = types.ModuleType("toy_kernels")

@@ -118,7 +118,7 @@ def test_a_run_uses_an_earlier_diff_only_after_tracking(sets, vllm_033, tmp_path
         env=dict(os.environ, COLUMNS="400")).stdout
 
     # the image's build context: the manifest, the 0.32.0 diff and the record, where the image looks for them
-    from suite.runtime.docker.images import patch_context_files
+    from suite.runtime.docker.build_context import patch_context_files
 
     image = tmp_path / "image"
     for rel, src in patch_context_files([r]):

@@ -30,7 +30,8 @@ def run(args: argparse.Namespace) -> int:
     from suite.errors import SuiteError
     from suite.matrix_load import load_matrix
     from suite.runtime.docker.bases import host_driver
-    from suite.runtime.docker.images import build_image, docker_client, plans_for, resolve_digest
+    from suite.runtime.docker.image_build import build_image, docker_client, resolve_digest
+    from suite.runtime.docker.images import plans_for
     from suite.runtime.preflight import enforce, matrix_checks
 
     console = Console()
@@ -87,8 +88,9 @@ def run(args: argparse.Namespace) -> int:
 def dry_run_text(matrix, plans, client, cache_root: Path) -> str:
     from suite.plan import build_plan
     from suite.runtime.base import ArmEnv
-    from suite.runtime.docker.images import existing_image
-    from suite.runtime.docker.runtime import DockerRuntime, container_config
+    from suite.runtime.docker.containers import container_config
+    from suite.runtime.docker.image_build import existing_image
+    from suite.runtime.docker.runtime import DockerRuntime
     from suite.sessions import server_argv_tail
     from suite.store import ArmDirs
 

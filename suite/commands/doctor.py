@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     from suite.errors import SuiteError
     from suite.matrix_blocks import DockerSpec
     from suite.matrix_load import load_matrix
-    from suite.runtime.docker.images import docker_client
+    from suite.runtime.docker.image_build import docker_client
     from suite.runtime.preflight import matrix_checks
 
     only = frozenset(g.strip() for g in args.only.split(",") if g.strip())

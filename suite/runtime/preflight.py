@@ -162,7 +162,7 @@ def hub_cache_dir(matrix: Matrix) -> Path:
     docker.hf_cache is given, else the directory mounted as their HF_HOME, plus hub/), otherwise the hub's own
     default ($HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub)."""
     if matrix.runtime.kind == "docker":
-        from suite.runtime.docker.runtime import hub_cache_dir as container_hub_cache
+        from suite.runtime.docker.containers import hub_cache_dir as container_hub_cache
 
         return container_hub_cache(matrix.runtime.docker or DockerSpec())
     if os.environ.get("HF_HUB_CACHE"):
@@ -265,7 +265,8 @@ def docker_checks(matrix: Matrix, client: Any, serving: bool, plans: dict[str, A
     """The docker runtime's checks (``serving``: servers will start here, so the GPUs must reach containers;
     `suite build` alone needs the base and the disk); ``plans``: the arms' image plans when the caller has them
     (planning resolves git refs over the network: once)."""
-    from suite.runtime.docker.images import plans_for, resolve_digest
+    from suite.runtime.docker.image_build import resolve_digest
+    from suite.runtime.docker.images import plans_for
 
     docker = matrix.runtime.docker or DockerSpec()
     driver = host_driver(matrix)

@@ -20,8 +20,11 @@ What it does, per process (one arm):
    seconds, then ``--trials`` timed replays, per-call µs; the SM clock read right after), a plain timing loop
    on CPU; reports median, p10, p90 (and the raw samples).
 
-Only torch and the standard library are imported at module level: the timing and path-recording core works
-without vLLM (the H200 harness in ``benchmarks/kernel/`` uses it with vLLM's kernel files only).
+Only torch and the standard library are imported at module level, and beside them the benchmark's own
+timing harness (suite.stages.kernel.timing) and path recording (suite.stages.kernel.gate_paths), which import
+nothing of the suite either: the benchmark works without vLLM (the H200 harness in ``benchmarks/kernel/`` uses
+it with vLLM's kernel files only). In an arm's image the three are files side by side under /opt/suite/tools:
+``kernel_bench.py``, ``kernel_timing.py`` and ``kernel_gate_paths.py``.
 """
 
 from __future__ import annotations
@@ -32,48 +35,23 @@ import importlib
 import json
 import os
 import platform
-import re
 import socket
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+try:
+    from suite.stages.kernel import gate_paths, timing
+except ImportError:  # in an arm's image: kernel_gate_paths.py and kernel_timing.py lie beside this file
+    import kernel_gate_paths as gate_paths  # type: ignore[no-redef]
+    import kernel_timing as timing  # type: ignore[no-redef]
 
 SCHEMA_VERSION = 1
 DEFAULT_M = (1, 2, 4, 8, 16, 32)
 DEFAULT_TRACE_M = 2048
-LL_BF16_MODULE = "vllm.model_executor.kernels.linear.cute_dsl.ll_bf16"
-
-# (label, module, attribute): Python-level kernel entry points a gate may reach. A module that cannot be
-# imported in this tree is skipped (it is simply not a path this tree has).
-PY_CANDIDATES: tuple[tuple[str, str, str], ...] = (
-    ("ll_bf16_gemm", LL_BF16_MODULE, "ll_bf16_gemm"),
-    ("ll_fp32w_gemm", "vllm.model_executor.kernels.linear.cute_dsl.ll_fp32w", "LL_FP32W_GEMM_KERNEL"),
-    (
-        "bf16x3_router_gemm",
-        "vllm.model_executor.layers.fused_moe.router.bf16x3_router_gemm_cutedsl",
-        "bf16x3_router_gemm",
-    ),
-    ("fp32_router_gemm", "vllm._custom_ops", "fp32_router_gemm"),
-    ("onednn_mm", "vllm._custom_ops", "onednn_mm"),
-    ("sgl_weight_packed_linear", "vllm._custom_ops", "weight_packed_linear_cpu"),
-)
-# Leaf labels, most specific first: the path of a call is the first of these it reached.
-LEAF_ORDER = (
-    "ll_bf16_gemm",
-    "ll_fp32w_gemm",
-    "bf16x3_router_gemm",
-    "fp32_router_gemm",
-    "sgl_weight_packed_linear",
-    "onednn_mm",
-    "torch.mm",
-    "F.linear",
-)
-DEFAULT_OP_PATTERN = r"router"
-WARM_S = 1.0  # seconds of graph replays before the timed ones (see time_cuda_graph)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -142,164 +120,6 @@ def atomic_write_json(path: str, obj: Any) -> None:
         raise
 
 
-def percentile(sorted_values: Sequence[float], q: float) -> float:
-    """Linear-interpolation percentile (q in [0, 100]) of an already sorted sequence."""
-    if not sorted_values:
-        raise ValueError("no samples")
-    pos = (len(sorted_values) - 1) * q / 100.0
-    lo = int(pos)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
-
-
-def summarize(samples_us: Sequence[float]) -> dict[str, float]:
-    s = sorted(samples_us)
-    return {"median_us": percentile(s, 50), "p10_us": percentile(s, 10), "p90_us": percentile(s, 90)}
-
-
-# --------------------------------------------------------------------------------------------------
-# path recording
-
-
-class PathRecorder:
-    """Records which kernel entry points one gate call reached.
-
-    Two sources, combined per call:
-
-    - Python entry points (``ll_bf16_gemm``, vLLM's GEMM helpers, ``torch.mm``, ``F.linear``) are replaced by
-      shims that append a label to ``self.calls``. The shims are plain Python, so Dynamo traces through them
-      and replays the list mutation after every call of the compiled code; code that runs eagerly (a custom
-      op's implementation) records directly. Install before compiling.
-    - Custom ops (``torch.ops.<namespace>.<op>`` matching ``op_pattern``) cannot be replaced without breaking
-      compilation, so their calls are read from a CPU ``torch.profiler`` trace of the same call.
-
-    The recording pass is separate from the timing: on GPU the timed calls are CUDA-graph replays, in which no
-    Python runs at all; on CPU the shims add one list append per call.
-    """
-
-    def __init__(self, op_namespace: str = "vllm", op_pattern: str = DEFAULT_OP_PATTERN) -> None:
-        self.calls: list[str] = []
-        self.installed: list[str] = []
-        self._originals: dict[str, Any] = {}
-        self._patched: list[tuple[Any, str, Any]] = []
-        self.op_namespace = op_namespace
-        self.op_regex = re.compile(op_pattern)
-
-    def _make_shim(self, label: str, target: Callable[..., Any]) -> Callable[..., Any]:
-        calls = self.calls
-
-        def shim(*args: Any, **kwargs: Any) -> Any:
-            calls.append(label)
-            return target(*args, **kwargs)
-
-        shim.__name__ = f"recording_{re.sub(r'[^0-9A-Za-z_]', '_', label)}"
-        shim.__wrapped__ = target  # type: ignore[attr-defined]
-        return shim
-
-    def wrap_attribute(self, label: str, owner: Any, attr: str, rebind_modules: bool = True) -> bool:
-        """Wrap ``owner.attr``; also rebind modules under ``vllm`` that imported the same object by name."""
-        original = getattr(owner, attr, None)
-        if original is None or not callable(original):
-            return False
-        shim = self._make_shim(label, original)
-        setattr(owner, attr, shim)
-        self._patched.append((owner, attr, original))
-        if rebind_modules:
-            for mod in list(sys.modules.values()):
-                name = getattr(mod, "__name__", "") or ""
-                if mod is owner or not (name == "vllm" or name.startswith("vllm.")):
-                    continue
-                try:
-                    if getattr(mod, attr, None) is original:
-                        setattr(mod, attr, shim)
-                        self._patched.append((mod, attr, original))
-                except Exception:  # noqa: BLE001 - exotic module objects; nothing to rebind there
-                    continue
-        self._originals[label] = original
-        self.installed.append(label)
-        return True
-
-    def wrap_python_candidates(self, candidates: Iterable[tuple[str, str, str]] = PY_CANDIDATES) -> None:
-        for label, module_name, attr in candidates:
-            try:
-                module = importlib.import_module(module_name)
-            except Exception:  # noqa: BLE001 - absent in this tree, or needs a GPU-only package
-                continue
-            self.wrap_attribute(label, module, attr)
-
-    def wrap_torch_fallbacks(self) -> None:
-        import torch
-        import torch.nn.functional as F
-
-        # Inductor keeps its own reference to torch.mm for extern kernels; import it first so the compiled
-        # code calls the real function and only the traced (replayed) shim records.
-        for name in ("torch._inductor.select_algorithm", "torch._inductor.kernel.mm"):
-            try:
-                importlib.import_module(name)
-            except Exception:  # noqa: BLE001 - an older torch lays inductor out differently
-                pass
-        self.wrap_attribute("torch.mm", torch, "mm", rebind_modules=False)
-        self.wrap_attribute("F.linear", F, "linear", rebind_modules=False)
-
-    def install_all(self) -> list[str]:
-        self.wrap_python_candidates()
-        self.wrap_torch_fallbacks()
-        return [*self.installed, f"profiler:{self.op_namespace}::/{self.op_regex.pattern}/"]
-
-    def uninstall(self) -> None:
-        """Put every wrapped attribute back (a compiled graph keeps what it traced)."""
-        for owner, attr, original in reversed(self._patched):
-            setattr(owner, attr, original)
-        self._patched.clear()
-        self.installed.clear()
-
-    def original(self, label: str) -> Any:
-        return self._originals[label]
-
-    def take(self) -> list[str]:
-        out = list(self.calls)
-        self.calls.clear()
-        return out
-
-    def record(self, fn: Callable[..., Any], *args: Any) -> list[str]:
-        """Labels of everything one ``fn(*args)`` reached: shim labels, then matching custom ops."""
-        import torch
-        from torch.profiler import ProfilerActivity, profile
-
-        self.take()
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
-            fn(*args)
-            if any(getattr(a, "is_cuda", False) for a in args):
-                torch.cuda.synchronize()
-        labels = self.take()
-        prefix = f"{self.op_namespace}::"
-        for event in prof.events():
-            name = event.name
-            if name.startswith(prefix) and self.op_regex.search(name[len(prefix) :]):
-                labels.append(name)
-        return labels
-
-
-def classify(calls: Sequence[str]) -> str:
-    """One path label for the calls of one gate invocation: ``op -> leaf``, ``leaf`` or ``none``.
-
-    The leaf is the most specific kernel reached: a label outside ``LEAF_ORDER`` (a kernel the caller wrapped
-    on purpose) first, then ``LEAF_ORDER``'s order (``ll_bf16_gemm`` before the ``torch.mm`` it may call).
-    """
-    ops = sorted({c for c in calls if "::" in c})
-    leaves = [c for c in calls if "::" not in c]
-    leaf = min(leaves, key=lambda c: LEAF_ORDER.index(c) if c in LEAF_ORDER else -1) if leaves else None
-    parts = ops + ([leaf] if leaf else [])
-    return " -> ".join(parts) if parts else "none"
-
-
-def count_calls(calls: Sequence[str]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for c in calls:
-        out[c] = out.get(c, 0) + 1
-    return dict(sorted(out.items()))
-
-
 # --------------------------------------------------------------------------------------------------
 # compile like vLLM, time
 
@@ -337,70 +157,6 @@ def dynamo_graph_count() -> int:
     return int(counters["stats"]["unique_graphs"])
 
 
-def sm_clock_mhz() -> int | None:
-    """The GPU's SM clock now (nvidia-smi; the first visible device), or None where none can be read."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
-    cmd = ["nvidia-smi", "--query-gpu=clocks.sm", "--format=csv,noheader,nounits"]
-    if visible.isdigit():
-        cmd += ["-i", visible]
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=10, check=True).stdout.split()
-        return int(out[0])
-    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
-        return None
-
-
-def time_cuda_graph(fn: Callable[[Any], Any], x: Any, calls: int, trials: int, warmup: int,
-                    warm_s: float = WARM_S) -> list[float]:
-    """Per-call µs for ``trials`` replays of one CUDA graph holding ``calls`` calls of ``fn(x)``, after the
-    graph has been replayed for ``warm_s`` seconds: a GPU left idle while the host compiled runs at a low SM
-    clock and takes a few hundred ms of work to reach its boost clock, which short timed bursts never give."""
-    import torch
-
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(warmup):
-            fn(x)
-    torch.cuda.current_stream().wait_stream(stream)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
-            fn(x)
-    for _ in range(max(3, warmup)):
-        graph.replay()
-    torch.cuda.synchronize()
-    warm_until = time.perf_counter() + warm_s
-    while time.perf_counter() < warm_until:
-        graph.replay()
-        torch.cuda.synchronize()
-    samples = []
-    start = torch.cuda.Event(enable_timing=True)
-    end = torch.cuda.Event(enable_timing=True)
-    for _ in range(trials):
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) * 1000.0 / calls)
-    del graph
-    return samples
-
-
-def time_cpu_loop(fn: Callable[[Any], Any], x: Any, calls: int, trials: int, warmup: int) -> list[float]:
-    """Per-call µs of a plain loop of ``calls`` calls, ``trials`` times."""
-    for _ in range(warmup):
-        fn(x)
-    samples = []
-    for _ in range(trials):
-        t0 = time.perf_counter_ns()
-        for _ in range(calls):
-            fn(x)
-        samples.append((time.perf_counter_ns() - t0) / 1000.0 / calls)
-    return samples
-
-
 @dataclass
 class MeasureConfig:
     hidden: int = 2816
@@ -413,7 +169,7 @@ class MeasureConfig:
     backend: str = "inductor"
     device: str = "auto"
     seed: int = 0
-    op_pattern: str = DEFAULT_OP_PATTERN
+    op_pattern: str = gate_paths.DEFAULT_OP_PATTERN
 
 
 def resolve_device(name: str) -> str:
@@ -450,7 +206,7 @@ def device_info(device: str) -> dict[str, Any]:
 
 def measure_gate(
     gate: Any,
-    recorder: PathRecorder,
+    recorder: gate_paths.PathRecorder,
     cfg: MeasureConfig,
     device: str,
     log: Callable[[str], None] = lambda s: None,
@@ -486,7 +242,7 @@ def measure_gate(
         trace_calls = recorder.record(compiled, x_trace)
         trace_s = time.perf_counter() - t0
         graphs_after_trace = dynamo_graph_count()
-        trace_path = classify(trace_calls)
+        trace_path = gate_paths.classify(trace_calls)
         log(f"traced at M={cfg.trace_m} in {trace_s:.1f}s: path {trace_path}")
 
         compiled_calls: dict[int, list[str]] = {}
@@ -497,20 +253,21 @@ def measure_gate(
             recompiled[m] = dynamo_graph_count() > before
             # a second call records the steady state (after any recompile the first call triggered)
             compiled_calls[m] = recorder.record(compiled, inputs[m])
-            if classify(first) != classify(compiled_calls[m]):
+            if gate_paths.classify(first) != gate_paths.classify(compiled_calls[m]):
                 log(
-                    f"M={m}: first compiled call took {classify(first)}, later calls {classify(compiled_calls[m])}"
+                    f"M={m}: first compiled call took {gate_paths.classify(first)}, "
+                    f"later calls {gate_paths.classify(compiled_calls[m])}"
                 )
 
-        timer = time_cuda_graph if device.startswith("cuda") else time_cpu_loop
+        timer = timing.time_cuda_graph if device.startswith("cuda") else timing.time_cpu_loop
         results: list[MResult] = []
         for m in cfg.m_values:
             samples = timer(compiled, inputs[m], cfg.calls, cfg.trials, cfg.warmup)
-            clock = sm_clock_mhz() if device.startswith("cuda") else None
+            clock = timing.sm_clock_mhz() if device.startswith("cuda") else None
             recorder.take()
-            stats = summarize(samples)
-            path = classify(compiled_calls[m])
-            eager_path = classify(eager[m])
+            stats = timing.summarize(samples)
+            path = gate_paths.classify(compiled_calls[m])
+            eager_path = gate_paths.classify(eager[m])
             frozen = path != eager_path and path == trace_path
             results.append(
                 MResult(
@@ -520,7 +277,7 @@ def measure_gate(
                     p90_us=round(stats["p90_us"], 4),
                     n=len(samples),
                     path=path,
-                    calls=count_calls(compiled_calls[m]),
+                    calls=gate_paths.count_calls(compiled_calls[m]),
                     eager_path=eager_path,
                     frozen_branch=frozen,
                     recompiled=recompiled[m],
@@ -540,7 +297,7 @@ def measure_gate(
         "trace_path": trace_path,
         "trace_seconds": round(trace_s, 3),
         "dynamo_graphs_at_trace": graphs_after_trace - g0,
-        "eager_trace_path": classify(eager[cfg.trace_m]),
+        "eager_trace_path": gate_paths.classify(eager[cfg.trace_m]),
     }
     return results, compile_info
 
@@ -607,7 +364,7 @@ def build_vllm_gate(
     if force_ll_bf16_fake:
         if device.startswith("cuda"):
             raise ValueError("--force-ll-bf16-fake is a CPU test aid; on GPU the real kernel runs")
-        ll_bf16 = importlib.import_module(LL_BF16_MODULE)
+        ll_bf16 = importlib.import_module(gate_paths.LL_BF16_MODULE)
         ref = weight.float()
 
         def ll_bf16_gemm_cpu_fake(x: Any, w: Any, output_dtype: Any = torch.float32) -> Any:
@@ -653,7 +410,7 @@ def run(
         info.setdefault("source", gate_factory)
     else:
         gate, info = build_vllm_gate(cfg.hidden, cfg.experts, device, cfg.seed, force_ll_bf16_fake)
-    recorder = PathRecorder(op_pattern=cfg.op_pattern)
+    recorder = gate_paths.PathRecorder(op_pattern=cfg.op_pattern)
     shims = recorder.install_all()
     log(f"gate {info.get('class', info.get('source'))} on {device}; shims: {', '.join(shims)}")
     results, compile_info = measure_gate(gate, recorder, cfg, device, log=log)
@@ -680,7 +437,7 @@ def run(
             "calls_per_sample": cfg.calls,
             "samples": cfg.trials,
             "warmup": cfg.warmup,
-            "warm_s": WARM_S if device.startswith("cuda") else None,
+            "warm_s": timing.WARM_S if device.startswith("cuda") else None,
             "statistic": "median of per-call us; spread p10/p90",
         },
         shims=shims,
@@ -712,7 +469,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", default="inductor", help="torch.compile backend (tests may use aot_eager)")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--op-pattern", default=DEFAULT_OP_PATTERN, help="regex of torch.ops.vllm ops to record")
+    p.add_argument(
+        "--op-pattern", default=gate_paths.DEFAULT_OP_PATTERN, help="regex of torch.ops.vllm ops to record"
+    )
     p.add_argument("--gate-factory", default=None, help="module:function building the gate instead of vLLM")
     p.add_argument(
         "--force-ll-bf16-fake",

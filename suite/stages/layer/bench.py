@@ -42,10 +42,13 @@ from typing import Any
 
 try:
     from suite.stages.kernel import bench as kernel_bench
-except ImportError:  # in an arm's image: /opt/suite/tools/kernel_bench.py lies beside this file
+    from suite.stages.kernel import gate_paths, timing
+except ImportError:  # in an arm's image: /opt/suite/tools/kernel_bench.py and its kernel_*.py lie beside this file
     import kernel_bench  # type: ignore[no-redef]
+    import kernel_gate_paths as gate_paths  # type: ignore[no-redef]
+    import kernel_timing as timing  # type: ignore[no-redef]
 
-MResult, PathRecorder = kernel_bench.MResult, kernel_bench.PathRecorder
+MResult, PathRecorder = kernel_bench.MResult, gate_paths.PathRecorder
 
 SCHEMA_VERSION = 1
 DEFAULT_TOKENS = (1, 2, 4, 8)
@@ -316,29 +319,29 @@ def measure_layer(layer: Any, vllm_config: Any, gate: Any, cfg: LayerConfig, dev
         t0 = time.perf_counter()
         trace_calls = gate_calls(in_context(cfg.trace_m, lambda: recorder.record(compiled, x_trace)))
         trace_s = time.perf_counter() - t0
-        trace_path = kernel_bench.classify(trace_calls)
+        trace_path = gate_paths.classify(trace_calls)
         log(f"traced at T={cfg.trace_m} in {trace_s:.1f}s: gate path {trace_path}")
         results, references = [], []
-        timer = kernel_bench.time_cuda_graph if device.startswith("cuda") else kernel_bench.time_cpu_loop
+        timer = timing.time_cuda_graph if device.startswith("cuda") else timing.time_cpu_loop
         for t in cfg.tokens:
             before = kernel_bench.dynamo_graph_count()
             in_context(t, lambda t=t: recorder.record(compiled, inputs[t]))
             recompiled = kernel_bench.dynamo_graph_count() > before
             steady = gate_calls(in_context(t, lambda t=t: recorder.record(compiled, inputs[t])))
             samples = in_context(t, lambda t=t: timer(compiled, inputs[t], cfg.calls, cfg.trials, cfg.warmup))
-            clock = kernel_bench.sm_clock_mhz() if device.startswith("cuda") else None
+            clock = timing.sm_clock_mhz() if device.startswith("cuda") else None
             ref_samples = timer(reference, inputs[t], cfg.calls, cfg.trials, cfg.warmup)
             recorder.take()
-            references.append({"m": t, **{k: round(v, 4) for k, v in kernel_bench.summarize(ref_samples).items()},
+            references.append({"m": t, **{k: round(v, 4) for k, v in timing.summarize(ref_samples).items()},
                                "samples_us": [round(x, 4) for x in ref_samples]})
-            stats = kernel_bench.summarize(samples)
-            path, eager_path = kernel_bench.classify(steady), kernel_bench.classify(eager[t])
+            stats = timing.summarize(samples)
+            path, eager_path = gate_paths.classify(steady), gate_paths.classify(eager[t])
             frozen = path != eager_path and path == trace_path
             if (resolved := run_time_path(path, eager_path)) is not None:
                 path, frozen = resolved, False
             results.append(MResult(m=t, median_us=round(stats["median_us"], 4), p10_us=round(stats["p10_us"], 4),
                                    p90_us=round(stats["p90_us"], 4), n=len(samples), path=path,
-                                   calls=kernel_bench.count_calls(steady), eager_path=eager_path, frozen_branch=frozen,
+                                   calls=gate_paths.count_calls(steady), eager_path=eager_path, frozen_branch=frozen,
                                    recompiled=recompiled, samples_us=[round(s, 4) for s in samples],
                                    sm_clock_mhz=clock))
             log(f"T={t:<4d} median {stats['median_us']:9.2f} us/layer  p10 {stats['p10_us']:9.2f}  "
@@ -352,7 +355,7 @@ def measure_layer(layer: Any, vllm_config: Any, gate: Any, cfg: LayerConfig, dev
         "compile": cfg.compile,
         "backend": "vllm" if cfg.compile == "vllm" else cfg.backend, "trace_m": cfg.trace_m, "trace_path": trace_path,
         "trace_seconds": round(trace_s, 3), "dynamo_graphs_at_trace": kernel_bench.dynamo_graph_count() - g0,
-        "eager_trace_path": kernel_bench.classify(eager[cfg.trace_m]), "shims": shims,
+        "eager_trace_path": gate_paths.classify(eager[cfg.trace_m]), "shims": shims,
         "env": {key: os.environ.get(key) for key in COMPILE_ENV[cfg.compile]},
     }
     return results, compile_info, references
@@ -379,7 +382,7 @@ def run(cfg: LayerConfig, arm: str | None = None, log: Callable[[str], None] = l
         "compile": compile_info,
         "timing": {"method": "cuda_graph_replay" if device.startswith("cuda") else "cpu_loop",
                    "calls_per_sample": cfg.calls, "samples": cfg.trials, "warmup": cfg.warmup,
-                   "warm_s": kernel_bench.WARM_S if device.startswith("cuda") else None,
+                   "warm_s": timing.WARM_S if device.startswith("cuda") else None,
                    "statistic": "median of per-layer-call us; spread p10/p90"},
         "frozen_branch_ms": frozen,
         "results": [asdict(r) for r in results],
