@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 
 from suite.matrix import Matrix
 from suite.plan import Plan, Session, session_round
+from suite.sbatch import gpu_request
 from suite.stages.serve.spec import ServeParams
 
 
@@ -56,7 +57,7 @@ def host_of(matrix: Matrix, here: str) -> str:
     rt = matrix.runtime
     if rt.kind == "docker" and rt.docker is not None:
         return rt.docker.vendor
-    if rt.kind == "slurm" and rt.slurm is not None and rt.slurm.gpus_per_job:
+    if rt.kind == "slurm" and rt.slurm is not None and gpu_request(rt.slurm.sbatch):
         return rt.slurm.gpu_vendor
     if rt.kind == "local" and (rt.gpus or rt.gpu_groups):
         return "cuda"

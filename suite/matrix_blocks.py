@@ -29,6 +29,8 @@ from pydantic import (
     model_validator,
 )
 
+from suite.sbatch import DEFAULT_TIME, SET_BY_SUITE, check_options
+
 # Sizes beyond these are refused as typos (10**12 concurrency would plan 3 * 10**12 prompts). They sit far
 # above any real serving benchmark: 65,536 concurrent requests, a million prompts per point, ten million
 # tokens per prompt, a thousand repeats.
@@ -160,20 +162,19 @@ class DockerSpec(Strict):
     hf_cache: str | None = Field(None, description="host HF cache mounted into the container")
 
 
-SLURM_TIME = re.compile(r"^(UNLIMITED|INFINITE|\d+(:\d{1,2}){0,2}|\d+-\d{1,2}(:\d{1,2}){0,2})$")
-
-
 class SlurmSpec(Strict):
     """runtime.kind: slurm. Each session (one arm's server lifetime) becomes one `sbatch` job."""
 
-    partition: str | None = Field(None, description="--partition; None = the cluster's default partition")
-    gpus_per_job: int = Field(0, ge=0, description="--gres=gpu[:TYPE]:N; 0 = no GPU request")
-    gres_type: str | None = Field(None, description="GPU type in --gres=gpu:TYPE:N")
-    cpus_per_task: int | None = Field(None, gt=0, description="--cpus-per-task (size it so that only as many "
-                                      "servers share a node as you want)")
-    mem: str | None = Field(None, description="--mem, e.g. 64G")
-    exclusive: bool = Field(False, description="--exclusive: a whole node per job")
-    time_limit: str = Field("01:00:00", description="--time: MM, HH:MM:SS, D-HH:MM:SS or UNLIMITED")
+    sbatch: list[str] = Field([], description=(
+        "sbatch's own long options for every session's job, as on an sbatch command line or an #SBATCH line, "
+        "e.g. [--partition=gpu, --gres=gpu:h100:1, --cpus-per-task=16, --mem=64G, --exclusive, --time=04:00:00, "
+        "--account=abc] (size --cpus-per-task / --mem so that only as many servers share a node as you want). "
+        f"--time={DEFAULT_TIME} is added unless the list has a --time (MM, HH:MM:SS, D-HH:MM:SS or UNLIMITED); a value "
+        "given as the next entry ([--time, \"02:00:00\"]) is joined to its option. The GPUs a job asks for "
+        "(--gres=gpu[:TYPE]:N, --gpus, --gpus-per-node) are checked against the partition's nodes before "
+        "anything is submitted. Refused, each with its reason: the options the driver sets itself or that would "
+        "break how it follows a job (" + ", ".join(f"--{o}" for o in SET_BY_SUITE) + "), short options (-p) and "
+        "abbreviations (--part)"))
     container: Literal["none", "pyxis", "apptainer"] = Field("none", description="none (the overlay on a shared file system), pyxis or apptainer")
     image: str | None = Field(None, description="pyxis/apptainer image (an arm's `image` overrides it)")
     container_mounts: list[str] = Field([], description="extra SRC[:DST] mounts into the container")
@@ -182,23 +183,11 @@ class SlurmSpec(Strict):
                                description="resubmissions of a session whose job did not complete")
     parallel: bool = Field(True, description="submit independent sessions together (False: one at a time)")
     poll_interval_s: float = Field(3.0, gt=0, description="squeue polling interval of the driver")
-    extra_sbatch: list[str] = Field([], description="more sbatch options, e.g. [--account=abc, --qos=high]")
 
-    @field_validator("time_limit", mode="before")
+    @field_validator("sbatch", mode="before")
     @classmethod
-    def _time_limit(cls, value: Any) -> Any:
-        value = str(value).strip() if isinstance(value, int | str) else value
-        if isinstance(value, str) and not SLURM_TIME.match(value):
-            raise ValueError("time_limit must be a Slurm time: MM, MM:SS, HH:MM:SS, D-HH[:MM[:SS]] or UNLIMITED")
-        return value
-
-    @field_validator("extra_sbatch")
-    @classmethod
-    def _extra(cls, value: list[str]) -> list[str]:
-        for opt in value:
-            if not opt.startswith("-") or "\n" in opt:
-                raise ValueError(f"extra_sbatch entries are single sbatch options starting with '-': {opt!r}")
-        return value
+    def _sbatch(cls, value: Any) -> Any:
+        return check_options(value)
 
 
 GPU_LIST = re.compile(r"^\d+(,\d+)*$")
@@ -230,7 +219,7 @@ class RuntimeSpec(Strict):
         "layouts on n - N degrees of freedom (verdict.looks: multiples of N, the first from 2N). Each arm keeps "
         "a compile cache per group"))
     docker: DockerSpec | None = Field(None, description="runtime docker: vendor, GPUs, base image, shared memory")
-    slurm: SlurmSpec | None = Field(None, description="runtime slurm: partition, GPUs and time per job, container mode")
+    slurm: SlurmSpec | None = Field(None, description="runtime slurm: the sbatch options of each job, container mode")
 
     @field_validator("gpu_groups")
     @classmethod

@@ -11,6 +11,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from suite.sbatch import DEFAULT_TIME
+
 
 @dataclass(frozen=True)
 class Retired:
@@ -25,11 +27,12 @@ def _flag(value: Any) -> str:
     return "" if value is None else str(value)
 
 
-def _sbatch(option: str, form: Callable[[Any], str] | None = None) -> Callable[[Any], str]:
+def _sbatch(option: str, form: Callable[[Any], str] | None = None,
+            note: Callable[[Any], str] | None = None) -> Callable[[Any], str]:
     def says(value: Any) -> str:
         written = form(value) if form else f"{option}={_flag(value)}"
         return (f"retired: write sbatch's own option in runtime.slurm.sbatch, e.g. sbatch: [{written}] "
-                "(every option there goes to each session's batch job as it is)")
+                "(every option there goes to each session's batch job as it is)" + (note(value) if note else ""))
     return says
 
 
@@ -55,6 +58,22 @@ RETIRED: tuple[Retired, ...] = (
     Retired(("verdict", "max_rounds"), lambda v: (
         f"retired: the last of verdict.looks is the most rounds a sequential run takes: write looks ending at {v}, "
         f"e.g. looks: [{max(1, int(v) // 2) if isinstance(v, int) else 2}, {v}]")),
+    # runtime.slurm's typed sbatch fields: one list of sbatch's own options (suite.sbatch)
+    Retired(("runtime", "slurm", "partition"), _sbatch("--partition")),
+    Retired(("runtime", "slurm", "gpus_per_job"), _sbatch(
+        "--gres", lambda v: f"--gres=gpu:{v}" if v else "",
+        lambda v: f"; with gres_type TYPE: --gres=gpu:TYPE:{v}" if v else "; gpus_per_job: 0 asked for no GPU")),
+    Retired(("runtime", "slurm", "gres_type"), _sbatch(
+        "--gres", lambda v: f"--gres=gpu:{_flag(v)}:N", lambda _: "; N: the GPUs that gpus_per_job gave")),
+    Retired(("runtime", "slurm", "cpus_per_task"), _sbatch("--cpus-per-task")),
+    Retired(("runtime", "slurm", "mem"), _sbatch("--mem")),
+    Retired(("runtime", "slurm", "exclusive"), _sbatch(
+        "--exclusive", lambda v: "--exclusive" if v is True else "",
+        lambda v: "" if v is True else "; exclusive: false is sbatch's default")),
+    Retired(("runtime", "slurm", "time_limit"), _sbatch(
+        "--time", note=lambda _: f"; a list without a --time asks for --time={DEFAULT_TIME}")),
+    Retired(("runtime", "slurm", "extra_sbatch"), _sbatch(
+        "", lambda v: ", ".join(map(str, v)) if isinstance(v, list) else _flag(v))),
 )
 
 

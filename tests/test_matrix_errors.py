@@ -478,3 +478,43 @@ def test_a_retired_field_says_what_to_write_instead(tmp_path):
     said = error_of(f)
     assert said.startswith(f"{f}:11: settle_s: retired: ") and "delete it, and keep quiet_s" in said, said
     assert "unknown field" not in said
+
+
+OLD_SLURM = BASE + """runtime:
+  kind: slurm
+  slurm:
+    partition: gpu
+    gpus_per_job: 8
+    gres_type: h200
+    time_limit: "04:00:00"
+    extra_sbatch: [--account=inference]
+"""
+
+
+def test_the_retired_slurm_fields_each_say_the_sbatch_option_to_write(tmp_path):
+    """runtime.slurm's typed sbatch fields became one list of sbatch's own options: each old field is refused at
+    its line with the option its value makes (gpus_per_job sees only its own value: the type is a hint)."""
+    f = write(tmp_path, OLD_SLURM)
+    said = error_of(f).splitlines()
+    assert said[0] == (f"{f}:13: runtime.slurm.partition: retired: write sbatch's own option in runtime.slurm.sbatch, "
+                       "e.g. sbatch: [--partition=gpu] (every option there goes to each session's batch job as it is)")
+    assert said[1].startswith(f"{f}:14: runtime.slurm.gpus_per_job: retired: ") and said[1].endswith(
+        "e.g. sbatch: [--gres=gpu:8] (every option there goes to each session's batch job as it is); with gres_type "
+        "TYPE: --gres=gpu:TYPE:8")
+    assert said[2].startswith(f"{f}:15: runtime.slurm.gres_type: ") and "sbatch: [--gres=gpu:h200:N]" in said[2]
+    assert said[3].startswith(f"{f}:16: runtime.slurm.time_limit: ") and "sbatch: [--time=04:00:00]" in said[3]
+    assert said[4].startswith(f"{f}:17: runtime.slurm.extra_sbatch: ") and "sbatch: [--account=inference]" in said[4]
+    assert "unknown field" not in " ".join(said)
+
+
+def test_suite_validate_names_a_retired_slurm_field_and_takes_its_replacement(tmp_path):
+    f = write(tmp_path, BASE + "runtime:\n  kind: slurm\n  slurm: {cpus_per_task: 16, exclusive: true}\n")
+    proc = run_suite("validate", str(f), env={"COLUMNS": "400"})
+    said = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode == 2, said
+    assert f"{f}:12: runtime.slurm.cpus_per_task: retired: write sbatch's own option in runtime.slurm.sbatch, " \
+           "e.g. sbatch: [--cpus-per-task=16]" in said
+    assert f"{f}:12: runtime.slurm.exclusive: retired: " in said and "sbatch: [--exclusive]" in said
+    good = write(tmp_path, BASE + "runtime:\n  kind: slurm\n  slurm: {sbatch: [--cpus-per-task=16, --exclusive]}\n",
+                 "good.yaml")
+    assert run_suite("validate", "--no-patch-check", str(good)).returncode == 0

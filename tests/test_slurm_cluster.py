@@ -72,13 +72,13 @@ def our_jobs(env: dict[str, str], name: str) -> list[str]:
     return [line for line in out.splitlines() if f"suite:{name}:" in line]
 
 
-def write_matrix(path: Path, name: str, model: Path, slurm_spec: dict, arms: dict | None = None,
-                 **extra) -> Path:
+def write_matrix(path: Path, name: str, model: Path, sbatch: list[str], arms: dict | None = None,
+                 slurm_spec: dict | None = None, **extra) -> Path:
     doc = {
         "name": name,
         "model": {"id": str(model), "served_name": "tiny-moe", "max_model_len": 512},
-        "runtime": {"kind": "slurm", "startup_timeout_s": 400, "slurm": {"time_limit": "00:20:00",
-                                                                          "poll_interval_s": 1.0, **slurm_spec}},
+        "runtime": {"kind": "slurm", "startup_timeout_s": 400,
+                    "slurm": {"poll_interval_s": 1.0, **(slurm_spec or {}), "sbatch": ["--time=00:20:00", *sbatch]}},
         "serve_args": ["--dtype", "bfloat16", "--max-num-seqs", "4", "--enforce-eager"],
         "env": {"VLLM_CPU_KVCACHE_SPACE": "1"},
         "arms": arms or {"baseline": {"vllm": "0.32.0"},
@@ -158,7 +158,7 @@ def ok_record(path: Path) -> bool:
 def killed_run(slurm_env: dict[str, str], tiny_model: Path, tmp_path_factory: pytest.TempPathFactory):
     tmp = tmp_path_factory.mktemp("slurm-ab")
     matrix = write_matrix(tmp / "ab.yaml", "slurm-ab", tiny_model,
-                          {"cpus_per_task": 2, "gpus_per_job": 1, "gres_type": "h200", "max_resubmits": 1})
+                          ["--cpus-per-task=2", "--gres=gpu:h200:1"], slurm_spec={"max_resubmits": 1})
     t0 = time.monotonic()
     run = SuiteRun(matrix, tmp / "runs", slurm_env)
     run_dir = run.run_dir()
@@ -253,15 +253,14 @@ def test_nothing_left_behind_after_the_run(killed_run, slurm_env) -> None:
 # ------------------------------------------------------------------------------------------ 2. refusals
 
 
-@pytest.mark.parametrize(("spec", "message"), [
-    ({"gpus_per_job": 16, "gres_type": "h200"}, "cannot satisfy --gres=gpu:h200:16: no node has 16 h200s "
-                                                "(its nodes offer: gpu:h200:8"),
-    ({"gpus_per_job": 1, "gres_type": "a100"}, "cannot satisfy --gres=gpu:a100:1"),
-    ({"partition": "nope"}, "partition 'nope' does not exist on this cluster (partitions: debug)"),
-    ({"cpus_per_task": 64}, "Slurm refuses the job request"),
+@pytest.mark.parametrize(("sbatch", "message"), [
+    (["--gres=gpu:h200:16"], "cannot satisfy --gres=gpu:h200:16: no node has 16 h200s (its nodes offer: gpu:h200:8"),
+    (["--gpus=a100:1"], "cannot satisfy --gpus=a100:1"),
+    (["--partition=nope"], "partition 'nope' does not exist on this cluster (partitions: debug)"),
+    (["--cpus-per-task=64"], "Slurm refuses the job request"),
 ])
-def test_impossible_request_is_refused_before_submission(slurm_env, tiny_model, tmp_path, spec, message) -> None:
-    matrix = write_matrix(tmp_path / "bad.yaml", "slurm-bad", tiny_model, spec)
+def test_impossible_request_is_refused_before_submission(slurm_env, tiny_model, tmp_path, sbatch, message) -> None:
+    matrix = write_matrix(tmp_path / "bad.yaml", "slurm-bad", tiny_model, sbatch)
     proc = run_suite("run", str(matrix), "--out", str(tmp_path / "runs"), env=slurm_env, timeout=120)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert message in proc.stderr
@@ -273,7 +272,7 @@ def test_impossible_request_is_refused_before_submission(slurm_env, tiny_model, 
 
 
 def test_sigterm_cancels_every_job_and_leaves_no_process(slurm_env, tiny_model, tmp_path) -> None:
-    matrix = write_matrix(tmp_path / "c.yaml", "slurm-cancel", tiny_model, {"cpus_per_task": 2})
+    matrix = write_matrix(tmp_path / "c.yaml", "slurm-cancel", tiny_model, ["--cpus-per-task=2"])
     run = SuiteRun(matrix, tmp_path / "runs", slurm_env)
     run_dir = run.run_dir()
 
@@ -301,7 +300,7 @@ def test_sigterm_cancels_every_job_and_leaves_no_process(slurm_env, tiny_model, 
 def test_repeats_auto_runs_round_by_round_and_takes_its_look(slurm_env, tiny_model, tmp_path) -> None:
     """Before the scheduler split the Slurm runtime replaced the runner's loop: every round was submitted at
     once and no look was ever taken (the manifest had no sequential record)."""
-    matrix = write_matrix(tmp_path / "auto.yaml", "slurm-auto", tiny_model, {"cpus_per_task": 2},
+    matrix = write_matrix(tmp_path / "auto.yaml", "slurm-auto", tiny_model, ["--cpus-per-task=2"],
                           repeats="auto", order="abba", verdict={"looks": [2]},
                           serve=[{**SERVE[0], "concurrency": 1, "client": "persistent"}])  # one point a session
     proc = run_suite("run", str(matrix), "--out", str(tmp_path / "runs"), env=slurm_env, timeout=900)

@@ -1,6 +1,6 @@
 """Slurm job scripts and request checks that need no cluster: the exact sbatch options and worker command
 lines of the three container modes (pyxis and apptainer cannot run on this machine), gres parsing, and the
-matrix fields. The cluster itself is exercised in test_slurm_cluster.py."""
+matrix's sbatch list (its check, the GPUs read from it). The cluster itself is exercised in test_slurm_cluster.py."""
 
 from __future__ import annotations
 
@@ -13,13 +13,13 @@ from suite.errors import MatrixError
 from suite.matrix_load import parse_matrix
 from suite.runtime.slurm.cluster import (
     container_mounts,
-    gres_request,
     job_script,
     node_gpus,
     parse_session_id,
     sbatch_options,
     worker_command,
 )
+from suite.sbatch import GpuRequest, gpu_request
 
 BASE = """
 name: t
@@ -42,18 +42,36 @@ def matrix(slurm: str):
 
 
 def test_sbatch_options_from_the_spec() -> None:
-    m = matrix("{partition: gpu, gpus_per_job: 8, gres_type: h200, cpus_per_task: 16, mem: 200G, exclusive: true,"
-               " time_limit: '02:00:00', extra_sbatch: [--account=bench, --qos=high]}")
+    m = matrix("{sbatch: [--partition=gpu, --gres=gpu:h200:8, --cpus-per-task=16, --mem=200G, --exclusive,"
+               " --time=02:00:00, --account=bench, --qos, high]}")
     opts = sbatch_options(m, name="suite:t:baseline#0", output="/o/%j.out", workdir=WORK)
-    assert opts == ["--job-name=suite:t:baseline#0", "--output=/o/%j.out", "--time=02:00:00", "--nodes=1",
-                    "--ntasks=1", "--chdir=/shared/work", "--export=ALL", "--partition=gpu", "--gres=gpu:h200:8",
-                    "--cpus-per-task=16", "--mem=200G", "--exclusive", "--account=bench", "--qos=high"]
+    assert opts == ["--job-name=suite:t:baseline#0", "--output=/o/%j.out", "--nodes=1", "--ntasks=1",
+                    "--chdir=/shared/work", "--export=ALL", "--partition=gpu", "--gres=gpu:h200:8",
+                    "--cpus-per-task=16", "--mem=200G", "--exclusive", "--time=02:00:00", "--account=bench",
+                    "--qos=high"]  # the list as written, a separate value joined to its option
 
 
-def test_gres_request_forms() -> None:
-    assert gres_request(matrix("{}").runtime.slurm) is None
-    assert gres_request(matrix("{gpus_per_job: 2}").runtime.slurm) == "gpu:2"
-    assert gres_request(matrix("{gpus_per_job: 4, gres_type: mi355x}").runtime.slurm) == "gpu:mi355x:4"
+def test_a_list_without_a_time_asks_for_an_hour() -> None:
+    for slurm in ("{}", "{sbatch: [--cpus-per-task=2]}"):
+        opts = sbatch_options(matrix(slurm), name="n", output="o", workdir=WORK)
+        assert opts[:3] == ["--job-name=n", "--output=o", "--time=01:00:00"], opts
+        assert sum(o.startswith("--time") for o in opts) == 1
+
+
+@pytest.mark.parametrize(("options", "asked"), [
+    ([], None), (["--exclusive", "--mem=64G"], None),
+    (["--gres=gpu:2"], GpuRequest(2, None, "--gres=gpu:2")),
+    (["--gres=gpu:mi355x:4"], GpuRequest(4, "mi355x", "--gres=gpu:mi355x:4")),
+    (["--gres=gpu:h200"], GpuRequest(1, "h200", "--gres=gpu:h200")), (["--gres=gpu"], GpuRequest(1, None, "--gres=gpu")),
+    (["--gres=shard:1,gpu:h100:2"], GpuRequest(2, "h100", "--gres=shard:1,gpu:h100:2")),
+    (["--gres=gres/gpu:3"], GpuRequest(3, None, "--gres=gres/gpu:3")), (["--gres=gpu:0"], None),
+    (["--gpus=8"], GpuRequest(8, None, "--gpus=8")), (["--gpus-per-node=h200:2"], GpuRequest(2, "h200", "--gpus-per-node=h200:2")),
+    (["--gpus-per-task=1"], GpuRequest(1, None, "--gpus-per-task=1")),
+    (["--gres=gpu:1", "--gpus=4"], GpuRequest(4, None, "--gpus=4")),  # the last one asking stands
+    (["--gres=shard:2"], None), (["--gres-flags=enforce-binding"], None),
+])
+def test_gpus_a_job_asks_for(options: list[str], asked: GpuRequest | None) -> None:
+    assert gpu_request(options) == asked
 
 
 def test_container_none_runs_the_login_nodes_python() -> None:
@@ -65,7 +83,7 @@ def test_container_none_runs_the_login_nodes_python() -> None:
 
 
 def test_pyxis_command_line() -> None:
-    m = matrix("{container: pyxis, image: 'nvcr.io#vllm/vllm-openai:v0.33.0', gpus_per_job: 8, "
+    m = matrix("{container: pyxis, image: 'nvcr.io#vllm/vllm-openai:v0.33.0', sbatch: [--gres=gpu:8], "
                "container_mounts: [/scratch/hf:/root/.cache/huggingface, /data]}")
     cmd = worker_command(m, image="nvcr.io#vllm/vllm-openai:v0.33.0", run_dir=RUN, matrix_path=MATRIX,
                          session="patched#1", repo_root=REPO, workdir=WORK)
@@ -78,10 +96,11 @@ def test_pyxis_command_line() -> None:
                        "--session", "patched#1", "--overlays", "node-local"]
 
 
-@pytest.mark.parametrize(("vendor", "gpus", "flag"), [("cuda", 8, ["--nv"]), ("rocm", 8, ["--rocm"]),
-                                                       ("cuda", 0, [])])
-def test_apptainer_command_line(vendor: str, gpus: int, flag: list[str]) -> None:
-    m = matrix(f"{{container: apptainer, image: /images/vllm.sif, gpu_vendor: {vendor}, gpus_per_job: {gpus}}}")
+@pytest.mark.parametrize(("vendor", "sbatch", "flag"), [("cuda", "[--gres=gpu:8]", ["--nv"]),
+                                                         ("rocm", "[--gpus=mi355x:8]", ["--rocm"]),
+                                                         ("cuda", "[--gres=gpu:0]", []), ("cuda", "[]", [])])
+def test_apptainer_command_line(vendor: str, sbatch: str, flag: list[str]) -> None:
+    m = matrix(f"{{container: apptainer, image: /images/vllm.sif, gpu_vendor: {vendor}, sbatch: {sbatch}}}")
     cmd = worker_command(m, image="/images/vllm.sif", run_dir=RUN, matrix_path=MATRIX, session="baseline#0",
                          repo_root=REPO, workdir=WORK)
     assert cmd == ["apptainer", "exec", *flag, "--bind",
@@ -92,7 +111,7 @@ def test_apptainer_command_line(vendor: str, gpus: int, flag: list[str]) -> None
 
 
 def test_job_script_is_a_valid_batch_script(tmp_path: Path) -> None:
-    m = matrix("{container: pyxis, image: 'img:1', partition: gpu, gpus_per_job: 1}")
+    m = matrix("{container: pyxis, image: 'img:1', sbatch: [--partition=gpu, --gres=gpu:1]}")
     js = job_script(m, arm="patched", index=2, image="img:2", run_dir=RUN, matrix_path=MATRIX, repo_root=REPO,
                     workdir=WORK)
     lines = js.text.splitlines()
@@ -135,14 +154,36 @@ def test_session_ids() -> None:
 
 
 @pytest.mark.parametrize("value", ["abc", "1:2:3:4", "01:00:00x"])
-def test_bad_time_limit_is_a_matrix_error(value: str) -> None:
-    with pytest.raises(MatrixError, match=r"<matrix>:6: runtime\.slurm\.time_limit: time_limit must be"):
-        matrix(f"{{time_limit: '{value}'}}")
+def test_bad_time_is_a_matrix_error(value: str) -> None:
+    with pytest.raises(MatrixError, match=rf"<matrix>:6: runtime\.slurm\.sbatch: --time={value}: a Slurm time is MM, "):
+        matrix(f"{{sbatch: ['--time={value}']}}")
 
 
 @pytest.mark.parametrize("value", ["30", "01:00:00", "2-00:00:00", "1-12", "UNLIMITED"])
-def test_good_time_limits(value: str) -> None:
-    assert matrix(f"{{time_limit: '{value}'}}").runtime.slurm.time_limit == value
+def test_good_times(value: str) -> None:
+    assert matrix(f"{{sbatch: ['--time={value}']}}").runtime.slurm.sbatch == [f"--time={value}"]
+    assert matrix(f"{{sbatch: [--time, '{value}']}}").runtime.slurm.sbatch == [f"--time={value}"]
+
+
+@pytest.mark.parametrize(("sbatch", "said"), [
+    ("[-p, gpu]", "'-p': write sbatch's long option, e.g. --partition=gpu for -p gpu"),
+    ("['--partition gpu']", "'--partition gpu' is not one sbatch option: write --partition=gpu"),
+    ("[gpu]", "'gpu' is not an sbatch option: each entry is --name or --name=value"),
+    ("[--exclusive=user, again]", "'again' is not an sbatch option"),
+    ("[--job-name=mine]", "--job-name is refused: the driver names each job suite:<matrix>:<arm>#<n>"),
+    ("[--output=/tmp/x.out]", "--output is refused: the driver writes each job's log to <run>/slurm/"),
+    ("[--array=0-3]", "--array is refused: each session is one job of its own"),
+    ("[--wrap=true]", "--wrap is refused: the driver writes a batch script per session"),
+    ("[--part=gpu]", "--part: write the option's full name (--partition)"),
+    ("[--n=1]", "--n: write the option's full name (--nodes or --ntasks)"),
+    ("[--gres]", "--gres needs a value: --gres=VALUE"),
+    ("[--time, 1:00:00]", "--time: write the time in quotes or as --time=VALUE (YAML read it as 3600)"),
+    ("[true]", "True is not an sbatch option: write each as text"),
+])
+def test_a_bad_sbatch_entry_is_named(sbatch: str, said: str) -> None:
+    with pytest.raises(MatrixError) as exc:
+        matrix(f"{{sbatch: {sbatch}}}")
+    assert str(exc.value).startswith("<matrix>:6: runtime.slurm.sbatch: ") and said in str(exc.value), exc.value
 
 
 def test_unknown_slurm_field_is_refused() -> None:
@@ -150,11 +191,22 @@ def test_unknown_slurm_field_is_refused() -> None:
         matrix("{gpus: 8}")
 
 
+def test_a_retired_slurm_field_names_the_sbatch_option() -> None:
+    with pytest.raises(MatrixError) as exc:
+        matrix("{exclusive: true, mem: 64G, extra_sbatch: [--account=abc, --qos=high]}")
+    said = str(exc.value).splitlines()
+    assert said[0].startswith("<matrix>:6: runtime.slurm.exclusive: retired: write sbatch's own option in "
+                              "runtime.slurm.sbatch, e.g. sbatch: [--exclusive] ")
+    assert said[1].startswith("<matrix>:6: runtime.slurm.mem: retired: ") and "sbatch: [--mem=64G]" in said[1]
+    assert "sbatch: [--account=abc, --qos=high]" in said[2] and "unknown field" not in str(exc.value)
+
+
 def test_slurm_scripts_command_prints_every_session(tmp_path: Path) -> None:
     from tests.conftest import run_suite
 
     path = tmp_path / "m.yaml"
-    path.write_text((BASE % "{container: apptainer, image: /img/base.sif, gpus_per_job: 2}") + "order: abba\nrepeats: 2\n")
+    path.write_text((BASE % "{container: apptainer, image: /img/base.sif, sbatch: [--gres=gpu:2]}")
+                    + "order: abba\nrepeats: 2\n")
     proc = run_suite("slurm-scripts", str(path), "--out", str(tmp_path / "runs"), check=True)
     heads = [line for line in proc.stdout.splitlines() if line.startswith("# ---- ")]
     from suite.design import round_order

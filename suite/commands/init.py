@@ -59,8 +59,8 @@ def starter_text(*, name: str, gpu: str, runtime: str, model: str, vllm: str, pa
         "local": ("runtime:\n  kind: local                        # the vLLM installed beside the suite, patched in an "
                   "overlay per arm\n  startup_timeout_s: 900\n" + ("" if cpu else '  gpus: "0"\n')),
         "slurm": ("runtime:\n  kind: slurm                        # each server session an sbatch job\n"
-                  "  startup_timeout_s: 1800\n  slurm: {gpus_per_job: " + ("0" if cpu else "1")
-                  + f", time_limit: \"02:00:00\"{', gpu_vendor: rocm' if vendor == 'rocm' else ''}}}\n"),
+                  "  startup_timeout_s: 1800\n  slurm: {sbatch: [" + ("" if cpu else "--gres=gpu:1, ")
+                  + f"--time=02:00:00]{', gpu_vendor: rocm' if vendor == 'rocm' else ''}}}\n"),
     }[runtime]
     serve_args = ('[--dtype, bfloat16, --max-num-seqs, "8", --enforce-eager, --kv-cache-memory-bytes, 64M]' if cpu
                   else f'[--dtype, bfloat16, --gpu-memory-utilization, "{mem}", --max-num-seqs, "256",\n'

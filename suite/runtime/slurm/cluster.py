@@ -21,6 +21,7 @@ from pathlib import Path
 from suite.errors import SuiteError
 from suite.matrix import Matrix
 from suite.matrix_blocks import SlurmSpec
+from suite.sbatch import gpu_request, job_time, option_value
 
 # Job states (squeue %T / sacct State). Anything not active is final.
 ACTIVE_STATES = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD",
@@ -49,12 +50,6 @@ def parse_session_id(text: str) -> tuple[str, int]:
     if not sep or not arm or not index.isdigit():
         raise SuiteError(f"session {text!r} is not ARM#N")
     return arm, int(index)
-
-
-def gres_request(spec: SlurmSpec) -> str | None:
-    if spec.gpus_per_job == 0:
-        return None
-    return f"gpu:{spec.gres_type}:{spec.gpus_per_job}" if spec.gres_type else f"gpu:{spec.gpus_per_job}"
 
 
 # ---------------------------------------------------------------------------------------- arms
@@ -108,27 +103,17 @@ def worker_command(matrix: Matrix, *, image: str | None, run_dir: Path, matrix_p
     if spec.container == "pyxis":
         return ["srun", "--ntasks=1", f"--container-image={image}", "--container-mounts=" + ",".join(mounts),
                 f"--container-workdir={workdir}", "python3", *worker]
-    gpu_flag = [] if spec.gpus_per_job == 0 else (["--nv"] if spec.gpu_vendor == "cuda" else ["--rocm"])
+    gpu_flag = [] if gpu_request(spec.sbatch) is None else (["--nv"] if spec.gpu_vendor == "cuda" else ["--rocm"])
     return ["apptainer", "exec", *gpu_flag, "--bind", ",".join(mounts), "--pwd", str(workdir), str(image),
             "python3", *worker]
 
 
 def sbatch_options(matrix: Matrix, *, name: str, output: str, workdir: Path) -> list[str]:
+    """The options of a session's job: the driver's own, --time=01:00:00 unless the matrix's list has a --time,
+    then the matrix's runtime.slurm.sbatch as written."""
     spec = spec_of(matrix)
-    opts = [f"--job-name={name}", f"--output={output}", f"--time={spec.time_limit}", "--nodes=1",
-            "--ntasks=1", f"--chdir={workdir}", "--export=ALL"]
-    if spec.partition:
-        opts.append(f"--partition={spec.partition}")
-    gres = gres_request(spec)
-    if gres:
-        opts.append(f"--gres={gres}")
-    if spec.cpus_per_task:
-        opts.append(f"--cpus-per-task={spec.cpus_per_task}")
-    if spec.mem:
-        opts.append(f"--mem={spec.mem}")
-    if spec.exclusive:
-        opts.append("--exclusive")
-    return opts + list(spec.extra_sbatch)
+    return [f"--job-name={name}", f"--output={output}", *job_time(spec.sbatch), "--nodes=1", "--ntasks=1",
+            f"--chdir={workdir}", "--export=ALL", *spec.sbatch]
 
 
 def job_script(matrix: Matrix, *, arm: str, index: int, image: str | None, run_dir: Path, matrix_path: Path,
@@ -274,29 +259,29 @@ def node_gpus(gres: str, gres_type: str | None) -> int:
 
 def check_request(spec: SlurmSpec) -> None:
     """Refuse, before anything is submitted, a partition that does not exist or cannot give the GPUs asked for."""
-    if spec.partition:
-        proc = _run(["scontrol", "show", "partition", spec.partition])
-        if proc.returncode != 0:
+    partition = option_value(spec.sbatch, "partition")
+    for part in (partition or "").split(","):
+        if part and _run(["scontrol", "show", "partition", part]).returncode != 0:
             have = _run(["sinfo", "-h", "-o", "%P"]).stdout.split()
-            raise SlurmError(f"partition {spec.partition!r} does not exist on this cluster (partitions: "
+            raise SlurmError(f"partition {part!r} does not exist on this cluster (partitions: "
                              f"{', '.join(p.rstrip('*') for p in have) or 'none'})")
-    gres = gres_request(spec)
-    if gres is None:
+    ask = gpu_request(spec.sbatch)
+    if ask is None:
         return
-    argv = ["sinfo", "-h", "-N", "-o", "%N|%G|%t"] + (["-p", spec.partition] if spec.partition else [])
+    argv = ["sinfo", "-h", "-N", "-o", "%N|%G|%t"] + (["-p", partition] if partition else [])
     proc = _run(argv)
     if proc.returncode != 0:
         raise SlurmError(f"sinfo failed: {_err(proc)}")
     nodes = [line.split("|") for line in proc.stdout.splitlines() if line.count("|") == 2]
-    where = f"partition {spec.partition!r}" if spec.partition else "the default partition"
-    fit = [(n, s) for n, g, s in nodes if node_gpus(g, spec.gres_type) >= spec.gpus_per_job]
+    where = f"partition {partition!r}" if partition else "the default partition"
+    fit = [(n, s) for n, g, s in nodes if node_gpus(g, ask.type) >= ask.count]
     if not fit:
         offered = sorted({g for _, g, _ in nodes}) or ["no nodes"]
-        raise SlurmError(f"{where} cannot satisfy --gres={gres}: no node has {spec.gpus_per_job} "
-                         f"{spec.gres_type or 'GPU'}{'s' if spec.gpus_per_job > 1 else ''} "
+        raise SlurmError(f"{where} cannot satisfy {ask.option}: no node has {ask.count} "
+                         f"{ask.type or 'GPU'}{'s' if ask.count > 1 else ''} "
                          f"(its nodes offer: {', '.join(offered)})")
     if all(s.rstrip("*~#!%$@^-").startswith(BAD_NODE_STATES) for _, s in fit):
-        raise SlurmError(f"{where}: every node that could satisfy --gres={gres} is unavailable "
+        raise SlurmError(f"{where}: every node that could satisfy {ask.option} is unavailable "
                          f"({', '.join(f'{n} {s}' for n, s in fit)})")
 
 
