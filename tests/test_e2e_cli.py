@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
+import statistics
 from importlib.metadata import version
 
 import pytest
 
+from suite.analysis import load_run
 from suite.report import fmt
 from suite.stats import fmt_pct
 from tests.conftest import REPO, processes_mentioning, run_matrix_once, run_suite, tiny_cpu_matrix
@@ -40,7 +43,7 @@ def e2e_run(tmp_path_factory, tiny_model):
 def test_run_succeeds_and_stores_raw_results(e2e_run):
     _, run_dir, proc = e2e_run
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "jobs: 12 ok, 0 failed, 0 missing" in proc.stdout
+    assert "jobs: 16 ok, 0 failed, 0 missing" in proc.stdout  # 2 points, 2 kernel and layer jobs: 2 rounds, 2 arms
     for arm in ("baseline", "patched"):
         assert (run_dir / arm / "server-0.log").is_file()
         for point in ("isl64-osl16-c1-n2", "isl64-osl16-c4-n8"):
@@ -65,13 +68,18 @@ def test_run_succeeds_and_stores_raw_results(e2e_run):
 def test_report_numbers_equal_the_raw_json(e2e_run):
     _, run_dir, _ = e2e_run
     report = (run_dir / "report.md").read_text()
+    run = load_run(run_dir)
+    (summary,) = run.summaries
     for point, conc, n in (("isl64-osl16-c1-n2", 1, 2), ("isl64-osl16-c4-n8", 4, 8)):
-        b = json.loads((run_dir / "baseline" / "serve" / point / "rep-0.json").read_text())
-        p = json.loads((run_dir / "patched" / "serve" / point / "rep-0.json").read_text())
         row = next(line for line in report.splitlines() if line.startswith(f"| 64 | 16 | {conc} | {n} |"))
         for key in ("output_throughput", "mean_ttft_ms", "mean_tpot_ms", "mean_e2el_ms"):
-            delta = (p[key] / b[key] - 1) * 100
-            assert f"{fmt(b[key])} → {fmt(p[key])} ({delta:+.1f}%)" in row, (key, row)
+            # the geometric means of the rounds the cell used (all of them unless a data-quality check left one
+            # out), taken here from the raw JSON of both rounds
+            used = summary.cells[(point, key)].rounds
+            raw = {arm: [json.loads((run_dir / arm / "serve" / point / f"rep-{r}.json").read_text())[key]
+                         for r in used] for arm in ("baseline", "patched")}
+            b, p = (math.exp(statistics.fmean(math.log(v) for v in raw[arm])) for arm in ("baseline", "patched"))
+            assert used and f"{fmt(b)} → {fmt(p)} ({(p / b - 1) * 100:+.1f}%)" in row, (key, row)
 
 
 def test_manifest_has_provenance_and_patch_sha256(e2e_run):
@@ -154,7 +162,7 @@ def test_report_regenerates_identically_and_resume_runs_nothing(e2e_run):
     assert (run_dir / "report.md").read_text() == before
     again = run_suite("run", str(matrix), "--resume", str(run_dir))
     assert again.returncode == 0, again.stderr
-    assert "resume: 12 jobs already done, 0 to run" in again.stdout
+    assert "resume: 16 jobs already done, 0 to run" in again.stdout
     assert not list(run_dir.glob("*/server-1.log"))
 
 
@@ -162,7 +170,7 @@ def test_dry_run_prints_the_plan(e2e_run):
     matrix, run_dir, _ = e2e_run
     proc = run_suite("run", str(matrix), "--dry-run")
     assert proc.returncode == 0
-    assert re.search(r"plan for e2e-cli: 6 sessions, 12 jobs", proc.stdout)
+    assert re.search(r"plan for e2e-cli: 6 sessions, 16 jobs", proc.stdout)
     assert "arm patched: vLLM 0.32.0; patches: synthetic-gate-delay" in proc.stdout
     assert "(seeded by stored runs;" in proc.stdout  # no run of this model on this machine under runs/
     # where this machine has run the model, its own starts and jobs price the plan, and the estimate says so

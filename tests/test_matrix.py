@@ -230,3 +230,36 @@ def test_the_matrix_reference_is_the_schema_and_every_field_says_what_it_is():
     assert (REPO / "docs" / "matrix.md").read_text() == ref, "regenerate: python3 scripts/matrix_reference.py"
     undescribed = [line.split("`")[1] for line in ref.splitlines() if line.endswith("| — |")]
     assert undescribed == []
+
+
+# The matrix's knobs: every field a matrix can give, the blocks and their fields (147 on 2026-12-06). A ceiling
+# that only comes down: a new knob retires one that says the same (suite.matrix_retired), and a field retired
+# lowers it.
+MAX_FIELDS = 139
+
+
+def test_the_schema_holds_no_more_knobs_than_its_ceiling():
+    import typing
+
+    from pydantic import BaseModel
+
+    from suite.matrix import Matrix
+
+    seen: list[type[BaseModel]] = []
+    fields = 0
+    todo: list[type[BaseModel]] = [Matrix]
+    while todo:
+        model = todo.pop()
+        if model in seen:
+            continue
+        seen.append(model)
+        for info in model.model_fields.values():
+            fields += 1
+            args = [info.annotation]
+            while args:
+                a = args.pop()
+                if isinstance(a, type) and issubclass(a, BaseModel):
+                    todo.append(a)
+                args.extend(typing.get_args(a))
+    assert fields <= MAX_FIELDS, f"{fields} fields: retire one for each you add (suite.matrix_retired)"
+    assert fields >= MAX_FIELDS, f"{fields} fields: lower MAX_FIELDS to {fields}, so that it holds"
