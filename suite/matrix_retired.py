@@ -11,6 +11,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from suite.served_model import MODEL_FLAGS
+
 
 @dataclass(frozen=True)
 class Retired:
@@ -55,6 +57,9 @@ RETIRED: tuple[Retired, ...] = (
     Retired(("verdict", "max_rounds"), lambda v: (
         f"retired: the last of verdict.looks is the most rounds a sequential run takes: write looks ending at {v}, "
         f"e.g. looks: [{max(1, int(v) // 2) if isinstance(v, int) else 2}, {v}]")),
+    # the model block's copies of vLLM's own flags: given in serve_args, as on a `vllm serve` command line
+    *(Retired((*where, field), _model_flag(flag)) for where in (("model",), ("arms", "*", "model"))
+      for flag, field in MODEL_FLAGS.items()),
 )
 
 

@@ -26,7 +26,7 @@ from suite.verdict import VerdictSpec
 
 BASE = """\
 name: groups
-model: {{id: some/model, max_model_len: 256}}
+model: {{id: some/model}}
 runtime:
   kind: {kind}
 {runtime}arms:
@@ -38,6 +38,7 @@ repeats: auto
 order: interleaved
 blocks: 2
 verdict: {{max_rounds: 6, looks: [{looks}]}}
+serve_args: [--max-model-len, "256"]
 """
 
 
