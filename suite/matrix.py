@@ -2,9 +2,9 @@
 as one frozen pydantic model, `Matrix`, made of the blocks of :mod:`suite.matrix_blocks` and
 :mod:`suite.matrix_jobs`. Its own checks are the rules that span blocks: the baseline among the arms, every point
 within each model's length, the verdict's points among the serving points, the order against the runtime
-(servers alive together, GPU groups, precompile, ports), no compile cache shared by two arms, the flags the
-model block owns. Nothing here reads a file or starts a process: :func:`suite.matrix_load.load_matrix` reads
-one, with file:line errors.
+(servers alive together, GPU groups, precompile, ports), no compile cache shared by two arms, what the
+model flags of serve_args allow (:mod:`suite.served_model`). Nothing here reads a file or starts a process:
+:func:`suite.matrix_load.load_matrix` reads one, with file:line errors.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import re
 from pydantic import Field, field_validator, model_validator
 
 from suite.design import DesignFields
-from suite.matrix_blocks import ArmSpec, ModelSpec, RuntimeSpec
+from suite.matrix_blocks import ArmSpec, ModelSpec, RuntimeSpec, model_flags
 from suite.matrix_jobs import (
     AccuracySpec,
     KernelSpec,
@@ -23,6 +23,15 @@ from suite.matrix_jobs import (
     ProfileSpec,
     ServePoint,
     serve_point_id,
+)
+from suite.served_model import (
+    DEFAULT_MAX_MODEL_LEN,
+    HF_OVERRIDES,
+    MAX_LEN,
+    TOKENIZER,
+    ServedModel,
+    flag_name,
+    flag_values,
 )
 from suite.verdict import EXPECT_OTHERS, VerdictSpec
 
@@ -38,7 +47,12 @@ class Matrix(DesignFields):
     description: str | None = Field(None, description="what the run measures, in a sentence; the report's first paragraph")
     model: ModelSpec = Field(description="the checkpoint every arm serves (an arm may serve its own: arms.NAME.model)")
     runtime: RuntimeSpec = Field(RuntimeSpec(), description="where and how the servers start: local, docker or slurm")
-    serve_args: list[str] = Field([], description="`vllm serve` flags for every arm, e.g. [--dtype, bfloat16, --no-enable-prefix-caching]")
+    serve_args: list[str] = Field([], description=(
+        "`vllm serve` flags for every arm, as on its command line, e.g. [--dtype, bfloat16, --max-model-len, \"4096\", "
+        "--no-enable-prefix-caching]. The suite reads the model's from them (the last copy wins, as in vLLM): "
+        "--served-model-name (the clients ask for it; default the model id), --tokenizer (the bench client's too; "
+        f"default the model's), --max-model-len (every point's isl + osl must fit; without one the server gets "
+        f"--max-model-len {DEFAULT_MAX_MODEL_LEN}), --load-format (dummy: random weights, no accuracy)"))
     env: dict[str, str] = Field({}, description="environment for every arm's server (secrets redacted in every record)")
     arms: dict[str, ArmSpec] = Field(min_length=1, description="the arms by name: the baseline and each candidate, each a vLLM release and its patch sets")
     baseline: str | None = Field(None, description="the reference arm; default: the first arm")
@@ -58,6 +72,11 @@ class Matrix(DesignFields):
             raise ValueError("name may hold letters, digits, '.', '_' and '-' only")
         return value
 
+    @field_validator("serve_args")
+    @classmethod
+    def _serve_args(cls, value: list[str]) -> list[str]:
+        return model_flags(value)
+
     @field_validator("arms")
     @classmethod
     def _arm_names(cls, value: dict[str, ArmSpec]) -> dict[str, ArmSpec]:
@@ -72,13 +91,16 @@ class Matrix(DesignFields):
             raise ValueError(f"baseline {self.baseline!r} is not one of the arms {sorted(self.arms)}")
         if not self.arms[self.baseline_arm].serving:
             raise ValueError(f"the baseline arm {self.baseline_arm!r} must serve (serving: false is for candidates)")
-        for what, model in self.models_by_field().items():
-            limit = f"{what}.max_model_len {model.max_model_len}"
+        for name, arm in self.arms.items():
+            length = self.model_of(arm).max_model_len
+            place = self.flag_place(name, MAX_LEN)
+            limit = (f"{MAX_LEN} {length} in {place}" if place else
+                     f"the default {MAX_LEN} {length} (give a longer one in serve_args)")
             for i, point in enumerate(self.serve):
-                if point.isl + point.osl > model.max_model_len:
+                if point.isl + point.osl > length:
                     raise ValueError(f"serve[{i}]: isl + osl = {point.isl + point.osl} exceeds {limit}")
             for i, point in enumerate(self.latency):
-                if point.input_len + point.output_len > model.max_model_len:
+                if point.input_len + point.output_len > length:
                     raise ValueError(f"latency[{i}]: input_len + output_len exceeds {limit}")
         if self.verdict is not None and (self.verdict.points is not None or self.verdict.expect is not None):
             ids = [serve_point_id(b.isl, b.osl, c, b.prompts_for(c), b.duration_s) for b in self.serve
@@ -220,37 +242,56 @@ class Matrix(DesignFields):
 
     @model_validator(mode="after")
     def _model_flags(self) -> Matrix:
-        """The flags model: owns are given there only (vLLM would take the last copy silently), and dummy
-        weights claim no accuracy."""
-        owned = {"--load-format": "model.load_format (auto | dummy)"}
-        if self.model.generate is not None:
-            owned["--hf-overrides"] = (f"the generator: model.generate: {self.model.generate} passes its own "
-                                       "--hf-overrides (suite.fixtures.gemma4.HF_OVERRIDES)")
-        places = [("serve_args", self.serve_args)] + [(f"arms.{n}.serve_args", a.serve_args)
-                                                      for n, a in self.arms.items()]
-        for where, args in places:
-            for token in args:
-                name = token.split("=", 1)[0]
-                name = "--" + name[2:].replace("_", "-") if name.startswith("--") else name
-                if name in owned:
-                    raise ValueError(f"{where}: {name} is set by {owned[name]}; remove it from serve_args")
-        if self.accuracy is not None and self.model.dummy:
-            raise ValueError("accuracy: model.load_format: dummy serves random weights, so an accuracy score "
-                             "would say nothing about the model: remove accuracy: (or serve real weights)")
+        """What the model flags of serve_args must say: a generated model serves dummy weights with the
+        generator's own --hf-overrides, an arm's own model is not read with the matrix model's tokenizer, and
+        dummy weights claim no accuracy."""
+        for name, arm in self.arms.items():
+            model = self.model_of(arm)
+            where = "model" if arm.model is None else f"arms.{name}.model"
+            if model.generate is not None:
+                if not model.dummy:
+                    raise ValueError(f"{where}.generate: {model.generate} writes a config and a tokenizer, no "
+                                     "weights: every arm that serves it needs [--load-format, dummy] in serve_args "
+                                     f"(arm {name} has --load-format {model.load_format})")
+                for place, args in (("serve_args", self.serve_args), (f"arms.{name}.serve_args", arm.serve_args)):
+                    if any((flag_name(t) or "").split(".")[0] == HF_OVERRIDES for t in args):
+                        raise ValueError(f"{place}: {HF_OVERRIDES} is set by the generator: {where}.generate: "
+                                         f"{model.generate} passes its own {HF_OVERRIDES} "
+                                         "(suite.fixtures.gemma4.HF_OVERRIDES); remove it from serve_args")
+            if arm.model is not None and self.flag_place(name, TOKENIZER) == "serve_args":
+                raise ValueError(f"{where}: the matrix's serve_args give {TOKENIZER} {model.tokenizer} (the matrix "
+                                 f"model's), which would read this arm's own model with it: give the arm's own in "
+                                 f"arms.{name}.serve_args (the same one again where it is the same tokenizer)")
+        if self.accuracy is not None:
+            for name, arm in self.arms.items():
+                if arm.serving and self.model_of(arm).dummy:
+                    raise ValueError(f"accuracy: arm {name} serves random weights (--load-format dummy), so an "
+                                     "accuracy score would say nothing about the model: remove accuracy: (or serve "
+                                     "real weights)")
         return self
 
     @property
     def baseline_arm(self) -> str:
         return self.baseline or next(iter(self.arms))
 
-    def model_of(self, arm: ArmSpec) -> ModelSpec:
-        """The model an arm serves: its own, or the matrix's."""
-        return arm.model or self.model
+    def model_of(self, arm: ArmSpec | None = None) -> ServedModel:
+        """The model an arm serves, as its server serves it: its own model block or the matrix's, with the model
+        flags of the matrix's serve_args, then the arm's (suite.served_model). Without an arm: the matrix's
+        model with the matrix's serve_args."""
+        spec = arm.model if arm is not None and arm.model is not None else self.model
+        return ServedModel.resolve(spec.id, [*self.serve_args, *(arm.serve_args if arm is not None else [])],
+                                   generate=spec.generate)
 
-    def models_by_field(self) -> dict[str, ModelSpec]:
-        """Every model the matrix names, by where it is given (``model``, ``arms.NAME.model``)."""
-        return {"model": self.model,
-                **{f"arms.{name}.model": arm.model for name, arm in self.arms.items() if arm.model is not None}}
+    def models_by_arm(self) -> dict[str, ServedModel]:
+        """The model each arm of the matrix serves, by arm (the A/A arm serves the baseline's)."""
+        return {name: self.model_of(arm) for name, arm in self.arms.items()}
+
+    def flag_place(self, arm: str, flag: str) -> str | None:
+        """Where the value of a model flag that an arm's server gets comes from: ``arms.NAME.serve_args``,
+        ``serve_args`` (the matrix's), or None (the suite's default)."""
+        if flag_values(self.arms[arm].serve_args, flag) is not None:
+            return f"arms.{arm}.serve_args"
+        return "serve_args" if flag_values(self.serve_args, flag) is not None else None
 
     @property
     def rounds(self) -> int:

@@ -12,7 +12,6 @@ runtime) is checked by the whole matrix, :class:`suite.matrix.Matrix`; reading a
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from pydantic import (
 )
 
 from suite.sbatch import DEFAULT_TIME, SET_BY_SUITE, check_options
+from suite.served_model import TOKENIZER, check_model_flags, map_flag_values
 
 # Sizes beyond these are refused as typos (10**12 concurrency would plan 3 * 10**12 prompts). They sit far
 # above any real serving benchmark: 65,536 concurrent requests, a million prompts per point, ten million
@@ -37,14 +37,13 @@ from suite.sbatch import DEFAULT_TIME, SET_BY_SUITE, check_options
 MAX_CONCURRENCY = 65_536
 MAX_PROMPTS = 1_000_000
 MAX_TOKENS = 10_000_000  # isl, osl, input_len, output_len, generated tokens
-MAX_MODEL_LEN = 100_000_000
 MAX_REPEATS = 1_000
 MAX_BATCH = 65_536  # latency batch_size
 MAX_ITERS = 100_000  # latency iterations
 MAX_KERNEL_M = 1_048_576  # kernel m, trace_m, hidden
 MAX_RESTARTS = 100
 
-# `${NAME}` or `${NAME:-default}` in model.id / model.tokenizer and an arm's vllm (a release, or
+# `${NAME}` or `${NAME:-default}` in model.id, a --tokenizer in serve_args and an arm's vllm (a release, or
 # {wheel|git|ref|version}).
 ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
@@ -71,25 +70,32 @@ def expand_env(value: Any) -> Any:
     return out
 
 
+def model_flags(args: list[str]) -> list[str]:
+    """A serve_args list with its model flags checked (:func:`suite.served_model.check_model_flags`) and the
+    ``${NAME}`` of a --tokenizer expanded, as model.id's is."""
+    args = map_flag_values(args, TOKENIZER, expand_env)
+    check_model_flags(args)
+    return args
+
+
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class ModelSpec(Strict):
+    """The checkpoint; vLLM's own flags about it go in serve_args, as on a `vllm serve` command line.
+
+    --served-model-name, --tokenizer, --max-model-len, --load-format: the model an arm serves, with them
+    resolved, is :class:`suite.served_model.ServedModel` (``Matrix.model_of``)."""
+
     id: str = Field(description="Hugging Face hub id or a local directory (relative to the matrix file)")
-    served_name: str | None = Field(None, description="--served-model-name; defaults to the id")
-    tokenizer: str | None = Field(None, description="tokenizer id or directory; defaults to the model")
-    max_model_len: int = Field(2048, gt=0, le=MAX_MODEL_LEN,
-                               description="--max-model-len, also the point feasibility limit")
-    load_format: Literal["auto", "dummy"] = Field(
-        "auto", description="vLLM's --load-format: auto = the checkpoint's weights; dummy = random weights of the "
-        "config's shapes (no weights needed: timings are real, outputs are not a model's; accuracy is refused)")
     generate: str | None = Field(
         None, description="a built-in generator (suite.fixtures.gemma4.GENERATORS: gemma4-26b-a4b, "
         "gemma4-26b-a4b-6l) that writes model.id (config + tokenizer) when that directory does not exist yet; "
-        "needs load_format: dummy and a local directory id")
+        "needs a local directory id and [--load-format, dummy] in serve_args (the suite passes the generator's "
+        "own --hf-overrides)")
 
-    @field_validator("id", "tokenizer", mode="before")
+    @field_validator("id", mode="before")
     @classmethod
     def _env(cls, value: Any) -> Any:
         value = expand_env(value)
@@ -108,50 +114,17 @@ class ModelSpec(Strict):
 
     @model_validator(mode="after")
     def _generated(self) -> ModelSpec:
-        if self.generate is not None:
-            if self.load_format != "dummy":
-                raise ValueError("generate: a generated model has no weights: it needs load_format: dummy")
-            if not self.id.startswith(LOCAL_PREFIXES):
-                raise ValueError(f"generate: writes a local directory: give model.id as one (./, ../, /, ~), not "
-                                 f"{self.id!r}")
+        if self.generate is not None and not self.id.startswith(LOCAL_PREFIXES):
+            raise ValueError(f"generate: writes a local directory: give model.id as one (./, ../, /, ~), not "
+                             f"{self.id!r}")
         return self
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: Any) -> Any:
         data = handler(self)
-        if isinstance(data, dict):  # a model with real weights dumps (and hashes) as it always did
-            if self.load_format == "auto":
-                data.pop("load_format", None)
-            if self.generate is None:
-                data.pop("generate", None)
+        if isinstance(data, dict) and self.generate is None:
+            data.pop("generate", None)  # a model with real weights dumps as it always did
         return data
-
-    @property
-    def name(self) -> str:
-        return self.served_name or self.id
-
-    @property
-    def dummy(self) -> bool:
-        return self.load_format == "dummy"
-
-    def vllm_args(self) -> list[str]:
-        """The model's own vLLM engine flags, for `vllm serve` and `vllm bench latency` alike: ``--load-format
-        dummy``, and for a generated model its ``--hf-overrides`` (suite.fixtures.gemma4.HF_OVERRIDES)."""
-        if not self.dummy:
-            return []
-        args = ["--load-format", "dummy"]
-        if self.generate is not None:
-            from suite.fixtures.gemma4 import HF_OVERRIDES
-
-            args += ["--hf-overrides", json.dumps(HF_OVERRIDES, separators=(",", ":"))]
-        return args
-
-    def weights_note(self) -> str | None:
-        """One line for the report and the manifest when the weights are not a checkpoint's."""
-        if not self.dummy:
-            return None
-        config = f"real-shape config {self.generate}" if self.generate else "the config of this model"
-        return f"dummy (--load-format dummy, {config}): timings are real, outputs are not a model's"
 
 
 class DockerSpec(Strict):
@@ -503,14 +476,16 @@ class ArmSpec(Strict):
     image: str | None = Field(None, description="docker runtime: use this image instead of building one")
     patches: list[Annotated[PatchRef, Field()]] = Field([], description="patch sets by name (-name: reversed) or your own diff files (./mine.diff), applied strictly in order")
     env: dict[str, str] = Field({}, description="environment of this arm's server, over the matrix's")
-    serve_args: list[str] = Field([], description="`vllm serve` flags of this arm, after the matrix's")
+    serve_args: list[str] = Field([], description="`vllm serve` flags of this arm, after the matrix's (vLLM takes "
+                                  "the last copy of a flag): also the model flags of an arm with its own model")
     description: str | None = Field(None, description="what the arm is, for the report")
     serving: bool = Field(True, description="false: the arm runs only its correctness jobs (greedy equivalence, "
                           "accuracy) in one session, no serving rounds (a change judged on correctness alone)")
     model: ModelSpec | None = Field(None, description=(
-        "this arm's own model, in full (another checkpoint of the same model, as the fused shared-expert gate PR's (vllm#54185) reference row: "
-        "Quark-MXFP4 beside the MoE-MXFP4 the others serve); default: the matrix's model. Its served_name, "
-        "tokenizer and max_model_len are its own"))
+        "this arm's own model (another checkpoint of the same model, as the fused shared-expert gate PR's (vllm#54185) reference row: "
+        "Quark-MXFP4 beside the MoE-MXFP4 the others serve); default: the matrix's model. The matrix's serve_args "
+        "reach it too, then this arm's: its own --served-model-name or --max-model-len go there, and its own "
+        "--tokenizer where the matrix's serve_args give one"))
     aiter: AiterFrom | None = Field(None, description="runtime docker, vendor rocm: the arm's own AITER (a wheel "
                                     "or a git ref) and tuned BF16 GEMM CSVs, built into its image; default: the "
                                     "base image's AITER and configs")
@@ -528,6 +503,11 @@ class ArmSpec(Strict):
                 version = ""  # the errors are reported at vllm_from's fields
             data = {**data, "vllm": version or "", "vllm_from": source}
         return data
+
+    @field_validator("serve_args")
+    @classmethod
+    def _serve_args(cls, value: list[str]) -> list[str]:
+        return model_flags(value)
 
     @field_validator("patches", mode="before")
     @classmethod

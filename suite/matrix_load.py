@@ -26,6 +26,7 @@ from suite.errors import MatrixError
 from suite.matrix import Matrix
 from suite.matrix_blocks import SourceFrom, file_sha256
 from suite.matrix_retired import retired_message
+from suite.served_model import TOKENIZER, map_flag_values
 
 # ---------------------------------------------------------------- loading with file:line errors
 
@@ -71,8 +72,10 @@ def _clean_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:
 
 # A whole-matrix check about one place names it first ("serve[2]: ...", "arms.patched.vllm: ..."), so that the
 # error points at that place's line.
-LOCATED = re.compile(r"^(?:(serve|latency)\[(\d+)\]|arms\.([A-Za-z0-9][A-Za-z0-9_.-]*)\.(vllm|patches|serve_args|env|aiter)"
-                     r"|(serve_args|accuracy|env|arms)|runtime\.(gpu_groups|cross_groups)|verdict\.(points|expect)): ")
+LOCATED = re.compile(r"^(?:(serve|latency)\[(\d+)\]|arms\.([A-Za-z0-9][A-Za-z0-9_.-]*)\."
+                     r"(vllm|patches|serve_args|env|aiter|model\.generate|model)"
+                     r"|(serve_args|accuracy|env|arms|model\.generate)|runtime\.(gpu_groups|cross_groups)"
+                     r"|verdict\.(points|expect)): ")
 
 
 def _located(msg: str) -> tuple[tuple[Any, ...], str] | None:
@@ -84,9 +87,9 @@ def _located(msg: str) -> tuple[tuple[Any, ...], str] | None:
     elif m.group(6):
         loc = ("runtime", m.group(6))
     elif m.group(5):
-        loc = (m.group(5),)
+        loc = tuple(m.group(5).split("."))
     else:
-        loc = (m.group(1), int(m.group(2))) if m.group(1) else ("arms", m.group(3), m.group(4))
+        loc = (m.group(1), int(m.group(2))) if m.group(1) else ("arms", m.group(3), *m.group(4).split("."))
     return loc, msg[m.end():]
 
 
@@ -227,13 +230,17 @@ def _local(value: str | None, base_dir: Path) -> str | None:
     return value
 
 
+def _local_tokenizer(args: list[str], base_dir: Path) -> list[str]:
+    """serve_args with a --tokenizer written as a local path made absolute."""
+    return map_flag_values(args, TOKENIZER, lambda value: _local(value, base_dir) or value)
+
+
 def resolve_local_paths(matrix: Matrix, base_dir: Path) -> Matrix:
-    """Make local paths absolute (relative to the matrix): a model id or tokenizer that names a directory
-    (./, ../, /, ~), diff files in `patches:`, wheel files and local git repositories in `vllm:` and `aiter:`,
-    the tuned CSVs of `aiter:`, and `runtime.docker.hf_cache`."""
+    """Make local paths absolute (relative to the matrix): a model id or a --tokenizer in serve_args that names
+    a directory (./, ../, /, ~), diff files in `patches:`, wheel files and local git repositories in `vllm:` and
+    `aiter:`, the tuned CSVs of `aiter:`, and `runtime.docker.hf_cache`."""
     base_dir = Path(base_dir)
-    model = matrix.model.model_copy(update={"id": _local(matrix.model.id, base_dir),
-                                            "tokenizer": _local(matrix.model.tokenizer, base_dir)})
+    model = matrix.model.model_copy(update={"id": _local(matrix.model.id, base_dir)})
     arms = {}
     for name, arm in matrix.arms.items():
         patches = [ref.model_copy(update={"path": str((base_dir / ref.path).expanduser().resolve())})
@@ -245,37 +252,39 @@ def resolve_local_paths(matrix: Matrix, base_dir: Path) -> Matrix:
                 "git": _local(src.git, base_dir)})
         own = arm.model
         if own is not None:
-            own = own.model_copy(update={"id": _local(own.id, base_dir), "tokenizer": _local(own.tokenizer, base_dir)})
+            own = own.model_copy(update={"id": _local(own.id, base_dir)})
         aiter = arm.aiter
         if aiter is not None:
             aiter = aiter.model_copy(update={
                 "wheel": str((base_dir / aiter.wheel).expanduser().resolve()) if aiter.wheel is not None else None,
                 "git": _local(aiter.git, base_dir),
                 "tuned_gemm_bf16": [str((base_dir / p).expanduser().resolve()) for p in aiter.tuned_gemm_bf16]})
-        arms[name] = arm.model_copy(update={"patches": patches, "vllm_from": src, "model": own, "aiter": aiter})
+        arms[name] = arm.model_copy(update={"patches": patches, "vllm_from": src, "model": own, "aiter": aiter,
+                                            "serve_args": _local_tokenizer(arm.serve_args, base_dir)})
     runtime = matrix.runtime
     if runtime.docker is not None and runtime.docker.hf_cache:  # a bind mount needs an absolute path
         hf_cache = str((base_dir / Path(runtime.docker.hf_cache).expanduser()).resolve())
         runtime = runtime.model_copy(update={"docker": runtime.docker.model_copy(update={"hf_cache": hf_cache})})
-    return matrix.model_copy(update={"model": model, "arms": arms, "runtime": runtime})
+    return matrix.model_copy(update={"model": model, "arms": arms, "runtime": runtime,
+                                     "serve_args": _local_tokenizer(matrix.serve_args, base_dir)})
 
 
 def missing_model_paths(matrix: Matrix) -> list[str]:
-    """The model's local directories (model.id, model.tokenizer given as a path: ./, ../, /, ~) that do not
-    exist and that no generator writes. Found here, a typo in a path is not found first by a server that fails
-    to start, after every arm's image was built. Not an error of the file: a directory may be made later
+    """The models' local directories (model.id, a --tokenizer in serve_args, given as a path: ./, ../, /, ~) that
+    do not exist and that no generator writes. Found here, a typo in a path is not found first by a server that
+    fails to start, after every arm's image was built. Not an error of the file: a directory may be made later
     (`make model`), so `suite validate` warns and `suite run` refuses."""
     out = []
-    for where, m in matrix.models_by_field().items():
-        for field, value in ((f"{where}.id", m.id), (f"{where}.tokenizer", m.tokenizer)):
-            if value is None or not Path(value).is_absolute():  # a Hugging Face id (org/name)
-                continue
-            if field.endswith(".id") and m.generate is not None:  # written at the run's start
-                continue
-            if not Path(value).is_dir():
-                out.append(f"{field}: {value} is no directory (a local model must exist before the run; "
+    for name, m in matrix.models_by_arm().items():
+        own = matrix.arms[name].model is not None
+        places = [] if m.generate is not None else [(f"arms.{name}.model.id: " if own else "model.id: ", m.id)]
+        if (where := matrix.flag_place(name, TOKENIZER)) is not None:  # a generated model is written at the start
+            places.append((f"{where}: {TOKENIZER} ", m.tokenizer))
+        for field, value in places:
+            if Path(value).is_absolute() and not Path(value).is_dir():  # else a Hugging Face id (org/name)
+                out.append(f"{field}{value} is no directory (a local model must exist before the run; "
                            "`make model` writes models/tiny-moe; a Hugging Face id has the form org/name)")
-    return out
+    return list(dict.fromkeys(out))
 
 
 def _wheel_errors(loc: tuple[str, ...], src: SourceFrom | None, what: str) -> list[tuple[tuple[Any, ...], str]]:

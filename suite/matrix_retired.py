@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from suite.sbatch import DEFAULT_TIME
+from suite.served_model import MODEL_FLAGS
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,9 @@ RETIRED: tuple[Retired, ...] = (
         "--time", note=lambda _: f"; a list without a --time asks for --time={DEFAULT_TIME}")),
     Retired(("runtime", "slurm", "extra_sbatch"), _sbatch(
         "", lambda v: ", ".join(map(str, v)) if isinstance(v, list) else _flag(v))),
+    # the model block's copies of vLLM's own flags: given in serve_args, as on a `vllm serve` command line
+    *(Retired((*where, field), _model_flag(flag)) for where in (("model",), ("arms", "*", "model"))
+      for flag, field in MODEL_FLAGS.items()),
 )
 
 

@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 from suite.design import Design, round_order
 from suite.matrix import Matrix
 from suite.matrix_blocks import ArmSpec
+from suite.served_model import MODEL_FLAGS, SERVED, TOKENIZER, ServedModel, without_flags
 from suite.stages.kinds import KINDS
 from suite.stages.spec import SERVER_PLACEMENTS, Placement
 
@@ -155,12 +156,30 @@ def effective_arms(matrix: Matrix) -> dict[str, ArmSpec]:
     return arms
 
 
+def _model_block(model: ServedModel) -> dict[str, Any]:
+    """A model as the matrix's model block dumped it while it held its own copies of vLLM's model flags (the
+    ones serve_args do not give as None, load_format only when not auto): a matrix written before they moved
+    to serve_args and one written after plan the same job hashes, so a run resumes across the change."""
+    block: dict[str, Any] = {"id": model.id, "max_model_len": model.max_model_len,
+                             "served_name": model.served_name if SERVED in model.given else None,
+                             "tokenizer": model.tokenizer if TOKENIZER in model.given else None}
+    if model.load_format != "auto":
+        block["load_format"] = model.load_format
+    if model.generate is not None:
+        block["generate"] = model.generate
+    return block
+
+
 def _hash(matrix: Matrix, arm: ArmSpec, kind: str, params: JobParams) -> str:
+    flags = list(MODEL_FLAGS)
+    dumped = arm.model_dump(mode="json")
+    if arm.model is not None:  # its model flags hash with its model, as they were its model block's
+        dumped.update(model=_model_block(matrix.model_of(arm)), serve_args=without_flags(arm.serve_args, flags))
     content = {
-        "model": matrix.model.model_dump(mode="json"),
-        "serve_args": matrix.serve_args,
+        "model": _model_block(matrix.model_of()),
+        "serve_args": without_flags(matrix.serve_args, flags),
         "env": matrix.env,
-        "arm": arm.model_dump(mode="json"),
+        "arm": dumped,
         "kind": kind,
         "params": params.hashed() if hasattr(params, "hashed") else params.model_dump(mode="json"),
     }

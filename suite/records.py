@@ -22,7 +22,8 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_valida
 from suite import __version__
 from suite.design import Design
 from suite.patches import AppliedPatch
-from suite.plan import Job, Plan
+from suite.plan import AA_SUFFIX, Job, Plan
+from suite.served_model import MODEL_FLAGS, ServedModel
 from suite.verdict import VerdictSpec, default_looks
 
 SCHEMA_VERSION = 1
@@ -229,20 +230,29 @@ class PlanRecord(Recorded):
 
 
 class ModelRecord(Recorded):
-    id: str | None = None
-    tokenizer: str | None = None
-    load_format: str = "auto"
-    generate: str | None = None
+    """A model block as a run recorded it: its id and generator; runs before vLLM's model flags moved to
+    serve_args also recorded the block's own copies of them (served_name, tokenizer, max_model_len,
+    load_format), read as the values their serve_args did not give."""
 
-    @property
-    def tokenizer_name(self) -> str | None:
-        return self.tokenizer or self.id
+    id: str | None = None
+    generate: str | None = None
+    served_name: str | None = None
+    tokenizer: str | None = None
+    max_model_len: int | None = None
+    load_format: str | None = None
+
+    def served(self, serve_args: list[str]) -> ServedModel:
+        """This model served with ``serve_args`` (the matrix's, then the arm's), as suite.served_model resolves
+        a matrix's; never an error (a record is read as it is)."""
+        base = {k: getattr(self, k) for k in MODEL_FLAGS.values()}
+        return ServedModel.resolve(self.id or "", serve_args, generate=self.generate, base=base, strict=False)
 
 
 class ArmSpecRecord(Recorded):
     serving: bool = True
     model: ModelRecord | None = None  # the arm's own model (arms.NAME.model), when it does not serve the matrix's
     env: dict[str, str] = {}  # the arm's `env:` (secrets redacted)
+    serve_args: list[str] = []
 
 
 class MatrixRuntimeRecord(Recorded):
@@ -268,6 +278,14 @@ class MatrixRecord(Recorded):
     settle_s: float = 0  # retired from matrices (runs of 2026-12-01 and 2026-12-04 recorded one)
     runtime: MatrixRuntimeRecord = MatrixRuntimeRecord()
     precompile: bool = False
+    serve_args: list[str] = []
+
+    def model_of(self, arm: str | None = None) -> ServedModel:
+        """The model an arm served (its own, else the matrix's; the A/A arm: the baseline's), with the model flags
+        of the matrix's serve_args and then the arm's. Without an arm: the matrix's model and serve_args."""
+        spec = (self.arms.get(arm) or self.arms.get(arm.removesuffix(AA_SUFFIX))) if arm is not None else None
+        own = spec.model if spec is not None and spec.model is not None else self.model
+        return own.served([*self.serve_args, *(spec.serve_args if spec is not None else [])])
 
     @model_validator(mode="before")
     @classmethod

@@ -48,10 +48,11 @@ def title(run: RunData) -> str:
     return f"{literal(run.matrix.name or run_name(run))}: {literal(' vs '.join(compared))}"
 
 
-def weights_line(matrix: MatrixRecord) -> str | None:
-    """The report's line about a dummy-weight model (model.load_format: dummy), None for real weights."""
-    model = matrix.model
-    if model.load_format != "dummy":
+def weights_line(matrix: MatrixRecord, arm: str | None = None) -> str | None:
+    """The report's line about the dummy weights (--load-format dummy) ``arm`` served (default: the matrix's
+    model), None for real weights."""
+    model = matrix.model_of(arm)
+    if not model.dummy:
         return None
     config = (f"real-shape config {code(model.generate)}" if model.generate else f"the config of {code(model.id)}")
     return (f"weights: **dummy** ({code('--load-format dummy')}, {config}): timings are real, outputs are not a "
@@ -189,7 +190,7 @@ def intro(run: RunData) -> list[Paragraph | BulletList | Note]:
         + _offline_rounds(run),
         f"baseline: **{literal(run.baseline)}**; candidates: {literal(', '.join(run.candidates) or '(none)')}"
         + (f"; A/A arm: {literal(run.aa_arm)}" if run.aa_arm else ""),
-        *([weights] if (weights := weights_line(matrix)) else []),
+        *([weights] if (weights := weights_line(matrix, run.baseline)) else []),
         *([where] if (where := machine_line(run)) else []),
         *([wall] if (wall := wall_line(run)) else []),
     ]))
@@ -400,7 +401,7 @@ def provenance_section(run: RunData) -> Section:
             for s, last in zip(m.stretches, stretch_last_jobs(run), strict=True)))
     if models := gpu_models(run):
         items.append(gpus_line(models))
-    weights = weights_line(run.matrix)
+    weights = weights_line(run.matrix, run.baseline)
     if weights:
         args = m.weights.model_args if m.weights else []
         items.append(weights + (f"; model flags {code(' '.join(args))}" if args else ""))

@@ -96,7 +96,7 @@ def prepare(matrix_path: Path, out_base: Path, resume: Path | None, console: Con
     elif not no_compare and (alone := nothing_to_compare(matrix, matrix_path)) is not None:
         raise SuiteError(alone)
     # a generated dummy-weight model (model.generate) is written before anything reads or mounts its directory
-    for model in matrix.models_by_field().values():
+    for model in matrix.models_by_arm().values():
         ensure_model(model, log=lambda msg: console.print(msg, markup=False, highlight=False))
     if missing := missing_model_paths(matrix):  # before any arm's image is built or server started
         raise SuiteError(f"{matrix_path}: " + "; ".join(missing))
@@ -123,10 +123,11 @@ def prepare(matrix_path: Path, out_base: Path, resume: Path | None, console: Con
                              .model_copy(update={"estimate_s": round(guess.total_s)}))
         console.print(guess.lines()[0], markup=False, highlight=False)
     software = arm_software(runtime, arm_envs, plan, store, console)
+    served = matrix.model_of(matrix.arms[matrix.baseline_arm])  # the weights line: the baseline's model
     store.update_manifest(
         runtime=matrix.runtime.kind,
-        weights=WeightsRecord(load_format=matrix.model.load_format, generate=matrix.model.generate,
-                              model_args=matrix.model.vllm_args(), note=matrix.model.weights_note()),
+        weights=WeightsRecord(load_format=served.load_format, generate=served.generate,
+                              model_args=served.model_args(), note=served.weights_note()),
         arms={a: ArmRecord(vllm_version=e.vllm_version, image=e.image, patches=e.patches,
                            **({"model": m.id} if (m := plan.arms[a].model) is not None else {}),
                            env=redact_env({**matrix.env, **plan.arms[a].env}), software=software[a],
@@ -349,8 +350,8 @@ def dry_run(matrix_path: Path, runs_dir: Path = Path("runs")) -> str:
         if job.kind != "serve" or (job.point, model.id) in seen:
             continue
         seen.add((job.point, model.id))
-        cmd = serve_command(vllm="vllm", base_url=f"http://{matrix.runtime.host}:PORT", served_name=model.name,
-                            tokenizer=model.tokenizer or model.id, params=job.params,
+        cmd = serve_command(vllm="vllm", base_url=f"http://{matrix.runtime.host}:PORT", served_name=model.served_name,
+                            tokenizer=model.tokenizer, params=job.params,
                             result_dir=Path("<run>/<arm>/serve") / job.point, result_filename="rep-<r>.json",
                             trust_remote_code=trusts_remote_code([*matrix.serve_args, *spec.serve_args]))
         whose = f", {job.arm}'s model" if spec.model is not None else ""

@@ -96,7 +96,7 @@ class RunContext:
                 if p and not (Path(p) / "applied.json").is_file()]
         if keep:
             env["PYTHONPATH"] = os.pathsep.join(keep)
-        if all(Path(m.id).is_dir() for m in self.matrix.models_by_field().values()):
+        if all(Path(m.id).is_dir() for m in self.matrix.models_by_arm().values()):
             env.setdefault("HF_HUB_OFFLINE", "1")
         tmp = self.store.root / ".tmp"
         tmp.mkdir(exist_ok=True)
@@ -105,10 +105,13 @@ class RunContext:
 
 
 def server_argv_tail(matrix: Matrix, arm: str, plan: Plan, port: int, extra: list[str] | None = None) -> list[str]:
+    """`vllm serve`'s arguments after the command: the model, the suite's defaults of the model flags serve_args
+    do not give (ServedModel.server_defaults), where the server listens, then the matrix's and the arm's
+    serve_args."""
     m = matrix.model_of(plan.arms[arm])
-    return [m.id, "--served-model-name", m.name, "--host", matrix.runtime.host, "--port", str(port),
-            "--max-model-len", str(m.max_model_len), *m.vllm_args(), *matrix.serve_args, *plan.arms[arm].serve_args,
-            *(extra or [])]
+    name, defaults = m.server_defaults()
+    return [m.id, *name, "--host", matrix.runtime.host, "--port", str(port), *defaults, *matrix.serve_args,
+            *plan.arms[arm].serve_args, *(extra or [])]
 
 
 # ---------------------------------------------------------------------------------------- jobs

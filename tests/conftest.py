@@ -66,10 +66,10 @@ def tiny_cpu_matrix(name: str, model: Path | str, body: str, *, max_model_len: i
     """A local-runtime matrix on the tiny MoE with the CPU settings every end-to-end module uses; ``body``
     holds its arms, points and stages (plain YAML)."""
     return (f"name: {name}\n"
-            f"model: {{id: {model}, served_name: tiny-moe, max_model_len: {max_model_len}}}\n"
+            f"model: {{id: {model}}}\n"
             "runtime: {kind: local, startup_timeout_s: 600}\n"
-            f'serve_args: [--dtype, bfloat16, --max-num-seqs, "{max_num_seqs}", --enforce-eager, '
-            '--kv-cache-memory-bytes, 64M]\n' + body)
+            f'serve_args: [--served-model-name, tiny-moe, --max-model-len, "{max_model_len}", --dtype, bfloat16, '
+            f'--max-num-seqs, "{max_num_seqs}", --enforce-eager, --kv-cache-memory-bytes, 64M]\n' + body)
 
 
 def run_matrix_once(base: Path, matrix_text: str,

@@ -26,7 +26,7 @@ WHEEL = "amd_aiter-0.1.19-cp312-cp312-linux_x86_64.whl"
 CSV = "M,N,K,cu_num,libtype,solidx,us\n1,256,6144,256,hipblaslt,7,2.1\n"
 MATRIX = """\
 name: own-aiter
-model: {{id: google/gemma-4-26B-A4B-it, max_model_len: 4096}}
+model: {{id: google/gemma-4-26B-A4B-it}}
 runtime: {runtime}
 arms:
   baseline: {{vllm: "0.33.0"}}
@@ -35,6 +35,7 @@ arms:
     aiter: {aiter}
 serve:
   - {{isl: 128, osl: 16, concurrency: [1], num_prompts: 2}}
+serve_args: [--max-model-len, "4096"]
 """
 ROCM_RUNTIME = "{kind: docker, docker: {vendor: rocm}}"
 

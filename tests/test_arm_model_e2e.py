@@ -26,7 +26,8 @@ arms:
   ckpt:
     vllm: "0.32.0"
     serving: false
-    model: {{id: {copy}, served_name: tiny-moe-copy, max_model_len: 1024}}
+    model: {{id: {copy}}}
+    serve_args: [--served-model-name, tiny-moe-copy]
 serve:
   - {{isl: 32, osl: 8, concurrency: [1], num_prompts: 2}}
 accuracy: {{task: gsm8k, dataset: synthetic, limit: 6, num_fewshot: 1, max_gen_toks: 16, concurrency: 2,

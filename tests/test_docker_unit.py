@@ -51,9 +51,9 @@ NO_ENGINE = {"DOCKER_HOST": "unix:///nonexistent/docker.sock"}
 
 GPU_MATRIX = """\
 name: gemma4-{vendor}
-model: {{id: google/gemma-4-26B-A4B-it, max_model_len: 4096}}
+model: {{id: google/gemma-4-26B-A4B-it}}
 runtime: {{kind: docker, docker: {{vendor: {vendor}, gpus: "{gpus}", shm_size: 16g}}}}
-serve_args: [--dtype, bfloat16]
+serve_args: [--max-model-len, "4096", --dtype, bfloat16]
 env: {{VLLM_ROCM_USE_AITER: "1"}}
 arms:
   baseline: {{vllm: "0.33.0"}}
@@ -201,9 +201,9 @@ def test_secret_in_matrix_env_is_not_printed(tmp_path):
 
 CPU_MATRIX = """\
 name: tiny-docker
-model: {{id: {model}, served_name: tiny-moe, max_model_len: 1024}}
+model: {{id: {model}}}
 runtime: {{kind: docker, docker: {{vendor: cpu}}}}
-serve_args: [--dtype, bfloat16]
+serve_args: [--served-model-name, tiny-moe, --max-model-len, "1024", --dtype, bfloat16]
 env: {{VLLM_CPU_KVCACHE_SPACE: "1"}}
 arms:
   baseline: {{vllm: "0.32.0"}}
@@ -825,7 +825,8 @@ def test_image_suite_modules_are_enough_for_the_patches_command(tmp_path):
 
 OWN_MATRIX = """\
 name: own-change
-model: {{id: google/gemma-4-26B-A4B-it, max_model_len: 4096}}
+model: {{id: google/gemma-4-26B-A4B-it}}
+serve_args: [--max-model-len, "4096"]
 runtime: {{kind: docker, docker: {{vendor: {vendor}}}}}
 arms:
   baseline: {{vllm: "0.33.0"}}

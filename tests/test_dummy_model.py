@@ -1,4 +1,5 @@
-"""Dummy-weight models: `model.load_format: dummy`, `model.generate`, the Gemma 4 generator, fetch and the report.
+"""Dummy-weight models: `--load-format dummy` in serve_args, `model.generate`, the Gemma 4 generator, fetch and the
+report.
 
 Nothing here starts vLLM: the matrix checks, the exact argv, the generated directory (read back by
 transformers as vLLM would), `suite fetch` and the report text run for real."""
@@ -26,9 +27,8 @@ MATRIX = """\
 name: g4
 model:
   id: {id}
-  max_model_len: 4096
 {extra}runtime: {{kind: local}}
-serve_args: [--dtype, bfloat16{serve_args}]
+serve_args: [--dtype, bfloat16, --max-model-len, "4096"{load_format}{serve_args}]
 arms:
   baseline: {{vllm: "0.26.0"}}
   patched: {{vllm: "0.26.0"{arm}}}
@@ -41,8 +41,9 @@ latency:
 
 def text(id: str = "./g4-model", load_format: str | None = "dummy", generate: str | None = "gemma4-26b-a4b-6l",
          serve_args: str = "", arm: str = "", tail: str = "") -> str:
-    extra = (f"  load_format: {load_format}\n" if load_format else "") + (f"  generate: {generate}\n" if generate else "")
-    return MATRIX.format(id=id, extra=extra, serve_args=serve_args, arm=arm, tail=tail)
+    extra = f"  generate: {generate}\n" if generate else ""
+    return MATRIX.format(id=id, extra=extra, load_format=f", --load-format, {load_format}" if load_format else "",
+                         serve_args=serve_args, arm=arm, tail=tail)
 
 
 
@@ -56,26 +57,31 @@ def line_of(body: str, needle: str) -> int:
 
 def test_dummy_and_generate_are_accepted_and_resolved(tmp_path):
     m = load_matrix(write(tmp_path, text()))
-    assert m.model.load_format == "dummy" and m.model.generate == "gemma4-26b-a4b-6l"
-    assert m.model.id == str(tmp_path / "g4-model")  # resolved like any local model
+    served = m.model_of()
+    assert served.load_format == "dummy" and served.dummy and served.generate == "gemma4-26b-a4b-6l"
+    assert served.id == m.model.id == str(tmp_path / "g4-model")  # resolved like any local model
     plain = load_matrix(write(tmp_path, text(id="org/model", load_format=None, generate=None)))
-    assert plain.model.load_format == "auto" and plain.model.vllm_args() == []
-    # a model with real weights dumps and hashes as before the fields existed
-    assert "load_format" not in plain.model.model_dump() and "generate" not in plain.model.model_dump()
+    assert plain.model_of().load_format == "auto" and plain.model_of().model_args() == []
+    # a model with real weights dumps as before the generator existed
+    assert plain.model.model_dump() == {"id": "org/model"}
     dummy_hub = load_matrix(write(tmp_path, text(id="org/model", generate=None)))
-    assert dummy_hub.model.vllm_args() == ["--load-format", "dummy"]
+    assert dummy_hub.model_of().model_args() == ["--load-format", "dummy"]
+    # vLLM's other formats are vLLM's to check; vLLM lowercases the name
+    other = load_matrix(write(tmp_path, text(id="org/model", load_format="SafeTensors", generate=None)))
+    assert other.model_of().load_format == "safetensors" and not other.model_of().dummy
 
 
 @pytest.mark.parametrize("body, needle, msg", [
-    (text(load_format=None), "generate:", "needs load_format: dummy"),
-    (text(load_format="auto"), "generate:", "needs load_format: dummy"),
+    (text(load_format=None), "generate:", "model.generate: gemma4-26b-a4b-6l writes a config and a tokenizer, no "
+     "weights: every arm that serves it needs [--load-format, dummy] in serve_args (arm baseline has --load-format "
+     "auto)"),
+    (text(load_format="auto"), "generate:", "needs [--load-format, dummy]"),
+    (text(serve_args=", --load_format=auto"), "generate:", "needs [--load-format, dummy]"),  # the last one counts
+    (text(arm=", serve_args: [--load-format, auto]"), "generate:", "(arm patched has --load-format auto)"),
     (text(id="org/model"), "generate:", "local directory"),
     (text(generate="gemma5"), "generate:", "unknown generator 'gemma5'"),
-    (text(load_format="safetensors", generate=None), "load_format:", "model.load_format"),
-    (text(serve_args=", --load-format, dummy"), "serve_args:", "--load-format is set by model.load_format"),
-    (text(generate=None, serve_args=", --load_format=auto"), "serve_args:", "--load-format is set by"),
-    (text(arm=", serve_args: [--load-format, dummy]"), "patched:", "arms.patched.serve_args: --load-format"),
     (text(serve_args=", --hf-overrides, '{}'"), "serve_args:", "--hf-overrides is set by the generator"),
+    (text(arm=", serve_args: [--hf_overrides.x, '1']"), "patched:", "arms.patched.serve_args: --hf-overrides is set"),
     (text(tail="accuracy: {task: gsm8k, limit: 8}\n"), "accuracy:", "random weights"),
     (text(generate=None, id="org/model", tail="accuracy: {limit: 8}\n"), "accuracy:", "random weights"),
 ])
@@ -106,7 +112,7 @@ def test_serve_and_latency_argv_carry_the_model_flags_once(tmp_path):
     job = next(j for j in plan.jobs if j.kind == "latency")
     cmd = latency_command(vllm="vllm", model=m.model.id, tokenizer=m.model.id, max_model_len=4096,
                           params=job.params, engine_args=["--dtype", "bfloat16"], output_json=Path("o.json"),
-                          model_args=m.model.vllm_args())
+                          model_args=m.model_of().model_args())
     assert cmd.count("--load-format") == 1 and cmd[cmd.index("--load-format") + 1] == "dummy"
     assert cmd.count("--hf-overrides") == 1
     plain = load_matrix(write(tmp_path, text(id="org/model", load_format=None, generate=None)))
@@ -231,7 +237,8 @@ def test_report_says_the_weights_were_dummy(tmp_path):
 
     body = """\
 name: rep
-model: {id: ./m, load_format: dummy, generate: gemma4-26b-a4b}
+model: {id: ./m, generate: gemma4-26b-a4b}
+serve_args: [--load-format, dummy]
 arms:
   baseline: {vllm: "0.26.0"}
   patched: {vllm: "0.26.0"}

@@ -156,7 +156,8 @@ def test_doctor_unknown_check_is_a_clear_error():
 
 DOCKER_MATRIX = """\
 name: faults-docker
-model: {id: some/model, max_model_len: 256}
+model: {id: some/model}
+serve_args: [--max-model-len, "256"]
 runtime: {kind: docker, startup_timeout_s: 60, docker: {vendor: cpu}}
 arms:
   baseline: {vllm: "0.32.0"}

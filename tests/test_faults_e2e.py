@@ -46,9 +46,9 @@ POINTS = ["isl32-osl8-c1-n2", "isl32-osl8-c2-n2", "isl32-osl8-c3-n2"]
 
 MATRIX = """\
 name: faults-chaos
-model: {{id: {model}, served_name: tiny-moe, max_model_len: 256}}
+model: {{id: {model}}}
 runtime: {{kind: local, startup_timeout_s: {timeout}, port: {port}, max_restarts: 1}}
-serve_args: [--dtype, bfloat16, --max-num-seqs, "4", --enforce-eager]
+serve_args: [--served-model-name, tiny-moe, --max-model-len, "256", --dtype, bfloat16, --max-num-seqs, "4", --enforce-eager]
 env: {{VLLM_CPU_KVCACHE_SPACE: "1"}}
 arms:
   broken: {{vllm: "0.32.0", serve_args: [--no-such-flag]}}
@@ -307,7 +307,7 @@ def test_bad_matrix_is_one_clear_error(case, run1, run1_state, tmp_path, tiny_mo
         needles = ["m.yaml:3: runtime.max_retries: unknown field"]
     else:
         text = text.replace("isl: 32,", "isl: 250,")
-        needles = ["m.yaml:11: serve[0]: isl + osl = 258 exceeds model.max_model_len 256"]
+        needles = ["m.yaml:11: serve[0]: isl + osl = 258 exceeds --max-model-len 256 in serve_args"]
     proc, copy = resume_copy(run1, tmp_path, text)
     assert_clear_error(proc, *needles)
     assert proc.returncode == 2

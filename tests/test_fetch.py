@@ -37,7 +37,7 @@ serve:
 
 
 def write(tmp_path: Path, model: str, runtime: str = "{kind: local}", tokenizer: str | None = None) -> Path:
-    tok = f"  tokenizer: {tokenizer}\n" if tokenizer else ""
+    tok = f"serve_args: [--tokenizer, {tokenizer}]\n" if tokenizer else ""
     path = tmp_path / "m.yaml"
     path.write_text(MATRIX.format(model=model, tokenizer=tok, runtime=runtime))
     return path

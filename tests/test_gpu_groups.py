@@ -26,7 +26,7 @@ from suite.verdict import VerdictSpec
 
 BASE = """\
 name: groups
-model: {{id: some/model, max_model_len: 256}}
+model: {{id: some/model}}
 runtime:
   kind: {kind}
 {runtime}arms:
@@ -39,6 +39,7 @@ order: abba
 together: all
 blocks: 2
 verdict: {{looks: [{looks}]}}
+serve_args: [--max-model-len, "256"]
 """
 
 

@@ -21,7 +21,8 @@ from suite.store import ArmDirs
 
 MATRIX = """
 name: t
-model: {id: some/model, max_model_len: 256}
+model: {id: some/model}
+serve_args: [--max-model-len, "256"]
 runtime: {kind: local, gpus: "1"}
 arms:
   baseline: {vllm: "0.26.0"}

@@ -33,9 +33,9 @@ pytestmark = [pytest.mark.docker, pytest.mark.e2e]
 MATRIX = """\
 name: gpu-host-rehearsal
 description: one arm, the CPU vendor image; serve, latency and accuracy, all inside the image
-model: {{id: {model}, served_name: tiny-moe, max_model_len: 1024}}
+model: {{id: {model}}}
 runtime: {{kind: docker, startup_timeout_s: 600, docker: {{vendor: cpu}}}}
-serve_args: [--dtype, bfloat16, --max-num-seqs, "4", --enforce-eager]
+serve_args: [--served-model-name, tiny-moe, --max-model-len, "1024", --dtype, bfloat16, --max-num-seqs, "4", --enforce-eager]
 env: {{VLLM_CPU_KVCACHE_SPACE: "1"}}
 arms:
   baseline: {{vllm: "0.32.0"}}

@@ -22,7 +22,8 @@ from tests.conftest import REPO
 
 MATRIX = """\
 name: layer-only
-model: {id: /models/g4, generate: gemma4-26b-a4b-6l, load_format: dummy, max_model_len: 4096}
+model: {id: /models/g4, generate: gemma4-26b-a4b-6l}
+serve_args: [--max-model-len, "4096", --load-format, dummy]
 arms:
   baseline: {vllm: "0.26.0"}
   ll-bf16: {vllm: "0.26.0", patches: [ll-bf16-router-gemm-dispatch]}
@@ -48,12 +49,12 @@ def test_nothing_to_measure_names_the_layer_block():
 
 def test_each_arm_runs_the_bench_with_the_models_own_engine_flags():
     matrix = parse_matrix(MATRIX, source="m.yaml")
-    cmd = layer_command(matrix.layer, matrix.model, "/out/rep-0.json", "ll-bf16")
+    cmd = layer_command(matrix.layer, matrix.model_of(matrix.arms["ll-bf16"]), "/out/rep-0.json", "ll-bf16")
     assert cmd[:3] == ["python", "-m", "suite.stages.layer.bench"]
     assert cmd[cmd.index("--tokens") + 1] == "1,2,4,8" and cmd[cmd.index("--trace-m") + 1] == "2048"
     assert cmd[cmd.index("--model") + 1] == "/models/g4" and cmd[cmd.index("--compile") + 1] == "vllm"
     # a generated model: --load-format dummy and the --hf-overrides transformers 5.x needs, as `vllm serve` gets
-    assert cmd[-4:] == matrix.model.vllm_args() and cmd[-4] == "--load-format" and cmd[-2] == "--hf-overrides"
+    assert cmd[-4:] == matrix.model_of().model_args() and cmd[-4] == "--load-format" and cmd[-2] == "--hf-overrides"
 
 
 def test_the_gates_own_calls_are_told_apart_from_the_layers_other_gemms():

@@ -17,7 +17,8 @@ from suite.store import ArmDirs
 
 MATRIX = """
 name: t
-model: {id: some/model, max_model_len: 256}
+model: {id: some/model}
+serve_args: [--max-model-len, "256"]
 arms:
   baseline: {vllm: "0.32.0"}
 serve:
@@ -194,11 +195,12 @@ def test_an_offline_tool_is_one_whole_command_in_the_arms_environment(tmp_path, 
     model.mkdir()
     matrix = parse_matrix(f"""
 name: t
-model: {{id: some/model, max_model_len: 256}}
+model: {{id: some/model}}
+serve_args: [--max-model-len, "256"]
 env: {{SHARED: matrix, OVERRIDDEN: matrix}}
 arms:
   baseline: {{vllm: "0.32.0"}}
-  local: {{vllm: "0.32.0", model: {{id: {model}, max_model_len: 256}}, env: {{OVERRIDDEN: arm}}}}
+  local: {{vllm: "0.32.0", model: {{id: {model}}}, env: {{OVERRIDDEN: arm}}}}
 serve:
   - {{isl: 8, osl: 4, concurrency: 1, num_prompts: 1}}
 """, "m.yaml")

@@ -59,8 +59,12 @@ def test_yaml_syntax_error_has_line(tmp_path):
 
 
 def test_impossible_point_is_refused():
-    with pytest.raises(MatrixError, match="exceeds model.max_model_len"):
+    with pytest.raises(MatrixError, match=r"exceeds the default --max-model-len 2048 \(give a longer one in "
+                                          r"serve_args\)"):
         parse_matrix(MINIMAL.replace("isl: 128", "isl: 4000"))
+    with pytest.raises(MatrixError, match=r"exceeds --max-model-len 4000 in serve_args"):
+        parse_matrix(MINIMAL.replace("isl: 128", "isl: 4000") + "serve_args: [--max-model-len=4k]\n")
+    assert parse_matrix(MINIMAL.replace("isl: 128", "isl: 4000") + "serve_args: [--max_model_len, 4K]\n")
 
 
 @pytest.mark.parametrize("value", ["0", "-3", "'x3'", "'3y'"])
@@ -177,10 +181,11 @@ def test_dry_run_client_trusts_remote_code_as_the_server_does(tmp_path):
 
 OWN_MODEL = """\
 name: own
-model: {id: ./models/main, served_name: main, max_model_len: 512}
+model: {id: ./models/main}
+serve_args: [--served-model-name, main, --max-model-len, "512"]
 arms:
   baseline: {vllm: "0.32.0"}
-  ckpt: {vllm: "0.32.0", model: {id: ./models/other, served_name: other, max_model_len: 256}}
+  ckpt: {vllm: "0.32.0", model: {id: ./models/other}, serve_args: [--served-model-name, other, --max-model-len, "256"]}
 serve:
   - {isl: 128, osl: 32, concurrency: [1], num_prompts: 2}
 """
@@ -198,15 +203,18 @@ def test_an_arm_serves_its_own_model_and_only_its_jobs_change(tmp_path):
     m = load_matrix(path)
     assert m.model_of(m.arms["ckpt"]).id == str(tmp_path / "models" / "other")
     assert m.model_of(m.arms["baseline"]).id == str(tmp_path / "models" / "main")
-    assert list(m.models_by_field()) == ["model", "arms.ckpt.model"]
+    models = m.models_by_arm()
+    assert [(a, v.served_name, v.max_model_len) for a, v in models.items()] == [("baseline", "main", 512),
+                                                                               ("ckpt", "other", 256)]
     plain = tmp_path / "plain.yaml"
-    plain.write_text(OWN_MODEL.replace(", model: {id: ./models/other, served_name: other, max_model_len: 256}", ""))
+    plain.write_text(OWN_MODEL.replace(', model: {id: ./models/other}, serve_args: [--served-model-name, other, '
+                                       '--max-model-len, "256"]', ""))
     with_own, without = build_plan(m).jobs, build_plan(load_matrix(plain)).jobs
     assert [j.hash for j in with_own if j.arm == "baseline"] == [j.hash for j in without if j.arm == "baseline"]
     assert [j.hash for j in with_own if j.arm == "ckpt"] != [j.hash for j in without if j.arm == "ckpt"]
     # its own limit: 128 + 32 fits 512 but not 256
-    with pytest.raises(MatrixError, match=r"exceeds arms\.ckpt\.model\.max_model_len 150"):
-        parse_matrix(OWN_MODEL.replace("max_model_len: 256", "max_model_len: 150"))
+    with pytest.raises(MatrixError, match=r"exceeds --max-model-len 150 in arms\.ckpt\.serve_args"):
+        parse_matrix(OWN_MODEL.replace('"256"', '"150"'))
     # a typo in its path is named like the matrix model's
     (tmp_path / "models" / "other").rmdir()
     run = run_suite("run", str(path), "--out", str(tmp_path / "runs"))
@@ -215,8 +223,10 @@ def test_an_arm_serves_its_own_model_and_only_its_jobs_change(tmp_path):
     dry = run_suite("run", str(path), "--dry-run")
     assert dry.returncode == 0, dry.stderr
     servers = {line.split("]")[0].strip(" ["): line for line in dry.stdout.splitlines() if "] server:" in line}
-    assert f"vllm serve {tmp_path / 'models' / 'other'} --served-model-name other" in servers["ckpt"]
-    assert "--max-model-len 256" in servers["ckpt"] and "--served-model-name main" in servers["baseline"]
+    # the matrix's serve_args, then the arm's: vLLM takes the arm's name and length
+    assert f"vllm serve {tmp_path / 'models' / 'other'} --host" in servers["ckpt"]
+    assert servers["ckpt"].endswith("--served-model-name other --max-model-len 256")
+    assert servers["baseline"].endswith("--served-model-name main --max-model-len 512")
     clients = [line for line in dry.stdout.splitlines() if "] client: vllm bench serve" in line]
     assert any("ckpt's model] client:" in c and "--model other" in c for c in clients), clients
 
@@ -235,7 +245,7 @@ def test_the_matrix_reference_is_the_schema_and_every_field_says_what_it_is():
 # The matrix's knobs: every field a matrix can give, the blocks and their fields (147 on 2026-12-06). A ceiling
 # that only comes down: a new knob retires one that says the same (suite.matrix_retired), and a field retired
 # lowers it.
-MAX_FIELDS = 139
+MAX_FIELDS = 135
 
 
 def test_the_schema_holds_no_more_knobs_than_its_ceiling():

@@ -18,7 +18,7 @@ BASE = """\
 name: t
 model:
   id: some/model
-  max_model_len: 4096
+serve_args: [--max-model-len, "4096"]
 arms:
   baseline: {vllm: "0.33.0"}
   patched: {vllm: "0.33.0", patches: [ll-bf16-router-gemm-dispatch]}
@@ -51,7 +51,7 @@ def test_two_arms_named_baseline_is_an_error_at_the_second(tmp_path):
 
 @pytest.mark.parametrize("text, line, where", [
     (BASE + "name: again\n", 10, "name"),  # top level
-    (BASE.replace("  max_model_len: 4096\n", "  max_model_len: 4096\n  id: other/model\n"), 5, "model.id"),
+    (BASE.replace("  id: some/model\n", "  id: some/model\n  id: other/model\n"), 4, "model.id"),
     (BASE + "env:\n  A: '1'\n  B: '2'\n  A: '3'\n", 13, "env.A"),  # nested mapping
     (BASE.replace("num_prompts: 3x}", "num_prompts: 3x, isl: 64}"), 9, "serve[0].isl"),  # flow mapping in a list
 ])
@@ -518,3 +518,122 @@ def test_suite_validate_names_a_retired_slurm_field_and_takes_its_replacement(tm
     good = write(tmp_path, BASE + "runtime:\n  kind: slurm\n  slurm: {sbatch: [--cpus-per-task=16, --exclusive]}\n",
                  "good.yaml")
     assert run_suite("validate", "--no-patch-check", str(good)).returncode == 0
+
+
+OLD_MODEL = """\
+name: t
+model:
+  id: some/model
+  served_name: served
+  tokenizer: org/tok
+  max_model_len: 4096
+  load_format: dummy
+arms:
+  baseline: {vllm: "0.33.0"}
+  own:
+    vllm: "0.33.0"
+    model: {id: other/model, served_name: other, max_model_len: 1024}
+serve:
+  - {isl: 128, osl: 32, concurrency: [1, 4], num_prompts: 3x}
+"""
+
+
+def test_the_model_blocks_copies_of_vllm_flags_are_retired_with_the_flag_to_write(tmp_path):
+    """The model block's served_name, tokenizer, max_model_len and load_format were vLLM's own flags under other
+    names: an old matrix gets each one's line and the flag to give in serve_args, with its value."""
+    f = write(tmp_path, OLD_MODEL)
+    said = "retired: give vLLM's own flag in serve_args (the matrix's, or an arm's for its own model): "
+    assert error_of(f).splitlines() == [
+        f"{f}:4: model.served_name: {said}[--served-model-name, served]",
+        f"{f}:5: model.tokenizer: {said}[--tokenizer, org/tok]",
+        f"{f}:6: model.max_model_len: {said}[--max-model-len, 4096]",
+        f"{f}:7: model.load_format: {said}[--load-format, dummy]",
+        f"{f}:12: arms.own.model.served_name: {said}[--served-model-name, other]",
+        f"{f}:12: arms.own.model.max_model_len: {said}[--max-model-len, 1024]",
+    ]
+    # written as the messages say, it validates, and means what it meant
+    new = write(tmp_path, """\
+name: t
+model: {id: some/model}
+serve_args: [--served-model-name, served, --tokenizer, org/tok, --max-model-len, "4096", --load-format, dummy]
+arms:
+  baseline: {vllm: "0.33.0"}
+  own:
+    vllm: "0.33.0"
+    model: {id: other/model}
+    serve_args: [--served-model-name, other, --tokenizer, other/model, --max-model-len, "1024", --load-format, auto]
+serve:
+  - {isl: 128, osl: 32, concurrency: [1, 4], num_prompts: 3x}
+""", "new.yaml")
+    m = load_matrix(new)
+    base, own = m.model_of(m.arms["baseline"]), m.model_of(m.arms["own"])
+    assert (base.id, base.served_name, base.tokenizer, base.max_model_len, base.dummy) == (
+        "some/model", "served", "org/tok", 4096, True)
+    assert (own.id, own.served_name, own.tokenizer, own.max_model_len, own.dummy) == (
+        "other/model", "other", "other/model", 1024, False)
+
+
+@pytest.mark.parametrize("args, line, msg", [
+    ('[--max-model-len, auto]', 4, "serve_args: --max-model-len auto: the suite checks every point's isl + osl "
+     "against the length, so give it as a number"),
+    ('[--max-model-len=-1]', 4, "serve_args: --max-model-len -1: the suite checks"),
+    ('[--max_model_len, lots]', 4, "serve_args: --max-model-len 'lots': not a length (vLLM takes e.g. 4096, "
+     "4k = 4000, 4K = 4096)"),
+    ('[--max-model-len, 1.5K]', 4, "decimals are not allowed with binary suffixes like K"),
+    ('[--max-model-len, "0"]', 4, "serve_args: --max-model-len 0: must be > 0"),
+    ('[--max-model-len, "200000000"]', 4, "200,000,000 is beyond the limit 100,000,000"),
+    ('[--dtype, bfloat16, --tokenizer]', 4, "serve_args: --tokenizer needs a value after it"),
+    ('[--served-model-name, --dtype, bfloat16]', 4, "serve_args: --served-model-name needs a value after it"),
+    ('[--tokenizer, ""]', 4, "serve_args: --tokenizer must not be empty"),
+])
+def test_a_model_flag_the_suite_cannot_read_is_refused_at_its_line(tmp_path, args, line, msg):
+    f = write(tmp_path, BASE.replace('serve_args: [--max-model-len, "4096"]', f"serve_args: {args}"))
+    said = error_of(f)
+    assert said.startswith(f"{f}:{line}: ") and msg in said, said
+
+
+def test_an_arms_model_flag_is_read_at_the_arms_line(tmp_path):
+    f = write(tmp_path, BASE.replace('patched: {vllm: "0.33.0",', 'patched: {vllm: "0.33.0", serve_args: '
+                                     '[--max-model-len, auto],'))
+    assert error_of(f).startswith(f"{f}:7: arms.patched.serve_args: --max-model-len auto: ")
+    f = write(tmp_path, BASE.replace('patched: {vllm: "0.33.0",', 'patched: {vllm: "0.33.0", serve_args: '
+                                     '[--max-model-len, 4k],'))
+    m = load_matrix(f)  # the arm's comes after the matrix's: vLLM takes it
+    assert (m.model_of(m.arms["patched"]).max_model_len, m.model_of(m.arms["baseline"]).max_model_len) == (4000, 4096)
+    f = write(tmp_path, BASE.replace('patched: {vllm: "0.33.0",', 'patched: {vllm: "0.33.0", serve_args: '
+                                     '[--max-model-len, "100"],'))
+    assert error_of(f) == (f"{f}:9: serve[0]: isl + osl = 160 exceeds --max-model-len 100 in "
+                           "arms.patched.serve_args")
+
+
+def test_an_arms_own_model_is_not_read_with_the_matrix_models_tokenizer(tmp_path):
+    """The matrix's serve_args reach every arm: an arm on another checkpoint would get the matrix model's
+    --tokenizer silently; it gives its own (or the same again)."""
+    text = BASE.replace('serve_args: [--max-model-len, "4096"]', "serve_args: [--tokenizer, org/tok]") \
+        .replace('patched: {vllm: "0.33.0", patches: [ll-bf16-router-gemm-dispatch]}',
+                 'patched: {vllm: "0.33.0", model: {id: other/model}}')
+    f = write(tmp_path, text)
+    assert error_of(f) == (f"{f}:7: arms.patched.model: the matrix's serve_args give --tokenizer org/tok (the matrix "
+                           "model's), which would read this arm's own model with it: give the arm's own in "
+                           "arms.patched.serve_args (the same one again where it is the same tokenizer)")
+    same = write(tmp_path, text.replace("model: {id: other/model}}", "model: {id: other/model}, "
+                                        "serve_args: [--tokenizer, org/tok]}"), "same.yaml")
+    assert load_matrix(same).model_of(load_matrix(same).arms["patched"]).tokenizer == "org/tok"
+
+
+def test_a_local_tokenizer_in_serve_args_is_resolved_like_the_model(tmp_path, monkeypatch):
+    """--tokenizer ./tok is relative to the matrix (as model.id is), and ${NAME} in it reads the environment;
+    the server and the clients get the same absolute path."""
+    (tmp_path / "tok").mkdir()
+    monkeypatch.setenv("SUITE_TEST_TOK", "./tok")
+    f = write(tmp_path, BASE.replace('serve_args: [--max-model-len, "4096"]',
+                                     'serve_args: ["--tokenizer=${SUITE_TEST_TOK}"]'))
+    m = load_matrix(f)
+    assert m.serve_args == [f"--tokenizer={tmp_path / 'tok'}"]
+    assert m.model_of(m.arms["baseline"]).tokenizer == str(tmp_path / "tok")
+    (tmp_path / "tok").rmdir()
+    from suite.matrix_load import missing_model_paths
+
+    assert missing_model_paths(m) == [f"serve_args: --tokenizer {tmp_path / 'tok'} is no directory (a local model "
+                                      "must exist before the run; `make model` writes models/tiny-moe; a Hugging "
+                                      "Face id has the form org/name)"]

@@ -24,10 +24,11 @@ FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthChe
 
 VALID = {
     "name": "props",
-    "model": {"id": "some/model", "max_model_len": 2048},
+    "model": {"id": "some/model"},
     "arms": {"baseline": {"vllm": "0.32.0"}, "patched": {"vllm": "0.32.0", "patches": ["a", "-b"]}},
     "serve": [{"isl": 128, "osl": 32, "concurrency": [1, 4], "num_prompts": "3x"}],
     "repeats": 2,
+    "serve_args": ["--max-model-len", "2048"],  # last: its list items follow the points' in the dump
 }
 
 
@@ -106,7 +107,7 @@ def _dump(data: dict) -> str:
 
 
 # Paths into VALID and values of the wrong kind for them
-FIELDS = [("name",), ("model",), ("model", "id"), ("model", "max_model_len"), ("arms",), ("arms", "baseline"),
+FIELDS = [("name",), ("model",), ("model", "id"), ("serve_args",), ("serve_args", 1), ("arms",), ("arms", "baseline"),
           ("arms", "baseline", "vllm"), ("arms", "patched", "patches"), ("serve",), ("serve", 0),
           ("serve", 0, "isl"), ("serve", 0, "concurrency"), ("serve", 0, "num_prompts"), ("repeats",)]
 WRONG = st.one_of(st.none(), st.integers(-5, 0), st.text(max_size=6), st.lists(st.integers(-2, 2), max_size=3),
@@ -171,7 +172,7 @@ def test_point_feasibility_is_decided_and_located(isl, osl, max_len, index):
     import copy
 
     data = copy.deepcopy(VALID)
-    data["model"]["max_model_len"] = max_len
+    data["serve_args"] = ["--max-model-len", str(max_len)]
     data["serve"] = [{"isl": 1, "osl": 1, "concurrency": 1} for _ in range(index)]
     data["serve"].append({"isl": isl, "osl": osl, "concurrency": [1]})
     text = _dump(data)

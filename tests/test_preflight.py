@@ -133,7 +133,8 @@ def test_model_access_is_asked_of_the_hub_before_any_download(hub, tmp_path, mon
 
 MATRIX = """\
 name: pre
-model: {{id: {model}, max_model_len: 512}}
+model: {{id: {model}}}
+serve_args: [--max-model-len, "512"]
 runtime: {{kind: local}}
 arms:
   baseline: {{vllm: "0.32.0"}}

@@ -17,9 +17,9 @@ pytestmark = pytest.mark.e2e
 
 MATRIX = """\
 name: probe-e2e
-model: {{id: {model}, served_name: tiny-moe, max_model_len: 512}}
+model: {{id: {model}}}
 runtime: {{kind: local, startup_timeout_s: 600}}
-serve_args: [--dtype, bfloat16, --max-num-seqs, "8", --enforce-eager]
+serve_args: [--served-model-name, tiny-moe, --max-model-len, "512", --dtype, bfloat16, --max-num-seqs, "8", --enforce-eager]
 env: {{VLLM_CPU_KVCACHE_SPACE: "1"}}
 arms:
   baseline: {{vllm: "0.32.0"}}

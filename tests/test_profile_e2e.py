@@ -33,9 +33,9 @@ GEMM_OPS = {"onednn_mm": "onednn_mm", "F.linear": "aten::linear|aten::addmm|aten
 
 MATRIX = """\
 name: latency-profile-e2e
-model: {{id: {model}, served_name: tiny-moe, max_model_len: 1024}}
+model: {{id: {model}}}
 runtime: {{kind: local, startup_timeout_s: 900}}
-serve_args: [--dtype, bfloat16, --max-num-seqs, "4", --enforce-eager]
+serve_args: [--served-model-name, tiny-moe, --max-model-len, "1024", --dtype, bfloat16, --max-num-seqs, "4", --enforce-eager]
 env: {{VLLM_CPU_KVCACHE_SPACE: "1"}}
 arms:
   baseline: {{vllm: "0.32.0"}}

@@ -76,10 +76,11 @@ def write_matrix(path: Path, name: str, model: Path, sbatch: list[str], arms: di
                  slurm_spec: dict | None = None, **extra) -> Path:
     doc = {
         "name": name,
-        "model": {"id": str(model), "served_name": "tiny-moe", "max_model_len": 512},
+        "model": {"id": str(model)},
         "runtime": {"kind": "slurm", "startup_timeout_s": 400,
                     "slurm": {"poll_interval_s": 1.0, **(slurm_spec or {}), "sbatch": ["--time=00:20:00", *sbatch]}},
-        "serve_args": ["--dtype", "bfloat16", "--max-num-seqs", "4", "--enforce-eager"],
+        "serve_args": ["--served-model-name", "tiny-moe", "--max-model-len", "512", "--dtype", "bfloat16",
+                       "--max-num-seqs", "4", "--enforce-eager"],
         "env": {"VLLM_CPU_KVCACHE_SPACE": "1"},
         "arms": arms or {"baseline": {"vllm": "0.32.0"},
                          "patched": {"vllm": "0.32.0", "patches": ["synthetic-gate-delay"]}},

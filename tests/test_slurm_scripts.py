@@ -23,7 +23,7 @@ from suite.sbatch import GpuRequest, gpu_request
 
 BASE = """
 name: t
-model: {id: /models/m, max_model_len: 512}
+model: {id: /models/m}
 runtime:
   kind: slurm
   slurm: %s
@@ -32,6 +32,7 @@ arms:
   patched: {vllm: "0.33.0", patches: [ll-bf16-router-gemm-dispatch], image: "registry#vllm/vllm-openai:v0.33.0"}
 serve:
   - {isl: 64, osl: 16, concurrency: [1]}
+serve_args: [--max-model-len, "512"]
 """
 
 RUN, REPO, WORK, MATRIX = Path("/shared/runs/r1"), Path("/shared/suite"), Path("/shared/work"), Path("/shared/m.yaml")

@@ -29,7 +29,8 @@ from tests.test_report import make_run
 
 MATRIX = """
 name: sw
-model: {id: some/model, max_model_len: 256}
+model: {id: some/model}
+serve_args: [--max-model-len, "256"]
 arms:
   baseline: {vllm: "0.32.0"}
   patched: {vllm: "0.32.0", patches: [synthetic-gate-delay]}

@@ -250,8 +250,9 @@ def suite_summary(out: Path, wall: float, w: Timings) -> dict[str, Any]:
 
 def bench_base_cmd(matrix, params: ServeParams, port: int) -> list[str]:
     """`vllm bench serve` exactly as the suite runs it, minus the flags the sweep adds itself."""
+    model = matrix.model_of(matrix.arms[matrix.baseline_arm])
     cmd = serve_command(vllm=vllm_command()[0], base_url=f"http://{matrix.runtime.host}:{port}",
-                        served_name=matrix.model.name, tokenizer=matrix.model.tokenizer or matrix.model.id,
+                        served_name=model.served_name, tokenizer=model.tokenizer,
                         params=params, result_dir=Path("unused"), result_filename="unused")
     out, i = [], 0
     while i < len(cmd):

@@ -48,6 +48,7 @@ def main() -> int:
     plan = build_plan(matrix)
     runtime = LocalRuntime(matrix, REPO / ".cache")
     arm_env = runtime.prepare_arm("a", matrix.arms["a"])
+    model = matrix.model_of(matrix.arms["a"])
     port = free_port()
     spec = runtime.server_spec(arm_env, argv_tail=server_argv_tail(matrix, "a", plan, port),
                                extra_env=dict(matrix.env), dirs=ArmDirs.in_run(out, "a"), log_path=out / "server.log",
@@ -59,8 +60,8 @@ def main() -> int:
         t0 = time.monotonic()
         i = 0
         while time.monotonic() - t0 < args.minutes * 60:
-            cmd = serve_command(vllm=vllm_command()[0], base_url=server.base_url, served_name=matrix.model.name,
-                                tokenizer=matrix.model.id, params=POINT, result_dir=out, result_filename=f"{i}.json")
+            cmd = serve_command(vllm=vllm_command()[0], base_url=server.base_url, served_name=model.served_name,
+                                tokenizer=model.tokenizer, params=POINT, result_dir=out, result_filename=f"{i}.json")
             run_tool(cmd, env=client_env, log_path=out / "client.log", timeout_s=300, what="vllm bench serve",
                      cpus=runtime.client_cpus())
             raw = json.loads((out / f"{i}.json").read_text())

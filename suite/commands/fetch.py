@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         for d in downloads:
             log(f"would download {d.what} {d.repo_id} ({', '.join(d.allow_patterns)}) into {cache_dir}")
         return 0
-    for m in matrix.models_by_field().values():
+    for m in {m.id: m for m in matrix.models_by_arm().values()}.values():
         generated = ensure_model(m, log=log)
         if generated is not None:
             log(f"model {generated}: ready ({m.weights_note()})")

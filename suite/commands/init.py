@@ -62,9 +62,10 @@ def starter_text(*, name: str, gpu: str, runtime: str, model: str, vllm: str, pa
                   "  startup_timeout_s: 1800\n  slurm: {sbatch: [" + ("" if cpu else "--gres=gpu:1, ")
                   + f"--time=02:00:00]{', gpu_vendor: rocm' if vendor == 'rocm' else ''}}}\n"),
     }[runtime]
-    serve_args = ('[--dtype, bfloat16, --max-num-seqs, "8", --enforce-eager, --kv-cache-memory-bytes, 64M]' if cpu
-                  else f'[--dtype, bfloat16, --gpu-memory-utilization, "{mem}", --max-num-seqs, "256",\n'
-                       '             --no-enable-prefix-caching]')
+    serve_args = (f'[--served-model-name, {served}, --max-model-len, "{max_len}",\n             '
+                  + ('--dtype, bfloat16, --max-num-seqs, "8", --enforce-eager, --kv-cache-memory-bytes, 64M]' if cpu
+                     else f'--dtype, bfloat16, --gpu-memory-utilization, "{mem}", --max-num-seqs, "256",\n'
+                          '             --no-enable-prefix-caching]'))
     points = ("  - {isl: 128, osl: 32, concurrency: [1, 4], num_prompts: 8x, num_warmups: 2}\n" if cpu else
               "  - {isl: 128, osl: 64, concurrency: 1, num_prompts: 16, num_warmups: 2, seed: 0}\n"
               "  - {isl: 128, osl: 64, concurrency: [8, 16], num_prompts: 8x, num_warmups: 2, seed: 0}\n"
@@ -79,9 +80,8 @@ description: >-
   {model} on {gpu.upper() if gpu != "cpu" else "a CPU"}: vLLM {vllm} against vLLM {vllm} with {diff_said}.
 model:
   id: {model}
-  served_name: {served}
-  max_model_len: {max_len}
-{runtime_block}# Prefix caching off: the warm-ups replay the first prompt, and a cache hit would time a different path.
+{runtime_block}# `vllm serve` flags (vLLM's own): clients ask for the served name; every point's isl + osl fits --max-model-len.
+# Prefix caching off: the warm-ups replay the first prompt, and a cache hit would time a different path.
 serve_args: {serve_args}
 arms:
   baseline: {{vllm: "{vllm}"}}                # the baseline goes through the same door as the change

@@ -20,11 +20,11 @@ from typing import Any, Protocol, runtime_checkable
 
 from suite.errors import ServerError
 from suite.matrix import Matrix
-from suite.matrix_blocks import ModelSpec
 from suite.patches import AppliedPatch
 from suite.plan import effective_arms
 from suite.proc import ToolCommand
 from suite.records import ArmRuntimeInfo, GpuState
+from suite.served_model import ServedModel
 from suite.store import ArmDirs
 
 
@@ -252,10 +252,9 @@ class Runtime(ArmPreparer, Protocol):
     def device_state(self) -> list[GpuState] | None: ...
 
 
-def arm_model(matrix: Matrix, arm: str) -> ModelSpec:
-    """The checkpoint an arm serves (its own `model:`, else the matrix's)."""
-    spec = effective_arms(matrix).get(arm)
-    return matrix.model_of(spec) if spec is not None else matrix.model
+def arm_model(matrix: Matrix, arm: str) -> ServedModel:
+    """The model an arm serves (its own `model:`, else the matrix's), its flags resolved."""
+    return matrix.model_of(effective_arms(matrix).get(arm))
 
 
 class RuntimeBase:
@@ -283,6 +282,6 @@ class RuntimeBase:
         spec = effective_arms(self.matrix).get(arm)
         return {**self.matrix.env, **(spec.env if spec else {})}
 
-    def arm_model(self, arm: str) -> ModelSpec:
+    def arm_model(self, arm: str) -> ServedModel:
         """The checkpoint the arm serves (its own `model:`, else the matrix's)."""
         return arm_model(self.matrix, arm)

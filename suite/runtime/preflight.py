@@ -114,7 +114,7 @@ class Download:
     what: str  # model | tokenizer
     repo_id: str
     allow_patterns: tuple[str, ...]
-    weights: bool = True  # False: a dummy-weight model (load_format: dummy) needs its config and tokenizer only
+    weights: bool = True  # False: a dummy-weight model (--load-format dummy) needs its config and tokenizer only
 
 
 # What vLLM reads from a model repository: configs, safetensors weights, tokenizer files, chat templates and
@@ -135,9 +135,9 @@ def plan_fetch(matrix: Matrix) -> tuple[list[Download], list[str]]:
     and what needs nothing (local directories). A repository named twice is downloaded once."""
     downloads: list[Download] = []
     notes: list[str] = []
-    for m in matrix.models_by_field().values():
+    for m in matrix.models_by_arm().values():
         for what, ref in (("model", m.id), ("tokenizer", m.tokenizer)):
-            if ref is None or (what == "tokenizer" and ref == m.id):
+            if what == "tokenizer" and ref == m.id:
                 continue
             if is_local(ref):
                 generated = what == "model" and m.generate is not None

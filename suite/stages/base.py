@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from suite.matrix_blocks import ModelSpec
 from suite.plan import Job
 from suite.proc import ToolCommand
 from suite.records import JobNotes
+from suite.served_model import ServedModel
 
 
 class ServerHandle(Protocol):
@@ -69,7 +69,7 @@ def trusts_remote_code(serve_args: list[str]) -> bool:
 @dataclass(frozen=True)
 class JobEnv:
     job: Job
-    model: ModelSpec
+    model: ServedModel  # the model the arm serves, its flags resolved (Matrix.model_of)
     serve_args: list[str]  # the matrix's and the arm's `vllm serve` arguments
     result: Path  # where the raw tool output goes (a file, or a directory for lm-eval)
     log: Path  # the job's own log
@@ -91,7 +91,7 @@ class JobEnv:
 
     @property
     def tokenizer(self) -> str:
-        return self.model.tokenizer or self.model.id
+        return self.model.tokenizer
 
     @property
     def trust_remote_code(self) -> bool:

@@ -341,7 +341,7 @@ def _arm_settings(matrix: Matrix, env: ArmEnv, *, dirs: ArmDirs, extra_env: dict
         mounts.append((str(model), str(model), "ro"))
         environment["HF_HUB_OFFLINE"] = "1"
     tok = model_spec.tokenizer
-    if tok and Path(tok).is_absolute() and Path(tok).is_dir() and Path(tok) != model:
+    if Path(tok).is_absolute() and Path(tok).is_dir() and Path(tok) != model:
         mounts.append((tok, tok, "ro"))
     data = Path(matrix.accuracy.dataset) if matrix.accuracy is not None else None
     if data is not None and data.is_dir() and not data.resolve().is_relative_to(root):  # lm-eval reads it inside

@@ -73,9 +73,9 @@ def container_mounts(matrix: Matrix, run_dir: Path, repo_root: Path, workdir: Pa
     """Directories a containerised worker needs at the same path: the run directory, the suite's source, the
     working directory, a local model and tokenizer, and the matrix's extra mounts."""
     paths = [run_dir, repo_root, workdir]
-    for model in matrix.models_by_field().values():
+    for model in matrix.models_by_arm().values():
         for p in (model.id, model.tokenizer):
-            if p and Path(p).is_absolute():
+            if Path(p).is_absolute():
                 paths.append(Path(p))
     out: list[str] = []
     for p in paths:

@@ -145,6 +145,6 @@ def execute(env: JobEnv) -> JobNotes:
     """Greedy completions of a fixed prompt set from the session's server (compared across arms)."""
     assert env.server is not None
     spec = AccuracySpec.model_validate(env.job.params)
-    run_equivalence(base_url=env.server.base_url, served_name=env.model.name, n_prompts=spec.equivalence_prompts,
+    run_equivalence(base_url=env.server.base_url, served_name=env.model.served_name, n_prompts=spec.equivalence_prompts,
                     max_tokens=spec.equivalence_max_tokens, out_path=env.result, seed=spec.seed)
     return JobNotes()

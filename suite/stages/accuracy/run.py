@@ -295,7 +295,7 @@ def resolve_spec(spec: AccuracySpec, run_root: Path) -> AccuracySpec:
 def execute(env: JobEnv) -> JobNotes:
     """lm-eval against the session's server; raw outputs kept in the job's result directory."""
     assert env.server is not None
-    run_accuracy(base_url=env.server.base_url, served_name=env.model.name, tokenizer=env.tokenizer,
+    run_accuracy(base_url=env.server.base_url, served_name=env.model.served_name, tokenizer=env.tokenizer,
                  spec=resolve_spec(AccuracySpec.model_validate(env.job.params), env.run_root), out_dir=env.result,
                  log_path=env.log, env=env.client_env, cpus=env.client_cpus, argv=env.client_argv,
                  trust_remote_code=env.trust_remote_code)

@@ -14,7 +14,6 @@ from typing import Any
 
 from suite.analysis import RunData
 from suite.document import BulletList, Cell, Note, Paragraph, Section, Table, code, fmt_p, literal
-from suite.records import ModelRecord
 from suite.render import markdown
 from suite.stages.accuracy.read import AccuracyComparison, ArmScore, EquivalenceSummary, FilterComparison
 from suite.stats import fmt_interval
@@ -127,10 +126,6 @@ def render_accuracy_md(s: AccuracyComparison | None, eq: EquivalenceSummary | No
     return markdown.section(sec) + "\n" if sec is not None else ""
 
 
-def served_model(run: RunData, arm: str) -> ModelRecord:
-    """The model an arm served: its own (``arms.NAME.model``) or the matrix's (the A/A arm is the baseline's)."""
-    spec = run.matrix.arms.get(arm)
-    return spec.model if spec is not None and spec.model is not None else run.matrix.model
 
 
 def other_model_note(run: RunData, cand: str) -> Note | None:
@@ -138,11 +133,11 @@ def other_model_note(run: RunData, cand: str) -> Note | None:
     pair across checkpoints (an exact-match score is the same question's, whatever produced it); the texts
     (responses changed, greedy equivalence) are two models' outputs, and with another tokenizer two
     tokenizations of the prompts, so a difference there is the checkpoint's, not a defect."""
-    base, new = served_model(run, run.baseline), served_model(run, cand)
-    if (base.id, base.tokenizer_name) == (new.id, new.tokenizer_name):
+    base, new = run.matrix.model_of(run.baseline), run.matrix.model_of(cand)
+    if (base.id, base.tokenizer) == (new.id, new.tokenizer):
         return None
-    tok = ("the same tokenizer" if base.tokenizer_name == new.tokenizer_name else
-           f"its own tokenizer ({code(new.tokenizer_name or '?')}; the baseline's: {code(base.tokenizer_name or '?')}), "
+    tok = ("the same tokenizer" if base.tokenizer == new.tokenizer else
+           f"its own tokenizer ({code(new.tokenizer or '?')}; the baseline's: {code(base.tokenizer or '?')}), "
            "so the prompts are other tokens")
     return Note(f"{literal(cand)} serves another checkpoint ({code(new.id or '?')}) with {tok}. The accuracy is "
                 "still paired per question (doc_id): a question's exact match does not depend on which model or "

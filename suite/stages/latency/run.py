@@ -19,6 +19,7 @@ from pathlib import Path
 from suite.errors import SuiteError
 from suite.proc import failure, run_tool
 from suite.records import CommandNotes
+from suite.served_model import MODEL_FLAGS, without_flags
 from suite.stages.base import JobEnv
 from suite.stages.latency.spec import LatencyParams
 from suite.store import read_json
@@ -116,7 +117,7 @@ def check_vocab(model: str) -> None:
 def latency_command(*, vllm: str, model: str, tokenizer: str, max_model_len: int, params: LatencyParams,
                     engine_args: list[str], output_json: Path, model_args: list[str] | None = None) -> list[str]:
     """The exact `vllm bench latency` command for one point (vLLM's own flags). ``model_args``: the model's own
-    flags (``ModelSpec.vllm_args``: ``--load-format dummy`` and a generated model's ``--hf-overrides``)."""
+    flags (``ServedModel.model_args``: ``--load-format dummy`` and a generated model's ``--hf-overrides``)."""
     return [
         vllm, "bench", "latency",
         "--model", model,
@@ -152,7 +153,9 @@ def execute(env: JobEnv) -> LatencyNotes:
     p = job.params
     assert isinstance(p, LatencyParams), job.kind
     check_vocab(env.model.id)
-    engine_args, dropped = split_engine_args(env.serve_args, engine_flags(env.vllm_root))
+    # the model's flags come from the resolved model (its tokenizer, length, load format), not as dropped copies
+    engine_args, dropped = split_engine_args(without_flags(env.serve_args, list(MODEL_FLAGS)),
+                                             engine_flags(env.vllm_root))
 
     result = env.result
     partial = result.with_name(f".{result.stem}.partial.json")
@@ -160,7 +163,7 @@ def execute(env: JobEnv) -> LatencyNotes:
     partial.unlink(missing_ok=True)
     tool = env.tool(latency_command(vllm="vllm", model=env.model.id, tokenizer=env.tokenizer,
                                     max_model_len=env.model.max_model_len, params=p,
-                                    engine_args=engine_args, output_json=partial, model_args=env.model.vllm_args()))
+                                    engine_args=engine_args, output_json=partial, model_args=env.model.model_args()))
     cmd = tool.argv
     try:
         run_tool(cmd, env=tool.env, log_path=env.log, timeout_s=timeout_for(p), what="`vllm bench latency`")

@@ -9,20 +9,20 @@ to `vllm serve`.
 from __future__ import annotations
 
 from suite.errors import SuiteError
-from suite.matrix_blocks import ModelSpec
 from suite.matrix_jobs import LayerSpec
 from suite.proc import run_tool
 from suite.records import CommandNotes
+from suite.served_model import ServedModel
 from suite.stages.base import JobEnv
 
 
-def layer_command(params: LayerSpec, model: ModelSpec, out: str, arm: str) -> list[str]:
+def layer_command(params: LayerSpec, model: ServedModel, out: str, arm: str) -> list[str]:
     return [
         "python", "-m", "suite.stages.layer.bench", "--json", out, "--arm", arm, "--model", model.id,
         "--tokens", ",".join(str(t) for t in params.tokens), "--trace-m", str(params.trace_m),
         "--layer-index", str(params.layer_index), "--calls", str(params.iters), "--trials", str(params.trials),
         "--compile", params.compile,
-        *model.vllm_args(),
+        *model.model_args(),
     ]
 
 

@@ -284,7 +284,7 @@ def execute(env: JobEnv) -> ProbeNotes:
     before = read_procs(out_dir)
     max_seqs = _max_num_seqs(server.argv)
     bursts = request_plan(max_seqs, env.model.max_model_len)
-    sent = send_requests(server.base_url, env.model.name, bursts)
+    sent = send_requests(server.base_url, env.model.served_name, bursts)
     t_done = time.time()
     after = _wait_flush(out_dir, t_done, timeout=30.0, need_gates=True)
     atomic_write_text(out_dir / STOP_FILE, f"probe job done at {t_done}\n")

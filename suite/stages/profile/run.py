@@ -150,7 +150,7 @@ def execute(env: JobEnv) -> ProfileNotes:
             continue
         raw = result.with_name(f"{stem}.{phase}.json")
         cmd = env.client_argv(serve_command(
-            vllm=env.vllm, base_url=server.base_url, served_name=env.model.name, tokenizer=env.tokenizer,
+            vllm=env.vllm, base_url=server.base_url, served_name=env.model.served_name, tokenizer=env.tokenizer,
             params=bench_params(spec, n), result_dir=raw.parent, result_filename=f".{raw.name}.partial",
             metadata={"arm": job.arm, "phase": phase}, trust_remote_code=env.trust_remote_code))
         commands.append(cmd)

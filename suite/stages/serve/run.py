@@ -89,7 +89,7 @@ def serve_params(job: Job) -> ServeParams:
 def bench_argv(env: JobEnv, job: Job, result: Path) -> list[str]:
     """The arguments after `vllm bench serve` for one job (what the persistent client and the CLI take)."""
     assert env.server is not None
-    cmd = serve_command(vllm="vllm", base_url=env.server.base_url, served_name=env.model.name,
+    cmd = serve_command(vllm="vllm", base_url=env.server.base_url, served_name=env.model.served_name,
                         tokenizer=env.tokenizer, params=serve_params(job), result_dir=result.parent,
                         result_filename=f".{result.name}.partial",
                         metadata={"arm": job.arm, "point": job.point, "repeat": str(job.repeat)},
