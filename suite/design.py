@@ -101,7 +101,7 @@ class Design(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    order: Order = "blocked"  # blocked | abba (a comparison of two runs: "independent runs")
+    order: Order | Literal["independent runs"] = "blocked"  # `suite compare` of two runs: "independent runs"
     together: int = 1  # servers alive at once: a window's sessions (every serving arm's under together: all)
     all_together: bool = False  # together: all: a round is one window, every serving arm's server started at once
     blocks: int = 1  # together: all: blocks of every point per round (a job's repeat // blocks: its round)

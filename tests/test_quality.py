@@ -431,8 +431,8 @@ def test_round_outlier_names_one_round_off_its_arms_level_and_not_a_two_level_ce
     assert [f.point for f in check_round_outlier(noisy)] == []
 
 
-def test_block_outlier_names_one_block_off_its_restart_set():
-    """Order interleaved, the H200 A/A's stock-again at c1: set 2's first block 6.4 % slower than the set's other
+def test_block_outlier_names_one_block_off_its_round():
+    """together: all, the H200 A/A's stock-again at c1: round 2's first block 6.4 % slower than the round's other
     two (the slow state after a cold start), every other block within 0.3 % of its set. The sets themselves
     sit 2 % apart (a restart shift): that is not a block's doing. Two blocks a set (the demo's) have one
     other each: too few to judge."""
@@ -442,9 +442,9 @@ def test_block_outlier_names_one_block_off_its_restart_set():
                for p, sets in (("c1", c1), ("c8", c8)) for s_, vs in enumerate(sets) for b, v in enumerate(vs)]
     (f,) = check_block_outlier(repeats, blocks=3)
     assert (f.check, f.arm, f.point, f.round, f.severity) == ("block-outlier", "stock-again", "c1", 6, "warning")
-    assert f.message.startswith("round 2, block 0, rep-6: Mean TPOT 4.15 ms, +6.4% from the 3.90 ms of the set's "
+    assert f.message.startswith("round 2, block 0, rep-6: Mean TPOT 4.15 ms, +6.4% from the 3.90 ms of the round's "
                                 "other 2 blocks, which lie within 0.0% of it")
-    assert check_round_outlier([replace(r, round=r.round // 3) for r in repeats]) == []  # the set hides it
+    assert check_round_outlier([replace(r, round=r.round // 3) for r in repeats]) == []  # the round hides it
     assert check_block_outlier(repeats, blocks=1) == []
     two = [RepeatResult("a", p, 2 * s_ + b, sr({"mean_tpot_ms": v}), session=s_)
            for p, sets in (("c1", c1), ("c8", c8)) for s_, vs in enumerate(sets) for b, v in enumerate(vs[:2])]
