@@ -72,7 +72,7 @@ def _clean_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:
 # A whole-matrix check about one place names it first ("serve[2]: ...", "arms.patched.vllm: ..."), so that the
 # error points at that place's line.
 LOCATED = re.compile(r"^(?:(serve|latency)\[(\d+)\]|arms\.([A-Za-z0-9][A-Za-z0-9_.-]*)\.(vllm|patches|serve_args|env|aiter)"
-                     r"|(serve_args|accuracy|env|arms)|runtime\.(gpu_groups|cross_groups)|verdict\.(points|expect)): ")
+                     r"|(serve_args|accuracy|env|arms)|runtime\.(gpus|cross_groups)|verdict\.(points|expect)): ")
 
 
 def _located(msg: str) -> tuple[tuple[Any, ...], str] | None:

@@ -249,6 +249,15 @@ class MatrixRuntimeRecord(Recorded):
     gpu_groups: list[str] | None = None  # rounds at once, round r on group r mod N
     cross_groups: bool = False  # one round at a time, the i-th serving arm on group (i + s) mod N
 
+    @model_validator(mode="before")
+    @classmethod
+    def _groups(cls, data: Any) -> Any:
+        """The groups of runtime.gpus when it is a list (earlier suites recorded them as runtime.gpu_groups, read
+        as they are); ``gpus`` itself rides along as it was recorded."""
+        if isinstance(data, dict) and isinstance(data.get("gpus"), list) and data.get("gpu_groups") is None:
+            data = {**data, "gpu_groups": data["gpus"]}
+        return data
+
 
 class MatrixRecord(Recorded):
     """The resolved matrix as the run recorded it (secrets redacted). Not re-validated as a Matrix: a run stays
