@@ -40,7 +40,7 @@ class DesignFields(Strict):
         "order: abba: servers alive at once. 1: one at a time; k: a round's serving arms, in its random order, "
         "in time windows of k servers started together, their jobs alternating; all: every serving arm's "
         "server of a round at once (the A/A arm's too), the round one window measured in `blocks` short "
-        "alternating blocks of every point, on a GPU group of its own with runtime.gpu_groups"))
+        "alternating blocks of every point, on a GPU group of its own with runtime.gpus a list of groups"))
     blocks: int = Field(1, ge=1, le=32, description=(
         "together: all only: blocks per round (each block: every point once per arm, the arms taking turns, the "
         "points in a fresh seeded order); the verdict scores a round by the median of its blocks (in log; with "
@@ -56,7 +56,7 @@ class DesignFields(Strict):
                             "the points of a block")
     precompile: bool = Field(False, description=(
         "before the first server session of a stretch (a run or a --resume), start every serving arm's server "
-        "once (with runtime.gpu_groups: once per group), wait for /health and stop it unmeasured: its compile "
+        "once (GPU groups in runtime.gpus: once per group), wait for /health and stop it unmeasured: its compile "
         "caches are filled, so every measured session starts warm. On the H200 the two servers of a round "
         "that compiled cold sat 2-3 % apart for their whole life in 3 of 7 such sets, never in 12 warm ones "
         "(docs/gpu-h200.md); costs one cold start of each arm"))
@@ -65,7 +65,7 @@ class DesignFields(Strict):
         "seconds after it (the window's last) answered /health; then the warm-up"))
 
     cooldown_s: float = Field(0, ge=0, le=3600, description=(
-        "seconds with no server alive before each round after the first (with runtime.gpu_groups: each wave of "
+        "seconds with no server alive before each round after the first (GPU groups in runtime.gpus: each wave of "
         "rounds): the GPUs' temperature and clocks settle back to idle, so every round starts from the same "
         "state, not from the heat of the one before; runtimes local and docker (a Slurm run's sessions are batch "
         "jobs of their own); the estimate counts it"))
@@ -75,7 +75,7 @@ class DesignFields(Strict):
     def _order(cls, value: object) -> object:
         if value == "interleaved":
             raise ValueError("interleaved is retired: write order: abba with together: all (every serving "
-                             "arm's server of a round at once; blocks, runtime.gpu_groups and the rest unchanged)")
+                             "arm's server of a round at once; blocks, GPU groups and the rest unchanged)")
         return value
 
     @field_validator("together")
@@ -105,8 +105,8 @@ class Design(BaseModel):
     together: int = 1  # servers alive at once: a window's sessions (every serving arm's under together: all)
     all_together: bool = False  # together: all: a round is one window, every serving arm's server started at once
     blocks: int = 1  # together: all: blocks of every point per round (a job's repeat // blocks: its round)
-    sets_at_once: int = 1  # runtime.gpu_groups: rounds run at the same time (a wave), one per group
-    gpu_groups: list[str] | None = None  # runtime.gpu_groups, in the matrix's order (a group's index names its cache)
+    sets_at_once: int = 1  # GPU groups (runtime.gpus, a list): rounds run at the same time (a wave), one per group
+    gpu_groups: list[str] | None = None  # runtime.gpus as groups, in the matrix's order (an index names a cache)
     cross_groups: bool = False  # runtime.cross_groups: one round at a time, each serving arm on its own group
     precompile: bool = False  # every serving arm's server started once, unmeasured, before the first session
     aa: bool | str = False  # the A/A arm: true (every round), "alternate" (even rounds only), false

@@ -59,7 +59,7 @@ def host_of(matrix: Matrix, here: str) -> str:
         return rt.docker.vendor
     if rt.kind == "slurm" and rt.slurm is not None and gpu_request(rt.slurm.sbatch):
         return rt.slurm.gpu_vendor
-    if rt.kind == "local" and (rt.gpus or rt.gpu_groups):
+    if rt.kind == "local" and rt.gpus:
         return "cuda"
     return here
 

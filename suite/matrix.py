@@ -164,9 +164,12 @@ class Matrix(DesignFields):
         if self.all_together:
             self._check_gpu_groups()
         elif self.runtime.gpu_groups is not None:
-            raise ValueError("runtime.gpu_groups: rounds run at once on groups of GPUs only with together: all")
+            raise ValueError("runtime.gpus: a list of GPU groups runs rounds at once, each on its group, only with "
+                             "together: all; for every server on the same GPUs write one string, e.g. gpus: "
+                             f"\"{','.join(self.runtime.gpu_groups)}\"")
         if self.runtime.cross_groups and self.runtime.gpu_groups is None:
-            raise ValueError("runtime.cross_groups: crosses the arms over runtime.gpu_groups; give the groups")
+            raise ValueError("runtime.cross_groups: crosses the serving arms over GPU groups: give runtime.gpus as a "
+                             "list of one group per serving arm, e.g. gpus: [\"0\", \"1\"]")
 
     @property
     def serving_arms(self) -> int:
@@ -199,8 +202,8 @@ class Matrix(DesignFields):
                         "of its own) or give each arm its own under arms.<name>.env")
 
     def _check_gpu_groups(self) -> None:
-        """Rounds at once on groups of GPUs: the groups replace runtime.gpus / runtime.docker.gpus, and a
-        sequential design's looks fall at the end of a wave (every group's set done)."""
+        """Rounds at once on groups of GPUs (runtime.gpus, a list): a sequential design's looks fall at the end of
+        a wave (every group's set done); crossed, one group per serving arm."""
         groups = self.runtime.gpu_groups
         if groups is None:
             return
@@ -209,13 +212,6 @@ class Matrix(DesignFields):
             raise ValueError(f"runtime.cross_groups: each of the {n_serving} serving arms (the A/A arm included) "
                              f"needs a GPU group of its own in every round: give {n_serving} groups, not "
                              f"{len(groups)}")
-        if self.runtime.gpus is not None:
-            raise ValueError("runtime.gpu_groups: give either runtime.gpus (every server on those GPUs) or "
-                             "runtime.gpu_groups (each round on its group), not both")
-        docker = self.runtime.docker
-        if self.runtime.kind == "docker" and docker is not None and docker.gpus.strip() != "all":
-            raise ValueError("runtime.gpu_groups: each round's containers get their group's GPUs; leave "
-                             "runtime.docker.gpus at 'all'")
         n = len(groups)
         if self.runtime.cross_groups and self.repeats != "auto" and self.repeats % n:
             raise ValueError(f"runtime.cross_groups: the arms cross over the {n} groups every {n} rounds: "
@@ -231,12 +227,12 @@ class Matrix(DesignFields):
                 why = (f"the arms cross over the {n} groups every {n} rounds, so a look comes only after whole "
                        "crossings (a GPU's own speed then cancels)" if self.runtime.cross_groups else
                        f"{n} groups run {n} rounds at a time, so a look can come only after a whole wave")
-                raise ValueError(f"runtime.gpu_groups: {why}: verdict.looks must be multiples of {n} (not "
+                raise ValueError(f"runtime.gpus: {why}: verdict.looks must be multiples of {n} (not "
                                  f"{', '.join(map(str, dict.fromkeys(off)))}), e.g. [{2 * n}, {3 * n}]")
 
     @property
     def sets_at_once(self) -> int:
-        """Rounds run at the same time: one per GPU group (runtime.gpu_groups), else one (and one under
+        """Rounds run at the same time: one per GPU group (runtime.gpus, a list), else one (and one under
         runtime.cross_groups, whose every set holds all the groups)."""
         return len(self.runtime.gpu_groups) if self.runtime.gpu_groups and not self.runtime.cross_groups else 1
 

@@ -130,7 +130,6 @@ class ModelSpec(Strict):
 class DockerSpec(Strict):
     vendor: Literal["cuda", "rocm", "cpu"] = Field("cpu", description="cuda, rocm or cpu: the vendor Dockerfile and base image")
     base_image: str | None = Field(None, description="vendor base image; default per vendor and vLLM version")
-    gpus: str = Field("all", description="GPU selection: 'all' or a comma list of device indices")
     shm_size: str | None = Field(None, description="the container's /dev/shm (vLLM's workers share tensors through it)")
     hf_cache: str | None = Field(None, description="host HF cache mounted into the container")
 
@@ -172,42 +171,80 @@ class RuntimeSpec(Strict):
     host: str = Field("127.0.0.1", description="the address servers bind and clients call")
     port: int = Field(0, ge=0, le=65535, description="0 = pick a free port")
     max_restarts: int = Field(1, ge=0, le=MAX_RESTARTS, description="server restarts after a crash, per arm session")
-    gpus: str | None = Field(None, pattern=GPU_LIST.pattern,
-                             description="local runtime on a GPU host: CUDA_VISIBLE_DEVICES (ROCm: HIP_VISIBLE_DEVICES) "
-                                         "of every arm's processes, e.g. \"0\" (None: as inherited; an arm's env may "
-                                         "set its own)")
-    gpu_groups: list[str] | None = Field(None, min_length=2, description=(
-        "together: all on a host of several GPUs: rounds run this many at a time, each on its own "
-        "group of GPUs (every serving arm's server of the round on that group: CUDA_VISIBLE_DEVICES, ROCm "
-        "HIP_VISIBLE_DEVICES; docker: the container's GPUs), e.g. [\"0\", \"1\"] or [\"0,1\", \"2,3\"] for two "
-        "GPUs a server; round r on group r mod N. The arms of a round still share one group, so a GPU's own speed "
-        "falls on both sides of the round's score; each group keeps its own compile cache. A look comes after "
-        "a whole wave of N sets (verdict.looks: multiples of N). On a CPU host the groups select nothing: the "
-        "sets only run at once"))
+    gpus: str | list[str] | None = Field(None, description=(
+        "the GPUs the servers see. Left out: the local runtime's servers see what they inherit, a docker "
+        "container every GPU. A string: every server on these GPUs, e.g. \"0\" or \"0,1\" (local: "
+        "CUDA_VISIBLE_DEVICES, ROCm HIP_VISIBLE_DEVICES, an arm's env may set its own; docker: the container's "
+        "GPUs, 'all' for every one). A list of groups, e.g. [\"0\", \"1\"] or [\"0,1\", \"2,3\"] for two GPUs "
+        "a server (together: all on a host of several GPUs): rounds run this many at a time, each on its own "
+        "group (every serving arm's server of the round on that group), round r on group r mod N; the arms of a "
+        "round still share one group, so a GPU's own speed falls on both sides of the round's score; each group "
+        "keeps its own compile cache; a look comes after a whole wave of N rounds (verdict.looks: multiples of "
+        "N); with cross_groups each serving arm on a group of its own instead. A list of one group is that "
+        "string. On a CPU host the GPUs select nothing (groups: the rounds only run at once). Write the indices "
+        "in quotes"))
     cross_groups: bool = Field(False, description=(
-        "with gpu_groups, for a model that cannot fit twice on one group: one round at a time, each serving "
-        "arm's server on a group of its own (as many groups as serving arms), the groups crossed over from set to "
+        "with gpus a list of groups, for a model that cannot fit twice on one group: one round at a time, each serving "
+        "arm's server on a group of its own (as many groups as serving arms), the groups crossed over from round to "
         "round (round r: the i-th serving arm on group (i + r) mod N). A GPU's own speed then enters each round's score "
         "with that set's layout, and the test takes it out: the mean of the N layouts' means, the spread within "
         "layouts on n - N degrees of freedom (verdict.looks: multiples of N, the first from 2N). Each arm keeps "
         "a compile cache per group"))
-    docker: DockerSpec | None = Field(None, description="runtime docker: vendor, GPUs, base image, shared memory")
+    docker: DockerSpec | None = Field(None, description="runtime docker: vendor, base image, shared memory")
     slurm: SlurmSpec | None = Field(None, description="runtime slurm: the sbatch options of each job, container mode")
 
-    @field_validator("gpu_groups")
+    @field_validator("gpus", mode="before")
     @classmethod
-    def _groups(cls, value: list[str] | None) -> list[str] | None:
+    def _gpus(cls, value: Any) -> Any:
+        """A string: 'all' or a comma list of indices; a list: groups of indices, no GPU in two of them (a list
+        of one group is that group's string)."""
         if value is None:
             return None
-        groups = [g.strip().replace(" ", "") for g in value]
+        if isinstance(value, str):
+            gpus = value.strip().replace(" ", "")
+            if gpus != "all" and not GPU_LIST.match(gpus):
+                raise ValueError(f"{value!r} is not 'all' or a comma list of GPU indices (e.g. \"0\" or \"0,1\"), "
+                                 "nor a list of groups (e.g. [\"0\", \"1\"])")
+            return gpus
+        if isinstance(value, int) and not isinstance(value, bool):
+            raise ValueError(f"write the GPU indices in quotes, gpus: \"{value}\" (YAML reads a bare {value} as a "
+                             "number, and gpus names GPUs, not how many)")
+        if not isinstance(value, list):
+            raise ValueError("a string of GPU indices (\"0\", \"0,1\", docker: 'all') or a list of groups "
+                             "([\"0\", \"1\"])")
+        if not value:
+            raise ValueError("an empty list of GPU groups: leave gpus out, or give the groups, e.g. [\"0\", \"1\"]")
+        groups: list[str] = []
         seen: set[str] = set()
-        for g in groups:
+        for g in value:
+            if not isinstance(g, str):
+                raise ValueError(f"write each group in quotes, e.g. [\"{g}\"]: a group is a comma list of GPU "
+                                 "indices, and YAML reads a bare 0 as a number")
+            g = g.strip().replace(" ", "")
             if not GPU_LIST.match(g):
                 raise ValueError(f"{g!r} is not a comma list of GPU indices (e.g. \"0\" or \"0,1\")")
             if twice := seen.intersection(g.split(",")):
                 raise ValueError(f"GPU {sorted(twice)[0]} is in two groups: each group needs GPUs of its own")
             seen.update(g.split(","))
-        return groups
+            groups.append(g)
+        return groups[0] if len(groups) == 1 else groups
+
+    @model_validator(mode="after")
+    def _all_is_dockers(self) -> RuntimeSpec:
+        if self.gpus == "all" and self.kind != "docker":
+            raise ValueError(f"gpus: 'all' hands a docker container every GPU; the {self.kind} runtime's servers "
+                             "see the GPUs they inherit when gpus is left out, or the ones a string names (\"0,1\")")
+        return self
+
+    @property
+    def gpu_groups(self) -> list[str] | None:
+        """The groups of a list in ``gpus`` (rounds at once, or arms crossed over them); None for a string."""
+        return self.gpus if isinstance(self.gpus, list) else None
+
+    @property
+    def shared_gpus(self) -> str | None:
+        """The GPUs every server sees (``gpus`` as a string: "0,1", docker's 'all'); None for groups or unset."""
+        return self.gpus if isinstance(self.gpus, str) else None
 
 
 SHA256 = re.compile(r"^[0-9a-f]{64}$")

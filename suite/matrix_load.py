@@ -74,7 +74,7 @@ def _clean_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:
 # error points at that place's line.
 LOCATED = re.compile(r"^(?:(serve|latency)\[(\d+)\]|arms\.([A-Za-z0-9][A-Za-z0-9_.-]*)\."
                      r"(vllm|patches|serve_args|env|aiter|model\.generate|model)"
-                     r"|(serve_args|accuracy|env|arms|model\.generate)|runtime\.(gpu_groups|cross_groups)"
+                     r"|(serve_args|accuracy|env|arms|model\.generate)|runtime\.(gpus|cross_groups)"
                      r"|verdict\.(points|expect)): ")
 
 

@@ -44,6 +44,25 @@ def _model_flag(flag: str) -> Callable[[Any], str]:
     return says
 
 
+def _quoted(value: Any) -> str:
+    return '"' + str(value).strip().replace(" ", "") + '"'
+
+
+def _docker_gpus(value: Any) -> str:
+    if str(value).strip() == "all":
+        return ("retired: the GPUs the servers see are runtime.gpus for every runtime; a docker container gets every "
+                "GPU when it is left out: delete it (or write gpus: all under runtime)")
+    return ("retired: the GPUs the servers see are runtime.gpus for every runtime: write gpus: "
+            f"{_quoted(value)} under runtime, beside kind (not under runtime.docker)")
+
+
+def _gpu_groups(value: Any) -> str:
+    groups = "[" + ", ".join(map(_quoted, value)) + "]" if isinstance(value, list) else _quoted(value)
+    return ("retired: GPU groups are runtime.gpus given as a list: write gpus: "
+            f"{groups} under runtime (together: all, each round on its group; with cross_groups each serving arm on "
+            "its own)")
+
+
 RETIRED: tuple[Retired, ...] = (
     Retired(("settle_s",), lambda _: (
         "retired: load at the first point's shape until a deadline did not end the slow state after a start in "
@@ -59,6 +78,9 @@ RETIRED: tuple[Retired, ...] = (
     Retired(("verdict", "max_rounds"), lambda v: (
         f"retired: the last of verdict.looks is the most rounds a sequential run takes: write looks ending at {v}, "
         f"e.g. looks: [{max(1, int(v) // 2) if isinstance(v, int) else 2}, {v}]")),
+    # which GPUs the servers see: one field, runtime.gpus (a string, or a list of groups)
+    Retired(("runtime", "docker", "gpus"), _docker_gpus),
+    Retired(("runtime", "gpu_groups"), _gpu_groups),
     # runtime.slurm's typed sbatch fields: one list of sbatch's own options (suite.sbatch)
     Retired(("runtime", "slurm", "partition"), _sbatch("--partition")),
     Retired(("runtime", "slurm", "gpus_per_job"), _sbatch(

@@ -94,7 +94,7 @@ class Session(BaseModel):
     jobs: list[Job]
     window: int | None = None  # sessions of one window run side by side (their servers alive at once)
     round: int | None = None  # together: all: the round (its jobs' repeats are its blocks); else derived
-    gpus: str | None = None  # runtime.gpu_groups: the GPUs this session's server sees (its round's group;
+    gpus: str | None = None  # GPU groups (runtime.gpus): the GPUs this session's server sees (its round's group;
     # under runtime.cross_groups the arm's group in this set)
 
 
@@ -120,11 +120,11 @@ class Plan(BaseModel):
         return rnd // self.design.sets_at_once
 
     def wave_of_session(self, session: Session) -> int | None:
-        """A round's wave under runtime.gpu_groups; None without groups or for a session of no set."""
+        """A round's wave under GPU groups (runtime.gpus); None without groups or for a session of no set."""
         return None if self.design.sets_at_once == 1 or session.round is None else self.wave_of(session.round)
 
     def group_of_session(self, session: Session) -> int | None:
-        """The index of the GPU group a session's server runs on (runtime.gpu_groups; it names the arm's compile
+        """The index of the GPU group a session's server runs on (runtime.gpus' groups; it names the arm's compile
         cache there); None without groups."""
         groups = self.design.gpu_groups
         return None if not groups or session.gpus is None else groups.index(session.gpus)
@@ -317,7 +317,7 @@ def offline_rounds(matrix: Matrix) -> int:
 
 
 def set_gpus(design: Design, serving: list[str], arm: str, r: int) -> str | None:
-    """The GPUs of an arm's server in round r (runtime.gpu_groups): the round's group (set r on group r mod
+    """The GPUs of an arm's server in round r (GPU groups: runtime.gpus): the round's group (set r on group r mod
     N); under runtime.cross_groups the i-th serving arm's own, group (i + r) mod N, so that over N sets every arm
     has been on every group once."""
     groups = design.gpu_groups

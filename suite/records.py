@@ -15,16 +15,16 @@ import os
 import platform
 import socket
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from suite import __version__
 from suite.design import Design
 from suite.patches import AppliedPatch
 from suite.plan import AA_SUFFIX, Job, Plan
 from suite.served_model import MODEL_FLAGS, ServedModel
-from suite.verdict import VerdictSpec, default_looks
+from suite.verdict import RecordedVerdict
 
 SCHEMA_VERSION = 1
 
@@ -185,20 +185,6 @@ class JobRecord(BaseModel):
         return self.error.splitlines()[0][:width] if self.error else ""
 
 
-def _looks_of_max_rounds(data: Any) -> Any:
-    """A verdict block recorded before verdict.max_rounds became the last look: its looks (the default looks of
-    that many rounds where the record has none)."""
-    if isinstance(data, dict) and "max_rounds" in data:
-        data = dict(data)
-        most = data.pop("max_rounds")
-        if data.get("looks") is None and isinstance(most, int):
-            data["looks"] = default_looks(most)
-    return data
-
-
-RecordedVerdict = Annotated[VerdictSpec, BeforeValidator(_looks_of_max_rounds)]
-
-
 class Recorded(BaseModel):
     """A part of the manifest: the fields the suite reads are typed; keys it does not read (or that a later
     suite adds) ride along as extras and are written back as they were read."""
@@ -258,6 +244,15 @@ class ArmSpecRecord(Recorded):
 class MatrixRuntimeRecord(Recorded):
     gpu_groups: list[str] | None = None  # rounds at once, round r on group r mod N
     cross_groups: bool = False  # one round at a time, the i-th serving arm on group (i + s) mod N
+
+    @model_validator(mode="before")
+    @classmethod
+    def _groups(cls, data: Any) -> Any:
+        """The groups of runtime.gpus when it is a list (earlier suites recorded them as runtime.gpu_groups, read
+        as they are); ``gpus`` itself rides along as it was recorded."""
+        if isinstance(data, dict) and isinstance(data.get("gpus"), list) and data.get("gpu_groups") is None:
+            data = {**data, "gpu_groups": data["gpus"]}
+        return data
 
 
 class MatrixRecord(Recorded):

@@ -107,7 +107,7 @@ def _block_points(run: RunData) -> str:
 
 
 def _gpu_groups(groups: list[str] | None, crossed: bool) -> str:
-    """runtime.gpu_groups in the intro: how many rounds ran at once, and on which GPUs."""
+    """GPU groups (runtime.gpus, a list) in the intro: how many rounds ran at once, and on which GPUs."""
     if not groups:
         return ""
     where = "; ".join(f"{i}: GPUs {literal(g)}" for i, g in enumerate(groups))

@@ -92,7 +92,7 @@ class SequentialRun:
         """Called when ``rounds_done`` rounds are complete; takes the look if one is due and decides to stop.
         ``one_time_s``: the seconds this round spent on jobs no later round repeats (correctness, the probe),
         left out of what a later round is expected to cost. ``per_batch``: rounds that run at the same time
-        (runtime.gpu_groups: a wave), so that one call's time covers that many rounds."""
+        (GPU groups in runtime.gpus: a wave), so that one call's time covers that many rounds."""
         now = time.monotonic()
         self.round_ends.append(now)
         looks = self.spec.looks

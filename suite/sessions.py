@@ -4,7 +4,7 @@ A session is one server lifetime of one arm: its server started on its round's G
 its flags and environment), awaited on /health, restarted (bounded) when it dies, its jobs run one by one and
 recorded as each ends (`LiveSession`, `run_session`). A time window's sessions run side by side: their servers
 started and awaited together, their jobs taking turns (`run_window`: mirrored, or under together: all in a fresh
-seeded order per turn); the windows of a wave (runtime.gpu_groups) at once, a thread per GPU group
+seeded order per turn); the windows of a wave (GPU groups: runtime.gpus) at once, a thread per GPU group
 (`run_wave`). Before the first session of a stretch, the precompile (`precompile`). `HereScheduler` runs a
 batch of sessions this way; the Slurm worker runs one session with the same `run_session`. `RunContext` is
 what all of it shares: the matrix, the plan, the store, the arms' environments, the run's locks and scopes.
@@ -57,7 +57,7 @@ class RunContext:
     console: Console
     secrets: list[str] = field(default_factory=list)
     run_scope: SessionScope = field(default_factory=SessionScope)  # lives as long as the run (bench client)
-    # runtime.gpu_groups: rounds run at once, each in a thread of its own (a lane, one per GPU group)
+    # GPU groups (runtime.gpus, a list): rounds run at once, each in a thread of its own (a lane, one per GPU group)
     lane_scopes: dict[int, SessionScope] = field(default_factory=dict)  # a later lane's run-long resources
     lock: threading.RLock = field(default_factory=threading.RLock)  # ports handed out, progress, scopes
     ports: set[int] = field(default_factory=set)  # every port handed to a server of this run
@@ -229,7 +229,7 @@ class Launch:
 
 def _launch_server(ctx: RunContext, session: Session, attempt: int, log_path: Path | None = None) -> Launch:
     """Start the session's server process (the stages shape its flags and env) on its round's GPUs
-    (runtime.gpu_groups); /health is not awaited. ``log_path``: another log than the session's (precompile)."""
+    (GPU groups: runtime.gpus); /health is not awaited. ``log_path``: another log than the session's (precompile)."""
     port = _pick_port(ctx)
     arm_spec = ctx.plan.arms[session.arm]
     extra_env = {**ctx.matrix.env, **arm_spec.env}
@@ -428,7 +428,7 @@ def run_window(ctx: RunContext, items: list[tuple[Session, list[Job]]], advance:
 
 
 def run_wave(ctx: RunContext, windows: list[list[tuple[Session, list[Job]]]], advance: Callable[..., None]) -> None:
-    """Rounds that run at the same time (runtime.gpu_groups: one per GPU group), each ``run_window`` in a
+    """Rounds that run at the same time (GPU groups in runtime.gpus: one per group), each ``run_window`` in a
     thread of its own; finished jobs are reported one at a time. A set that fails (or Ctrl-C) stops the others
     between two jobs, their servers stopped; the first error goes on once every set has ended."""
     if len(windows) == 1:
@@ -552,7 +552,7 @@ class HereScheduler:
             run_wave(ctx, windows, progress.job_done)
 
     def cool_down(self, ctx: RunContext, items: list[tuple[Session, list[Job]]]) -> None:
-        """Design ``cooldown_s``: before the first server of a round (a wave of rounds under runtime.gpu_groups)
+        """Design ``cooldown_s``: before the first server of a round (a wave of rounds under GPU groups)
         that follows another in this process, that long with no server alive (the last one was stopped at its
         session's end). Ctrl-C ends the wait."""
         session = items[0][0]

@@ -123,7 +123,7 @@ class ArmDirs:
     @classmethod
     def in_run(cls, run: Path, arm: str, group: int | None = None) -> ArmDirs:
         """The arm's directories in the run directory ``run`` (one that need not exist: a dry run's). A GPU group
-        after the first (runtime.gpu_groups: rounds at once) gets a cache of its own: two servers of one arm
+        after the first (GPU groups in runtime.gpus: rounds at once) gets a cache of its own: two servers of one arm
         compiling at the same time never write one cache."""
         return cls(run, run / arm / ("cache" if not group else f"cache-group-{group}"))
 

@@ -36,10 +36,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 from functools import lru_cache
 from numbers import Real
-from typing import Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 from scipy.optimize import brentq
 from scipy.special import fdtrc, ndtr, ndtri, stdtr, stdtrit
 
@@ -174,6 +174,20 @@ class VerdictSpec(BaseModel):
     def fractions(self) -> tuple[float, ...]:
         """Information fraction of each look: rounds / max_rounds."""
         return tuple(k / self.max_rounds for k in self.looks)
+
+
+def looks_of_max_rounds(data: Any) -> Any:
+    """A verdict block recorded before verdict.max_rounds became the last look: its looks (the default looks of
+    that many rounds where the record has none)."""
+    if isinstance(data, dict) and "max_rounds" in data:
+        data = dict(data)
+        most = data.pop("max_rounds")
+        if data.get("looks") is None and isinstance(most, int):
+            data["looks"] = default_looks(most)
+    return data
+
+
+RecordedVerdict = Annotated[VerdictSpec, BeforeValidator(looks_of_max_rounds)]
 
 
 def every_other_round(spec: VerdictSpec) -> VerdictSpec | None:

@@ -52,7 +52,7 @@ NO_ENGINE = {"DOCKER_HOST": "unix:///nonexistent/docker.sock"}
 GPU_MATRIX = """\
 name: gemma4-{vendor}
 model: {{id: google/gemma-4-26B-A4B-it}}
-runtime: {{kind: docker, docker: {{vendor: {vendor}, gpus: "{gpus}", shm_size: 16g}}}}
+runtime: {{kind: docker, gpus: "{gpus}", docker: {{vendor: {vendor}, shm_size: 16g}}}}
 serve_args: [--max-model-len, "4096", --dtype, bfloat16]
 env: {{VLLM_ROCM_USE_AITER: "1"}}
 arms:
@@ -144,8 +144,8 @@ def test_cpu_has_no_device_flags_but_enough_shm():
 def test_bad_gpu_selection_is_an_error():
     from suite.errors import SuiteError
 
-    with pytest.raises(SuiteError, match="comma list of device indices"):
-        vendor_flags(DockerSpec(vendor="cuda", gpus="first"))
+    with pytest.raises(SuiteError, match="runtime.gpus must be 'all' or a comma list of device indices"):
+        vendor_flags(DockerSpec(vendor="cuda"), "first")
 
 
 def test_common_run_settings(tmp_path, monkeypatch):

@@ -98,7 +98,7 @@ def test_every_matrix_the_nightly_runs_fits_its_limit():
 
 def test_a_cooldown_between_rounds_is_in_the_estimate_and_refused_where_it_cannot_run():
     """`cooldown_s`: the design records it, the estimate adds it before each round after the first (each wave of
-    rounds under runtime.gpu_groups), and the Slurm runtime, whose sessions are batch jobs of their own, refuses
+    rounds under GPU groups in runtime.gpus), and the Slurm runtime, whose sessions are batch jobs of their own, refuses
     it at validate time."""
     from suite.errors import MatrixError
     from suite.matrix_load import parse_matrix

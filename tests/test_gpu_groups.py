@@ -1,4 +1,4 @@
-"""Rounds at once on groups of GPUs (runtime.gpu_groups): the matrix's rules, the plan's sets and waves,
+"""Rounds at once on groups of GPUs (runtime.gpus, a list of groups): the matrix's rules, the plan's sets and waves,
 each set's server on its group (local: CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES; docker: the container's
 GPUs), a cache per group, the runner's batches one wave at a time and the budget counted per wave.
 
@@ -44,16 +44,17 @@ serve_args: [--max-model-len, "256"]
 
 
 def matrix(groups: str = '["0", "1"]', looks: str = "4, 6", kind: str = "local", extra: str = ""):
-    runtime = f"  gpu_groups: {groups}\n{extra}"
+    runtime = f"  gpus: {groups}\n{extra}"
     return parse_matrix(BASE.format(kind=kind, runtime=runtime, looks=looks), "m.yaml")
 
 
 @pytest.mark.parametrize(("groups", "looks", "extra", "message"), [
-    ('["0", "0,1"]', "4, 6", "", "runtime.gpu_groups: GPU 0 is in two groups"),
+    ('["0", "0,1"]', "4, 6", "", "runtime.gpus: GPU 0 is in two groups"),
     ('["0", "x"]', "4, 6", "", "'x' is not a comma list of GPU indices"),
-    ('["0"]', "4, 6", "", "at least 2 items"),
-    ('["0", "1"]', "3, 6", "", "must be multiples of 2 (not 3), e.g. [4, 6]"),
-    ('["0", "1"]', "4, 6", '  gpus: "0"\n', "give either runtime.gpus"),
+    ('[]', "4, 6", "", "runtime.gpus: an empty list of GPU groups"),
+    ('[0, 1]', "4, 6", "", 'runtime.gpus: write each group in quotes, e.g. ["0"]'),
+    ('["0", "1"]', "3, 6", "", "runtime.gpus: 2 groups run 2 rounds at a time, so a look can come only after a "
+     "whole wave: verdict.looks must be multiples of 2 (not 3), e.g. [4, 6]"),
 ])
 def test_a_matrix_with_gpu_groups_that_cannot_run_says_why_at_its_line(groups, looks, extra, message):
     with pytest.raises(MatrixError) as err:
@@ -62,9 +63,11 @@ def test_a_matrix_with_gpu_groups_that_cannot_run_says_why_at_its_line(groups, l
 
 
 def test_gpu_groups_need_every_server_of_a_round_together():
-    text = BASE.format(kind="local", runtime='  gpu_groups: ["0", "1"]\n', looks="4, 6").replace(
+    text = BASE.format(kind="local", runtime='  gpus: ["0", "1"]\n', looks="4, 6").replace(
         "order: abba\ntogether: all", "order: abba").replace("blocks: 2\n", "")
-    with pytest.raises(MatrixError, match="rounds run at once on groups of GPUs only with together: all"):
+    with pytest.raises(MatrixError, match=r'm.yaml:5: runtime.gpus: a list of GPU groups runs rounds at once, each '
+                                          r'on its group, only with together: all; for every server on the same GPUs '
+                                          r'write one string, e.g. gpus: "0,1"'):
         parse_matrix(text, "m.yaml")
 
 
@@ -90,7 +93,7 @@ def test_each_restart_set_runs_on_its_group_and_the_sets_of_a_wave_together():
 
 
 def crossed(groups: str = '["0", "1"]', looks: str = "4, 6", extra: str = "", body: str = ""):
-    text = BASE.format(kind="local", runtime=f"  gpu_groups: {groups}\n  cross_groups: true\n{extra}", looks=looks)
+    text = BASE.format(kind="local", runtime=f"  gpus: {groups}\n  cross_groups: true\n{extra}", looks=looks)
     if body.startswith("repeats:"):  # a fixed number of sets in place of repeats: auto
         return parse_matrix(text.replace("repeats: auto\n", body), "m.yaml")
     return parse_matrix(text.replace("repeats: auto", body + "repeats: auto"), "m.yaml")
@@ -111,9 +114,10 @@ def test_crossed_groups_that_cannot_balance_say_why_at_their_line(groups, looks,
     with pytest.raises(MatrixError) as err:
         crossed(groups, looks, body=body)
     assert message in str(err.value) and f"m.yaml:{line}:" in str(err.value)
-    with pytest.raises(MatrixError, match="m.yaml:5: runtime.cross_groups: crosses the arms over "
-                                          "runtime.gpu_groups; give the groups"):
-        parse_matrix(BASE.format(kind="local", runtime="  cross_groups: true\n", looks="4, 6"), "m.yaml")
+    for gpus in ("", '  gpus: "0,1"\n', '  gpus: ["0,1"]\n'):  # no groups: none, a string, a list of one group
+        with pytest.raises(MatrixError, match=r'm.yaml:\d: runtime.cross_groups: crosses the serving arms over GPU '
+                                              r'groups: give runtime.gpus as a list of one group per serving arm'):
+            parse_matrix(BASE.format(kind="local", runtime=f"{gpus}  cross_groups: true\n", looks="4, 6"), "m.yaml")
 
 
 def test_crossed_groups_put_each_arm_on_its_own_group_and_swap_them_every_set():
@@ -190,8 +194,11 @@ def test_a_docker_server_gets_its_sets_gpus(tmp_path, monkeypatch):
         else:
             assert "-e HIP_VISIBLE_DEVICES=2,3" in " ".join(argv) and "/dev/kfd" in argv
         assert f"VLLM_CACHE_ROOT={(run / 'base' / 'cache-group-1').resolve()}/vllm" in " ".join(argv)
-    with pytest.raises(MatrixError, match="leave runtime.docker.gpus at 'all'"):
-        matrix(kind="docker", extra='  docker: {vendor: cuda, gpus: "0"}\n')
+    # a container of no round (a tool's): every GPU, as runtime.gpus left out gives
+    spec = DockerRuntime(matrix(kind="docker", extra="  docker: {vendor: cuda}\n"), tmp_path / "cache").server_spec(
+        env, argv_tail=["m"], extra_env={}, dirs=ArmDirs.in_run(run, "base"), log_path=run / "base" / "s.log",
+        port=8000, redact=[])
+    assert spec.container.cli_argv()[spec.container.cli_argv().index("--gpus") + 1] == "all"
 
 
 def test_the_budget_counts_a_wave_as_one_stretch_of_time(tmp_path: Path):
@@ -202,3 +209,53 @@ def test_the_budget_counts_a_wave_as_one_stretch_of_time(tmp_path: Path):
         seq.started = time.monotonic() - 100.0
         assert seq.after_round(tmp_path, 2, 2, per_batch=per_batch) is None
         assert (seq.stop_after == 2) is stops  # 100 s so far + one 100 s wave fits 250 s; two would not
+
+
+@pytest.mark.parametrize(("gpus", "groups", "every", "cuda", "rocm"), [
+    ("", None, None, "all", None),  # left out: local as inherited, a container every GPU
+    ('  gpus: "0,1"\n', None, "0,1", '"device=0,1"', "0,1"),  # a string: every server on these GPUs
+    ('  gpus: ["0,1"]\n', None, "0,1", '"device=0,1"', "0,1"),  # a list of one group: that string
+    ('  gpus: ["0", "1"]\n', ["0", "1"], None, "all", None),  # groups: each round's servers on its group
+])
+def test_the_three_forms_of_runtime_gpus_plan_and_serve_as_the_three_fields_did(tmp_path, monkeypatch, gpus, groups,
+                                                                                every, cuda, rocm):
+    """runtime.gpus replaced runtime.gpus (local), runtime.docker.gpus and runtime.gpu_groups: the same design (the
+    manifest's, and the one a stored run's matrix reads back, old field or new), the same sessions' GPUs, the
+    same server environment and container flags as each old field gave."""
+    from suite.design import Design
+    from suite.records import MatrixRecord
+
+    monkeypatch.setattr("suite.runtime.local.vllm_command", lambda: ["vllm"])
+    monkeypatch.setenv("SUITE_DOCKER_USER", "1000:1000")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "7")  # what a local server inherits when runtime.gpus is left out
+    local = parse_matrix(BASE.format(kind="local", runtime=gpus, looks="4, 6"), "m.yaml")
+    plan = build_plan(local)
+    assert plan.design == Design(order="abba", together=2, all_together=True, blocks=2, looks=(4, 6),
+                                 sets_at_once=2 if groups else 1, gpu_groups=groups)
+    old = local.model_dump(mode="json")  # a run stored before: runtime.gpu_groups beside a string runtime.gpus
+    old["runtime"] = {**old["runtime"], "gpus": every, "gpu_groups": groups}
+    for dump in (local.model_dump(mode="json"), old):
+        assert MatrixRecord.model_validate(dump).design("abba") == plan.design
+    sessions = {(s.arm, s.round): s.gpus for s in plan.sessions if s.needs_server}
+    assert sessions == {(a, r): groups[r % 2] if groups else None for a in ("base", "cand") for r in range(6)}
+    run = tmp_path / "runs" / "20260101T000000Z-x"
+    (run / "base").mkdir(parents=True)
+    env = ArmEnv(arm="base", vllm_version="0.26.0", image="suite-vllm:test")
+    session = next(s for s in plan.sessions if s.arm == "base" and s.round == 1)
+    seen = LocalRuntime(local, tmp_path / ".cache", host="cuda").server_spec(
+        env, argv_tail=["m"], extra_env={}, dirs=ArmDirs.in_run(run, "base"), log_path=run / "s.log", port=1,
+        redact=[], gpus=session.gpus).env.get("CUDA_VISIBLE_DEVICES")
+    assert seen == (groups[1] if groups else every or "7")
+    for vendor, want in (("cuda", cuda), ("rocm", rocm)):
+        m = parse_matrix(BASE.format(kind="docker", runtime=f"{gpus}  docker: {{vendor: {vendor}}}\n", looks="4, 6"),
+                         "m.yaml")
+        assert build_plan(m).design == plan.design
+        argv = DockerRuntime(m, tmp_path / "cache").server_spec(
+            env, argv_tail=["m"], extra_env={}, dirs=ArmDirs.in_run(run, "base"), log_path=run / "s.log",
+            port=8000, redact=[], gpus=session.gpus).container.cli_argv()
+        if vendor == "cuda":
+            assert argv[argv.index("--gpus") + 1] == (f'"device={groups[1]}"' if groups else want)
+        else:
+            hip = [a for a in argv if a.startswith("HIP_VISIBLE_DEVICES=")]
+            assert hip == ([f"HIP_VISIBLE_DEVICES={groups[1]}"] if groups else [f"HIP_VISIBLE_DEVICES={want}"] if want
+                           else [])

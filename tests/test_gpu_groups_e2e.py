@@ -1,4 +1,4 @@
-"""End to end through the CLI: rounds at once on GPU groups (runtime.gpu_groups), real `vllm serve`
+"""End to end through the CLI: rounds at once on GPU groups (runtime.gpus, a list), real `vllm serve`
 processes on the tiny MoE. On a CPU host the groups select no device (tests/test_gpu_groups.py pins the
 variables a GPU host's servers get); what runs here for real is the scheduling: the two sets of a wave run at
 the same time, each with its own servers, bench client and compile cache, the look comes after the whole
@@ -45,7 +45,7 @@ verdict: {metrics: [mean_tpot_ms], looks: [2]}
 def groups_matrix(name: str, model, precompile: bool = True) -> str:
     text = tiny_cpu_matrix(name, model, BODY, max_num_seqs=2).replace(
         "runtime: {kind: local, startup_timeout_s: 600}",
-        'runtime: {kind: local, startup_timeout_s: 600, gpu_groups: ["0", "1"]}')
+        'runtime: {kind: local, startup_timeout_s: 600, gpus: ["0", "1"]}')
     return text if precompile else text.replace("precompile: true\n", "")
 
 
@@ -114,8 +114,8 @@ def test_no_process_is_left(groups_run):
 def crossed_run(tmp_path_factory, tiny_model):
     base = tmp_path_factory.mktemp("gpu-cross")
     # two sets, one crossing, as a fixed design (repeats: 2): a sequential design's first look would need 4 sets
-    text = groups_matrix("crossed", tiny_model).replace('gpu_groups: ["0", "1"]}',
-                                                        'gpu_groups: ["0", "1"], cross_groups: true}').replace(
+    text = groups_matrix("crossed", tiny_model).replace('gpus: ["0", "1"]}',
+                                                        'gpus: ["0", "1"], cross_groups: true}').replace(
         "repeats: auto\n", "repeats: 2\n")
     assert "cross_groups: true" in text and "repeats: 2\n" in text
     return run_matrix_once(base, text)

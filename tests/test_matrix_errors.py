@@ -637,3 +637,30 @@ def test_a_local_tokenizer_in_serve_args_is_resolved_like_the_model(tmp_path, mo
     assert missing_model_paths(m) == [f"serve_args: --tokenizer {tmp_path / 'tok'} is no directory (a local model "
                                       "must exist before the run; `make model` writes models/tiny-moe; a Hugging "
                                       "Face id has the form org/name)"]
+
+
+@pytest.mark.parametrize(("docker", "said"), [
+    ('{vendor: cuda, gpus: "0,1", shm_size: 16g}', ': write gpus: "0,1" under runtime, beside kind (not under '
+     "runtime.docker)"),
+    ("{vendor: rocm, gpus: all}", "; a docker container gets every GPU when it is left out: delete it (or write "
+     "gpus: all under runtime)"),
+])
+def test_the_retired_docker_gpus_says_the_runtime_gpus_to_write(tmp_path, docker, said):
+    """runtime.docker.gpus became runtime.gpus (one field for every runtime): refused at its line with the value
+    to write there."""
+    f = write(tmp_path, BASE + f"runtime:\n  kind: docker\n  docker: {docker}\n")
+    assert error_of(f) == (f"{f}:12: runtime.docker.gpus: retired: the GPUs the servers see are runtime.gpus for "
+                           f"every runtime{said}")
+    good = write(tmp_path, BASE + 'runtime:\n  kind: docker\n  gpus: "0,1"\n  docker: {vendor: cuda}\n', "good.yaml")
+    assert load_matrix(good).runtime.gpus == "0,1"
+
+
+def test_the_retired_gpu_groups_says_the_list_to_write_in_runtime_gpus(tmp_path):
+    """runtime.gpu_groups became runtime.gpus given as a list of groups: refused at its line with the list."""
+    f = write(tmp_path, BASE + 'order: abba\ntogether: all\nruntime:\n  kind: local\n  gpu_groups: ["0,1", "2,3"]\n')
+    assert error_of(f) == (f'{f}:14: runtime.gpu_groups: retired: GPU groups are runtime.gpus given as a list: write '
+                           'gpus: ["0,1", "2,3"] under runtime (together: all, each round on its group; with '
+                           "cross_groups each serving arm on its own)")
+    good = write(tmp_path, BASE + 'order: abba\ntogether: all\nruntime:\n  kind: local\n  gpus: ["0,1", "2,3"]\n',
+                 "good.yaml")
+    assert load_matrix(good).runtime.gpu_groups == ["0,1", "2,3"]

@@ -16,7 +16,7 @@ and ``suite.verdict.primary_test`` decides at each look. Three layouts, the same
 
 - crossed: the plan's (set s: baseline on GPU s mod 2, the candidate on the other);
 - fixed: each arm always on its own GPU (what crossing replaces: the GPU difference is then the arms');
-- together: both arms of a set on one GPU (runtime.gpu_groups without crossing; needs both to fit on a GPU):
+- together: both arms of a set on one GPU (GPU groups in runtime.gpus without crossing; needs both to fit on a GPU):
   the GPU's speed falls on both sides of the score.
 
 The crossed layout is tested two ways: as the report tests it (``strata``: the mean of the layouts' means, the

@@ -54,8 +54,8 @@ def starter_text(*, name: str, gpu: str, runtime: str, model: str, vllm: str, pa
     rounds = (2, 4) if cpu else (2, 4, 6)  # a CPU box's servers start in ~40 s: fewer looks keep it short
     runtime_block = {
         "docker": (f"runtime:\n  kind: docker                       # each arm's vLLM built into its image ({vendor})\n"
-                   f"  startup_timeout_s: 1800\n  docker: {{vendor: {vendor}, gpus: \"0\""
-                   + (", shm_size: 16g}\n" if not cpu else "}\n")),
+                   "  startup_timeout_s: 1800\n" + ("" if cpu else '  gpus: "0"\n')
+                   + f"  docker: {{vendor: {vendor}" + (", shm_size: 16g}\n" if not cpu else "}\n")),
         "local": ("runtime:\n  kind: local                        # the vLLM installed beside the suite, patched in an "
                   "overlay per arm\n  startup_timeout_s: 900\n" + ("" if cpu else '  gpus: "0"\n')),
         "slurm": ("runtime:\n  kind: slurm                        # each server session an sbatch job\n"

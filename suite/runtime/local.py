@@ -295,7 +295,7 @@ class LocalRuntime(RuntimeBase):
         if env.vllm_root is not None:
             out["PYTHONPATH"] = os.pathsep.join([str(env.vllm_root), os.environ.get("PYTHONPATH", "")]).rstrip(
                 os.pathsep)
-        gpus = self.matrix.runtime.gpus
+        gpus = self.matrix.runtime.shared_gpus
         if self.host != "cpu" and gpus is not None:  # the GPU(s) this arm's processes see
             out[self.device_var] = gpus
         if self.host == "cuda":
@@ -346,12 +346,12 @@ class LocalRuntime(RuntimeBase):
     def arm_info(self, arm: str) -> ArmRuntimeInfo:
         split = CpuSplit(server=sorted(self.split[0]), client=sorted(self.split[1])) if self.split else None
         own = self.one_process_vars(self.arm_env_vars(arm))
-        return ArmRuntimeInfo(host=self.host, gpus=self.matrix.runtime.gpus, cpu_split=split,
+        return ArmRuntimeInfo(host=self.host, gpus=self.matrix.runtime.shared_gpus, cpu_split=split,
                               ld_preload=list(self.preload), **({"server_env": own} if own else {}))
 
     def server_spec(self, env: ArmEnv, *, argv_tail: list[str], extra_env: dict[str, str], dirs: ArmDirs,
                     log_path: Path, port: int, redact: list[str], gpus: str | None = None) -> ServerSpec:
-        """``gpus``: the GPUs of the server's round (runtime.gpu_groups), over the matrix's and the arm's
+        """``gpus``: the GPUs of the server's round (GPU groups: runtime.gpus), over the matrix's and the arm's
         selection; nothing on a CPU host."""
         full_env = self.with_kv_size({**os.environ, **self.arm_vars(env, dirs), **extra_env}, argv_tail,
                                      user_env=extra_env)

@@ -87,7 +87,7 @@ class JobEnv:
     run_scope: SessionScope | None = None  # resources that outlive a server (a client that needs no server)
     client_in_server: bool = False  # client tools run inside the server's container: one client per server
     round: int = 0  # the round the job belongs to (together: all: its repeat // blocks; else its repeat)
-    lane: int | None = None  # runtime.gpu_groups, sets at once: its round's lane (a GPU group's), by index
+    lane: int | None = None  # GPU groups (runtime.gpus), rounds at once: its round's lane (a GPU group's), by index
 
     @property
     def tokenizer(self) -> str:

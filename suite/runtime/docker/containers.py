@@ -200,11 +200,12 @@ def rocm_group_ids(dev: Path | None = None) -> list[str]:
     return [str(g) for g in sorted(gids)] or ["video"]
 
 
-def vendor_flags(docker: DockerSpec) -> dict[str, Any]:
-    """The vendor's run flags (docker/README.md) as ContainerConfig fields (+ environment for ROCm GPU selection)."""
-    gpus = docker.gpus.strip().replace(" ", "")
+def vendor_flags(docker: DockerSpec, gpus: str = "all") -> dict[str, Any]:
+    """The vendor's run flags (docker/README.md) as ContainerConfig fields (+ environment for ROCm GPU selection);
+    ``gpus``: every container's GPUs (runtime.gpus as a string; 'all' when it is left out or holds groups)."""
+    gpus = gpus.strip().replace(" ", "")
     if gpus != "all" and not GPU_LIST.match(gpus):
-        raise SuiteError(f"runtime.docker.gpus must be 'all' or a comma list of device indices, not {gpus!r}")
+        raise SuiteError(f"runtime.gpus must be 'all' or a comma list of device indices, not {gpus!r}")
     flags: dict[str, Any] = {"shm_size": docker.shm_size}
     if docker.vendor == "cpu":
         # no --ipc=host on a laptop/CI: a private /dev/shm, larger than Docker's 64 MiB (vLLM's shm
@@ -312,7 +313,7 @@ def _arm_settings(matrix: Matrix, env: ArmEnv, *, dirs: ArmDirs, extra_env: dict
     """What every container of an arm shares (server, tools, clients): vendor flags, user, mounts, HOME and the
     per-arm caches, labels; as ContainerConfig keyword arguments."""
     docker = matrix.runtime.docker or DockerSpec()
-    flags = vendor_flags(docker)
+    flags = vendor_flags(docker, matrix.runtime.shared_gpus or "all")
     root = dirs.run.resolve()
     cache_dir = dirs.cache.resolve()
     hf = hf_cache_dir(docker).resolve()

@@ -316,7 +316,7 @@ class DockerRuntime(RuntimeBase):
 
     def server_spec(self, env: ArmEnv, *, argv_tail: list[str], extra_env: dict[str, str], dirs: ArmDirs,
                     log_path: Path, port: int, redact: list[str], gpus: str | None = None) -> DockerServerSpec:
-        """``gpus``: the GPUs of the server's restart set (runtime.gpu_groups) in place of runtime.docker.gpus:
+        """``gpus``: the GPUs of the server's round (GPU groups: runtime.gpus) in place of every container's:
         CUDA `--gpus "device=..."`, ROCm HIP_VISIBLE_DEVICES (every device node stays mounted)."""
         cfg = self.container_config(env, argv_tail=argv_tail, extra_env=extra_env, dirs=dirs, port=port)
         docker = self.matrix.runtime.docker or DockerSpec()
