@@ -8,7 +8,7 @@ time), k (a round's servers in time windows of k, started together, their jobs a
 arm's server of a round at once (``together: all``: the round is one window, measured in ``blocks`` short
 alternating blocks of every point, its servers optionally on a GPU group of their own). A round's blocks share one
 start of its servers, so a round, never a block, is what the verdict pairs and the sequential test counts.
-``blocked`` order keeps one server per arm for the whole run (a stored run, or a quick look: nothing pairs).
+``blocked`` order keeps one server per arm for the whole run: a quick look, nothing paired.
 """
 
 from __future__ import annotations
@@ -58,12 +58,11 @@ class DesignFields(Strict):
         "before the first server session of a stretch (a run or a --resume), start every serving arm's server "
         "once (GPU groups in runtime.gpus: once per group), wait for /health and stop it unmeasured: its compile "
         "caches are filled, so every measured session starts warm. On the H200 the two servers of a round "
-        "that compiled cold sat 2-3 % apart for their whole life in 3 of 7 such sets, never in 12 warm ones "
+        "that compiled cold sat 2-3 % apart for their whole life in 3 of 7 such rounds, never in 12 warm ones "
         "(docs/gpu-h200.md); costs one cold start of each arm"))
     quiet_s: float = Field(0, ge=0, le=600, description=(
         "no request reaches a server (in a window of servers alive together: any of the window's servers) until this many "
         "seconds after it (the window's last) answered /health; then the warm-up"))
-
     cooldown_s: float = Field(0, ge=0, le=3600, description=(
         "seconds with no server alive before each round after the first (GPU groups in runtime.gpus: each wave of "
         "rounds): the GPUs' temperature and clocks settle back to idle, so every round starts from the same "
