@@ -336,7 +336,8 @@ def session_round(session: Session) -> int | None:
 
 
 def format_plan(plan: Plan) -> str:
-    lines = [f"plan for {plan.matrix}: {len(plan.sessions)} sessions, {len(plan.jobs)} jobs, order {plan.order}"]
+    lines = [f"plan for {plan.matrix}: {len(plan.sessions)} sessions, {len(plan.jobs)} jobs, order {plan.order}",
+             f"  design: {plan.design.words}"]
     if plan.design.cooldown_s:
         lines.append(f"  cooldown: {plan.design.cooldown_s:g} s with no server alive before each round after the first"
                      + (" (each wave)" if plan.design.sets_at_once > 1 else ""))

@@ -114,7 +114,9 @@ def test_accuracy_jobs_follow_serving_in_the_first_session():
 def test_format_plan_lists_every_job():
     plan = plan_of("repeats: 2\n")
     text = format_plan(plan)
-    assert "2 sessions, 8 jobs, order blocked" in text
+    assert "2 sessions, 8 jobs, order blocked" in text and "  design: blocked: one server per arm for the whole run" in text
+    assert "design: abba, together: all (every serving arm's server of a round started at once, 2 blocks of every " \
+        "point)" in format_plan(plan_of("repeats: 2\norder: abba\ntogether: all\nblocks: 2\n"))
     assert "arm B: vLLM 0.32.0; patches: x" in text
     assert text.count("serve/isl64") == 8
 
