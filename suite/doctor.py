@@ -22,6 +22,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
 
+from suite.proc import query
+
 Status = Literal["ok", "warn", "fail"]
 GIB = 1024**3
 MIN_RUN_DISK_GIB, WARN_RUN_DISK_GIB = 1.0, 10.0
@@ -180,11 +182,8 @@ def check_docker(required: bool) -> Check:
 
 
 def _run_smi(argv: list[str]) -> str | None:
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return proc.stdout.strip() if proc.returncode == 0 else None
+    out = query(argv, timeout_s=30)
+    return None if out is None else out.strip()
 
 
 def check_gpus(info: dict, required: bool) -> list[Check]:

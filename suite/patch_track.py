@@ -21,21 +21,20 @@ import hashlib
 import json
 import os
 import re
-import subprocess
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, computed_field
 
 from suite.errors import PatchError
 from suite.patches import HunkFailed, PatchSet, TrackResult, base_version, check_diff, release_key
+from suite.proc import ask
 
 EXIT_PRESENT_UPSTREAM = 3  # a forward set's change is in the release already (nothing left to measure)
 EXIT_NO_LONGER_APPLIES = 4  # a set's diff fails there (takes precedence over 3)
 PIP_INDEX_TIMEOUT_S = 120
 RELEASE = re.compile(r"^\d+\.\d+\.\d+(\.\d+)?$")  # X.Y.Z (vLLM has had a few X.Y.Z.W)
-Runner = Callable[..., "subprocess.CompletedProcess[str]"]
 
 
 class TrackReport(BaseModel):
@@ -68,15 +67,12 @@ class TrackReport(BaseModel):
 # ---------------------------------------------------------------- which release
 
 
-def latest_vllm_release(runner: Runner = subprocess.run) -> str:
+def latest_vllm_release() -> str:
     """The newest vLLM release on the package index pip is configured for (``pip index versions vllm``: final
     releases only, as pip would install them)."""
     cmd = [sys.executable, "-m", "pip", "index", "versions", "vllm", "--json", "--disable-pip-version-check"]
-    try:
-        proc = runner(cmd, capture_output=True, text=True, timeout=PIP_INDEX_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        raise PatchError(f"cannot find the newest vLLM release: `pip index versions vllm` did not answer in "
-                         f"{PIP_INDEX_TIMEOUT_S} s (no index reachable?)") from None
+    proc = ask(cmd, timeout_s=PIP_INDEX_TIMEOUT_S, what="cannot find the newest vLLM release (no index reachable?)",
+               error=PatchError)
     if proc.returncode != 0:
         raise PatchError(f"cannot find the newest vLLM release: `pip index versions vllm` failed: "
                          f"{proc.stderr.strip()[-500:]}")
@@ -91,10 +87,10 @@ def latest_vllm_release(runner: Runner = subprocess.run) -> str:
     return max(finals, key=release_key)
 
 
-def resolve_release(spec: str, runner: Runner = subprocess.run) -> str:
+def resolve_release(spec: str) -> str:
     """``latest`` -> the newest release on the index; ``0.34.0`` (or ``0.34.0+cpu``) -> ``0.34.0``."""
     if spec.strip().lower() == "latest":
-        return latest_vllm_release(runner)
+        return latest_vllm_release()
     version = base_version(spec)
     if not RELEASE.match(version):
         raise PatchError(f"--vllm {spec!r}: give a release such as 0.34.0, or latest")

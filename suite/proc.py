@@ -3,7 +3,9 @@ log tail in the error when it fails.
 
 Every long-running tool the suite starts (`vllm serve`, `vllm bench serve|latency`, lm-eval, the kernel
 timer, `docker build`) goes through here, so a timeout, Ctrl-C or a dead `suite` never leaves an engine
-process behind.
+process behind. A short question to a tool (`nvidia-smi`, `git ls-remote`, `squeue`, `pip index`) goes through
+`ask` (its answer; an error naming the command when the tool is missing or silent) or `query` (its stdout, or
+None: a fact the suite records where it can), each with its timeout.
 """
 
 from __future__ import annotations
@@ -164,6 +166,33 @@ def failure(what: str, why: str, cmd: list[str], log_path: Path, tail: int = 20)
     """The error every failed tool raises: what failed and why, the command, the log tail."""
     return SuiteError(f"{what} {why}\n  command: {shlex.join(cmd)}\n  log: {log_path}\n--- log tail ---\n"
                       f"{read_tail(log_path, tail)}")
+
+
+def ask(cmd: list[str], *, timeout_s: float, what: str, env: dict[str, str] | None = None,
+        cwd: Path | None = None, error: type[SuiteError] = SuiteError) -> subprocess.CompletedProcess[str]:
+    """A short question to a tool (no log, no process group of its own): the finished process, whatever its exit
+    status, its output as text. ``error`` says ``what`` could not be done and the command when the tool is
+    missing, cannot start or does not answer in ``timeout_s``."""
+    try:
+        return subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout_s,
+                              stdin=subprocess.DEVNULL, check=False)
+    except FileNotFoundError:
+        why = f"`{cmd[0]}` is not on PATH"
+    except OSError as exc:
+        why = f"`{cmd[0]}` cannot start: {exc}"
+    except subprocess.TimeoutExpired:
+        why = f"no answer in {timeout_s:g} s"
+    raise error(f"{what}: {why}\n  command: {shlex.join(cmd)}")
+
+
+def query(cmd: list[str], *, timeout_s: float, env: dict[str, str] | None = None) -> str | None:
+    """A short question whose answer is optional (a GPU's clock, the host's CPU, a remote ref): the tool's stdout,
+    or None when it is missing, fails or does not answer in ``timeout_s``."""
+    try:
+        proc = ask(cmd, timeout_s=timeout_s, what=cmd[0], env=env)
+    except SuiteError:
+        return None
+    return proc.stdout if proc.returncode == 0 else None
 
 
 @dataclass(frozen=True)

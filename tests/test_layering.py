@@ -200,3 +200,58 @@ def test_a_design_option_is_read_from_the_design_not_the_matrix():
              if str(p.relative_to(repo)) not in owners
              for n, line in enumerate(p.read_text().splitlines(), 1) if reads.search(line)]
     assert found == [], "read the plan's Design instead:\n" + "\n".join(found)
+
+
+# the processes started outside suite.proc, each for a reason suite.proc's two ways do not serve
+PROCESS_EXCEPTIONS = {
+    # `docker build` streamed line by line into build events (a step once), killed on an interrupt
+    ("suite/runtime/docker/image_build.py", "subprocess.Popen"): 1,
+    # `suite doctor` asks vLLM (an import in a fresh interpreter) and its CLI at once, each with its timeout
+    ("suite/doctor.py", "subprocess.Popen"): 2,
+}
+PROCESS_CALLS = re.compile(r"^(subprocess\.(run|Popen|call|check_call|check_output|getoutput|getstatusoutput)"
+                           r"|os\.(system|popen|exec\w*|spawn\w*|posix_spawn\w*|fork))$")
+
+
+def test_one_way_to_run_a_tool():
+    """docs/ARCHITECTURE.md: a tool runs through `suite.proc`: a job or a server through `start` / `run_tool` (its
+    process group, log, timeout, the log tail in its error), a short question through `ask` / `query` (its
+    timeout; the command in its error, or None for an optional fact). Any other process start is one of the
+    named exceptions."""
+    found: dict[tuple[str, str], int] = {}
+    for path in sorted(SUITE.rglob("*.py")):
+        rel = path.relative_to(SUITE.parent).as_posix()
+        if rel == "suite/proc.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call):
+                name = ast.unparse(node.func)
+                if PROCESS_CALLS.match(name):
+                    found[(rel, name)] = found.get((rel, name), 0) + 1
+    assert found == PROCESS_EXCEPTIONS, "start tools through suite.proc (start, run_tool, ask, query)"
+
+
+# where the runtime kinds are named: the places docs/ARCHITECTURE.md lists for a backend ("An arm backend")
+BACKEND_PLACES = {
+    "suite/matrix_blocks.py",  # the runtime.kind literal and the runtime blocks' own rules
+    "suite/matrix.py",  # what a runtime cannot honour (one rule each)
+    "suite/runner.py",  # RUNTIMES, and the Slurm scheduler (sessions as batch jobs)
+    "suite/estimate.py",  # which GPUs a runtime's servers see, for the price of a start
+    "suite/runtime/preflight.py",  # the checks before a run that only one runtime needs (the Docker engine)
+    "suite/commands/doctor.py", "suite/commands/build.py", "suite/commands/slurm_scripts.py",  # its commands
+}
+RUNTIME_KIND = re.compile(r"""runtime\.kind\s*(==|!=)|kind\s*(==|!=)\s*["'](local|docker|slurm)["']""")
+
+
+def test_a_backend_is_named_in_its_listed_places():
+    """Outside the backends' own modules (suite/runtime/<kind>/, suite/runtime/local.py) a runtime kind is compared
+    only in the places docs/ARCHITECTURE.md lists for a new backend; each reads it for its own job."""
+    found = set()
+    for path in sorted(SUITE.rglob("*.py")):
+        rel = path.relative_to(SUITE.parent).as_posix()
+        if rel.startswith(("suite/runtime/docker/", "suite/runtime/slurm/")) or rel == "suite/runtime/local.py":
+            continue
+        if any(RUNTIME_KIND.search(line) for line in path.read_text().splitlines()):
+            found.add(rel)
+    assert found <= BACKEND_PLACES, f"a runtime kind compared outside the listed places: {sorted(found - BACKEND_PLACES)}"
+    assert found == BACKEND_PLACES, f"no longer named there (drop from the list and the docs): {sorted(BACKEND_PLACES - found)}"

@@ -15,13 +15,12 @@ from __future__ import annotations
 import contextlib
 import importlib.metadata
 import os
-import shutil
 import signal
-import subprocess
 import time
 from pathlib import Path
 from typing import Literal
 
+from suite.proc import query
 from suite.records import GpuState
 
 HostKind = Literal["cpu", "cuda", "rocm"]
@@ -55,17 +54,8 @@ def host_kind() -> HostKind:
 
 def _smi(args: list[str]) -> list[str] | None:
     """nvidia-smi's CSV lines (no header, no units), or None when it is missing or fails."""
-    exe = shutil.which("nvidia-smi")
-    if not exe:
-        return None
-    try:
-        out = subprocess.run([exe, *args, "--format=csv,noheader,nounits"], capture_output=True, text=True,
-                             timeout=SMI_TIMEOUT_S, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if out.returncode != 0:
-        return None
-    return [line.strip() for line in out.stdout.splitlines() if line.strip()]
+    out = query(["nvidia-smi", *args, "--format=csv,noheader,nounits"], timeout_s=SMI_TIMEOUT_S)
+    return None if out is None else [line.strip() for line in out.splitlines() if line.strip()]
 
 
 def nvidia_gpus() -> list[str]:

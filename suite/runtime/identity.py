@@ -20,10 +20,10 @@ import platform
 import re
 import shutil
 import socket
-import subprocess
 from pathlib import Path
 from typing import Any
 
+from suite.proc import query
 from suite.records import GpuIdentity, HostIdentity, boot_id
 
 TOOL_TIMEOUT_S = 20.0
@@ -37,14 +37,7 @@ CUDA_VERSION = re.compile(r"CUDA Version\s*:\s*([0-9][0-9.]*)")
 
 def _output(argv: list[str]) -> str | None:
     """The tool's stdout, or None when it is missing, fails or hangs."""
-    exe = shutil.which(argv[0])
-    if not exe:
-        return None
-    try:
-        out = subprocess.run([exe, *argv[1:]], capture_output=True, text=True, timeout=TOOL_TIMEOUT_S, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.stdout if out.returncode == 0 else None
+    return query(argv, timeout_s=TOOL_TIMEOUT_S)
 
 
 def _read(path: str) -> str | None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from typing import Any
 from suite import REPO_ROOT
 from suite.errors import SuiteError
 from suite.matrix import file_sha256
+from suite.proc import query
 from suite.runtime.docker import DOCKER_DIR
 from suite.runtime.docker.image_sources import AiterBuild, VllmBuild
 
@@ -97,11 +97,7 @@ def wheel_dirs() -> list[Path]:
     dirs: list[str] = [d for d in os.environ.get("SUITE_WHEELS_DIR", "").split(os.pathsep) if d]
     dirs.append(str(REPO_ROOT / "wheels"))
     dirs += os.environ.get("PIP_FIND_LINKS", "").split()
-    try:
-        out = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True,
-                             timeout=30).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        out = ""
+    out = query([sys.executable, "-m", "pip", "config", "list"], timeout_s=30) or ""
     for line in out.splitlines():
         key, _, value = line.partition("=")
         if key.endswith("find-links"):

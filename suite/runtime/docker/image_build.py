@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from suite.errors import SuiteError
+from suite.proc import ask
 from suite.runtime.docker import DOCKER_DIR
 from suite.runtime.docker.images import LOCAL_BOOKWORM, ImagePlan, with_digest
 
@@ -208,12 +209,8 @@ def ensure_base(client: Any, plan: ImagePlan, on_event: Callable[[BuildEvent], N
         if plan.base_image == LOCAL_BOOKWORM:
             on_event(BuildEvent("base", f"building {LOCAL_BOOKWORM} (debootstrap + docker import)"))
             script = DOCKER_DIR / "base" / "build-bookworm.sh"
-            try:
-                proc = subprocess.run(["bash", str(script), LOCAL_BOOKWORM], capture_output=True, text=True,
-                                      timeout=BOOKWORM_BUILD_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                raise SuiteError(f"{script} did not finish in {BOOKWORM_BUILD_TIMEOUT_S} s (debootstrap from the "
-                                 "Debian mirror)") from None
+            proc = ask(["bash", str(script), LOCAL_BOOKWORM], timeout_s=BOOKWORM_BUILD_TIMEOUT_S,
+                       what=f"the {LOCAL_BOOKWORM} base (debootstrap from the Debian mirror)")
             if proc.returncode != 0:
                 raise SuiteError(f"{script} failed:\n{(proc.stdout + proc.stderr)[-3000:]}") from None
         else:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +16,7 @@ from pathlib import Path
 from suite.errors import SuiteError
 from suite.matrix import LOCAL_PREFIXES, VllmSource, file_sha256
 from suite.matrix_blocks import AiterFrom
+from suite.proc import query
 from suite.runtime.docker import DOCKER_DIR
 
 # In the build context: an arm's vLLM wheel at VLLM_WHEEL_DIR/<sha256>/<wheel file name> (pip reads the version
@@ -146,13 +146,9 @@ def git_ls_remote(url: str, ref: str) -> str | None:
     identity, like an unresolved base digest). Remembered for the life of the process."""
     key = (url, ref)
     if key not in _remote_refs:
-        try:
-            # the second pattern lists an annotated tag's peeled commit (the first matches the tag object only)
-            proc = subprocess.run(["git", "ls-remote", url, ref, f"{ref}^{{}}"], capture_output=True, text=True,
-                                  timeout=60, env={**os.environ, "GIT_TERMINAL_PROMPT": "0"})
-            out = proc.stdout if proc.returncode == 0 else ""
-        except (OSError, subprocess.TimeoutExpired):
-            out = ""
+        # the second pattern lists an annotated tag's peeled commit (the first matches the tag object only)
+        out = query(["git", "ls-remote", url, ref, f"{ref}^{{}}"], timeout_s=60,
+                    env={**os.environ, "GIT_TERMINAL_PROMPT": "0"}) or ""
         rows = {name: sha for sha, _, name in (line.partition("\t") for line in out.splitlines())}
         # git's own order for a short name: refs/<ref>, a tag, a branch
         names = (ref, f"refs/{ref}", f"refs/tags/{ref}", f"refs/heads/{ref}")

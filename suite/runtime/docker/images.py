@@ -20,7 +20,6 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -29,6 +28,7 @@ from suite import __version__
 from suite.errors import SuiteError
 from suite.matrix import ArmSpec, Matrix, file_sha256
 from suite.patches import AppliedPatch
+from suite.proc import query
 from suite.records import AiterSource, TunedCsv
 from suite.runtime.docker import DOCKER_DIR
 from suite.runtime.docker.bases import cuda_base
@@ -155,12 +155,7 @@ def buildx_available() -> bool:
     BuildKit client). Asked once per process and PATH."""
     key = os.environ.get("PATH", "")
     if key not in _buildx:
-        try:
-            proc = subprocess.run(["docker", "buildx", "version"], capture_output=True, text=True,
-                                  timeout=BUILDX_PROBE_TIMEOUT_S, stdin=subprocess.DEVNULL)
-            _buildx[key] = proc.returncode == 0
-        except (OSError, subprocess.TimeoutExpired):
-            _buildx[key] = False
+        _buildx[key] = query(["docker", "buildx", "version"], timeout_s=BUILDX_PROBE_TIMEOUT_S) is not None
     return _buildx[key]
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from suite.errors import SuiteError
 from suite.matrix import Matrix
 from suite.matrix_blocks import SlurmSpec
+from suite.proc import ask
 from suite.sbatch import gpu_request, job_time, option_value
 
 # Job states (squeue %T / sacct State). Anything not active is final.
@@ -144,12 +145,8 @@ def job_script(matrix: Matrix, *, arm: str, index: int, image: str | None, run_d
 
 
 def _run(argv: list[str], timeout: float = 60.0) -> subprocess.CompletedProcess:
-    try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
-    except FileNotFoundError:
-        raise SlurmError(f"`{argv[0]}` not found: the Slurm client commands must be on PATH") from None
-    except subprocess.TimeoutExpired:
-        raise SlurmError(f"`{shlex.join(argv)}` did not answer within {timeout:.0f} s") from None
+    return ask(argv, timeout_s=timeout, what=f"Slurm's `{argv[0]}` (its client commands must be on PATH)",
+               error=SlurmError)
 
 
 def _err(proc: subprocess.CompletedProcess) -> str:

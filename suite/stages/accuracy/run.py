@@ -16,7 +16,6 @@ import json
 import os
 import re
 import shlex
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,7 +26,7 @@ from pathlib import Path
 from suite.errors import SuiteError
 from suite.fixtures.gsm8k import is_synthetic_dataset, write_synthetic_gsm8k
 from suite.matrix_jobs import AccuracySpec
-from suite.proc import LM_EVAL_PYTHON, failure, run_tool
+from suite.proc import LM_EVAL_PYTHON, ask, failure, run_tool
 from suite.records import JobNotes
 from suite.stages.base import JobEnv
 from suite.store import atomic_write_json
@@ -74,10 +73,7 @@ def tool_task_yaml(task: str, argv: Callable[[list[str]], list[str]], env: dict 
     """lm-eval's own YAML that defines ``task``, as the tool that runs lm-eval sees it (``argv`` maps a
     ``lm-eval-python ...`` command line onto that tool's interpreter: JobEnv.client_argv)."""
     cmd = argv([LM_EVAL_PYTHON, "-c", FIND_TASK_YAML, task])
-    try:
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise SuiteError(f"cannot locate lm-eval's {task} task: {exc}\n  command: {shlex.join(cmd)}") from None
+    proc = ask(cmd, env=env, timeout_s=300, what=f"cannot locate lm-eval's {task} task")
     if proc.returncode != 0 or not proc.stdout.strip():
         raise SuiteError(f"cannot locate lm-eval's {task} task: {(proc.stderr or proc.stdout).strip()[-500:]}\n"
                          f"  command: {shlex.join(cmd)}")
