@@ -1,13 +1,15 @@
 """The blocks that say what a matrix measures, one per kind of job, each a strict pydantic model that checks its
 own fields: the serving points (`ServePoint`: one ISL/OSL block, a point per concurrency; `serve_point_id`, the
-id plans, stores and reports name a point by), the latency rows (`LatencyPoint`), and the specs of the accuracy,
-kernel, layer and profile jobs (`AccuracySpec`, `KernelSpec`, `LayerSpec`, `ProfileSpec`). Held to the size
-limits of :mod:`suite.matrix_blocks`; read by each stage's ``spec.py``.
+id plans, stores and reports name a point by; `PointLabel`, the short name a report gives it, ``128/64 c4``), the
+latency rows (`LatencyPoint`), and the specs of the accuracy, kernel, layer and profile jobs (`AccuracySpec`,
+`KernelSpec`, `LayerSpec`, `ProfileSpec`). Held to the size limits of :mod:`suite.matrix_blocks`; read by each
+stage's ``spec.py``.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -23,6 +25,7 @@ from suite.matrix_blocks import (
 )
 
 NUM_PROMPTS = re.compile(r"^(\d+(?:\.\d+)?)x$")
+POINT_LABEL = re.compile(r"^(\d+)/(\d+) c(\d+)$")
 
 
 class ServePoint(Strict):
@@ -95,6 +98,36 @@ def serve_point_id(isl: int, osl: int, concurrency: int, num_prompts: int, durat
     """A serving point's id, as plans, stores and reports name it."""
     size = f"t{duration_s:g}s" if duration_s else f"n{num_prompts}"
     return f"isl{isl}-osl{osl}-c{concurrency}-{size}"
+
+
+@dataclass(frozen=True)
+class PointLabel:
+    """A serving point as the report names it: ``ISL/OSL cC`` (``128/64 c4``: 128 prompt tokens, 64 generated,
+    4 requests in flight)."""
+
+    isl: int
+    osl: int
+    concurrency: int
+
+    def __str__(self) -> str:
+        return f"{self.isl}/{self.osl} c{self.concurrency}"
+
+    @classmethod
+    def parse(cls, value: Any) -> PointLabel:
+        """The point a label names; ValueError saying what to write for anything else."""
+        text = value.strip() if isinstance(value, str) else None
+        m = POINT_LABEL.match(text) if text is not None else None
+        if m is None:
+            given = f'"{text}"' if text is not None else f"{value!r} (not text)"
+            raise ValueError(f"{given} is not a point: write it as the report names one, \"ISL/OSL cC\" (e.g. "
+                             "\"128/64 c4\": the input length / the output length, then c and the concurrency)")
+        isl, osl, concurrency = (int(g) for g in m.groups())
+        for name, n, limit in (("ISL", isl, MAX_TOKENS), ("OSL", osl, MAX_TOKENS),
+                               ("the concurrency", concurrency, MAX_CONCURRENCY)):
+            if not 0 < n <= limit:
+                raise ValueError(f'"{text}": {name} must be > 0' if n <= 0 else
+                                 f'"{text}": {name} {n:,} is beyond the limit {limit:,}')
+        return cls(isl, osl, concurrency)
 
 
 def one_or_many(value: Any, field: str) -> Any:
