@@ -230,11 +230,3 @@ class ProfileSpec(Strict):
             except re.error as exc:
                 raise ValueError(f"family {label!r}: bad regex {pattern!r}: {exc}") from None
         return value
-
-    @property
-    def num_prompts_or_default(self) -> int:
-        return self.concurrency if self.num_prompts is None else self.num_prompts
-
-    @property
-    def warmup_prompts_or_default(self) -> int:
-        return self.concurrency if self.warmup_prompts is None else self.warmup_prompts
