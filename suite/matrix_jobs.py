@@ -195,17 +195,22 @@ class LayerSpec(Strict):
     trials: int = Field(51, gt=0, le=MAX_ITERS, description="timings per T (their median is the row's value)")
 
 
-class ProfileSpec(Strict):
-    """A short decode-heavy window under vLLM's torch profiler (suite.stages.profile)."""
+DEFAULT_PROFILE_POINT = "128/64 c4"  # the point a profile block without one profiles
+PROFILE_SEED = 0  # the profiled prompts' seed: every arm gets the same requests
 
-    isl: int = Field(128, gt=0, le=MAX_TOKENS, description="the profiled point's input length")
-    osl: int = Field(64, gt=0, le=MAX_TOKENS, description="its output length")
-    concurrency: int = Field(4, gt=0, le=MAX_CONCURRENCY, description="its concurrency")
+
+class ProfileSpec(Strict):
+    """A short decode-heavy window under vLLM's torch profiler (suite.stages.profile), at one point.
+
+    In a server session of its own per arm: a warm-up of one request per concurrency slot at the point's shape,
+    then ``num_prompts`` requests at its concurrency, all started together (the same seeded prompts for every
+    arm). The job's resolved params are `suite.stages.profile.spec.ProfileParams`."""
+
+    point: str = Field(DEFAULT_PROFILE_POINT, description=(
+        "the profiled point as the report names one, \"ISL/OSL cC\" (e.g. \"1024/64 c4\"); it may be one of the "
+        "serve points or any other (the window runs in a server session of its own)"))
     num_prompts: int | None = Field(None, gt=0, le=MAX_PROMPTS, description="requests in the profiled window; default: "
-                                    "concurrency (all start together: one prefill round, then decode steps)")
-    warmup_prompts: int | None = Field(None, ge=0, le=MAX_PROMPTS, description="requests sent before /start_profile; "
-                                       "default: concurrency; 0 = no warm-up")
-    seed: int = Field(0, description="its prompts' seed")
+                                    "the point's concurrency (all start together: one prefill round, then decode steps)")
     families: dict[str, str] = Field(
         default_factory=lambda: {
             "wvSplitK": "wvSplitK",
@@ -230,3 +235,12 @@ class ProfileSpec(Strict):
             except re.error as exc:
                 raise ValueError(f"family {label!r}: bad regex {pattern!r}: {exc}") from None
         return value
+
+    @field_validator("point", mode="before")
+    @classmethod
+    def _point(cls, value: Any) -> str:
+        return str(PointLabel.parse(value))
+
+    @property
+    def shape(self) -> PointLabel:
+        return PointLabel.parse(self.point)
