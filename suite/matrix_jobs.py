@@ -1,13 +1,15 @@
 """The blocks that say what a matrix measures, one per kind of job, each a strict pydantic model that checks its
 own fields: the serving points (`ServePoint`: one ISL/OSL block, a point per concurrency; `serve_point_id`, the
-id plans, stores and reports name a point by), the latency rows (`LatencyPoint`), and the specs of the accuracy,
-kernel, layer and profile jobs (`AccuracySpec`, `KernelSpec`, `LayerSpec`, `ProfileSpec`). Held to the size
-limits of :mod:`suite.matrix_blocks`; read by each stage's ``spec.py``.
+id plans, stores and reports name a point by; `PointLabel`, the short name a report gives it, ``128/64 c4``), the
+latency rows (`LatencyPoint`), and the specs of the accuracy, kernel, layer and profile jobs (`AccuracySpec`,
+`KernelSpec`, `LayerSpec`, `ProfileSpec`). Held to the size limits of :mod:`suite.matrix_blocks`; read by each
+stage's ``spec.py``.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -23,6 +25,7 @@ from suite.matrix_blocks import (
 )
 
 NUM_PROMPTS = re.compile(r"^(\d+(?:\.\d+)?)x$")
+POINT_LABEL = re.compile(r"^(\d+)/(\d+) c(\d+)$")
 
 
 class ServePoint(Strict):
@@ -97,6 +100,36 @@ def serve_point_id(isl: int, osl: int, concurrency: int, num_prompts: int, durat
     return f"isl{isl}-osl{osl}-c{concurrency}-{size}"
 
 
+@dataclass(frozen=True)
+class PointLabel:
+    """A serving point as the report names it: ``ISL/OSL cC`` (``128/64 c4``: 128 prompt tokens, 64 generated,
+    4 requests in flight)."""
+
+    isl: int
+    osl: int
+    concurrency: int
+
+    def __str__(self) -> str:
+        return f"{self.isl}/{self.osl} c{self.concurrency}"
+
+    @classmethod
+    def parse(cls, value: Any) -> PointLabel:
+        """The point a label names; ValueError saying what to write for anything else."""
+        text = value.strip() if isinstance(value, str) else None
+        m = POINT_LABEL.match(text) if text is not None else None
+        if m is None:
+            given = f'"{text}"' if text is not None else f"{value!r} (not text)"
+            raise ValueError(f"{given} is not a point: write it as the report names one, \"ISL/OSL cC\" (e.g. "
+                             "\"128/64 c4\": the input length / the output length, then c and the concurrency)")
+        isl, osl, concurrency = (int(g) for g in m.groups())
+        for name, n, limit in (("ISL", isl, MAX_TOKENS), ("OSL", osl, MAX_TOKENS),
+                               ("the concurrency", concurrency, MAX_CONCURRENCY)):
+            if not 0 < n <= limit:
+                raise ValueError(f'"{text}": {name} must be > 0' if n <= 0 else
+                                 f'"{text}": {name} {n:,} is beyond the limit {limit:,}')
+        return cls(isl, osl, concurrency)
+
+
 def one_or_many(value: Any, field: str) -> Any:
     """A number or a list of numbers (``concurrency: 8`` or ``[1, 8]``); text is refused with what to write (YAML
     reads "8" as text, and the library's own word for it, "should be a valid list", says nothing of that)."""
@@ -162,17 +195,22 @@ class LayerSpec(Strict):
     trials: int = Field(51, gt=0, le=MAX_ITERS, description="timings per T (their median is the row's value)")
 
 
-class ProfileSpec(Strict):
-    """A short decode-heavy window under vLLM's torch profiler (suite.stages.profile)."""
+DEFAULT_PROFILE_POINT = "128/64 c4"  # the point a profile block without one profiles
+PROFILE_SEED = 0  # the profiled prompts' seed: every arm gets the same requests
 
-    isl: int = Field(128, gt=0, le=MAX_TOKENS, description="the profiled point's input length")
-    osl: int = Field(64, gt=0, le=MAX_TOKENS, description="its output length")
-    concurrency: int = Field(4, gt=0, le=MAX_CONCURRENCY, description="its concurrency")
+
+class ProfileSpec(Strict):
+    """A short decode-heavy window under vLLM's torch profiler (suite.stages.profile), at one point.
+
+    In a server session of its own per arm: a warm-up of one request per concurrency slot at the point's shape,
+    then ``num_prompts`` requests at its concurrency, all started together (the same seeded prompts for every
+    arm). The job's resolved params are `suite.stages.profile.spec.ProfileParams`."""
+
+    point: str = Field(DEFAULT_PROFILE_POINT, description=(
+        "the profiled point as the report names one, \"ISL/OSL cC\" (e.g. \"1024/64 c4\"); it may be one of the "
+        "serve points or any other (the window runs in a server session of its own)"))
     num_prompts: int | None = Field(None, gt=0, le=MAX_PROMPTS, description="requests in the profiled window; default: "
-                                    "concurrency (all start together: one prefill round, then decode steps)")
-    warmup_prompts: int | None = Field(None, ge=0, le=MAX_PROMPTS, description="requests sent before /start_profile; "
-                                       "default: concurrency; 0 = no warm-up")
-    seed: int = Field(0, description="its prompts' seed")
+                                    "the point's concurrency (all start together: one prefill round, then decode steps)")
     families: dict[str, str] = Field(
         default_factory=lambda: {
             "wvSplitK": "wvSplitK",
@@ -198,10 +236,11 @@ class ProfileSpec(Strict):
                 raise ValueError(f"family {label!r}: bad regex {pattern!r}: {exc}") from None
         return value
 
-    @property
-    def num_prompts_or_default(self) -> int:
-        return self.concurrency if self.num_prompts is None else self.num_prompts
+    @field_validator("point", mode="before")
+    @classmethod
+    def _point(cls, value: Any) -> str:
+        return str(PointLabel.parse(value))
 
     @property
-    def warmup_prompts_or_default(self) -> int:
-        return self.concurrency if self.warmup_prompts is None else self.warmup_prompts
+    def shape(self) -> PointLabel:
+        return PointLabel.parse(self.point)

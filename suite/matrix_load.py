@@ -96,6 +96,18 @@ def _located(msg: str) -> tuple[tuple[Any, ...], str] | None:
 FIELD_PREFIX = re.compile(r"^([a-z_]+): ")
 
 
+def _mapping_at(data: Any, loc: tuple[Any, ...]) -> dict[str, Any] | None:
+    """The mapping the matrix's data holds at ``loc`` (a field's block), or None."""
+    for part in loc:
+        if isinstance(data, dict):
+            data = data.get(part)
+        elif isinstance(data, list) and isinstance(part, int) and part < len(data):
+            data = data[part]
+        else:
+            return None
+    return data if isinstance(data, dict) else None
+
+
 def _has_key(root: yaml.Node | None, loc: tuple[Any, ...], key: str) -> bool:
     node = root
     for part in (*loc, key):
@@ -199,7 +211,8 @@ def parse_matrix(text: str, source: str = "<matrix>", base_dir: Path | None = No
             elif field and _has_key(root, loc, field.group(1)):  # "vllm: ..." about the arm's vllm key
                 loc, msg = (*loc, field.group(1)), msg[field.end():]
                 line = _node_line(root, loc) or line
-            if err["type"] == "extra_forbidden" and (retired := retired_message(loc, err["input"])):
+            if err["type"] == "extra_forbidden" and (retired := retired_message(loc, err["input"],
+                                                                                _mapping_at(data, loc[:-1]))):
                 msg = retired
             elif err["type"] == "extra_forbidden":
                 close = difflib.get_close_matches(str(loc[-1]) if loc else "", known_fields(), n=1, cutoff=0.7)

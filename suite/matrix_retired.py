@@ -2,15 +2,17 @@
 
 A retired field is refused like any unknown field, but its error names the field that replaced it and, where
 the old value says it, the exact line to write (``repeats: 3`` for ``offline_repeats: 3``). Each entry is a
-path pattern (``*`` stands for any arm name) and a message made from the value the matrix gave.
+path pattern (``*`` stands for any arm name) and a message made from the value the matrix gave, or, for fields
+that became one (the profile block's isl, osl and concurrency: its ``point``), from the block that held them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from suite.matrix_jobs import DEFAULT_PROFILE_POINT, PROFILE_SEED, PointLabel
 from suite.sbatch import DEFAULT_TIME
 from suite.served_model import MODEL_FLAGS
 
@@ -19,6 +21,7 @@ from suite.served_model import MODEL_FLAGS
 class Retired:
     path: tuple[str, ...]  # where the field sat; "*": any key there (an arm's name)
     says: Callable[[Any], str]  # the message, from the value the old matrix gave
+    in_block: bool = False  # says is given the mapping that held the field (fields read together), not its value
 
     def matches(self, loc: Sequence[Any]) -> bool:
         return len(loc) == len(self.path) and all(p in ("*", str(x)) for p, x in zip(self.path, loc, strict=True))
@@ -63,6 +66,49 @@ def _gpu_groups(value: Any) -> str:
             "its own)")
 
 
+PROFILE_POINT = ("isl", "osl", "concurrency")  # the profile block's fields that became its point
+
+
+def _profile_point(block: Mapping[str, Any]) -> str:
+    """The point an old profile block gave, as ``point:`` writes it, the old defaults completing it."""
+    default = PointLabel.parse(DEFAULT_PROFILE_POINT)
+    given = [k for k in PROFILE_POINT if k in block]
+    point = PointLabel(**{k: block.get(k, getattr(default, k)) for k in PROFILE_POINT})
+    defaults = [f"{k} {getattr(default, k)}" for k in PROFILE_POINT if k not in given]
+    return (f'retired: the profiled point is one field, written as the report names a point: write point: "{point}" '
+            f"in place of {_listed(given)}" + (f" ({_listed(defaults)}: the defaults it had)" if defaults else ""))
+
+
+def _listed(words: Sequence[str]) -> str:
+    return ", ".join(words[:-1]) + " and " + words[-1] if len(words) > 1 else "".join(words)
+
+
+def _profile_seed(value: Any) -> str:
+    said = f"retired: the profiled window's prompts use seed {PROFILE_SEED}, the same requests for every arm: delete it"
+    return said if value == PROFILE_SEED else said + (f" (this matrix's seed {value} is no longer taken: the window "
+                                                      f"uses seed {PROFILE_SEED})")
+
+
+def _profile_concurrency(block: Mapping[str, Any]) -> Any:
+    """The profiled concurrency a block gives: its old field, else its point's, else the default point's."""
+    if "concurrency" in block:
+        return block["concurrency"]
+    try:
+        return PointLabel.parse(block.get("point", DEFAULT_PROFILE_POINT)).concurrency
+    except ValueError:  # a point that is no point has its own error
+        return PointLabel.parse(DEFAULT_PROFILE_POINT).concurrency
+
+
+def _profile_warmup(block: Mapping[str, Any]) -> str:
+    concurrency = _profile_concurrency(block)
+    value = block.get("warmup_prompts")
+    said = ("retired: the warm-up before the profiled window is one request per concurrency slot, at the window's "
+            f"shape ({concurrency} requests at concurrency {concurrency}): delete it")
+    if value == 0:
+        return said + " (a window without a warm-up is no longer taken)"
+    return said if value in (None, concurrency) else said + f" (this matrix's {value} requests become {concurrency})"
+
+
 RETIRED: tuple[Retired, ...] = (
     Retired(("settle_s",), lambda _: (
         "retired: load at the first point's shape until a deadline did not end the slow state after a start in "
@@ -97,12 +143,18 @@ RETIRED: tuple[Retired, ...] = (
         "--time", note=lambda _: f"; a list without a --time asks for --time={DEFAULT_TIME}")),
     Retired(("runtime", "slurm", "extra_sbatch"), _sbatch(
         "", lambda v: ", ".join(map(str, v)) if isinstance(v, list) else _flag(v))),
+    # the profile block: its point as the report names one; seed 0 and one warm-up request per concurrency slot
+    *(Retired(("profile", field), _profile_point, in_block=True) for field in PROFILE_POINT),
+    Retired(("profile", "seed"), _profile_seed),
+    Retired(("profile", "warmup_prompts"), _profile_warmup, in_block=True),
     # the model block's copies of vLLM's own flags: given in serve_args, as on a `vllm serve` command line
     *(Retired((*where, field), _model_flag(flag)) for where in (("model",), ("arms", "*", "model"))
       for flag, field in MODEL_FLAGS.items()),
 )
 
 
-def retired_message(loc: Sequence[Any], value: Any) -> str | None:
-    """The message for a retired field at ``loc`` (a matrix location, arm names included), or None."""
-    return next((r.says(value) for r in RETIRED if r.matches(loc)), None)
+def retired_message(loc: Sequence[Any], value: Any, block: Mapping[str, Any] | None = None) -> str | None:
+    """The message for a retired field at ``loc`` (a matrix location, arm names included), given ``value``, in
+    ``block`` (the mapping that held it; without one, the field alone), or None."""
+    held = block if block is not None else {str(loc[-1]): value} if loc else {}
+    return next((r.says(held if r.in_block else value) for r in RETIRED if r.matches(loc)), None)

@@ -31,6 +31,7 @@ from suite.document import (
     literal,
     outcome_style,
 )
+from suite.matrix_jobs import PointLabel
 from suite.records import elapsed_s
 from suite.report_sections import software_line
 from suite.run_facts import machines
@@ -140,7 +141,8 @@ def point_labels(run: RunData) -> dict[str, str]:
     point's id where two would read alike."""
     shapes = {(p.params.isl, p.params.osl) for p in run.points.values()}
     labels = {pid: (f"c{p.params.concurrency}" if len(shapes) == 1 else
-                    f"{p.params.isl}/{p.params.osl} c{p.params.concurrency}") for pid, p in run.points.items()}
+                    str(PointLabel(p.params.isl, p.params.osl, p.params.concurrency)))
+              for pid, p in run.points.items()}
     seen = [*labels.values()]
     return {pid: label if seen.count(label) == 1 else pid for pid, label in labels.items()}
 

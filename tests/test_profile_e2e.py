@@ -43,10 +43,7 @@ arms:
 latency:
   - {{input_len: 32, output_len: 8, batch_size: [4], num_iters_warmup: 1, num_iters: 3}}
 profile:
-  isl: 32
-  osl: 16
-  concurrency: 4
-  warmup_prompts: 2
+  point: "32/16 c4"
   families:
     gate delay: suite_gate_delay
     dense GEMM: "{gemm}"

@@ -2,10 +2,10 @@
 by kernel family (seed 002's table: Arm | Total | family columns).
 
 The server of a profile session starts with ``--profiler-config`` (``profiler_args``; vLLM 0.32 and 0.33 use
-the same flag and keys). ``execute`` warms the server up with one `vllm bench serve` burst, POSTs
-``/start_profile``, runs a second burst (``num_prompts`` requests at ``concurrency``, all started together, so
-the window is one prefill round and then decode steps), POSTs ``/stop_profile`` and waits for the worker traces
-(``<dir>/dp0_pp0_tp0_dcp0_ep0_rank<r>.<ts>.pt.trace.json.gz``).
+the same flag and keys). ``execute`` warms the server up with one `vllm bench serve` burst at the window's shape
+(one request per concurrency slot), POSTs ``/start_profile``, runs a second burst (``num_prompts`` requests at
+``concurrency``, all started together, so the window is one prefill round and then decode steps), POSTs
+``/stop_profile`` and waits for the worker traces (``<dir>/dp0_pp0_tp0_dcp0_ep0_rank<r>.<ts>.pt.trace.json.gz``).
 
 Decode steps: the worker wraps every ``execute_model`` call it profiles in a ``record_function`` named
 ``execute_context_<n>(<tokens>)_generation_<m>(<tokens>)`` (``Worker.annotate_profile``). A decode step is one
@@ -32,10 +32,10 @@ import urllib.request
 from pathlib import Path
 
 from suite.errors import SuiteError
-from suite.matrix_jobs import ProfileSpec
 from suite.records import JobNotes
 from suite.stages.base import JobEnv, SessionEnv
 from suite.stages.profile.read import summarize, worker_traces
+from suite.stages.profile.spec import ProfileParams
 from suite.stages.serve.run import run_serve, serve_command
 from suite.stages.serve.spec import ServeParams
 from suite.store import atomic_write_json, read_json
@@ -120,9 +120,9 @@ def server_args(session: SessionEnv) -> list[str]:
     return profiler_args(session.session_dir.resolve())
 
 
-def bench_params(spec: ProfileSpec, num_prompts: int) -> ServeParams:
-    return ServeParams(isl=spec.isl, osl=spec.osl, concurrency=spec.concurrency, num_prompts=num_prompts,
-                       random_range_ratio=0.0, request_rate=None, num_warmups=0, seed=spec.seed)
+def bench_params(params: ProfileParams, num_prompts: int) -> ServeParams:
+    return ServeParams(isl=params.isl, osl=params.osl, concurrency=params.concurrency, num_prompts=num_prompts,
+                       random_range_ratio=0.0, request_rate=None, num_warmups=0, seed=params.seed)
 
 
 class ProfileNotes(JobNotes):
@@ -137,21 +137,21 @@ def execute(env: JobEnv) -> ProfileNotes:
     """Executor of `profile` jobs: warm-up burst, profiled burst, traces parsed into the job's result JSON."""
     job, server = env.job, env.server
     assert server is not None and env.session_dir is not None
-    spec = job.params
-    assert isinstance(spec, ProfileSpec), job.kind
+    params = job.params
+    assert isinstance(params, ProfileParams), job.kind
     trace_dir = env.session_dir.resolve()
     result = env.result
     stem = result.stem
-    timeout_s = max(600.0, 10.0 * spec.num_prompts_or_default * spec.osl / 8)
+    timeout_s = max(600.0, 10.0 * params.num_prompts_or_default * params.osl / 8)
     commands = []
     before: set[Path] = set()
-    for phase, n in (("warmup", spec.warmup_prompts_or_default), ("window", spec.num_prompts_or_default)):
+    for phase, n in (("warmup", params.warmup_prompts_or_default), ("window", params.num_prompts_or_default)):
         if n == 0:
             continue
         raw = result.with_name(f"{stem}.{phase}.json")
         cmd = env.client_argv(serve_command(
             vllm=env.vllm, base_url=server.base_url, served_name=env.model.served_name, tokenizer=env.tokenizer,
-            params=bench_params(spec, n), result_dir=raw.parent, result_filename=f".{raw.name}.partial",
+            params=bench_params(params, n), result_dir=raw.parent, result_filename=f".{raw.name}.partial",
             metadata={"arm": job.arm, "phase": phase}, trust_remote_code=env.trust_remote_code))
         commands.append(cmd)
         log = result.with_name(f"{stem}.{phase}.log")
@@ -172,7 +172,7 @@ def execute(env: JobEnv) -> ProfileNotes:
             raise SuiteError(f"profile {phase}: `vllm bench serve` completed no request "
                              f"({bench.get('failed')} failed)")
     traces = wait_for_traces(trace_dir, before, timeout_s=300.0)
-    summary = summarize(traces, spec.families)
+    summary = summarize(traces, params.families)
     if not summary.decode_steps:
         raise SuiteError(f"the profiled window holds no decode step (steps seen: {summary.steps.model_dump()}); "
                          f"traces kept in {trace_dir}")
@@ -181,7 +181,7 @@ def execute(env: JobEnv) -> ProfileNotes:
         "trace_files": [str(p.relative_to(env.run_root.resolve())) for p in traces],
         "window": {k: window.get(k) for k in ("completed", "failed", "duration", "total_output_tokens",
                                                "max_concurrent_requests", "median_tpot_ms")},
-        "params": spec.model_dump(mode="json"),
+        "params": params.model_dump(mode="json"),
     })
     atomic_write_json(result, summary.model_dump(mode="json"))
     return ProfileNotes(commands=commands, trace_files=summary.trace_files, decode_steps=summary.decode_steps)
