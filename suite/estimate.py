@@ -52,13 +52,15 @@ SEEDED = ("seeded by stored runs; another model or GPU differs: once this machin
 
 
 def host_of(matrix: Matrix, here: str) -> str:
-    """The kind of host the matrix's servers run on: the docker runtime's vendor, a Slurm job with GPUs (its
-    vendor), a local runtime given GPUs (cuda), else ``here`` (this machine's kind)."""
+    """The kind of host the matrix's servers run on: runtime.vendor for the docker runtime (cpu when not given)
+    and for a Slurm job with GPUs (cuda when not given), a local runtime given GPUs (cuda), else ``here`` (this
+    machine's kind)."""
     rt = matrix.runtime
-    if rt.kind == "docker" and rt.docker is not None:
-        return rt.docker.vendor
-    if rt.kind == "slurm" and rt.slurm is not None and gpu_request(rt.slurm.sbatch):
-        return rt.slurm.gpu_vendor
+    vendor = rt.hosts_vendor
+    if rt.kind == "docker" and vendor is not None:
+        return vendor
+    if rt.kind == "slurm" and rt.slurm is not None and gpu_request(rt.slurm.sbatch) and vendor is not None:
+        return vendor
     if rt.kind == "local" and rt.gpus:
         return "cuda"
     return here

@@ -134,14 +134,13 @@ class Matrix(DesignFields):
                 raise ValueError(f"arms.{name}.vllm: a vLLM from a {kind} is built into the arm's image, so it "
                                  f"needs runtime.kind: docker (the {self.runtime.kind} runtime runs an installed "
                                  "vLLM)")
-        vendor = self.runtime.docker.vendor if self.runtime.docker is not None else "cpu"
+        vendor = self.runtime.hosts_vendor
         for name, arm in self.arms.items():
             if arm.aiter is not None and (self.runtime.kind != "docker" or vendor != "rocm"):
                 where = (f"the {self.runtime.kind} runtime" if self.runtime.kind != "docker" else
-                         f"runtime.docker.vendor is {vendor}")
+                         f"runtime.vendor is {vendor}")
                 raise ValueError(f"arms.{name}.aiter: an arm's own AITER and tuned CSVs are built into its ROCm "
-                                 f"image, so they need runtime.kind: docker with runtime.docker.vendor: rocm "
-                                 f"({where})")
+                                 f"image, so they need runtime.kind: docker with runtime.vendor: rocm ({where})")
         self._check_shared_compile_caches()
         return self
 

@@ -28,7 +28,7 @@ from pydantic import (
     model_validator,
 )
 
-from suite.sbatch import DEFAULT_TIME, SET_BY_SUITE, check_options
+from suite.sbatch import DEFAULT_TIME, SET_BY_SUITE, check_options, gpu_request
 from suite.served_model import TOKENIZER, check_model_flags, map_flag_values
 
 # Sizes beyond these are refused as typos (10**12 concurrency would plan 3 * 10**12 prompts). They sit far
@@ -127,9 +127,11 @@ class ModelSpec(Strict):
         return data
 
 
+Vendor = Literal["cuda", "rocm", "cpu"]
+
+
 class DockerSpec(Strict):
-    vendor: Literal["cuda", "rocm", "cpu"] = Field("cpu", description="cuda, rocm or cpu: the vendor Dockerfile and base image")
-    base_image: str | None = Field(None, description="vendor base image; default per vendor and vLLM version")
+    base_image: str | None = Field(None, description="vendor base image; default per runtime.vendor and vLLM version")
     shm_size: str | None = Field(None, description="the container's /dev/shm (vLLM's workers share tensors through it)")
     hf_cache: str | None = Field(None, description="host HF cache mounted into the container")
 
@@ -150,11 +152,9 @@ class SlurmSpec(Strict):
     container: Literal["none", "pyxis", "apptainer"] = Field("none", description="none (the overlay on a shared file system), pyxis or apptainer")
     image: str | None = Field(None, description="pyxis/apptainer image (an arm's `image` overrides it)")
     container_mounts: list[str] = Field([], description="extra SRC[:DST] mounts into the container")
-    gpu_vendor: Literal["cuda", "rocm"] = Field("cuda", description="apptainer: --nv (cuda) or --rocm")
     max_resubmits: int = Field(1, ge=0, le=MAX_RESTARTS,
                                description="resubmissions of a session whose job did not complete")
     parallel: bool = Field(True, description="submit independent sessions together (False: one at a time)")
-    poll_interval_s: float = Field(3.0, gt=0, description="squeue polling interval of the driver")
 
     @field_validator("sbatch", mode="before")
     @classmethod
@@ -190,7 +190,12 @@ class RuntimeSpec(Strict):
         "with that set's layout, and the test takes it out: the mean of the N layouts' means, the spread within "
         "layouts on n - N degrees of freedom (verdict.looks: multiples of N, the first from 2N). Each arm keeps "
         "a compile cache per group"))
-    docker: DockerSpec | None = Field(None, description="runtime docker: vendor, base image, shared memory")
+    vendor: Vendor | None = Field(None, description=(
+        "the GPU vendor of the hosts the servers run on: cuda, rocm or cpu. docker: the vendor Dockerfile, base "
+        "image and run flags (default cpu); slurm: apptainer's --nv (cuda) or --rocm when sbatch asks for GPUs "
+        "(default cuda when it does, else cpu; cpu with GPUs asked for is refused). Both price the estimate. The "
+        "local runtime finds this machine's own GPUs: leave it out there"))
+    docker: DockerSpec | None = Field(None, description="runtime docker: base image, shared memory, HF cache")
     slurm: SlurmSpec | None = Field(None, description="runtime slurm: the sbatch options of each job, container mode")
 
     @field_validator("gpus", mode="before")
@@ -235,6 +240,29 @@ class RuntimeSpec(Strict):
             raise ValueError(f"gpus: 'all' hands a docker container every GPU; the {self.kind} runtime's servers "
                              "see the GPUs they inherit when gpus is left out, or the ones a string names (\"0,1\")")
         return self
+
+    @model_validator(mode="after")
+    def _vendor(self) -> RuntimeSpec:
+        if self.vendor is not None and self.kind == "local":
+            raise ValueError(f"vendor: {self.vendor}: the local runtime's servers run on this machine, whose GPUs "
+                             "it finds itself (SUITE_HOST overrides); leave vendor out, or give it with kind: docker "
+                             "or slurm")
+        request = gpu_request(self.slurm.sbatch) if self.kind == "slurm" and self.slurm is not None else None
+        if self.vendor == "cpu" and request is not None:
+            raise ValueError(f"vendor: cpu, but runtime.slurm.sbatch asks for GPUs ({request.option}): write vendor: "
+                             "cuda or rocm (apptainer's --nv or --rocm), or ask for no GPU")
+        return self
+
+    @property
+    def hosts_vendor(self) -> Vendor | None:
+        """The GPU vendor of the hosts the servers run on: ``vendor`` when given; else docker's cpu, a Slurm job's
+        cuda when its sbatch options ask for GPUs (cpu when they do not); None for the local runtime (this
+        machine's own, which suite.runtime.gpu finds)."""
+        if self.vendor is not None or self.kind == "local":
+            return self.vendor
+        if self.kind == "slurm" and self.slurm is not None and gpu_request(self.slurm.sbatch) is not None:
+            return "cuda"
+        return "cpu"
 
     @property
     def gpu_groups(self) -> list[str] | None:
@@ -425,6 +453,15 @@ def aiter_wheel_name(filename: str) -> str:
     return filename
 
 
+# AITER's build variables the ROCm image's build passes (docker/rocm/Dockerfile: AITER_PREBUILD_KERNELS,
+# AITER_GPU_ARCHS): the form each takes, and their defaults
+AITER_BUILD_ENV: dict[str, tuple[re.Pattern[str], str]] = {
+    "PREBUILD_KERNELS": (re.compile(r"^[0-3]$"), "0, 1, 2 or 3"),
+    "GPU_ARCHS": (re.compile(r"^gfx[0-9a-f]+(;gfx[0-9a-f]+)*$"),
+                  "a list of GPU targets such as gfx950 or 'gfx942;gfx950'"),
+}
+AITER_BUILD_DEFAULTS = {"PREBUILD_KERNELS": "1", "GPU_ARCHS": "gfx950"}
+
 # A tuned CSV travels in the image under its own name, in a ':'-separated path list (AITER_CONFIG_GEMM_BF16)
 CSV_NAME = re.compile(r"^[A-Za-z0-9_.+-]+\.csv$")
 
@@ -442,11 +479,11 @@ class AiterFrom(SourceFrom):
                             "submodules and installed over the base image's AITER")
     ref: str | None = Field(None, description="commit sha, tag or branch of `git` (resolved to a commit when "
                             "the image is planned)")
-    prebuild_kernels: Literal[0, 1, 2, 3] = Field(1, description="git: AITER's PREBUILD_KERNELS when it is "
-                                                  "built (0: every kernel JIT-compiled at first use, in each new "
-                                                  "container; 1: the inference kernels compiled into the image)")
-    gpu_archs: str = Field("gfx950", description="git: AITER's GPU_ARCHS for the build (no GPU is visible to "
-                           "`docker build`): gfx950 for MI355X, gfx942 for MI300X, 'gfx942;gfx950' for both")
+    build_env: dict[str, str] = Field({}, description=(
+        "git: AITER's own build environment, by its names: PREBUILD_KERNELS (0, 1, 2 or 3; default 1: the "
+        "inference kernels compiled into the image; 0: every kernel JIT-compiled at first use, in each new "
+        "container) and GPU_ARCHS (default gfx950; no GPU is visible to `docker build`: gfx950 for MI355X, gfx942 "
+        "for MI300X, 'gfx942;gfx950' for both). The image build passes these two; any other name is refused"))
     tuned_gemm_bf16: list[str] = Field([], description="tuned BF16 GEMM CSVs (relative to the matrix file), "
                                        "copied into the image; AITER_CONFIG_GEMM_BF16 lists them (AITER merges "
                                        "several)")
@@ -462,12 +499,22 @@ class AiterFrom(SourceFrom):
             aiter_wheel_name(Path(value).name)
         return value
 
-    @field_validator("gpu_archs")
+    @field_validator("build_env", mode="before")
     @classmethod
-    def _archs(cls, value: str) -> str:
-        if not re.match(r"^gfx[0-9a-f]+(;gfx[0-9a-f]+)*$", value):
-            raise ValueError(f"{value!r} is not a list of GPU targets such as gfx950 or 'gfx942;gfx950'")
-        return value
+    def _build_env(cls, value: Any) -> Any:
+        """AITER's two build variables the image passes, each checked as its build reads it; a number given
+        bare (PREBUILD_KERNELS: 0) is read as its text."""
+        if not isinstance(value, dict):
+            return value
+        out = {}
+        for name, given in value.items():
+            if name not in AITER_BUILD_ENV:
+                raise ValueError(f"{name!r}: the image build passes AITER's {' and '.join(AITER_BUILD_ENV)} only")
+            text = str(given).strip() if isinstance(given, int | str) and not isinstance(given, bool) else given
+            if not isinstance(text, str) or not AITER_BUILD_ENV[name][0].match(text):
+                raise ValueError(f"{name}: {given!r} is not {AITER_BUILD_ENV[name][1]}")
+            out[name] = text
+        return out
 
     @field_validator("tuned_gemm_bf16")
     @classmethod
@@ -483,6 +530,9 @@ class AiterFrom(SourceFrom):
         self._kinds_combine(either=False)
         if self.wheel is None and self.git is None and not self.tuned_gemm_bf16:
             raise ValueError("give wheel: PATH, git: URL with ref:, or tuned_gemm_bf16: [CSV, ...]")
+        if self.build_env and self.git is None:
+            raise ValueError("build_env: goes with git: (AITER's build runs for a git ref only; a wheel or the base "
+                             "image's AITER is installed as it was built)")
         if self.keep_default_bf16 and not self.tuned_gemm_bf16:
             raise ValueError("keep_default_bf16: goes with tuned_gemm_bf16 (without it AITER's default applies)")
         return self
@@ -490,6 +540,18 @@ class AiterFrom(SourceFrom):
     @property
     def kind(self) -> Literal["base", "wheel", "git"]:
         return "wheel" if self.wheel is not None else "git" if self.git is not None else "base"
+
+    def build_var(self, name: str) -> str:
+        """AITER's build variable ``name`` (PREBUILD_KERNELS, GPU_ARCHS): given in build_env, else its default."""
+        return self.build_env.get(name, AITER_BUILD_DEFAULTS[name])
+
+    def hashed(self) -> dict[str, Any]:
+        """The block as the plan's job hashes read it: as it dumped while AITER's build variables were fields of
+        their own (prebuild_kernels, gpu_archs), so a run planned before build_env resumes after it."""
+        data = self.model_dump(mode="json")
+        del data["build_env"]
+        return {**data, "prebuild_kernels": int(self.build_var("PREBUILD_KERNELS")),
+                "gpu_archs": self.build_var("GPU_ARCHS")}
 
 
 @dataclass(frozen=True)

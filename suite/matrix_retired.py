@@ -109,6 +109,23 @@ def _profile_warmup(block: Mapping[str, Any]) -> str:
     return said if value in (None, concurrency) else said + f" (this matrix's {value} requests become {concurrency})"
 
 
+def _vendor(where: str, default: str, when: str) -> Callable[[Any], str]:
+    def says(value: Any) -> str:
+        text = ("retired: the hosts' GPU vendor is runtime.vendor for every runtime: write vendor: "
+                f"{_flag(value)} under runtime, beside kind (not under runtime.{where})")
+        return text + (f"; or delete it: {default} is the default {when}" if str(value) == default else "")
+    return says
+
+
+def _aiter_build(name: str) -> Callable[[Any], str]:
+    def says(value: Any) -> str:
+        text = _flag(value)
+        text = f'"{text}"' if ";" in text else text
+        return (f"retired: AITER's build variables go under its own names in the arm's aiter.build_env: write "
+                f"build_env: {{{name}: {text}}}")
+    return says
+
+
 RETIRED: tuple[Retired, ...] = (
     Retired(("settle_s",), lambda _: (
         "retired: load at the first point's shape until a deadline did not end the slow state after a start in "
@@ -127,6 +144,15 @@ RETIRED: tuple[Retired, ...] = (
     # which GPUs the servers see: one field, runtime.gpus (a string, or a list of groups)
     Retired(("runtime", "docker", "gpus"), _docker_gpus),
     Retired(("runtime", "gpu_groups"), _gpu_groups),
+    # the hosts' GPU vendor: one field, runtime.vendor
+    Retired(("runtime", "docker", "vendor"), _vendor("docker", "cpu", "of the docker runtime")),
+    Retired(("runtime", "slurm", "gpu_vendor"), _vendor("slurm", "cuda", "of a slurm job that asks for GPUs")),
+    Retired(("runtime", "slurm", "poll_interval_s"), lambda _: (
+        "retired: the Slurm driver polls squeue at a fixed interval of a few seconds (a session's job runs for "
+        "minutes); delete it")),
+    # AITER's build knobs: its own environment variables, by their names
+    Retired(("arms", "*", "aiter", "prebuild_kernels"), _aiter_build("PREBUILD_KERNELS")),
+    Retired(("arms", "*", "aiter", "gpu_archs"), _aiter_build("GPU_ARCHS")),
     # runtime.slurm's typed sbatch fields: one list of sbatch's own options (suite.sbatch)
     Retired(("runtime", "slurm", "partition"), _sbatch("--partition")),
     Retired(("runtime", "slurm", "gpus_per_job"), _sbatch(

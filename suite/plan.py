@@ -173,6 +173,8 @@ def _model_block(model: ServedModel) -> dict[str, Any]:
 def _hash(matrix: Matrix, arm: ArmSpec, kind: str, params: JobParams) -> str:
     flags = list(MODEL_FLAGS)
     dumped = arm.model_dump(mode="json")
+    if arm.aiter is not None:  # AITER's build variables hash as they did while they were fields of their own
+        dumped["aiter"] = arm.aiter.hashed()
     if arm.model is not None:  # its model flags hash with its model, as they were its model block's
         dumped.update(model=_model_block(matrix.model_of(arm)), serve_args=without_flags(arm.serve_args, flags))
     content = {

@@ -37,7 +37,7 @@ serve:
   - {{isl: 128, osl: 16, concurrency: [1], num_prompts: 2}}
 serve_args: [--max-model-len, "4096"]
 """
-ROCM_RUNTIME = "{kind: docker, docker: {vendor: rocm}}"
+ROCM_RUNTIME = "{kind: docker, vendor: rocm}"
 
 
 def write(tmp_path: Path, aiter: str, runtime: str = ROCM_RUNTIME, files: dict[str, bytes] | None = None) -> Path:
@@ -89,8 +89,8 @@ def test_a_git_ref_resolves_at_plan_time_and_pins_the_build_command(tmp_path):
     assert plan(path, lambda u, r: "f" * 40).identity != p.identity
     assert plan(path).build_args()["AITER_GIT_COMMIT"] == ""
     # a full sha is its own commit: no lookup
-    pinned = write(tmp_path / "pinned", f'{{git: "{AITER_URL}", ref: "{COMMIT}", prebuild_kernels: 0, '
-                   'gpu_archs: "gfx942;gfx950"}')
+    pinned = write(tmp_path / "pinned", f'{{git: "{AITER_URL}", ref: "{COMMIT}", build_env: {{PREBUILD_KERNELS: 0, '
+                   'GPU_ARCHS: "gfx942;gfx950"}}')
     args = plan(pinned, lambda u, r: pytest.fail("looked up")).build_args()
     assert (args["AITER_GIT_COMMIT"], args["AITER_PREBUILD_KERNELS"], args["AITER_GPU_ARCHS"]) == (COMMIT, "0",
                                                                                                    "gfx942;gfx950")
@@ -136,9 +136,11 @@ def test_the_identity_follows_each_csvs_content(tmp_path):
 
 
 @pytest.mark.parametrize("runtime,aiter,files,message", [
-    ("{kind: docker, docker: {vendor: cuda}}", "{tuned_gemm_bf16: [g.csv]}", {"g.csv": b"x"},
-     r"matrix.yaml:8: arms.mine.aiter: .*need runtime.kind: docker with runtime.docker.vendor: rocm "
-     r"\(runtime.docker.vendor is cuda\)"),
+    ("{kind: docker, vendor: cuda}", "{tuned_gemm_bf16: [g.csv]}", {"g.csv": b"x"},
+     r"matrix.yaml:8: arms.mine.aiter: .*need runtime.kind: docker with runtime.vendor: rocm "
+     r"\(runtime.vendor is cuda\)"),
+    ("{kind: docker}", "{tuned_gemm_bf16: [g.csv]}", {"g.csv": b"x"},
+     r"matrix.yaml:8: arms.mine.aiter: .*\(runtime.vendor is cpu\)"),  # the docker runtime's default
     ("{kind: local}", "{tuned_gemm_bf16: [g.csv]}", {"g.csv": b"x"},
      r"matrix.yaml:8: arms.mine.aiter: .*\(the local runtime\)"),
     (ROCM_RUNTIME, f'{{wheel: dist/{WHEEL}, git: "{AITER_URL}", ref: v0.1.19}}', {},
@@ -152,10 +154,67 @@ def test_the_identity_follows_each_csvs_content(tmp_path):
      r"matrix.yaml:8: arms.mine.aiter.wheel: .*not of AITER"),
     (ROCM_RUNTIME, "{}", {}, r"matrix.yaml:8: arms.mine.aiter: give wheel: PATH, git: URL with ref:, or "
      r"tuned_gemm_bf16"),
+    (ROCM_RUNTIME, f'{{git: "{AITER_URL}", ref: v1, build_env: {{PREBUILD_KERNELS: 4}}}}', {},
+     r"matrix.yaml:8: arms.mine.aiter.build_env: PREBUILD_KERNELS: 4 is not 0, 1, 2 or 3"),
+    (ROCM_RUNTIME, f'{{git: "{AITER_URL}", ref: v1, build_env: {{GPU_ARCHS: sm_90}}}}', {},
+     r"matrix.yaml:8: arms.mine.aiter.build_env: GPU_ARCHS: 'sm_90' is not a list of GPU targets"),
+    (ROCM_RUNTIME, f'{{git: "{AITER_URL}", ref: v1, build_env: {{MAX_JOBS: "8"}}}}', {},
+     r"matrix.yaml:8: arms.mine.aiter.build_env: 'MAX_JOBS': the image build passes AITER's PREBUILD_KERNELS and "
+     r"GPU_ARCHS only"),
+    (ROCM_RUNTIME, f"{{wheel: dist/{WHEEL}, build_env: {{GPU_ARCHS: gfx942}}}}", {f"dist/{WHEEL}": b"w"},
+     r"matrix.yaml:8: arms.mine.aiter.build_env: goes with git:"),
 ])
 def test_refusals_name_the_fields_line(tmp_path, runtime, aiter, files, message):
     with pytest.raises(MatrixError, match=message):
         load_matrix(write(tmp_path, aiter, runtime=runtime, files=files))
+
+
+@pytest.mark.parametrize(("old", "said"), [
+    ("prebuild_kernels: 0", "prebuild_kernels: retired: AITER's build variables go under its own names in the "
+     "arm's aiter.build_env: write build_env: {PREBUILD_KERNELS: 0}"),
+    ("gpu_archs: gfx942", "gpu_archs: retired: AITER's build variables go under its own names in the arm's "
+     "aiter.build_env: write build_env: {GPU_ARCHS: gfx942}"),
+    ('gpu_archs: "gfx942;gfx950"', "gpu_archs: retired: AITER's build variables go under its own names in the "
+     "arm's aiter.build_env: write build_env: {GPU_ARCHS: \"gfx942;gfx950\"}"),
+])
+def test_the_retired_aiter_build_knobs_say_the_build_env_to_write(tmp_path, old, said):
+    path = write(tmp_path, f'{{git: "{AITER_URL}", ref: v0.1.19, {old}}}')
+    with pytest.raises(MatrixError) as exc:
+        load_matrix(path)
+    assert str(exc.value) == f"{path}:8: arms.mine.aiter.{said}"
+
+
+# What the ROCm image's build was given for AITER's build variables before they moved into build_env (the
+# prebuild_kernels: 0 / gpu_archs: "gfx942;gfx950" fields, and neither), with the job hashes of that arm: the
+# same matrix written with build_env builds with these exact arguments, in this order, and plans the same jobs.
+PINNED_BUILD = {
+    "{PREBUILD_KERNELS: 0, GPU_ARCHS: \"gfx942;gfx950\"}": ("0", "gfx942;gfx950", "d5e2624678f0394b"),
+    "{}": ("1", "gfx950", "a132293af7c6631c"),
+}
+
+
+@pytest.mark.parametrize("build_env", list(PINNED_BUILD))
+def test_build_env_gives_the_image_build_the_same_arguments_as_the_fields_it_replaced(tmp_path, build_env):
+    from suite.plan import build_plan
+
+    prebuild, archs, job_hash = PINNED_BUILD[build_env]
+    path = write(tmp_path, f'{{git: "{AITER_URL}", ref: v0.1.19, build_env: {build_env}}}')
+    p = plan(path, lambda url, ref: COMMIT)
+    argv = p.build_command(Path("/ctx"), buildx=True)
+    args = [a for a in argv[argv.index("--build-arg"):argv.index("-t")] if a != "--build-arg"]
+    assert [a for a in args if not a.startswith(("SUITE_VERSION=", "SUITE_IDENTITY="))] == [
+        "BASE_IMAGE=vllm/vllm-openai-rocm:v0.33.0", "BASE_DIGEST=sha256:" + "d" * 64, "VLLM_VERSION=0.33.0",
+        "SUITE_PATCHES=", "SUITE_PATCH_SHA256S=", "SUITE_PATCH_FILES=",
+        "SUITE_PATCH_FINGERPRINT=75567f1ddbe703c72cf3714eee9fd6dca70cd2363aa01ffbcd64068eac0986cc",
+        "SUITE_VLLM_SOURCE=pypi", "VLLM_WHEEL=", "VLLM_WHEEL_SHA256=", "VLLM_GIT_URL=", "VLLM_GIT_REF=",
+        "VLLM_GIT_COMMIT=", "SUITE_AITER_SOURCE=git", "AITER_WHEEL=", "AITER_WHEEL_SHA256=",
+        f"AITER_GIT_URL={AITER_URL}", "AITER_GIT_REF=v0.1.19", f"AITER_GIT_COMMIT={COMMIT}",
+        f"AITER_PREBUILD_KERNELS={prebuild}", f"AITER_GPU_ARCHS={archs}", "SUITE_AITER_GEMM_BF16=",
+        "SUITE_AITER_CONFIG_GEMM_BF16="]
+    assert argv[:argv.index("--build-arg")] == ["docker", "buildx", "build", "--builder", "default", "--load",
+                                                "--progress=plain", "-f", "/ctx/Dockerfile"]
+    assert p.aiter_build.identity_parts() == ("aiter", "git", AITER_URL, "v0.1.19", COMMIT, prebuild, archs, "")
+    assert {j.hash for j in build_plan(load_matrix(path)).jobs if j.arm == "mine"} == {job_hash}
 
 
 def test_a_prebuilt_image_and_aiter_are_refused_together(tmp_path):

@@ -171,7 +171,7 @@ def test_tool_container_runs_as_the_given_user(engine, cpu_images, tmp_path, mon
     (run / "manifest.json").write_text("{}")
     monkeypatch.setenv("SUITE_DOCKER_USER", "4321:4321")
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    matrix = parse_matrix("name: u\nmodel: {id: some/model}\nruntime: {kind: docker, docker: {vendor: cpu}}\n"
+    matrix = parse_matrix("name: u\nmodel: {id: some/model}\nruntime: {kind: docker, vendor: cpu}\n"
                           "arms: {baseline: {vllm: '0.32.0'}}\nserve: [{isl: 8, osl: 8, concurrency: [1]}]\n")
     rt = DockerRuntime(matrix, tmp_path / "cache", client=engine)
     env = ArmEnv(arm="baseline", vllm_version="0.32.0", image=tags["baseline"])
@@ -326,7 +326,7 @@ def standin(engine, cpu_images, tmp_path_factory):
 VENDOR_MATRIX = """\
 name: vendor-{vendor}
 model: {{id: google/gemma-4-26B-A4B-it}}
-runtime: {{kind: docker, docker: {{vendor: {vendor}, base_image: "{base}"}}}}
+runtime: {{kind: docker, vendor: {vendor}, docker: {{base_image: "{base}"}}}}
 arms:
   baseline: {{vllm: "0.33.0"}}
   patched: {{vllm: "0.33.0", patches: [{patches}]}}
@@ -480,7 +480,7 @@ def test_a_timed_out_client_ends_inside_the_container_too(engine, cpu_images, tm
 GIVEN_MATRIX = """\
 name: given-image
 model: {{id: google/gemma-4-26B-A4B-it}}
-runtime: {{kind: docker, docker: {{vendor: cpu}}}}
+runtime: {{kind: docker, vendor: cpu}}
 arms:
   baseline: {{vllm: "0.32.0", image: "{image}"}}
   again: {{vllm: "0.32.0", image: "{image}"}}

@@ -52,7 +52,7 @@ NO_ENGINE = {"DOCKER_HOST": "unix:///nonexistent/docker.sock"}
 GPU_MATRIX = """\
 name: gemma4-{vendor}
 model: {{id: google/gemma-4-26B-A4B-it}}
-runtime: {{kind: docker, gpus: "{gpus}", docker: {{vendor: {vendor}, shm_size: 16g}}}}
+runtime: {{kind: docker, gpus: "{gpus}", vendor: {vendor}, docker: {{shm_size: 16g}}}}
 serve_args: [--max-model-len, "4096", --dtype, bfloat16]
 env: {{VLLM_ROCM_USE_AITER: "1"}}
 arms:
@@ -137,15 +137,15 @@ def test_rocm_groups_by_the_host_devices_numeric_gids(tmp_path):
 
 
 def test_cpu_has_no_device_flags_but_enough_shm():
-    assert vendor_flags(DockerSpec(vendor="cpu")) == {"shm_size": "1g"}  # Docker's 64 MiB is too small
-    assert vendor_flags(DockerSpec(vendor="cpu", shm_size="4g")) == {"shm_size": "4g"}
+    assert vendor_flags("cpu", DockerSpec()) == {"shm_size": "1g"}  # Docker's 64 MiB is too small
+    assert vendor_flags("cpu", DockerSpec(shm_size="4g")) == {"shm_size": "4g"}
 
 
 def test_bad_gpu_selection_is_an_error():
     from suite.errors import SuiteError
 
     with pytest.raises(SuiteError, match="runtime.gpus must be 'all' or a comma list of device indices"):
-        vendor_flags(DockerSpec(vendor="cuda"), "first")
+        vendor_flags("cuda", DockerSpec(), "first")
 
 
 def test_common_run_settings(tmp_path, monkeypatch):
@@ -202,7 +202,7 @@ def test_secret_in_matrix_env_is_not_printed(tmp_path):
 CPU_MATRIX = """\
 name: tiny-docker
 model: {{id: {model}}}
-runtime: {{kind: docker, docker: {{vendor: cpu}}}}
+runtime: {{kind: docker, vendor: cpu}}
 serve_args: [--served-model-name, tiny-moe, --max-model-len, "1024", --dtype, bfloat16]
 env: {{VLLM_CPU_KVCACHE_SPACE: "1"}}
 arms:
@@ -396,7 +396,7 @@ def test_cuda_129_base_is_an_option_and_old_drivers_are_named(tmp_path):
     from suite.runtime.docker.bases import CUDA_129_BASE, nvidia_driver_major
 
     text = GPU_MATRIX.format(vendor="cuda", gpus="all", patch="ll-bf16-router-gemm-dispatch").replace(
-        "vendor: cuda,", f'vendor: cuda, base_image: "{CUDA_129_BASE}",')
+        "docker: {shm_size: 16g}", f'docker: {{shm_size: 16g, base_image: "{CUDA_129_BASE}"}}')
     m = parse_matrix(text)
     plan = plan_image(m, "patched", m.arms["patched"], fixed_digest)
     assert plan.base_image == "vllm/vllm-openai:v0.33.0-cu129"
@@ -423,7 +423,7 @@ def test_seed_matrices_describe_clients_and_tools_inside_the_images(name):
 
     matrix = load_matrix(REPO / "matrices" / name)
     rt = DockerRuntime(matrix, REPO / ".cache")
-    vendor = matrix.runtime.docker.vendor
+    vendor = matrix.runtime.vendor
     for arm in build_plan(matrix).arms:
         client = rt.describe_client(arm)
         assert client.startswith("docker exec -i ") and "python3 /opt/suite/tools/client_worker.py" in client
@@ -827,7 +827,7 @@ OWN_MATRIX = """\
 name: own-change
 model: {{id: google/gemma-4-26B-A4B-it}}
 serve_args: [--max-model-len, "4096"]
-runtime: {{kind: docker, docker: {{vendor: {vendor}}}}}
+runtime: {{kind: docker, vendor: {vendor}}}
 arms:
   baseline: {{vllm: "0.33.0"}}
   mine: {mine}

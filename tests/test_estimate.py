@@ -113,12 +113,15 @@ def test_a_cooldown_between_rounds_is_in_the_estimate_and_refused_where_it_canno
         parse_matrix(text.replace("kind: local", "kind: slurm") + "cooldown_s: 60\n")
 
 
-@pytest.mark.parametrize("sbatch, host", [("[--gres=gpu:h200:1, --time=02:00:00]", "rocm"), ("[--gpus=2]", "rocm"),
-                                          ("[--cpus-per-task=2]", "cpu"), ("[]", "cpu")])
-def test_a_slurm_job_prices_as_a_gpu_host_when_its_sbatch_options_ask_for_gpus(sbatch, host):
+@pytest.mark.parametrize("vendor, sbatch, host", [("rocm", "[--gres=gpu:h200:1, --time=02:00:00]", "rocm"),
+                                                  ("rocm", "[--gpus=2]", "rocm"), (None, "[--gpus=2]", "cuda"),
+                                                  ("rocm", "[--cpus-per-task=2]", "cpu"), ("rocm", "[]", "cpu"),
+                                                  ("cpu", "[]", "cpu"), (None, "[]", "cpu")])
+def test_a_slurm_job_prices_as_a_gpu_host_when_its_sbatch_options_ask_for_gpus(vendor, sbatch, host):
+    """A job with GPUs prices as runtime.vendor's host (cuda when not given); one without, as this machine."""
     from suite.matrix_load import parse_matrix
 
     m = parse_matrix('name: t\nmodel: {id: some/model}\narms:\n  a: {vllm: "0.33.0"}\n'
                      "serve:\n  - {isl: 64, osl: 16, concurrency: 1, num_prompts: 4}\n"
-                     f"runtime: {{kind: slurm, slurm: {{gpu_vendor: rocm, sbatch: {sbatch}}}}}\n")
+                     f"runtime: {{kind: slurm, {f'vendor: {vendor}, ' if vendor else ''}slurm: {{sbatch: {sbatch}}}}}\n")
     assert host_of(m, "cpu") == host

@@ -158,7 +158,7 @@ DOCKER_MATRIX = """\
 name: faults-docker
 model: {id: some/model}
 serve_args: [--max-model-len, "256"]
-runtime: {kind: docker, startup_timeout_s: 60, docker: {vendor: cpu}}
+runtime: {kind: docker, startup_timeout_s: 60, vendor: cpu}
 arms:
   baseline: {vllm: "0.32.0"}
   patched: {vllm: "0.32.0", patches: [synthetic-gate-delay]}

@@ -88,7 +88,7 @@ def test_downloads_weights_and_tokenizer_into_the_docker_hf_cache(tmp_path, clea
                                      "original/consolidated.pth", "model.gguf"],
                "org/tok": ["tokenizer.json", "tokenizer_config.json", "model.safetensors"]})
     monkeypatch.setattr(huggingface_hub, "snapshot_download", hub)
-    f = write(tmp_path, "amd/GLM-5.2-MXFP4", "{kind: docker, docker: {vendor: rocm, hf_cache: ./hf}}",
+    f = write(tmp_path, "amd/GLM-5.2-MXFP4", "{kind: docker, vendor: rocm, docker: {hf_cache: ./hf}}",
               tokenizer="org/tok")
     m = load_matrix(f)
     cache = hub_cache_dir(m)
@@ -104,7 +104,7 @@ def test_downloads_weights_and_tokenizer_into_the_docker_hf_cache(tmp_path, clea
 
 
 def test_cache_follows_the_runtime(tmp_path, clean_env):
-    f = write(tmp_path, "org/m", "{kind: docker, docker: {vendor: cuda}}")
+    f = write(tmp_path, "org/m", "{kind: docker, vendor: cuda}")
     assert hub_cache_dir(load_matrix(f)) == Path.home() / ".cache" / "huggingface" / "hub"
     clean_env.setenv("HF_HOME", str(tmp_path / "home"))
     assert hub_cache_dir(load_matrix(f)) == tmp_path / "home" / "hub"  # the directory mounted as HF_HOME

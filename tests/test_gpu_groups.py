@@ -182,7 +182,7 @@ def test_a_docker_server_gets_its_sets_gpus(tmp_path, monkeypatch):
     (run / "base").mkdir(parents=True)
     env = ArmEnv(arm="base", vllm_version="0.26.0", image="suite-vllm:test")
     for vendor in ("cuda", "rocm"):
-        m = matrix(kind="docker", extra=f"  docker: {{vendor: {vendor}}}\n")
+        m = matrix(kind="docker", extra=f"  vendor: {vendor}\n")
         spec = DockerRuntime(m, tmp_path / "cache").server_spec(
             env, argv_tail=["m", "--port", "8000"], extra_env={}, dirs=ArmDirs.in_run(run, "base", 1),
             log_path=run / "base" / "server-0.log", port=8000, redact=[], gpus="2,3")
@@ -195,7 +195,7 @@ def test_a_docker_server_gets_its_sets_gpus(tmp_path, monkeypatch):
             assert "-e HIP_VISIBLE_DEVICES=2,3" in " ".join(argv) and "/dev/kfd" in argv
         assert f"VLLM_CACHE_ROOT={(run / 'base' / 'cache-group-1').resolve()}/vllm" in " ".join(argv)
     # a container of no round (a tool's): every GPU, as runtime.gpus left out gives
-    spec = DockerRuntime(matrix(kind="docker", extra="  docker: {vendor: cuda}\n"), tmp_path / "cache").server_spec(
+    spec = DockerRuntime(matrix(kind="docker", extra="  vendor: cuda\n"), tmp_path / "cache").server_spec(
         env, argv_tail=["m"], extra_env={}, dirs=ArmDirs.in_run(run, "base"), log_path=run / "base" / "s.log",
         port=8000, redact=[])
     assert spec.container.cli_argv()[spec.container.cli_argv().index("--gpus") + 1] == "all"
@@ -247,7 +247,7 @@ def test_the_three_forms_of_runtime_gpus_plan_and_serve_as_the_three_fields_did(
         redact=[], gpus=session.gpus).env.get("CUDA_VISIBLE_DEVICES")
     assert seen == (groups[1] if groups else every or "7")
     for vendor, want in (("cuda", cuda), ("rocm", rocm)):
-        m = parse_matrix(BASE.format(kind="docker", runtime=f"{gpus}  docker: {{vendor: {vendor}}}\n", looks="4, 6"),
+        m = parse_matrix(BASE.format(kind="docker", runtime=f"{gpus}  vendor: {vendor}\n", looks="4, 6"),
                          "m.yaml")
         assert build_plan(m).design == plan.design
         argv = DockerRuntime(m, tmp_path / "cache").server_spec(

@@ -34,7 +34,7 @@ MATRIX = """\
 name: gpu-host-rehearsal
 description: one arm, the CPU vendor image; serve, latency and accuracy, all inside the image
 model: {{id: {model}}}
-runtime: {{kind: docker, startup_timeout_s: 600, docker: {{vendor: cpu}}}}
+runtime: {{kind: docker, startup_timeout_s: 600, vendor: cpu}}
 serve_args: [--served-model-name, tiny-moe, --max-model-len, "1024", --dtype, bfloat16, --max-num-seqs, "4", --enforce-eager]
 env: {{VLLM_CPU_KVCACHE_SPACE: "1"}}
 arms:

@@ -640,9 +640,9 @@ def test_a_local_tokenizer_in_serve_args_is_resolved_like_the_model(tmp_path, mo
 
 
 @pytest.mark.parametrize(("docker", "said"), [
-    ('{vendor: cuda, gpus: "0,1", shm_size: 16g}', ': write gpus: "0,1" under runtime, beside kind (not under '
+    ('{gpus: "0,1", shm_size: 16g}', ': write gpus: "0,1" under runtime, beside kind (not under '
      "runtime.docker)"),
-    ("{vendor: rocm, gpus: all}", "; a docker container gets every GPU when it is left out: delete it (or write "
+    ("{gpus: all}", "; a docker container gets every GPU when it is left out: delete it (or write "
      "gpus: all under runtime)"),
 ])
 def test_the_retired_docker_gpus_says_the_runtime_gpus_to_write(tmp_path, docker, said):
@@ -651,7 +651,7 @@ def test_the_retired_docker_gpus_says_the_runtime_gpus_to_write(tmp_path, docker
     f = write(tmp_path, BASE + f"runtime:\n  kind: docker\n  docker: {docker}\n")
     assert error_of(f) == (f"{f}:12: runtime.docker.gpus: retired: the GPUs the servers see are runtime.gpus for "
                            f"every runtime{said}")
-    good = write(tmp_path, BASE + 'runtime:\n  kind: docker\n  gpus: "0,1"\n  docker: {vendor: cuda}\n', "good.yaml")
+    good = write(tmp_path, BASE + 'runtime:\n  kind: docker\n  gpus: "0,1"\n  vendor: cuda\n', "good.yaml")
     assert load_matrix(good).runtime.gpus == "0,1"
 
 
@@ -664,3 +664,52 @@ def test_the_retired_gpu_groups_says_the_list_to_write_in_runtime_gpus(tmp_path)
     good = write(tmp_path, BASE + 'order: abba\ntogether: all\nruntime:\n  kind: local\n  gpus: ["0,1", "2,3"]\n',
                  "good.yaml")
     assert load_matrix(good).runtime.gpu_groups == ["0,1", "2,3"]
+
+
+VENDOR_SAID = ("retired: the hosts' GPU vendor is runtime.vendor for every runtime: write vendor: {v} under runtime, "
+               "beside kind (not under runtime.{where})")
+
+
+@pytest.mark.parametrize(("runtime", "field", "said"), [
+    ("kind: docker\n  docker: {vendor: rocm, shm_size: 64g}", "docker.vendor",
+     VENDOR_SAID.format(v="rocm", where="docker")),
+    ("kind: docker\n  docker: {vendor: cpu}", "docker.vendor",
+     VENDOR_SAID.format(v="cpu", where="docker") + "; or delete it: cpu is the default of the docker runtime"),
+    ("kind: slurm\n  slurm: {gpu_vendor: rocm, sbatch: [--gres=gpu:1]}", "slurm.gpu_vendor",
+     VENDOR_SAID.format(v="rocm", where="slurm")),
+    ("kind: slurm\n  slurm: {gpu_vendor: cuda, sbatch: [--gres=gpu:1]}", "slurm.gpu_vendor",
+     VENDOR_SAID.format(v="cuda", where="slurm") + "; or delete it: cuda is the default of a slurm job that asks "
+                                                   "for GPUs"),
+    ("kind: slurm\n  slurm: {poll_interval_s: 1.0}", "slurm.poll_interval_s",
+     "retired: the Slurm driver polls squeue at a fixed interval of a few seconds (a session's job runs for "
+     "minutes); delete it"),
+])
+def test_the_retired_vendor_and_poll_fields_say_what_to_write(tmp_path, runtime, field, said):
+    """runtime.docker.vendor and runtime.slurm.gpu_vendor became runtime.vendor (one fact: the hosts' GPUs); the
+    driver's squeue interval is its own constant: each refused at its line with what to write instead."""
+    f = write(tmp_path, BASE + f"runtime:\n  {runtime}\n")
+    assert error_of(f) == f"{f}:12: runtime.{field}: {said}"
+
+
+@pytest.mark.parametrize(("runtime", "vendor"), [
+    ("{kind: docker}", "cpu"),  # the docker runtime's default: the CPU image
+    ("{kind: docker, vendor: rocm}", "rocm"),
+    ("{kind: slurm, slurm: {sbatch: [--gres=gpu:h100:1]}}", "cuda"),  # a job with GPUs: apptainer's --nv
+    ("{kind: slurm, vendor: rocm, slurm: {sbatch: [--gpus=2]}}", "rocm"),
+    ("{kind: slurm, slurm: {sbatch: [--cpus-per-task=2]}}", "cpu"),  # no GPU asked for
+    ("{kind: slurm, vendor: cpu}", "cpu"),
+    ("{kind: local}", None),  # this machine's own GPUs, found by the local runtime
+])
+def test_the_hosts_vendor_per_runtime(tmp_path, runtime, vendor):
+    assert load_matrix(write(tmp_path, BASE + f"runtime: {runtime}\n")).runtime.hosts_vendor == vendor
+
+
+@pytest.mark.parametrize(("runtime", "said"), [
+    ("{kind: local, vendor: cuda}", "runtime.vendor: cuda: the local runtime's servers run on this machine, whose "
+     "GPUs it finds itself (SUITE_HOST overrides); leave vendor out, or give it with kind: docker or slurm"),
+    ("{kind: slurm, vendor: cpu, slurm: {sbatch: [--gres=gpu:2]}}", "runtime.vendor: cpu, but runtime.slurm.sbatch "
+     "asks for GPUs (--gres=gpu:2): write vendor: cuda or rocm (apptainer's --nv or --rocm), or ask for no GPU"),
+])
+def test_a_vendor_the_runtime_cannot_honour_is_refused(tmp_path, runtime, said):
+    f = write(tmp_path, BASE + f"runtime: {runtime}\n")
+    assert error_of(f) == f"{f}:10: {said}"

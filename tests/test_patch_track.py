@@ -225,7 +225,7 @@ def test_cli_exit_codes_json_and_matrix(sets, vllm_033, tmp_path, monkeypatch):
     matrix = tmp_path / "m.yaml"
     matrix.write_text(
         "name: m\nmodel: {id: org/model}\nserve_args: [--served-model-name, m]\n"
-        "runtime: {kind: docker, docker: {vendor: cuda}}\n"
+        "runtime: {kind: docker, vendor: cuda}\n"
         'arms:\n  baseline: {vllm: "${SUITE_VLLM_VERSION:-0.32.0}"}\n'
         '  patched: {vllm: "${SUITE_VLLM_VERSION:-0.32.0}", patches: [ll-bf16-router-gemm-dispatch]}\n'
         '  both: {vllm: "${SUITE_VLLM_VERSION:-0.32.0}", patches: [fse-fused-gate-dispatch, '

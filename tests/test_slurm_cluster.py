@@ -78,7 +78,7 @@ def write_matrix(path: Path, name: str, model: Path, sbatch: list[str], arms: di
         "name": name,
         "model": {"id": str(model)},
         "runtime": {"kind": "slurm", "startup_timeout_s": 400,
-                    "slurm": {"poll_interval_s": 1.0, **(slurm_spec or {}), "sbatch": ["--time=00:20:00", *sbatch]}},
+                    "slurm": {**(slurm_spec or {}), "sbatch": ["--time=00:20:00", *sbatch]}},
         "serve_args": ["--served-model-name", "tiny-moe", "--max-model-len", "512", "--dtype", "bfloat16",
                        "--max-num-seqs", "4", "--enforce-eager"],
         "env": {"VLLM_CPU_KVCACHE_SPACE": "1"},

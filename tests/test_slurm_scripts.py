@@ -38,8 +38,9 @@ serve_args: [--max-model-len, "512"]
 RUN, REPO, WORK, MATRIX = Path("/shared/runs/r1"), Path("/shared/suite"), Path("/shared/work"), Path("/shared/m.yaml")
 
 
-def matrix(slurm: str):
-    return parse_matrix(BASE % slurm)
+def matrix(slurm: str, vendor: str | None = None):
+    text = BASE % slurm
+    return parse_matrix(text if vendor is None else text.replace("  kind: slurm\n", f"  kind: slurm\n  vendor: {vendor}\n"))
 
 
 def test_sbatch_options_from_the_spec() -> None:
@@ -98,10 +99,14 @@ def test_pyxis_command_line() -> None:
 
 
 @pytest.mark.parametrize(("vendor", "sbatch", "flag"), [("cuda", "[--gres=gpu:8]", ["--nv"]),
+                                                         (None, "[--gres=gpu:8]", ["--nv"]),  # cuda: the default
                                                          ("rocm", "[--gpus=mi355x:8]", ["--rocm"]),
-                                                         ("cuda", "[--gres=gpu:0]", []), ("cuda", "[]", [])])
-def test_apptainer_command_line(vendor: str, sbatch: str, flag: list[str]) -> None:
-    m = matrix(f"{{container: apptainer, image: /images/vllm.sif, gpu_vendor: {vendor}, sbatch: {sbatch}}}")
+                                                         ("cuda", "[--gres=gpu:0]", []), ("cuda", "[]", []),
+                                                         ("rocm", "[]", []), ("cpu", "[]", []), (None, "[]", [])])
+def test_apptainer_command_line(vendor: str | None, sbatch: str, flag: list[str]) -> None:
+    """runtime.vendor gives apptainer's GPU flag (--nv, --rocm) to a job that asks for GPUs; a job without GPUs
+    gets none, whatever the vendor."""
+    m = matrix(f"{{container: apptainer, image: /images/vllm.sif, sbatch: {sbatch}}}", vendor)
     cmd = worker_command(m, image="/images/vllm.sif", run_dir=RUN, matrix_path=MATRIX, session="baseline#0",
                          repo_root=REPO, workdir=WORK)
     assert cmd == ["apptainer", "exec", *flag, "--bind",
@@ -260,6 +265,35 @@ def test_report_section_lists_every_submission(tmp_path: Path) -> None:
     assert "| baseline#0 | 1 | 9 | n1 | COMPLETED (0:0) | s2 | e2 | 0 |" in text
     assert "Resubmitted sessions: baseline#0" in text
     assert "Sessions ran on 2 nodes (n1, n2)" in text
+
+
+@pytest.mark.parametrize("matrix", [
+    {"runtime": {"kind": "slurm", "slurm": {"gpu_vendor": "rocm", "poll_interval_s": 1.0, "sbatch": ["--gpus=8"]}}},
+    {"runtime": {"kind": "docker", "docker": {"vendor": "rocm", "shm_size": "64g"}},
+     "arms": {"mine": {"aiter": {"git": "https://github.com/ROCm/aiter", "ref": "v0.1.19", "prebuild_kernels": 0,
+                                 "gpu_archs": "gfx942;gfx950"}}}},
+])
+def test_a_run_stored_with_the_retired_runtime_and_aiter_fields_still_loads(tmp_path: Path, matrix: dict) -> None:
+    """Runs recorded before runtime.vendor, the driver's fixed poll interval and aiter.build_env: their matrix
+    record (and a Slurm run's manifest `slurm`) carry runtime.docker.vendor, runtime.slurm.gpu_vendor,
+    poll_interval_s and aiter.prebuild_kernels / gpu_archs; the run loads, and the fields ride along as read."""
+    from suite.analysis import load_run
+    from suite.records import SCHEMA_VERSION, Manifest
+    from suite.store import RunStore
+
+    old = {"schema_version": SCHEMA_VERSION, "runtime": matrix["runtime"]["kind"],
+           "matrix": {"name": "old", "arms": {"baseline": {}, **matrix.get("arms", {})}, **matrix},
+           "plan": {"arms": ["baseline"], "baseline": "baseline"}}
+    if "slurm" in matrix["runtime"]:
+        old["slurm"] = {**matrix["runtime"]["slurm"], "container": "none", "max_resubmits": 1, "parallel": True}
+    store = RunStore(tmp_path)
+    store.write_manifest(Manifest.model_validate(old))
+    run = load_run(tmp_path)
+    again = run.manifest.model_dump(mode="json")
+    runtime = again["matrix"]["runtime"]
+    assert {k: runtime[k] for k in matrix["runtime"]} == matrix["runtime"] and again.get("slurm") == old.get("slurm")
+    assert {k: v for k, v in again["matrix"]["arms"].get("mine", {}).items() if k == "aiter"} == \
+        {k: v for k, v in matrix.get("arms", {}).get("mine", {}).items()}
 
 
 def test_a_malformed_ledger_is_named(tmp_path: Path) -> None:

@@ -88,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
 def dry_run_text(matrix, plans, client, cache_root: Path) -> str:
     from suite.plan import build_plan
     from suite.runtime.base import ArmEnv
+    from suite.runtime.docker import image_vendor
     from suite.runtime.docker.containers import container_config
     from suite.runtime.docker.image_build import existing_image
     from suite.runtime.docker.runtime import DockerRuntime
@@ -97,9 +98,8 @@ def dry_run_text(matrix, plans, client, cache_root: Path) -> str:
     plan_all = build_plan(matrix)
     port = matrix.runtime.port or DRY_RUN_PORT
     run_dir = Path("runs").resolve() / f"RUN-ID-{matrix.name}"
-    docker = matrix.runtime.docker
     runtime = DockerRuntime(matrix, cache_root)
-    lines = [f"build plan for {matrix.name}: vendor {docker.vendor if docker else 'cpu'}, {len(matrix.arms)} arms, "
+    lines = [f"build plan for {matrix.name}: vendor {image_vendor(matrix)}, {len(matrix.arms)} arms, "
              f"{len({p.identity for p in plans.values()})} images"]
     if client is None:
         lines.append("(no Docker engine reachable: base digests unresolved, tags provisional)")

@@ -33,8 +33,8 @@ def run(args: argparse.Namespace) -> int:
     from suite import REPO_ROOT
     from suite.doctor import GROUPS, Check, Options, as_json, default_cache_dirs, run_checks
     from suite.errors import SuiteError
-    from suite.matrix_blocks import DockerSpec
     from suite.matrix_load import load_matrix
+    from suite.runtime.docker import image_vendor
     from suite.runtime.docker.image_build import docker_client
     from suite.runtime.preflight import matrix_checks
 
@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
                          f"choose from {', '.join(GROUPS)}")
     matrix = load_matrix(args.matrix) if args.matrix is not None else None
     docker = matrix is not None and matrix.runtime.kind == "docker"
-    gpu = docker and matrix is not None and (matrix.runtime.docker or DockerSpec()).vendor != "cpu"
+    gpu = docker and matrix is not None and image_vendor(matrix) != "cpu"
     if docker and not gpu and not args.gpu and not only:  # the CPU image's containers need no GPU to check
         only = frozenset(GROUPS) - {"gpu"}
     opts = Options(runs_dir=args.out, cache_dirs=tuple(args.cache or default_cache_dirs(REPO_ROOT)),

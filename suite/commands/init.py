@@ -53,14 +53,15 @@ def starter_text(*, name: str, gpu: str, runtime: str, model: str, vllm: str, pa
     cpu = vendor == "cpu"
     rounds = (2, 4) if cpu else (2, 4, 6)  # a CPU box's servers start in ~40 s: fewer looks keep it short
     runtime_block = {
-        "docker": (f"runtime:\n  kind: docker                       # each arm's vLLM built into its image ({vendor})\n"
-                   "  startup_timeout_s: 1800\n" + ("" if cpu else '  gpus: "0"\n')
-                   + f"  docker: {{vendor: {vendor}" + (", shm_size: 16g}\n" if not cpu else "}\n")),
+        "docker": ("runtime:\n  kind: docker                       # each arm's vLLM built into its image\n"
+                   f"  vendor: {vendor:<27}# the hosts' GPUs: the image's Dockerfile, base and run flags\n"
+                   "  startup_timeout_s: 1800\n" + ("" if cpu else '  gpus: "0"\n  docker: {shm_size: 16g}\n')),
         "local": ("runtime:\n  kind: local                        # the vLLM installed beside the suite, patched in an "
                   "overlay per arm\n  startup_timeout_s: 900\n" + ("" if cpu else '  gpus: "0"\n')),
         "slurm": ("runtime:\n  kind: slurm                        # each server session an sbatch job\n"
+                  f"  vendor: {vendor:<27}# the nodes' GPUs (apptainer: --nv or --rocm)\n"
                   "  startup_timeout_s: 1800\n  slurm: {sbatch: [" + ("" if cpu else "--gres=gpu:1, ")
-                  + f"--time=02:00:00]{', gpu_vendor: rocm' if vendor == 'rocm' else ''}}}\n"),
+                  + "--time=02:00:00]}\n"),
     }[runtime]
     serve_args = (f'[--served-model-name, {served}, --max-model-len, "{max_len}",\n             '
                   + ('--dtype, bfloat16, --max-num-seqs, "8", --enforce-eager, --kv-cache-memory-bytes, 64M]' if cpu

@@ -28,6 +28,7 @@ from typing import Any, Literal
 from suite.errors import SuiteError
 from suite.matrix import Matrix
 from suite.matrix_blocks import DockerSpec
+from suite.runtime.docker import image_vendor
 from suite.runtime.docker.bases import CUDA13_DRIVER, cuda_base, engine_is_here, host_driver
 
 Status = Literal["ok", "warn", "fail"]
@@ -269,9 +270,10 @@ def docker_checks(matrix: Matrix, client: Any, serving: bool, plans: dict[str, A
     from suite.runtime.docker.images import plans_for
 
     docker = matrix.runtime.docker or DockerSpec()
+    vendor = image_vendor(matrix)
     driver = host_driver(matrix)
     out: list[Preflight] = []
-    if docker.vendor == "cuda":
+    if vendor == "cuda":
         seen = set()
         for spec in matrix.arms.values():
             if spec.image or spec.vllm in seen:
@@ -281,7 +283,7 @@ def docker_checks(matrix: Matrix, client: Any, serving: bool, plans: dict[str, A
             out.append(Preflight("driver and image CUDA", "ok" if choice.runs else "fail", choice.why, choice.fix))
     info = client.info() if client is not None else {}
     if serving and engine_is_here():
-        out.append(container_gpus(docker.vendor, sorted((info.get("Runtimes") or {}).keys()), driver))
+        out.append(container_gpus(vendor, sorted((info.get("Runtimes") or {}).keys()), driver))
     if client is not None and engine_is_here():
         from docker.errors import DockerException
 
@@ -298,7 +300,7 @@ def docker_checks(matrix: Matrix, client: Any, serving: bool, plans: dict[str, A
             except DockerException:
                 missing.append(plan.base_image)
         root = info.get("DockerRootDir")
-        out.append(image_disk(docker.vendor, Path(root) if root else None, sorted(set(missing)), to_build))
+        out.append(image_disk(vendor, Path(root) if root else None, sorted(set(missing)), to_build))
     return out
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from suite.matrix import Matrix
+from suite.runtime.docker import image_vendor
 
 CUDA13_DRIVER = 580  # vllm/vllm-openai:vX.Y.Z: CUDA 13.0
 CUDA129_DRIVER = 535  # vllm/vllm-openai:vX.Y.Z-cu129: CUDA 12.9
@@ -76,7 +77,6 @@ def engine_is_here() -> bool:
 
 def host_driver(matrix: Matrix) -> int | None:
     """The driver the matrix's NVIDIA containers will run on: this host's, when the engine is here."""
-    docker = matrix.runtime.docker
-    if docker is None or docker.vendor != "cuda" or not engine_is_here():
+    if image_vendor(matrix) != "cuda" or not engine_is_here():
         return None
     return nvidia_driver_major()

@@ -37,6 +37,7 @@ from suite.errors import SuiteError
 from suite.matrix import GPU_LIST, DockerSpec, Matrix
 from suite.proc import LM_EVAL_PYTHON
 from suite.runtime.base import ArmEnv, arm_model
+from suite.runtime.docker import image_vendor
 from suite.store import SECRET_NAME, ArmDirs
 
 PASS_THROUGH = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")  # by name only, from the host environment
@@ -200,20 +201,21 @@ def rocm_group_ids(dev: Path | None = None) -> list[str]:
     return [str(g) for g in sorted(gids)] or ["video"]
 
 
-def vendor_flags(docker: DockerSpec, gpus: str = "all") -> dict[str, Any]:
+def vendor_flags(vendor: str, docker: DockerSpec, gpus: str = "all") -> dict[str, Any]:
     """The vendor's run flags (docker/README.md) as ContainerConfig fields (+ environment for ROCm GPU selection);
-    ``gpus``: every container's GPUs (runtime.gpus as a string; 'all' when it is left out or holds groups)."""
+    ``vendor``: runtime.vendor; ``gpus``: every container's GPUs (runtime.gpus as a string; 'all' when it is left
+    out or holds groups)."""
     gpus = gpus.strip().replace(" ", "")
     if gpus != "all" and not GPU_LIST.match(gpus):
         raise SuiteError(f"runtime.gpus must be 'all' or a comma list of device indices, not {gpus!r}")
     flags: dict[str, Any] = {"shm_size": docker.shm_size}
-    if docker.vendor == "cpu":
+    if vendor == "cpu":
         # no --ipc=host on a laptop/CI: a private /dev/shm, larger than Docker's 64 MiB (vLLM's shm
         # broadcast ring alone wants 160 MiB)
         flags["shm_size"] = docker.shm_size or CPU_SHM_SIZE
-    elif docker.vendor == "cuda":
+    elif vendor == "cuda":
         flags.update(gpus=gpus, ipc_mode="host")
-    elif docker.vendor == "rocm":
+    elif vendor == "rocm":
         flags.update(devices=["/dev/kfd", "/dev/dri"], group_add=rocm_group_ids(), ipc_mode="host",
                      cap_add=["SYS_PTRACE"], security_opt=["seccomp=unconfined"])
         if gpus != "all":
@@ -313,7 +315,7 @@ def _arm_settings(matrix: Matrix, env: ArmEnv, *, dirs: ArmDirs, extra_env: dict
     """What every container of an arm shares (server, tools, clients): vendor flags, user, mounts, HOME and the
     per-arm caches, labels; as ContainerConfig keyword arguments."""
     docker = matrix.runtime.docker or DockerSpec()
-    flags = vendor_flags(docker, matrix.runtime.shared_gpus or "all")
+    flags = vendor_flags(image_vendor(matrix), docker, matrix.runtime.shared_gpus or "all")
     root = dirs.run.resolve()
     cache_dir = dirs.cache.resolve()
     hf = hf_cache_dir(docker).resolve()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from suite.errors import SuiteError
 from suite.matrix import LOCAL_PREFIXES, VllmSource, file_sha256
-from suite.matrix_blocks import AiterFrom
+from suite.matrix_blocks import AITER_BUILD_DEFAULTS, AiterFrom
 from suite.proc import query
 from suite.runtime.docker import DOCKER_DIR
 
@@ -80,8 +80,8 @@ class AiterBuild:
     git_url: str = ""
     git_ref: str = ""
     git_commit: str = ""  # the full sha the ref is (or resolved to); "" when not known
-    prebuild_kernels: int = 1
-    gpu_archs: str = "gfx950"
+    prebuild_kernels: str = AITER_BUILD_DEFAULTS["PREBUILD_KERNELS"]  # AITER's PREBUILD_KERNELS (git)
+    gpu_archs: str = AITER_BUILD_DEFAULTS["GPU_ARCHS"]  # AITER's GPU_ARCHS (git)
     csvs: tuple[tuple[str, Path, str], ...] = ()  # (name in the image, source file, sha256), in the arm's order
     keep_default_bf16: bool = False
 
@@ -98,7 +98,7 @@ class AiterBuild:
         if self.kind == "wheel":
             parts += (self.wheel.name if self.wheel else "", self.wheel_sha256)
         elif self.kind == "git":
-            parts += (self.git_url, self.git_ref, self.git_commit or "unresolved", str(self.prebuild_kernels),
+            parts += (self.git_url, self.git_ref, self.git_commit or "unresolved", self.prebuild_kernels,
                       self.gpu_archs)
         return (*parts, self.config_gemm_bf16(), *(f"{name}={sha}" for name, _, sha in self.csvs))
 
@@ -110,7 +110,7 @@ class AiterBuild:
             "AITER_GIT_URL": self.git_url,
             "AITER_GIT_REF": self.git_ref,
             "AITER_GIT_COMMIT": self.git_commit,
-            "AITER_PREBUILD_KERNELS": str(self.prebuild_kernels) if self.kind == "git" else "",
+            "AITER_PREBUILD_KERNELS": self.prebuild_kernels if self.kind == "git" else "",
             "AITER_GPU_ARCHS": self.gpu_archs if self.kind == "git" else "",
             "SUITE_AITER_GEMM_BF16": " ".join(f"{name}={sha}" for name, _, sha in self.csvs),
             "SUITE_AITER_CONFIG_GEMM_BF16": self.config_gemm_bf16(),
@@ -222,5 +222,6 @@ def aiter_build_for(arm: str, aiter: AiterFrom | None,
         url, ref = _buildable_git_url(arm, aiter.git, "AITER"), aiter.ref or ""
         commit = ref if FULL_SHA.match(ref) else (resolve_ref(url, ref) or "")
         return AiterBuild(kind="git", git_url=url, git_ref=ref, git_commit=commit,
-                          prebuild_kernels=aiter.prebuild_kernels, gpu_archs=aiter.gpu_archs, **common)
+                          prebuild_kernels=aiter.build_var("PREBUILD_KERNELS"), gpu_archs=aiter.build_var("GPU_ARCHS"),
+                          **common)
     return AiterBuild(**common)

@@ -30,7 +30,7 @@ from suite.matrix import ArmSpec, Matrix, file_sha256
 from suite.patches import AppliedPatch
 from suite.proc import query
 from suite.records import AiterSource, TunedCsv
-from suite.runtime.docker import DOCKER_DIR
+from suite.runtime.docker import DOCKER_DIR, image_vendor
 from suite.runtime.docker.bases import cuda_base
 from suite.runtime.docker.build_context import context_files
 from suite.runtime.docker.image_sources import (
@@ -189,7 +189,7 @@ def plan_image(matrix: Matrix, arm: str, spec: ArmSpec, base_digest: Callable[[s
     from suite.patches import patch_fingerprint, resolve_patches
 
     docker = matrix.runtime.docker or _default_docker_spec()
-    vendor = docker.vendor
+    vendor = image_vendor(matrix)
     base = base_image_for(vendor, spec.vllm, docker.base_image, driver)
     fingerprint = patch_fingerprint(spec.patches, spec.vllm)  # validates names, versions, duplicates
     resolved = resolve_patches(spec.patches, spec.vllm)
@@ -202,7 +202,7 @@ def plan_image(matrix: Matrix, arm: str, spec: ArmSpec, base_digest: Callable[[s
     patch_files = tuple((r.name, r.sha256) for r in resolved if r.kind == "file")
     build = vllm_build_for(arm, spec.vllm_source(), resolve_ref)
     if spec.aiter is not None and vendor != "rocm":  # Matrix refuses it; a matrix built in code may not be checked
-        raise SuiteError(f"arm {arm!r}: aiter: is built into a ROCm image only (runtime.docker.vendor: rocm)")
+        raise SuiteError(f"arm {arm!r}: aiter: is built into a ROCm image only (runtime.vendor: rocm)")
     aiter = aiter_build_for(arm, spec.aiter, resolve_ref) if vendor == "rocm" else None
     files = context_files(vendor, spec.vllm, spec.patches, build, aiter)
     digest = base_digest(base)

@@ -32,9 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from suite.errors import ServerError, SuiteError
-from suite.matrix import ArmSpec, DockerSpec, Matrix
+from suite.matrix import ArmSpec, Matrix
 from suite.proc import ToolCommand, on_stop, read_tail, run_tool
 from suite.runtime.base import ArmEnv, ArmPlacement, RuntimeBase, Server, ServerBase, ServerSpec
+from suite.runtime.docker import image_vendor
 from suite.runtime.docker.bases import engine_is_here
 from suite.runtime.docker.containers import (
     AITER_SEED,
@@ -212,8 +213,7 @@ class DockerRuntime(RuntimeBase):
         around every job, from nvidia-smi here, as for a local run (2026-12-05: Docker runs recorded none). None
         for an engine on another host (``DOCKER_HOST`` not a local socket): nvidia-smi here would name the wrong
         GPUs."""
-        docker = self.matrix.runtime.docker
-        return gpu_state() if docker is not None and docker.vendor == "cuda" and engine_is_here() else None
+        return gpu_state() if image_vendor(self.matrix) == "cuda" and engine_is_here() else None
 
     @property
     def client(self) -> Any:
@@ -319,14 +319,14 @@ class DockerRuntime(RuntimeBase):
         """``gpus``: the GPUs of the server's round (GPU groups: runtime.gpus) in place of every container's:
         CUDA `--gpus "device=..."`, ROCm HIP_VISIBLE_DEVICES (every device node stays mounted)."""
         cfg = self.container_config(env, argv_tail=argv_tail, extra_env=extra_env, dirs=dirs, port=port)
-        docker = self.matrix.runtime.docker or DockerSpec()
-        if gpus is not None and docker.vendor == "cuda":
+        vendor = image_vendor(self.matrix)
+        if gpus is not None and vendor == "cuda":
             cfg = dataclasses.replace(cfg, gpus=gpus)
-        elif gpus is not None and docker.vendor == "rocm":
+        elif gpus is not None and vendor == "rocm":
             cfg = dataclasses.replace(cfg, environment={**cfg.environment, "HIP_VISIBLE_DEVICES": gpus})
         seed = (tool_config(self.matrix, env, AITER_SEED, extra_env={**self.arm_env_vars(env.arm), **extra_env},
                             dirs=dirs, name_suffix=f"-aiter-seed-{secrets.token_hex(3)}")
-                if docker.vendor == "rocm" and aiter_home_jit(cfg) is not None else None)
+                if vendor == "rocm" and aiter_home_jit(cfg) is not None else None)
         return DockerServerSpec(arm=env.arm, argv=cfg.cli_argv(), env=dict(cfg.environment), log_path=log_path,
                                 host=self.matrix.runtime.host, port=port,
                                 startup_timeout_s=self.matrix.runtime.startup_timeout_s, redact=redact,

@@ -29,6 +29,10 @@ ACTIVE_STATES = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED",
                  "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD"}
 
 
+# apptainer's flag that hands a job's GPUs to the container, by runtime.vendor (a job without GPUs gets none)
+APPTAINER_GPU_FLAGS: dict[str, list[str]] = {"cuda": ["--nv"], "rocm": ["--rocm"], "cpu": []}
+
+
 class SlurmError(SuiteError):
     """Slurm refused a request, or a Slurm command failed."""
 
@@ -104,7 +108,7 @@ def worker_command(matrix: Matrix, *, image: str | None, run_dir: Path, matrix_p
     if spec.container == "pyxis":
         return ["srun", "--ntasks=1", f"--container-image={image}", "--container-mounts=" + ",".join(mounts),
                 f"--container-workdir={workdir}", "python3", *worker]
-    gpu_flag = [] if gpu_request(spec.sbatch) is None else (["--nv"] if spec.gpu_vendor == "cuda" else ["--rocm"])
+    gpu_flag = [] if gpu_request(spec.sbatch) is None else APPTAINER_GPU_FLAGS[matrix.runtime.hosts_vendor or "cpu"]
     return ["apptainer", "exec", *gpu_flag, "--bind", ",".join(mounts), "--pwd", str(workdir), str(image),
             "python3", *worker]
 

@@ -39,6 +39,7 @@ from suite.store import atomic_write_text
 
 CANCEL_WAIT_S = 180.0
 UNKNOWN_POLLS = 5  # polls a job may be missing from squeue and accounting before it counts as lost
+POLL_INTERVAL_S = 3.0  # seconds between two squeue polls of the driver
 MAX_POLL_FAILURES = 20  # consecutive failed squeue/sacct polls before the driver gives up (and cancels)
 
 
@@ -66,6 +67,8 @@ class Tracked:
 
 class SlurmDriver:
     """One batch of sessions on the cluster, from submission until every job of it has ended."""
+
+    poll_interval_s = POLL_INTERVAL_S  # a test may set it smaller (on the class or a driver)
 
     def __init__(self, ctx: Any, sessions: list[Session], progress: RunProgress):  # the runner's RunContext
         self.ctx = ctx
@@ -249,7 +252,7 @@ class SlurmDriver:
                     self.submit(tracked[0])
                 failures = 0
                 while self.active:
-                    time.sleep(self.spec.poll_interval_s)
+                    time.sleep(self.poll_interval_s)
                     try:
                         self.poll()
                         failures = 0
