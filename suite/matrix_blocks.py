@@ -152,8 +152,6 @@ class SlurmSpec(Strict):
     container: Literal["none", "pyxis", "apptainer"] = Field("none", description="none (the overlay on a shared file system), pyxis or apptainer")
     image: str | None = Field(None, description="pyxis/apptainer image (an arm's `image` overrides it)")
     container_mounts: list[str] = Field([], description="extra SRC[:DST] mounts into the container")
-    max_resubmits: int = Field(1, ge=0, le=MAX_RESTARTS,
-                               description="resubmissions of a session whose job did not complete")
     parallel: bool = Field(True, description="submit independent sessions together (False: one at a time)")
 
     @field_validator("sbatch", mode="before")
@@ -170,7 +168,9 @@ class RuntimeSpec(Strict):
     startup_timeout_s: float = Field(600, gt=0, le=7 * 86_400, description="seconds a server may take to answer /health")
     host: str = Field("127.0.0.1", description="the address servers bind and clients call")
     port: int = Field(0, ge=0, le=65535, description="0 = pick a free port")
-    max_restarts: int = Field(1, ge=0, le=MAX_RESTARTS, description="server restarts after a crash, per arm session")
+    max_restarts: int = Field(1, ge=0, le=MAX_RESTARTS, description=(
+        "how often an arm session's lost server starts again: after a crash, and under slurm a session whose batch "
+        "job ended before its jobs were done (cancelled, preempted, node lost) is submitted again as often"))
     gpus: str | list[str] | None = Field(None, description=(
         "the GPUs the servers see. Left out: the local runtime's servers see what they inherit, a docker "
         "container every GPU. A string: every server on these GPUs, e.g. \"0\" or \"0,1\" (local: "

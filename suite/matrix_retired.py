@@ -150,6 +150,10 @@ RETIRED: tuple[Retired, ...] = (
     Retired(("runtime", "slurm", "poll_interval_s"), lambda _: (
         "retired: the Slurm driver polls squeue at a fixed interval of a few seconds (a session's job runs for "
         "minutes); delete it")),
+    Retired(("runtime", "slurm", "max_resubmits"), lambda v: (
+        "retired: runtime.max_restarts bounds how often a lost session starts again, a crashed server or (slurm) a "
+        f"batch job that ended before its jobs were done: write max_restarts: {_flag(v)} under runtime, beside kind "
+        "(not under runtime.slurm)")),
     # AITER's build knobs: its own environment variables, by their names
     Retired(("arms", "*", "aiter", "prebuild_kernels"), _aiter_build("PREBUILD_KERNELS")),
     Retired(("arms", "*", "aiter", "gpu_archs"), _aiter_build("GPU_ARCHS")),

@@ -683,10 +683,15 @@ VENDOR_SAID = ("retired: the hosts' GPU vendor is runtime.vendor for every runti
     ("kind: slurm\n  slurm: {poll_interval_s: 1.0}", "slurm.poll_interval_s",
      "retired: the Slurm driver polls squeue at a fixed interval of a few seconds (a session's job runs for "
      "minutes); delete it"),
+    ("kind: slurm\n  slurm: {max_resubmits: 2}", "slurm.max_resubmits",
+     "retired: runtime.max_restarts bounds how often a lost session starts again, a crashed server or (slurm) a batch "
+     "job that ended before its jobs were done: write max_restarts: 2 under runtime, beside kind (not under "
+     "runtime.slurm)"),
 ])
 def test_the_retired_vendor_and_poll_fields_say_what_to_write(tmp_path, runtime, field, said):
     """runtime.docker.vendor and runtime.slurm.gpu_vendor became runtime.vendor (one fact: the hosts' GPUs); the
-    driver's squeue interval is its own constant: each refused at its line with what to write instead."""
+    driver's squeue interval is its own constant; a lost session's retries are runtime.max_restarts under every
+    runtime (a batch job resubmitted, a server restarted): each refused at its line with what to write instead."""
     f = write(tmp_path, BASE + f"runtime:\n  {runtime}\n")
     assert error_of(f) == f"{f}:12: runtime.{field}: {said}"
 

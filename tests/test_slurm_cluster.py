@@ -159,7 +159,7 @@ def ok_record(path: Path) -> bool:
 def killed_run(slurm_env: dict[str, str], tiny_model: Path, tmp_path_factory: pytest.TempPathFactory):
     tmp = tmp_path_factory.mktemp("slurm-ab")
     matrix = write_matrix(tmp / "ab.yaml", "slurm-ab", tiny_model,
-                          ["--cpus-per-task=2", "--gres=gpu:h200:1"], slurm_spec={"max_resubmits": 1})
+                          ["--cpus-per-task=2", "--gres=gpu:h200:1"])
     t0 = time.monotonic()
     run = SuiteRun(matrix, tmp / "runs", slurm_env)
     run_dir = run.run_dir()

@@ -4,7 +4,7 @@ The runner (``suite.runner.execute``) hands it one batch of sessions at a time (
 when the run stops at looks). For a batch it writes one batch script per session with work left, submits
 them (together, or one at a time with ``parallel: false``), follows them with ``squeue`` (final states from
 ``sacct``, else the job-completion log through ``sacct -c``), resubmits a session whose job ended without
-completing (bounded by ``max_resubmits``; the worker skips what is done), cancels every job of the run on
+completing (bounded by ``runtime.max_restarts``; the worker skips what is done), cancels every job of the run on
 Ctrl-C / SIGTERM and waits until they are gone. The request is checked against the cluster (partition, GPUs,
 ``sbatch --test-only``) before the run directory exists (``suite.runtime.slurm.cluster.preflight``). Every
 submission is kept in ``<run>/slurm/jobs.json``.
@@ -75,6 +75,7 @@ class SlurmDriver:
         self.sessions = sessions
         self.progress = progress
         self.spec = spec_of(ctx.matrix)
+        self.resubmits = ctx.matrix.runtime.max_restarts  # a session's batch job submitted again at most this often
         self.console = ctx.console
         self.run_dir = ctx.store.root.resolve()
         self.ledger = SlurmLedger()
@@ -117,7 +118,7 @@ class SlurmDriver:
         self.ledger.submissions.append(t.entry)
         self.save_ledger()
         self.active[t.job_id] = t
-        again = f" (resubmission {t.attempt} of at most {self.spec.max_resubmits})" if t.attempt else ""
+        again = f" (resubmission {t.attempt} of at most {self.resubmits})" if t.attempt else ""
         self.console.print(f"submitted {t.sid} ({len(t.session.jobs)} jobs) as Slurm job {t.job_id}{again}")
 
     def missing(self, t: Tracked) -> list[Job]:
@@ -145,7 +146,7 @@ class SlurmDriver:
                            f"{' (exit ' + st.exit_code + ')' if st.exit_code else ''}"
                            f"{' on ' + st.node if st.node else ''}; {len(missing)} of {total} jobs not done; "
                            f"log {entry.output}[/red]", highlight=False)
-        if missing and t.attempt < self.spec.max_resubmits:
+        if missing and t.attempt < self.resubmits:
             t.attempt += 1
             try:
                 self.submit(t)
