@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from suite.bench_flags import LATENCY, SERVE, LatencyFlags, ServeFlags, latency_flags, serve_flags
 from suite.matrix_blocks import (
     MAX_BATCH,
     MAX_CONCURRENCY,
@@ -35,10 +36,11 @@ class ServePoint(Strict):
     osl: int = Field(gt=0, le=MAX_TOKENS, description="output length in tokens (--ignore-eos: every request decodes all of them)")
     concurrency: list[int] = Field(min_length=1, description="requests in flight: one number or a list (a point each)")
     num_prompts: int | str = Field("3x", description="absolute count or a multiple of concurrency ('3x')")
-    random_range_ratio: float = Field(0.0, ge=0.0, lt=1.0, description="spread of the random lengths around isl / osl (0: exact)")
-    request_rate: float | None = Field(None, gt=0, description="None = all at once (inf)")
-    num_warmups: int = Field(1, ge=0, le=MAX_PROMPTS, description="vLLM's own warm-up requests before each point")
-    seed: int = Field(0, description="the prompts' seed: every arm and round gets the same requests")
+    bench_args: list[str] = Field([], description=(
+        "`vllm bench serve` flags of this point, as on its command line, e.g. [--request-rate, \"8\", --num-warmups, "
+        "\"2\"] (the last copy wins, as in vLLM): " + SERVE.describe() + ". No other: the flags the suite sets "
+        "from the point (--max-concurrency from concurrency, --num-prompts, ...) are refused, with where they come "
+        "from"))
     duration_s: float | None = Field(None, gt=0, le=3600, description="size each point by time: num_prompts "
                                      "= this many seconds at a measured request rate (the arms' median in the "
                                      "previous round; in the first, the first arm's warm-up), one count per "
@@ -51,6 +53,17 @@ class ServePoint(Strict):
     @classmethod
     def _one_or_many(cls, value: Any) -> Any:
         return one_or_many(value, "concurrency")
+
+    @field_validator("bench_args")
+    @classmethod
+    def _bench_args(cls, value: list[str]) -> list[str]:
+        serve_flags(value)
+        return value
+
+    @property
+    def flags(self) -> ServeFlags:
+        """What bench_args say, or the defaults (a request rate of None: inf)."""
+        return serve_flags(self.bench_args)
 
     @field_validator("concurrency")
     @classmethod
@@ -143,13 +156,25 @@ class LatencyPoint(Strict):
     input_len: int = Field(gt=0, le=MAX_TOKENS, description="prompt tokens per request")
     output_len: int = Field(gt=0, le=MAX_TOKENS, description="generated tokens per request")
     batch_size: list[Annotated[int, Field(gt=0, le=MAX_BATCH)]] = Field(min_length=1, description="one batch size or a list (a row each)")
-    num_iters_warmup: int = Field(3, ge=0, le=MAX_ITERS, description="unmeasured iterations first")
-    num_iters: int = Field(10, gt=0, le=MAX_ITERS, description="measured iterations")
+    bench_args: list[str] = Field([], description=(
+        "`vllm bench latency` flags of this row, as on its command line, e.g. [--num-iters, \"20\"] (the last copy "
+        "wins): " + LATENCY.describe() + ". No other: vLLM's engine flags go in serve_args"))
 
     @field_validator("batch_size", mode="before")
     @classmethod
     def _one_or_many(cls, value: Any) -> Any:
         return one_or_many(value, "batch_size")
+
+    @field_validator("bench_args")
+    @classmethod
+    def _bench_args(cls, value: list[str]) -> list[str]:
+        latency_flags(value)
+        return value
+
+    @property
+    def flags(self) -> LatencyFlags:
+        """What bench_args say, or the defaults."""
+        return latency_flags(self.bench_args)
 
 
 class AccuracySpec(Strict):

@@ -2,16 +2,19 @@
 
 A retired field is refused like any unknown field, but its error names the field that replaced it and, where
 the old value says it, the exact line to write (``repeats: 3`` for ``offline_repeats: 3``). Each entry is a
-path pattern (``*`` stands for any arm name) and a message made from the value the matrix gave, or, for fields
-that became one (the profile block's isl, osl and concurrency: its ``point``), from the block that held them.
+path pattern (``*`` stands for any key or index there: an arm's name, a point's place in its list) and a
+message made from the value the matrix gave, or, for fields that became one (the profile block's isl, osl and
+concurrency: its ``point``), from the block that held them.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from suite.bench_flags import LATENCY, SERVE, BenchFlag
 from suite.matrix_jobs import DEFAULT_PROFILE_POINT, PROFILE_SEED, PointLabel
 from suite.sbatch import DEFAULT_TIME
 from suite.served_model import MODEL_FLAGS
@@ -44,6 +47,13 @@ def _model_flag(flag: str) -> Callable[[Any], str]:
     def says(value: Any) -> str:
         return (f"retired: give vLLM's own flag in serve_args (the matrix's, or an arm's for its own model): "
                 f"[{flag}, {_flag(value)}]")
+    return says
+
+
+def _bench_flag(flag: BenchFlag, where: str) -> Callable[[Any], str]:
+    def says(value: Any) -> str:
+        return (f"retired: give vLLM's own flag in the {where}'s bench_args: "
+                f"[{flag.flag}, {json.dumps(flag.written(value))}]")
     return says
 
 
@@ -180,6 +190,9 @@ RETIRED: tuple[Retired, ...] = (
     # the model block's copies of vLLM's own flags: given in serve_args, as on a `vllm serve` command line
     *(Retired((*where, field), _model_flag(flag)) for where in (("model",), ("arms", "*", "model"))
       for flag, field in MODEL_FLAGS.items()),
+    # a serving point's and a latency row's copies of the bench tools' flags: given in their bench_args
+    *(Retired(("serve", "*", flag.field), _bench_flag(flag, "point")) for flag in SERVE.flags),
+    *(Retired(("latency", "*", flag.field), _bench_flag(flag, "row")) for flag in LATENCY.flags),
 )
 
 

@@ -56,7 +56,7 @@ def is_option(token: str) -> bool:
     return token.startswith("-") and not NEGATIVE_NUMBER.match(token)
 
 
-def _occurrences(args: Sequence[str], flag: str) -> list[tuple[int, int, list[str]]]:
+def occurrences(args: Sequence[str], flag: str) -> list[tuple[int, int, list[str]]]:
     """Every place ``flag`` stands in args: (its index, the index after its values, its values). ``--flag=v`` holds
     one value; ``--flag v`` the next token, and ``--served-model-name`` (vLLM: nargs='+') every token up to the
     next option. A flag with no value after it has an empty list."""
@@ -81,14 +81,14 @@ def _occurrences(args: Sequence[str], flag: str) -> list[tuple[int, int, list[st
 
 def flag_values(args: Sequence[str], flag: str) -> list[str] | None:
     """The values the last ``flag`` in args gives (vLLM takes the last copy), or None when args do not give it."""
-    found = _occurrences(args, flag)
+    found = occurrences(args, flag)
     return found[-1][2] if found else None
 
 
 def map_flag_values(args: Sequence[str], flag: str, fn: Callable[[str], str]) -> list[str]:
     """args with every value of ``flag`` replaced by ``fn(value)`` (a tokenizer's local path made absolute)."""
     out = list(args)
-    for start, _end, values in _occurrences(args, flag):
+    for start, _end, values in occurrences(args, flag):
         if "=" in out[start]:
             out[start] = f"{out[start].split('=', 1)[0]}={fn(values[0])}"
         else:
@@ -99,7 +99,7 @@ def map_flag_values(args: Sequence[str], flag: str, fn: Callable[[str], str]) ->
 
 def without_flags(args: Sequence[str], flags: Sequence[str]) -> list[str]:
     """args less every copy of ``flags`` and its values."""
-    drop = {k for flag in flags for start, end, _ in _occurrences(args, flag) for k in range(start, end)}
+    drop = {k for flag in flags for start, end, _ in occurrences(args, flag) for k in range(start, end)}
     return [token for k, token in enumerate(args) if k not in drop]
 
 
@@ -140,7 +140,7 @@ def check_model_flags(args: Sequence[str]) -> None:
     """Refuse model flags vLLM would refuse or the suite cannot read: a flag without its value, an empty
     tokenizer, a --max-model-len that is no length. The message starts with the flag."""
     for flag in MODEL_FLAGS:
-        for _start, _end, values in _occurrences(args, flag):
+        for _start, _end, values in occurrences(args, flag):
             if not values:
                 raise ValueError(f"{flag} needs a value after it")
             if flag == TOKENIZER and not values[0].strip():

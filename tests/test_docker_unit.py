@@ -211,7 +211,7 @@ arms:
 serve:
   - {{isl: 64, osl: 16, concurrency: [2], num_prompts: 4}}
 latency:
-  - {{input_len: 16, output_len: 4, batch_size: [1], num_iters_warmup: 1, num_iters: 2}}
+  - {{input_len: 16, output_len: 4, batch_size: [1], bench_args: [--num-iters-warmup, "1", --num-iters, "2"]}}
 """
 
 

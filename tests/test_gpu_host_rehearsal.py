@@ -40,9 +40,9 @@ env: {{VLLM_CPU_KVCACHE_SPACE: "1"}}
 arms:
   baseline: {{vllm: "0.32.0"}}
 serve:
-  - {{isl: 32, osl: 8, concurrency: [2], num_prompts: 4, num_warmups: 1, seed: 0}}
+  - {{isl: 32, osl: 8, concurrency: [2], num_prompts: 4, bench_args: [--num-warmups, "1", --seed, "0"]}}
 latency:
-  - {{input_len: 16, output_len: 4, batch_size: [1], num_iters_warmup: 1, num_iters: 2}}
+  - {{input_len: 16, output_len: 4, batch_size: [1], bench_args: [--num-iters-warmup, "1", --num-iters, "2"]}}
 accuracy: {{task: gsm8k, dataset: synthetic, limit: 4, num_fewshot: 1, max_gen_toks: 16, concurrency: 2,
            equivalence_prompts: 0}}
 repeats: 1

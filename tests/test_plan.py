@@ -204,7 +204,8 @@ def test_repeats_run_every_offline_job_once_per_arm_per_round_in_a_random_order(
     """Each `vllm bench latency` job is an engine start: `repeats` puts the starts in rounds, as it does the
     serving points, each round every arm once, the arms in a fresh random order (their own stream, not the
     serving rounds'); under repeats: auto, as many rounds as the first look."""
-    extra = ("latency:\n  - {input_len: 8, output_len: 4, batch_size: [1, 4], num_iters_warmup: 1, num_iters: 2}\n"
+    extra = ("latency:\n  - {input_len: 8, output_len: 4, batch_size: [1, 4],\n"
+             "     bench_args: [--num-iters-warmup, '1', --num-iters, '2']}\n"
              "kernel: {hidden: 64, experts: 8, m: [1], trace_m: 8}\n")
     once = plan_of(extra)
     offline = [s for s in once.sessions if not s.needs_server]

@@ -41,7 +41,7 @@ arms:
   baseline: {{vllm: "0.32.0"}}
   gate-delay: {{vllm: "0.32.0", patches: [synthetic-gate-delay], env: {{SUITE_GATE_DELAY_US: "{delay}"}}}}
 latency:
-  - {{input_len: 32, output_len: 8, batch_size: [4], num_iters_warmup: 1, num_iters: 3}}
+  - {{input_len: 32, output_len: 8, batch_size: [4], bench_args: [--num-iters-warmup, "1", --num-iters, "3"]}}
 profile:
   point: "32/16 c4"
   families:

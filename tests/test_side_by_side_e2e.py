@@ -29,7 +29,7 @@ arms:
   baseline: {vllm: "0.32.0"}
   patched: {vllm: "0.32.0", patches: [synthetic-gate-delay], env: {SUITE_GATE_DELAY_US: "20"}}
 serve:
-  - {isl: 64, osl: 16, concurrency: [1, 2], num_prompts: 2x, num_warmups: 1}
+  - {isl: 64, osl: 16, concurrency: [1, 2], num_prompts: 2x, bench_args: [--num-warmups, "1"]}
 repeats: 2
 order: abba
 together: 2

@@ -67,10 +67,11 @@ def starter_text(*, name: str, gpu: str, runtime: str, model: str, vllm: str, pa
                   + ('--dtype, bfloat16, --max-num-seqs, "8", --enforce-eager, --kv-cache-memory-bytes, 64M]' if cpu
                      else f'--dtype, bfloat16, --gpu-memory-utilization, "{mem}", --max-num-seqs, "256",\n'
                           '             --no-enable-prefix-caching]'))
-    points = ("  - {isl: 128, osl: 32, concurrency: [1, 4], num_prompts: 8x, num_warmups: 2}\n" if cpu else
-              "  - {isl: 128, osl: 64, concurrency: 1, num_prompts: 16, num_warmups: 2, seed: 0}\n"
-              "  - {isl: 128, osl: 64, concurrency: [8, 16], num_prompts: 8x, num_warmups: 2, seed: 0}\n"
-              "  - {isl: 1024, osl: 1024, concurrency: [1, 32], num_prompts: 3x, num_warmups: 2, seed: 0}\n")
+    flags = 'bench_args: [--num-warmups, "2"' + ("]" if cpu else ', --seed, "0"]')  # `vllm bench serve`'s own
+    points = (f"  - {{isl: 128, osl: 32, concurrency: [1, 4], num_prompts: 8x, {flags}}}\n" if cpu else
+              f"  - {{isl: 128, osl: 64, concurrency: 1, num_prompts: 16, {flags}}}\n"
+              f"  - {{isl: 128, osl: 64, concurrency: [8, 16], num_prompts: 8x, {flags}}}\n"
+              f"  - {{isl: 1024, osl: 1024, concurrency: [1, 32], num_prompts: 3x, {flags}}}\n")
     return f"""\
 # {name}: your router-gate change against the same vLLM without it, one server at a time (ABBA rounds: a fresh
 # server per arm per round, the arms in a fresh random order), rounds until the declared test decides.

@@ -23,7 +23,7 @@ class LatencyParams(BaseModel):
 def latency_points(matrix: Matrix) -> list[tuple[str, LatencyParams]]:
     return [(f"in{b.input_len}-out{b.output_len}-bs{bs}",
              LatencyParams(input_len=b.input_len, output_len=b.output_len, batch_size=bs,
-                           num_iters_warmup=b.num_iters_warmup, num_iters=b.num_iters))
+                           num_iters_warmup=b.flags.num_iters_warmup, num_iters=b.flags.num_iters))
             for b in matrix.latency for bs in b.batch_size]
 
 

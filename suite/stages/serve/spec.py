@@ -38,12 +38,12 @@ def serve_points(matrix: Matrix) -> list[tuple[str, ServeParams]]:
     points: dict[str, ServeParams] = {}
     for block in matrix.serve:
         for conc in block.concurrency:
-            n = block.prompts_for(conc)
+            n, flags = block.prompts_for(conc), block.flags
             pid = serve_point_id(block.isl, block.osl, conc, n, block.duration_s)
             points.setdefault(pid, ServeParams(
                 isl=block.isl, osl=block.osl, concurrency=conc, num_prompts=n,
-                random_range_ratio=block.random_range_ratio, request_rate=block.request_rate,
-                num_warmups=block.num_warmups, seed=block.seed, duration_s=block.duration_s, warmup=block.warmup,
+                random_range_ratio=flags.random_range_ratio, request_rate=flags.request_rate,
+                num_warmups=flags.num_warmups, seed=flags.seed, duration_s=block.duration_s, warmup=block.warmup,
                 client=block.client))
     return list(points.items())
 

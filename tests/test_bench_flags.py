@@ -1,0 +1,246 @@
+"""A serving point's and a latency row's bench_args: vLLM's own flags of `vllm bench serve` / `vllm bench latency`,
+read as vLLM reads them (suite.bench_flags); the point's old copies of them retired with the flag to write; the
+shipped matrices, migrated, plan the very jobs they planned before."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from suite.bench_flags import LATENCY, SERVE, LatencyFlags, ServeFlags, latency_flags, serve_flags
+from suite.errors import MatrixError
+from suite.matrix_load import load_matrix, parse_matrix
+from suite.plan import build_plan
+from suite.stages.latency.spec import LatencyParams
+from suite.stages.serve.spec import ServeParams
+from tests.conftest import REPO
+
+DEFAULTS = ServeFlags(random_range_ratio=0.0, request_rate=None, num_warmups=1, seed=0)
+
+BASE = """\
+name: t
+model: {id: some/model}
+arms:
+  baseline: {vllm: "0.33.0"}
+  patched: {vllm: "0.33.0", patches: [ll-bf16-router-gemm-dispatch]}
+serve:
+  - {isl: 128, osl: 32, concurrency: [1, 4], num_prompts: 3x, bench_args: ARGS}
+"""
+
+
+def error_of(tmp_path: Path, text: str) -> str:
+    f = tmp_path / "m.yaml"
+    f.write_text(text)
+    with pytest.raises(MatrixError) as exc:
+        load_matrix(f)
+    return str(exc.value).replace(f"{f}:", "m.yaml:")
+
+
+# ---------------------------------------------------------------- the reading
+
+
+def test_no_flags_are_the_suites_defaults():
+    assert serve_flags([]) == DEFAULTS
+    assert latency_flags([]) == LatencyFlags(num_iters_warmup=3, num_iters=10)
+
+
+@pytest.mark.parametrize("args, want", [
+    (["--num-warmups", "2"], {"num_warmups": 2}),
+    (["--num-warmups=2"], {"num_warmups": 2}),
+    (["--num_warmups", "2"], {"num_warmups": 2}),  # vLLM's parser: underscores are dashes
+    (["--num_warmups=2"], {"num_warmups": 2}),
+    (["--seed", "3", "--seed=5"], {"seed": 5}),  # the last copy wins
+    (["--seed=5", "--seed", "-3"], {"seed": -3}),  # a negative number is a value, as argparse reads it
+    (["--request-rate", "8"], {"request_rate": 8.0}),
+    (["--request-rate", "0.5"], {"request_rate": 0.5}),
+    (["--request-rate", "inf"], {}),  # inf: every request at once, held as None in the params
+    (["--request-rate", "8", "--request-rate", "Infinity"], {}),
+    (["--random-range-ratio", "0.25"], {"random_range_ratio": 0.25}),
+    (["--random-range-ratio", "1", "--random-range-ratio", "0"], {}),  # only the copy vLLM keeps is held to range
+])
+def test_serve_flags_are_read_as_vllm_reads_them(args, want):
+    flags = serve_flags(args)
+    assert flags == ServeFlags(**{**DEFAULTS.__dict__, **want})
+
+
+def test_latency_flags_are_read_as_vllm_reads_them():
+    assert latency_flags(["--num_iters_warmup=0", "--num-iters", "5", "--num-iters=7"]) == LatencyFlags(0, 7)
+
+
+@pytest.mark.parametrize("args, msg", [
+    (["--num-warmups"], "--num-warmups needs a value after it"),
+    (["--num-warmups", "--seed", "1"], "--num-warmups needs a value after it"),
+    (["--num-warmups", "two"], "--num-warmups 'two': not an integer"),
+    (["--seed", "x", "--seed", "1"], "--seed 'x': not an integer"),  # vLLM's parser converts every copy
+    (["--num-warmups", "-1"], "--num-warmups -1: must be >= 0"),
+    (["--num-warmups", "1000001"], "--num-warmups 1000001: 1,000,001 is beyond the limit 1,000,000"),
+    (["--request-rate", "0"], "--request-rate 0: must be > 0 (or inf: every request at once)"),
+    (["--request-rate", "-2"], "--request-rate -2: must be > 0"),
+    (["--request-rate=-inf"], "--request-rate -inf: must be > 0"),
+    (["--request-rate", "-inf"], "--request-rate needs a value after it"),  # argparse: -inf is an option
+    (["--request-rate", "nan"], "--request-rate nan: must be > 0"),
+    (["--random-range-ratio", "1"], "--random-range-ratio 1: must be >= 0 and < 1"),
+    (["--random-range-ratio", "-0.1"], "--random-range-ratio -0.1: must be >= 0 and < 1"),
+    (["--random-range-ratio", '{"input": 0.3}'], "--random-range-ratio '{\"input\": 0.3}': not a number"),
+    (["--num-warmups", "2", "3"], "'3' follows no flag (bench_args are [--flag, value, ...] of "
+     "--random-range-ratio, --request-rate, --num-warmups, --seed)"),
+    (["8"], "'8' follows no flag"),
+    # the flags the suite sets itself, with where they come from
+    (["--max-concurrency", "8"], "--max-concurrency is set by the suite: from the point's concurrency"),
+    (["--max_concurrency=8"], "--max-concurrency is set by the suite: from the point's concurrency"),
+    (["--num-prompts", "10"], "--num-prompts is set by the suite: from the point's num_prompts (or duration_s)"),
+    (["--random-input-len", "10"], "--random-input-len is set by the suite: from the point's isl"),
+    (["--random-output-len", "10"], "--random-output-len is set by the suite: from the point's osl"),
+    (["--model", "x"], "--model is set by the suite: the arm's served name"),
+    (["--base-url", "http://x"], "--base-url is set by the suite: the URL of the arm's server"),
+    (["--dataset-name", "sharegpt"], "--dataset-name is set by the suite: random, prompts of the point's isl"),
+    (["--save-result"], "--save-result is set by the suite: the result goes into the run directory"),
+    (["--ignore-eos"], "--ignore-eos is set by the suite: every request decodes the point's osl"),
+    # any other flag of the tool: not passed through, the ones taken listed
+    (["--goodput", "ttft:50"], "--goodput: bench_args take --random-range-ratio, --request-rate, --num-warmups, "
+     "--seed here (vLLM's own flags of `vllm bench serve`)"),
+    (["--num-warm", "2"], "--num-warm: bench_args take"),  # no abbreviations
+    (["-n", "2"], "-n: bench_args take"),
+])
+def test_serve_flags_vllm_or_the_suite_would_refuse_are_refused(args, msg):
+    with pytest.raises(ValueError) as exc:
+        serve_flags(args)
+    assert str(exc.value).startswith(msg), str(exc.value)
+
+
+@pytest.mark.parametrize("args, msg", [
+    (["--num-iters", "0"], "--num-iters 0: must be > 0"),
+    (["--num-iters-warmup", "-1"], "--num-iters-warmup -1: must be >= 0"),
+    (["--num-iters", "100001"], "--num-iters 100001: 100,001 is beyond the limit 100,000"),
+    (["--batch-size", "4"], "--batch-size is set by the suite: from the row's batch_size"),
+    (["--input-len", "4"], "--input-len is set by the suite: from the row's input_len"),
+    (["--output-json", "x"], "--output-json is set by the suite"),
+    (["--dtype", "half"], "--dtype: bench_args take --num-iters-warmup, --num-iters here (vLLM's own flags of "
+     "`vllm bench latency`); vLLM's engine flags (--dtype, ...) go in serve_args"),
+])
+def test_latency_flags_the_suite_would_refuse_are_refused(args, msg):
+    with pytest.raises(ValueError) as exc:
+        latency_flags(args)
+    assert str(exc.value).startswith(msg), str(exc.value)
+
+
+def test_each_tool_reads_into_its_typed_flags_field_for_field():
+    """A flag's destination is vLLM's (dashes as underscores): the typed flags' field and the job params' field."""
+    assert [f.field for f in SERVE.flags] == list(ServeFlags.__dataclass_fields__)
+    assert [f.field for f in LATENCY.flags] == list(LatencyFlags.__dataclass_fields__)
+    assert set(ServeFlags.__dataclass_fields__) <= set(ServeParams.model_fields)
+    assert set(LatencyFlags.__dataclass_fields__) <= set(LatencyParams.model_fields)
+
+
+# ---------------------------------------------------------------- in a matrix
+
+
+def test_a_points_bench_args_reach_its_jobs_params_and_command():
+    m = parse_matrix(BASE.replace("ARGS", '[--request-rate, "8", --num_warmups=3, --seed, "7", --seed, "9"]'))
+    params = [j.params for j in build_plan(m).jobs if j.kind == "serve"]
+    assert params and all(isinstance(p, ServeParams) for p in params)
+    assert {(p.request_rate, p.num_warmups, p.seed, p.random_range_ratio) for p in params} == {(8.0, 3, 9, 0.0)}
+    from suite.stages.serve.run import serve_command
+
+    cmd = serve_command(vllm="vllm", base_url="http://h", served_name="s", tokenizer="t", params=params[0],
+                        result_dir=Path("/r"), result_filename="f")
+    assert cmd[cmd.index("--request-rate") + 1] == "8.0" and cmd[cmd.index("--seed") + 1] == "9"
+
+
+def test_flags_that_say_the_defaults_plan_the_same_jobs_as_none():
+    none = build_plan(parse_matrix(BASE.replace(", bench_args: ARGS", "")))
+    said = build_plan(parse_matrix(BASE.replace("ARGS", '[--random-range-ratio, "0.0", --request-rate, inf, '
+                                                        '--num-warmups, "1", --seed, "0"]')))
+    assert [(j.key, j.hash) for j in said.jobs] == [(j.key, j.hash) for j in none.jobs]
+
+
+def test_a_bad_flag_is_named_at_its_points_line(tmp_path):
+    text = BASE.replace("ARGS", "[]") + "  - {isl: 64, osl: 8, concurrency: 2, bench_args: [--max-concurrency, \"2\"]}\n"
+    assert error_of(tmp_path, text) == ("m.yaml:8: serve[1].bench_args: --max-concurrency is set by the suite: from "
+                                        "the point's concurrency (a point per value)")
+    text = BASE.replace("ARGS", '[--num-warmups, "2"]') + (
+        "latency:\n  - {input_len: 8, output_len: 4, batch_size: 1, bench_args: [--num-iters, \"0\"]}\n")
+    assert error_of(tmp_path, text) == "m.yaml:9: latency[0].bench_args: --num-iters 0: must be > 0"
+
+
+def test_a_flag_value_is_text_as_on_the_command_line(tmp_path):
+    assert "serve[0].bench_args[1]: Input should be a valid string" in error_of(
+        tmp_path, BASE.replace("ARGS", "[--num-warmups, 2]"))
+
+
+# ---------------------------------------------------------------- the retired fields
+
+OLD = """\
+name: t
+model: {id: some/model}
+arms:
+  baseline: {vllm: "0.33.0"}
+  patched: {vllm: "0.33.0", patches: [ll-bf16-router-gemm-dispatch]}
+serve:
+  - {isl: 128, osl: 32, concurrency: [1, 4], num_prompts: 3x}
+  - {isl: 64, osl: 8, concurrency: 2, num_warmups: 2, seed: 7, request_rate: 4, random_range_ratio: 0.25}
+  - {isl: 64, osl: 16, concurrency: 2, request_rate: null}
+latency:
+  - {input_len: 8, output_len: 4, batch_size: 1, num_iters_warmup: 1, num_iters: 5}
+"""
+
+
+def test_the_points_copies_of_the_bench_flags_are_retired_with_the_flag_to_write(tmp_path):
+    """An old matrix gets each field's line and the flag to give in the point's (row's) bench_args, its value
+    written as the tool's command line takes it (a request rate of null: inf)."""
+    said = "retired: give vLLM's own flag in the point's bench_args: "
+    row = "retired: give vLLM's own flag in the row's bench_args: "
+    assert error_of(tmp_path, OLD).splitlines() == [
+        f'm.yaml:8: serve[1].num_warmups: {said}[--num-warmups, "2"]',
+        f'm.yaml:8: serve[1].seed: {said}[--seed, "7"]',
+        f'm.yaml:8: serve[1].request_rate: {said}[--request-rate, "4"]',
+        f'm.yaml:8: serve[1].random_range_ratio: {said}[--random-range-ratio, "0.25"]',
+        f'm.yaml:9: serve[2].request_rate: {said}[--request-rate, "inf"]',
+        f'm.yaml:11: latency[0].num_iters_warmup: {row}[--num-iters-warmup, "1"]',
+        f'm.yaml:11: latency[0].num_iters: {row}[--num-iters, "5"]',
+    ]
+    # written as the messages say, it validates and plans what the old fields meant
+    new = (OLD.replace('num_warmups: 2, seed: 7, request_rate: 4, random_range_ratio: 0.25',
+                       'bench_args: [--num-warmups, "2", --seed, "7", --request-rate, "4", '
+                       '--random-range-ratio, "0.25"]')
+           .replace("request_rate: null", 'bench_args: [--request-rate, "inf"]')
+           .replace("num_iters_warmup: 1, num_iters: 5", 'bench_args: [--num-iters-warmup, "1", --num-iters, "5"]'))
+    jobs = build_plan(parse_matrix(new)).jobs
+    serve = {j.point: j.params for j in jobs if j.kind == "serve"}
+    assert serve["isl64-osl8-c2-n6"] == ServeParams(isl=64, osl=8, concurrency=2, num_prompts=6,
+                                                    random_range_ratio=0.25, request_rate=4.0, num_warmups=2,
+                                                    seed=7)
+    assert serve["isl64-osl16-c2-n6"].request_rate is None
+    assert {j.params for j in jobs if j.kind == "latency"} == {
+        LatencyParams(input_len=8, output_len=4, batch_size=1, num_iters_warmup=1, num_iters=5)}
+
+
+# ---------------------------------------------------------------- the shipped matrices, migrated
+
+# The plan's jobs, (key, params) in order, of shipped matrices as main planned them before their points' bench knobs
+# became bench_args: the same digest means the same jobs with the same params (a job's hash is made from its params,
+# its arm and the model's resolved path, so the hash itself differs between checkouts and is not pinned here). A
+# deliberate change to one of these matrices records its digest anew.
+BEFORE = {
+    "gemma4-h200.yaml": ("6a9868936224b1a7", 84),  # serve: [--num-warmups, "2", --seed, "0"]
+    "gemma4-below-serving.yaml": ("5ed5511e5e44502e", 74),  # serve and latency rows
+    "smoke-cpu.yaml": ("8ea53896eaef2c67", 82),  # [--num-warmups, "8", --seed, "0"], duration_s
+}
+
+
+@pytest.mark.parametrize("name", sorted(BEFORE))
+def test_a_migrated_shipped_matrix_plans_the_jobs_it_planned_before(name):
+    jobs = build_plan(load_matrix(REPO / "matrices" / name)).jobs
+    digest = hashlib.sha256(json.dumps([(j.key, j.params.model_dump(mode="json")) for j in jobs],
+                                       sort_keys=True).encode()).hexdigest()[:16]
+    assert (digest, len(jobs)) == BEFORE[name]
+    for j in jobs:
+        if j.kind == "serve":
+            p = j.params
+            assert (p.random_range_ratio, p.request_rate, p.seed) == (0.0, None, 0)
+            assert p.num_warmups == (8 if name == "smoke-cpu.yaml" else 2)
+        if j.kind == "latency":
+            assert (j.params.num_iters_warmup, j.params.num_iters) == (3, 10)
