@@ -31,6 +31,7 @@ from suite.candidate import FAMILY_ALPHA, NO_DATA, CandidateSummary, CellResult
 from suite.design import Design
 from suite.document import Note, Section, code, literal
 from suite.errors import SuiteError
+from suite.model_config import local_config
 from suite.plan import AA_SUFFIX
 from suite.quality.fast_path import check_fast_path, gate_shapes_from_config
 from suite.quality.finding import Finding, RepeatResult, order_findings, repeat_name
@@ -276,13 +277,8 @@ def software_diffs(run: RunData) -> dict[str, SoftwareDiff]:
 def fast_path_findings(run: RunData, logs: dict[tuple[str, int], str]) -> list[Finding]:
     """Per arm: did its server log say a kernel the router gate is routed to ran untuned or was switched off
     (a patched arm then measured the old path; a stock arm, the fallback)."""
-    shapes: list[tuple[int, int]] = []
-    config = Path(run.matrix.model.id or "") / "config.json"
-    if config.is_file():
-        try:
-            shapes = gate_shapes_from_config(json.loads(config.read_text()))
-        except (OSError, ValueError):
-            shapes = []
+    config = local_config(run.matrix.model.id or "")
+    shapes = gate_shapes_from_config(config) if config is not None else []
     out: list[Finding] = []
     for arm, info in run.manifest.arms.items():
         patches = info.patches

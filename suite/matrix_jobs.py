@@ -197,8 +197,10 @@ class AccuracySpec(Strict):
 
 
 class KernelSpec(Strict):
-    hidden: int = Field(gt=0, le=MAX_KERNEL_M, description="the gate's input size (the model's hidden size)")
-    experts: int = Field(gt=0, le=MAX_KERNEL_M, description="the gate's output size (routed experts)")
+    """The router-gate microbenchmark: each arm's model's gate, at its config's hidden_size x routed experts.
+
+    The shape is read where the job runs, as the server reads the model (suite.model_config.gate_shape)."""
+
     m: list[Annotated[int, Field(gt=0, le=MAX_KERNEL_M)]] = Field([1, 2, 4, 8, 16, 32], description="tokens per call to time (a row each)")
     trace_m: int = Field(2048, gt=0, le=MAX_KERNEL_M, description="M of the first (frozen) torch.compile trace")
     iters: int = Field(50, gt=0, le=MAX_ITERS, description="calls per timing")

@@ -26,6 +26,7 @@ from suite.errors import MatrixError
 from suite.matrix import Matrix
 from suite.matrix_blocks import SourceFrom, file_sha256
 from suite.matrix_retired import retired_message
+from suite.model_config import gate_shape, local_config
 from suite.served_model import TOKENIZER, map_flag_values
 
 # ---------------------------------------------------------------- loading with file:line errors
@@ -298,6 +299,22 @@ def missing_model_paths(matrix: Matrix) -> list[str]:
                 out.append(f"{field}{value} is no directory (a local model must exist before the run; "
                            "`make model` writes models/tiny-moe; a Hugging Face id has the form org/name)")
     return list(dict.fromkeys(out))
+
+
+def gate_shape_problems(matrix: Matrix) -> list[str]:
+    """With a kernel block: the arms' models given as local directories whose config gives no router gate shape
+    (a dense model; `suite.model_config.gate_shape`), found before any server starts rather than by the kernel
+    job at the run's end. A hub id's config is read where the job runs, and only there."""
+    if matrix.kernel is None:
+        return []
+    out = []
+    for model in dict.fromkeys(m.id for m in matrix.models_by_arm().values()):
+        try:
+            if (config := local_config(model)) is not None:
+                gate_shape(config, model)
+        except ValueError as exc:
+            out.append(f"kernel: {exc}")
+    return out
 
 
 def _wheel_errors(loc: tuple[str, ...], src: SourceFrom | None, what: str) -> list[tuple[tuple[Any, ...], str]]:

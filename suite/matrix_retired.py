@@ -136,6 +136,15 @@ def _aiter_build(name: str) -> Callable[[Any], str]:
     return says
 
 
+def _gate_shape(field: str, key: str) -> Callable[[Any], str]:
+    def says(value: Any) -> str:
+        return (f"retired: the gate's shape now comes from each arm's model's config ({key}), read where the job "
+                f"runs: delete {field}: {_flag(value)} from kernel. Where {_flag(value)} is not the model's own, the "
+                "kernel table now times the model's gate instead (`python -m suite.stages.kernel.bench --hidden H "
+                "--experts E` times any other shape by hand)")
+    return says
+
+
 RETIRED: tuple[Retired, ...] = (
     Retired(("settle_s",), lambda _: (
         "retired: load at the first point's shape until a deadline did not end the slow state after a start in "
@@ -187,6 +196,11 @@ RETIRED: tuple[Retired, ...] = (
     *(Retired(("profile", field), _profile_point, in_block=True) for field in PROFILE_POINT),
     Retired(("profile", "seed"), _profile_seed),
     Retired(("profile", "warmup_prompts"), _profile_warmup, in_block=True),
+    # the router gate's shape: the arm's model's own (its config's hidden_size and routed experts)
+    Retired(("kernel", "hidden"), _gate_shape("hidden", "its hidden_size")),
+    Retired(("kernel", "experts"), _gate_shape(
+        "experts", "its routed experts: num_experts, num_local_experts, n_routed_experts or moe_num_experts, by "
+        "family")),
     # the model block's copies of vLLM's own flags: given in serve_args, as on a `vllm serve` command line
     *(Retired((*where, field), _model_flag(flag)) for where in (("model",), ("arms", "*", "model"))
       for flag, field in MODEL_FLAGS.items()),

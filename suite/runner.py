@@ -20,7 +20,7 @@ from suite.calibrate import estimate_here
 from suite.errors import SuiteError
 from suite.fixtures.gemma4 import ensure_model
 from suite.matrix import Matrix
-from suite.matrix_load import load_matrix, missing_model_paths, nothing_to_compare
+from suite.matrix_load import gate_shape_problems, load_matrix, missing_model_paths, nothing_to_compare
 from suite.plan import KINDS, Job, Plan, Session, build_plan, each_round, format_plan
 from suite.proc import signals_as_interrupt
 from suite.quality.software import beyond_patch, compare_software, named
@@ -98,7 +98,7 @@ def prepare(matrix_path: Path, out_base: Path, resume: Path | None, console: Con
     # a generated dummy-weight model (model.generate) is written before anything reads or mounts its directory
     for model in matrix.models_by_arm().values():
         ensure_model(model, log=lambda msg: console.print(msg, markup=False, highlight=False))
-    if missing := missing_model_paths(matrix):  # before any arm's image is built or server started
+    if missing := missing_model_paths(matrix) or gate_shape_problems(matrix):  # before any image or server
         raise SuiteError(f"{matrix_path}: " + "; ".join(missing))
     runtime = make_runtime(matrix, REPO_ROOT / ".cache")
     runtime.preflight()  # before any arm is prepared or any run directory is made

@@ -222,11 +222,12 @@ def test_the_points_copies_of_the_bench_flags_are_retired_with_the_flag_to_write
 
 # The plan's jobs, (key, params) in order, of shipped matrices as main planned them before their points' bench knobs
 # became bench_args: the same digest means the same jobs with the same params (a job's hash is made from its params,
-# its arm and the model's resolved path, so the hash itself differs between checkouts and is not pinned here). A
-# deliberate change to one of these matrices records its digest anew.
+# its arm and the model's resolved path, so the hash itself differs between checkouts and is not pinned here). Kernel
+# jobs are left out: their params lost the gate's shape, which the bench now reads from the arm's model
+# (tests/test_model_config.py). A deliberate change to one of these matrices records its digest anew.
 BEFORE = {
     "gemma4-h200.yaml": ("6a9868936224b1a7", 84),  # serve: [--num-warmups, "2", --seed, "0"]
-    "gemma4-below-serving.yaml": ("5ed5511e5e44502e", 74),  # serve and latency rows
+    "gemma4-below-serving.yaml": ("5421c4a8aa8a6899", 74),  # serve and latency rows
     "smoke-cpu.yaml": ("8ea53896eaef2c67", 82),  # [--num-warmups, "8", --seed, "0"], duration_s
 }
 
@@ -234,7 +235,7 @@ BEFORE = {
 @pytest.mark.parametrize("name", sorted(BEFORE))
 def test_a_migrated_shipped_matrix_plans_the_jobs_it_planned_before(name):
     jobs = build_plan(load_matrix(REPO / "matrices" / name)).jobs
-    digest = hashlib.sha256(json.dumps([(j.key, j.params.model_dump(mode="json")) for j in jobs],
+    digest = hashlib.sha256(json.dumps([(j.key, j.params.model_dump(mode="json")) for j in jobs if j.kind != "kernel"],
                                        sort_keys=True).encode()).hexdigest()[:16]
     assert (digest, len(jobs)) == BEFORE[name]
     for j in jobs:

@@ -137,6 +137,8 @@ def test_images_carry_the_tools_and_lm_eval(engine, cpu_images):
                          "kernel_bench.py": hashlib.sha256((kernel / "bench.py").read_bytes()).hexdigest(),
                          "kernel_gate_paths.py": hashlib.sha256((kernel / "gate_paths.py").read_bytes()).hexdigest(),
                          "kernel_timing.py": hashlib.sha256((kernel / "timing.py").read_bytes()).hexdigest(),
+                         "kernel_model_config.py": hashlib.sha256(
+                             (REPO / "suite" / "model_config.py").read_bytes()).hexdigest(),
                          "layer_bench.py": hashlib.sha256(
                              (REPO / "suite" / "stages" / "layer" / "bench.py").read_bytes()).hexdigest()}
         # the layer bench runs there as a file of its own: it finds the kernel bench (and the kernel bench its

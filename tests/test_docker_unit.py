@@ -364,6 +364,7 @@ def test_images_carry_the_client_worker_and_the_benches(tmp_path):
         assert files["suite-src/tools/kernel_bench.py"] == REPO / "suite" / "stages" / "kernel" / "bench.py"
         assert files["suite-src/tools/kernel_gate_paths.py"] == REPO / "suite" / "stages" / "kernel" / "gate_paths.py"
         assert files["suite-src/tools/kernel_timing.py"] == REPO / "suite" / "stages" / "kernel" / "timing.py"
+        assert files["suite-src/tools/kernel_model_config.py"] == REPO / "suite" / "model_config.py"
         assert files["suite-src/tools/layer_bench.py"] == REPO / "suite" / "stages" / "layer" / "bench.py"
     # image content: a change to the worker is a new image
     files = context_files("cuda", "0.33.0", [])

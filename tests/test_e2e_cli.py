@@ -29,7 +29,7 @@ arms:
   patched: {vllm: "0.32.0", patches: [synthetic-gate-delay], env: {SUITE_GATE_DELAY_US: "20"}}
 serve:
   - {isl: 64, osl: 16, concurrency: [1, 4], num_prompts: 2x}
-kernel: {hidden: 256, experts: 16, m: [1, 4, 16], trace_m: 64, iters: 5, trials: 5}
+kernel: {m: [1, 4, 16], trace_m: 64, iters: 5, trials: 5}
 layer: {tokens: [1, 4], trace_m: 64, iters: 5, trials: 5}
 repeats: 2
 """
@@ -211,7 +211,8 @@ def test_kernel_stage_runs_in_each_arms_environment(e2e_run):
     medians = {}
     for arm in ("baseline", "patched"):
         for r in (0, 1):  # repeats: 2, one process per round
-            result = json.loads((run_dir / arm / "kernel" / "h256-e16" / f"rep-{r}.json").read_text())
+            result = json.loads((run_dir / arm / "kernel" / "gate" / f"rep-{r}.json").read_text())
+            assert (result["shape"]["hidden"], result["shape"]["experts"]) == (128, 8)  # the tiny MoE's config
             assert [x["m"] for x in result["results"]] == [1, 4, 16]
             assert all(x["median_us"] > 0 for x in result["results"])
             medians[(arm, r)] = {x["m"]: x["median_us"] for x in result["results"]}

@@ -206,7 +206,7 @@ def test_repeats_run_every_offline_job_once_per_arm_per_round_in_a_random_order(
     serving rounds'); under repeats: auto, as many rounds as the first look."""
     extra = ("latency:\n  - {input_len: 8, output_len: 4, batch_size: [1, 4],\n"
              "     bench_args: [--num-iters-warmup, '1', --num-iters, '2']}\n"
-             "kernel: {hidden: 64, experts: 8, m: [1], trace_m: 8}\n")
+             "kernel: {m: [1], trace_m: 8}\n")
     once = plan_of(extra)
     offline = [s for s in once.sessions if not s.needs_server]
     assert [(s.arm, s.index) for s in offline] == [("A", 1), ("B", 1)]  # as before: one session per arm
@@ -221,7 +221,7 @@ def test_repeats_run_every_offline_job_once_per_arm_per_round_in_a_random_order(
     for r, (first, second) in enumerate(zip(offline[::2], offline[1::2], strict=True)):
         assert {j.repeat for j in first.jobs + second.jobs} == {r}
         assert [j.key for j in first.jobs] == [f"latency/in8-out4-bs1/rep-{r}", f"latency/in8-out4-bs4/rep-{r}",
-                                               f"kernel/h64-e8/rep-{r}"]
+                                               f"kernel/gate/rep-{r}"]
     # the same job in another round hashes alike (the params, not the round): round 0 is the single run's job
     hashes = {(j.arm, j.point): set() for j in plan.jobs if j.kind == "latency"}
     for j in plan.jobs:

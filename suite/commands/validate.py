@@ -6,7 +6,14 @@ from rich.console import Console
 
 from suite.calibrate import estimate_here
 from suite.errors import MatrixError
-from suite.matrix_load import describe_sources, line_of, load_matrix, missing_model_paths, nothing_to_compare
+from suite.matrix_load import (
+    describe_sources,
+    gate_shape_problems,
+    line_of,
+    load_matrix,
+    missing_model_paths,
+    nothing_to_compare,
+)
 from suite.plan import build_plan
 
 NAME = "validate"
@@ -65,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
             console.print("  " + line, markup=False, highlight=False)
         for line in describe_sources(m):
             console.print(f"  {line}", markup=False, highlight=False)
-        for line in missing_model_paths(m):
+        for line in missing_model_paths(m) + gate_shape_problems(m):
             console.print(f"  [yellow]warning[/yellow]: {line}", highlight=False)
     if errors:
         raise MatrixError("\n".join(errors))

@@ -7,6 +7,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from suite.model_config import gate_shape, text_config
 from suite.patches import AppliedPatch
 from suite.quality.finding import Finding
 
@@ -58,18 +59,18 @@ def aiter_untuned_shapes(log_text: str) -> dict[tuple[int, int], dict[str, Any]]
 
 
 def gate_shapes_from_config(config: Mapping[str, Any]) -> list[tuple[int, int]]:
-    """The router gate GEMM shapes (N, K) = (experts, hidden) a model's config.json implies, plus (experts +
-    shared experts, hidden) for a fused router+shared gate; [] when it names no experts."""
-    cfg = config.get("text_config") if isinstance(config.get("text_config"), Mapping) else config
-    hidden = cfg.get("hidden_size")
-    experts = next((cfg[k] for k in ("num_experts", "n_routed_experts", "num_local_experts", "moe_num_experts")
-                    if isinstance(cfg.get(k), int)), None)
-    if not isinstance(hidden, int) or not experts:
+    """The router gate GEMM shapes (N, K) = (experts, hidden) a model's config.json implies
+    (`suite.model_config.gate_shape`), plus (experts + shared experts, hidden) for a fused router+shared gate;
+    [] when it names no experts."""
+    try:
+        gate = gate_shape(config)
+    except ValueError:
         return []
-    shapes = [(experts, hidden)]
+    shapes = [(gate.experts, gate.hidden)]
+    cfg = text_config(config)
     shared = next((cfg[k] for k in ("n_shared_experts", "num_shared_experts") if isinstance(cfg.get(k), int)), 0)
     if shared:
-        shapes.append((experts + shared, hidden))
+        shapes.append((gate.experts + shared, gate.hidden))
     return shapes
 
 

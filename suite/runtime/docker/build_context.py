@@ -66,13 +66,14 @@ def suite_files(roots: tuple[str, ...] = SUITE_ROOTS) -> tuple[str, ...]:
 CPU_PYTHON_TAG = "cp311"  # Debian bookworm's python3
 # The suite's tools every image carries under /opt/suite/tools (suite.runtime.docker.containers maps the commands
 # that run them there): the persistent `vllm bench serve` client and the kernel and layer benchmarks, standalone
-# scripts (stdlib + vLLM / torch of the image; the kernel bench imports its timing and gate-path recording, and the
-# layer bench all three, as the files beside it). Image content: part of the build context, hence of the image's
-# identity.
+# scripts (stdlib + vLLM / torch of the image; the kernel bench imports its timing, gate-path recording and the
+# model config's reading, and the layer bench all four, as the files beside it). Image content: part of the build
+# context, hence of the image's identity.
 IMAGE_TOOL_FILES = (
     ("suite-src/tools/client_worker.py", "suite/stages/serve/client_worker.py"),
     ("suite-src/tools/kernel_bench.py", "suite/stages/kernel/bench.py"),
     ("suite-src/tools/kernel_gate_paths.py", "suite/stages/kernel/gate_paths.py"),
+    ("suite-src/tools/kernel_model_config.py", "suite/model_config.py"),
     ("suite-src/tools/kernel_timing.py", "suite/stages/kernel/timing.py"),
     ("suite-src/tools/layer_bench.py", "suite/stages/layer/bench.py"),
 )

@@ -2,7 +2,12 @@
 
 Run it as a standalone script in its own process, with the arm's vLLM tree first on ``PYTHONPATH``::
 
-    python -m suite.stages.kernel.bench --json OUT.json --hidden 2816 --experts 128 --m 1,2,4,8,16,32
+    python -m suite.stages.kernel.bench --json OUT.json --model MODEL --m 1,2,4,8,16,32
+
+The gate's shape is the model's: ``--model`` (a local directory or a hub id) has it read from the model's own
+config (``hidden_size`` and its routed experts' key: suite.model_config.gate_shape), in this process, where the
+arm's server loads the same model; the suite's kernel stage passes the arm's model so. By hand, ``--hidden`` and
+``--experts`` give it instead (default 2816 x 128, Gemma 4 26B-A4B's gate).
 
 What it does, per process (one arm):
 
@@ -21,10 +26,11 @@ What it does, per process (one arm):
    on CPU; reports median, p10, p90 (and the raw samples).
 
 Only torch and the standard library are imported at module level, and beside them the benchmark's own
-timing harness (suite.stages.kernel.timing) and path recording (suite.stages.kernel.gate_paths), which import
-nothing of the suite either: the benchmark works without vLLM (the H200 harness in ``benchmarks/kernel/`` uses
-it with vLLM's kernel files only). In an arm's image the three are files side by side under /opt/suite/tools:
-``kernel_bench.py``, ``kernel_timing.py`` and ``kernel_gate_paths.py``.
+timing harness (suite.stages.kernel.timing), path recording (suite.stages.kernel.gate_paths) and the model
+config's reading (suite.model_config), which import nothing of the suite either: the benchmark works without
+vLLM (the H200 harness in ``benchmarks/kernel/`` uses it with vLLM's kernel files only). In an arm's image the
+four are files side by side under /opt/suite/tools: ``kernel_bench.py``, ``kernel_timing.py``,
+``kernel_gate_paths.py`` and ``kernel_model_config.py``.
 """
 
 from __future__ import annotations
@@ -44,14 +50,17 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 try:
+    from suite import model_config
     from suite.stages.kernel import gate_paths, timing
-except ImportError:  # in an arm's image: kernel_gate_paths.py and kernel_timing.py lie beside this file
+except ImportError:  # in an arm's image: kernel_gate_paths.py, kernel_timing.py, kernel_model_config.py beside it
     import kernel_gate_paths as gate_paths  # type: ignore[no-redef]
+    import kernel_model_config as model_config  # type: ignore[no-redef]
     import kernel_timing as timing  # type: ignore[no-redef]
 
 SCHEMA_VERSION = 1
 DEFAULT_M = (1, 2, 4, 8, 16, 32)
 DEFAULT_TRACE_M = 2048
+DEFAULT_SHAPE = (2816, 128)  # by hand, without --model: Gemma 4 26B-A4B's gate (hidden, experts)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -159,8 +168,8 @@ def dynamo_graph_count() -> int:
 
 @dataclass
 class MeasureConfig:
-    hidden: int = 2816
-    experts: int = 128
+    hidden: int = DEFAULT_SHAPE[0]
+    experts: int = DEFAULT_SHAPE[1]
     m_values: tuple[int, ...] = DEFAULT_M
     trace_m: int = DEFAULT_TRACE_M
     calls: int = 50
@@ -400,6 +409,7 @@ def run(
     gate_factory: str | None = None,
     force_ll_bf16_fake: bool = False,
     log: Callable[[str], None] = lambda s: None,
+    model: str | None = None,
 ) -> KernelResult:
     import torch
 
@@ -430,6 +440,7 @@ def run(
             "dtype": "bfloat16",
             "out_dtype": "float32",
             "bias": False,
+            **({"model": model} if model else {}),  # the model whose config gave the shape (by hand: none)
         },
         compile=compile_info,
         timing={
@@ -459,8 +470,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m suite.stages.kernel.bench", description=__doc__.split("\n")[0])
     p.add_argument("--json", required=True, help="where to write the result (atomically)")
     p.add_argument("--arm", default=None, help="arm label stored in the result")
-    p.add_argument("--hidden", type=int, default=2816)
-    p.add_argument("--experts", type=int, default=128)
+    p.add_argument("--model", default=None,
+                   help="the model whose gate to time (a local directory or a hub id): its config gives the shape")
+    p.add_argument("--hidden", type=int, default=None,
+                   help=f"the gate's input size, without --model (default {DEFAULT_SHAPE[0]})")
+    p.add_argument("--experts", type=int, default=None,
+                   help=f"the gate's routed experts, without --model (default {DEFAULT_SHAPE[1]})")
     p.add_argument("--m", type=parse_m_list, default=DEFAULT_M, help="comma list of M (tokens)")
     p.add_argument("--trace-m", type=int, default=DEFAULT_TRACE_M, help="M of the first (frozen) trace")
     p.add_argument("--calls", type=int, default=50, help="calls per timed sample (per CUDA graph)")
@@ -482,11 +497,28 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def gate_shape_of(args: argparse.Namespace) -> tuple[int, int]:
+    """(hidden, experts): the model's config's (``--model``), else ``--hidden`` / ``--experts`` (or their
+    defaults). SystemExit with the reason when the config gives none, or when both ways are given."""
+    if args.model is None:
+        return (DEFAULT_SHAPE[0] if args.hidden is None else args.hidden,
+                DEFAULT_SHAPE[1] if args.experts is None else args.experts)
+    if args.hidden is not None or args.experts is not None:
+        raise SystemExit("kernel bench: --model gives the gate's shape from the model's config: drop --hidden and "
+                         "--experts, or drop --model")
+    try:
+        shape = model_config.gate_shape(model_config.read_config(args.model), args.model)
+    except ValueError as exc:
+        raise SystemExit(f"kernel bench: {exc}") from None
+    return shape.hidden, shape.experts
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    hidden, experts = gate_shape_of(args)
     cfg = MeasureConfig(
-        hidden=args.hidden,
-        experts=args.experts,
+        hidden=hidden,
+        experts=experts,
         m_values=args.m,
         trace_m=args.trace_m,
         calls=args.calls,
@@ -502,8 +534,11 @@ def main(argv: list[str] | None = None) -> int:
         if not args.quiet:
             print(f"[kernel{':' + args.arm if args.arm else ''}] {msg}", file=sys.stderr, flush=True)
 
+    if args.model is not None:
+        log(f"gate {hidden} x {experts}: {args.model}'s config")
     result = run(
-        cfg, arm=args.arm, gate_factory=args.gate_factory, force_ll_bf16_fake=args.force_ll_bf16_fake, log=log
+        cfg, arm=args.arm, gate_factory=args.gate_factory, force_ll_bf16_fake=args.force_ll_bf16_fake, log=log,
+        model=args.model,
     )
     atomic_write_json(args.json, result.to_dict())
     log(f"wrote {args.json}")

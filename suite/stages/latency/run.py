@@ -17,6 +17,7 @@ import re
 from pathlib import Path
 
 from suite.errors import SuiteError
+from suite.model_config import local_config, text_config
 from suite.proc import failure, run_tool
 from suite.records import CommandNotes
 from suite.served_model import MODEL_FLAGS, without_flags
@@ -100,14 +101,10 @@ PROMPT_ID_BOUND = 10000
 
 def check_vocab(model: str) -> None:
     """Fail before spending minutes on engine start-up when a local model's vocabulary is too small."""
-    config = Path(model) / "config.json"
-    if not config.is_file():
-        return  # a hub id: real checkpoints have vocabularies far above 10000
-    try:
-        cfg = json.loads(config.read_text())
-    except (OSError, json.JSONDecodeError):
-        return
-    vocab = cfg.get("vocab_size") or (cfg.get("text_config") or {}).get("vocab_size")
+    cfg = local_config(model)
+    if cfg is None:
+        return  # a hub id (real checkpoints have vocabularies far above 10000), or no readable config
+    vocab = cfg.get("vocab_size") or text_config(cfg).get("vocab_size")
     if isinstance(vocab, int) and vocab < PROMPT_ID_BOUND:
         raise SuiteError(f"{model}: vocab_size {vocab} < {PROMPT_ID_BOUND}: `vllm bench latency` sends random token "
                          f"ids below {PROMPT_ID_BOUND} and vLLM rejects them as out of vocabulary; use a model "

@@ -48,6 +48,8 @@ except ImportError:  # in an arm's image: /opt/suite/tools/kernel_bench.py and i
     import kernel_gate_paths as gate_paths  # type: ignore[no-redef]
     import kernel_timing as timing  # type: ignore[no-redef]
 
+gate_shape = kernel_bench.model_config.gate_shape  # the gate's shape a config implies (suite.model_config)
+
 MResult, PathRecorder = kernel_bench.MResult, gate_paths.PathRecorder
 
 SCHEMA_VERSION = 1
@@ -139,6 +141,7 @@ def build_layer(cfg: LayerConfig, device: str) -> tuple[Any, Any, dict[str, Any]
     layer.self_attn = pass_through_attention()
     layer.input_layernorm = torch.nn.Identity()
     gate = _attr_path(layer, gate_path)
+    shape = gate_shape(text.to_dict(), cfg.model)
     info = {
         "class": f"{layer_cls.__module__}.{layer_cls.__qualname__}",
         "model_type": model_type,
@@ -147,10 +150,10 @@ def build_layer(cfg: LayerConfig, device: str) -> tuple[Any, Any, dict[str, Any]
         "num_layers": int(getattr(text, "num_hidden_layers", 0)),
         "subgraph": holds,
         "gate": f"{gate_path}: {type(gate).__module__}.{type(gate).__qualname__}",
-        "hidden": int(text.hidden_size),
+        "hidden": shape.hidden,
         "intermediate": int(getattr(text, "intermediate_size", 0)),
         "moe_intermediate": int(getattr(text, "moe_intermediate_size", 0)),
-        "experts": int(getattr(text, "num_experts", None) or getattr(text, "num_local_experts", 0)),
+        "experts": shape.experts,
         "top_k": int(getattr(text, "top_k_experts", None) or getattr(text, "num_experts_per_tok", 0)),
         "dtype": str(model_config.dtype).removeprefix("torch."),
         "load_format": cfg.load_format,
