@@ -1,19 +1,24 @@
-"""The flags a matrix gives the bench tools themselves: a serving point's ``bench_args`` (`vllm bench serve`) and a
-latency row's (`vllm bench latency`), vLLM's own flags as on the tool's command line, read into typed values
-(`ServeFlags`, `LatencyFlags`) that the plan puts into each job's params.
+"""The flags a matrix gives the bench tools themselves, as on the tool's command line, read into typed values that
+the plan puts into each job's params: a serving point's ``bench_args`` (vLLM's own flags of `vllm bench serve`:
+`ServeFlags`), a latency row's (`vllm bench latency`: `LatencyFlags`), and the kernel and layer blocks' (the
+suite's own benches, `python -m suite.stages.kernel.bench` and `python -m suite.stages.layer.bench`:
+`KernelFlags`, `LayerFlags`).
 
-They are read the way vLLM reads them (:mod:`suite.served_model`'s reading, vLLM itself not imported):
-``--flag value`` and ``--flag=value`` alike, ``--num_warmups`` is ``--num-warmups``, and the last copy wins; each
-value is converted as vLLM's parser converts it (``int``, ``float``: ``inf`` is a request rate) and held to the
-suite's ranges.
+They are read the way the tool's parser reads them (:mod:`suite.served_model`'s reading, the tool not imported):
+``--flag value`` and ``--flag=value`` alike, the last copy wins; vLLM's parser reads ``--num_warmups`` as
+``--num-warmups``, the suite's benches (plain argparse) take the dashes only. Each value is converted as the
+tool's parser converts it (``int``, ``float``: ``inf`` is a request rate; a choice among the tool's choices) and
+held to the suite's ranges.
 
-A tool takes only the flags below. The ones the suite sets itself from the point (``--max-concurrency`` from
-concurrency, ``--num-prompts`` from num_prompts, ...) are refused with where they come from; any other flag is
-refused with the list of the accepted ones. Not every flag of `vllm bench serve` is passed through: the session's
-persistent client keeps one process for every point (one event loop, a cached tokenizer, a frozen heap), the
-suite's warm-ups replay each point's flags and its sizing and checks read the point's count and rate, so a flag
-is taken only where both clients (``client: persistent`` and ``client: cli``) and those readers honour it as the
-CLI alone would.
+A tool takes only the flags below. The ones the suite sets itself from the point, the block or the arm
+(``--max-concurrency`` from concurrency, ``--num-prompts`` from num_prompts, the benches' ``--model`` and ``--m`` /
+``--tokens``, ...) are refused with where they come from; any other flag is refused with the list of the accepted
+ones. Not every flag of `vllm bench serve` is passed through: the session's persistent client keeps one process
+for every point (one event loop, a cached tokenizer, a frozen heap), the suite's warm-ups replay each point's flags
+and its sizing and checks read the point's count and rate, so a flag is taken only where both clients (``client:
+persistent`` and ``client: cli``) and those readers honour it as the CLI alone would. The benches' flags taken are
+their timing's (the trace size, calls, trials; the layer and its compile); the rest of theirs are the stage's or
+aids for running them by hand.
 """
 
 from __future__ import annotations
@@ -23,15 +28,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from suite.matrix_blocks import MAX_ITERS, MAX_PROMPTS
+from suite.matrix_blocks import MAX_ITERS, MAX_KERNEL_M, MAX_PROMPTS
 from suite.served_model import flag_name, is_option, occurrences
 
 
 @dataclass(frozen=True)
 class BenchFlag:
-    """One flag a matrix may give a bench tool: vLLM's name, how vLLM's parser converts its value (``kind``: what
-    the text must be), why the suite refuses a converted value (None: it takes it), the suite's default and what
-    the flag does (the matrix reference's words)."""
+    """One flag a matrix may give a bench tool: the tool's name for it, how the tool's parser converts its value
+    (``kind``: what the text must be), why the suite refuses a converted value (None: it takes it), the suite's
+    default and what the flag does (the matrix reference's words); ``param``: the job params' field where it is
+    not the flag's own destination (the benches' ``--calls``: ``iters``, the name their records keep)."""
 
     flag: str
     convert: Callable[[str], Any]
@@ -39,11 +45,13 @@ class BenchFlag:
     check: Callable[[Any], str | None]
     default: Any
     says: str
+    param: str = ""
 
     @property
     def field(self) -> str:
-        """Its destination, as vLLM's parser names it (``--num-warmups`` -> ``num_warmups``)."""
-        return self.flag[2:].replace("-", "_")
+        """The params' field it fills: its destination, as the tool's parser names it (``--num-warmups`` ->
+        ``num_warmups``), unless ``param`` names another."""
+        return self.param or self.flag[2:].replace("-", "_")
 
     def written(self, value: Any) -> str:
         """A value as the tool's command line writes it (a request rate of None: ``inf``)."""
@@ -71,6 +79,8 @@ class BenchTool:
     flags: tuple[BenchFlag, ...]
     own: Mapping[str, str]
     elsewhere: str = ""  # where other kinds of flags go, for the message of an unknown one
+    owner: str = "vLLM's"  # whose flags they are: "vLLM's own flags of `vllm bench serve`"
+    underscores: bool = True  # the tool's parser reads --num_warmups as --num-warmups (vLLM's); plain argparse not
 
     @property
     def names(self) -> str:
@@ -78,8 +88,14 @@ class BenchTool:
 
     def read(self, args: Sequence[str]) -> dict[str, Any]:
         """Every flag's value (its field -> the last copy's value, else its default). Every copy is converted, as
-        vLLM's parser converts it; the last is held to the suite's range. Raises ValueError on a flag the tool does
-        not take here, a flag without its value, a value no flag owns, a value vLLM or the suite refuses."""
+        the tool's parser converts it; the last is held to the suite's range. Raises ValueError on a flag the tool
+        does not take here (or spells otherwise), a flag without its value, a value no flag owns, a value the tool
+        or the suite refuses."""
+        if not self.underscores:
+            for token in args:
+                if is_option(token) and "_" in token.split("=", 1)[0]:
+                    raise ValueError(f"{token.split('=', 1)[0]}: `{self.command}` spells its flags with dashes "
+                                     f"({flag_name(token)})")
         used: set[int] = set()
         values: dict[str, Any] = {}
         for flag in self.flags:
@@ -99,7 +115,8 @@ class BenchTool:
             name = flag_name(token) or token
             if name in self.own:
                 raise ValueError(f"{name} is set by the suite: {self.own[name]}")
-            raise ValueError(f"{name}: bench_args take {self.names} here (vLLM's own flags of `{self.command}`)"
+            raise ValueError(f"{name}: bench_args take {self.names} here ({self.owner} own flags of "
+                             f"`{self.command}`)"
                              + (f"; {self.elsewhere}" if self.elsewhere else ""))
         return values
 
@@ -108,13 +125,22 @@ class BenchTool:
         return "; ".join(f"{f.flag} ({f.says}; default {f.written(f.default)})" for f in self.flags)
 
 
-def _count(low: int, high: int) -> Callable[[int], str | None]:
-    """An int from low to high."""
+def _count(low: int, high: int | None = None) -> Callable[[int], str | None]:
+    """An int from low to high (None: no upper limit)."""
     def check(value: int) -> str | None:
         if value < low:
             return "must be > 0" if low == 1 else f"must be >= {low}"
-        return f"{value:,} is beyond the limit {high:,}" if value > high else None
+        return f"{value:,} is beyond the limit {high:,}" if high is not None and value > high else None
     return check
+
+
+def _choice(*choices: str) -> Callable[[str], str]:
+    """A value among the parser's choices (argparse's ``choices=``: every copy is checked)."""
+    def convert(text: str) -> str:
+        if text not in choices:
+            raise ValueError(text)
+        return text
+    return convert
 
 
 def _ratio(value: float) -> str | None:
@@ -131,7 +157,7 @@ def _positive_rate(value: float | None) -> str | None:
     return "must be > 0 (or inf: every request at once)" if value is not None and not value > 0 else None
 
 
-def _any(_value: int) -> None:
+def _any(_value: Any) -> None:
     return None
 
 
@@ -193,6 +219,62 @@ LATENCY = BenchTool(
 )
 
 
+# the suite's own benches: the stage sets the result's place, the arm, the model and the rows; the timing's flags are
+# the matrix's
+_BENCH_SETS = {
+    "--json": "the result goes into the run directory",
+    "--arm": "the job's arm",
+    "--device": "auto: the GPU where the arm's job runs (else the CPU)",
+}
+
+KERNEL = BenchTool(
+    "python -m suite.stages.kernel.bench",
+    (
+        BenchFlag("--trace-m", int, "an integer", _count(1, MAX_KERNEL_M), 2048,
+                  "M of the first, frozen torch.compile trace"),
+        BenchFlag("--calls", int, "an integer", _count(1, MAX_ITERS), 50,
+                  "gate calls per timed sample, one CUDA graph", param="iters"),
+        BenchFlag("--trials", int, "an integer", _count(1, MAX_ITERS), 31,
+                  "timed samples per M, their median the row's value, where the bench's own default is 101"),
+    ),
+    {
+        **_BENCH_SETS,
+        "--model": "the arm's model (model.id), whose config gives the gate's shape",
+        "--hidden": "the gate's shape comes from the arm's model's config",
+        "--experts": "the gate's shape comes from the arm's model's config",
+        "--m": "from kernel.m (a row per value)",
+    },
+    owner="the kernel bench's",
+    underscores=False,
+)
+
+LAYER = BenchTool(
+    "python -m suite.stages.layer.bench",
+    (
+        BenchFlag("--trace-m", int, "an integer", _count(1, MAX_KERNEL_M), 2048,
+                  "T of the first, frozen torch.compile trace"),
+        BenchFlag("--layer-index", int, "an integer", _count(0), 0,
+                  "which decoder layer of the model is built, from its config"),
+        BenchFlag("--calls", int, "an integer", _count(1, MAX_ITERS), 20,
+                  "layer calls per timed sample, one CUDA graph", param="iters"),
+        BenchFlag("--trials", int, "an integer", _count(1, MAX_ITERS), 51,
+                  "timed samples per T, their median the row's value"),
+        BenchFlag("--compile", _choice("vllm", "inductor"), "vllm or inductor", _any, "vllm",
+                  "vllm: the layer compiled by vLLM's own support_torch_compile in the engine's config, as the "
+                  "server compiles it; inductor: plain guard-free torch.compile, the token dimension dynamic"),
+    ),
+    {
+        **_BENCH_SETS,
+        "--model": "the arm's model (model.id)",
+        "--tokens": "from layer.tokens (a row per value)",
+        "--load-format": "from serve_args (--load-format), as the server loads the model",
+        "--hf-overrides": "the arm's model's, from serve_args or its generator, as the server gets them",
+    },
+    owner="the layer bench's",
+    underscores=False,
+)
+
+
 @dataclass(frozen=True)
 class ServeFlags:
     """A serving point's `vllm bench serve` flags, read (None: a request rate of inf)."""
@@ -211,6 +293,26 @@ class LatencyFlags:
     num_iters: int
 
 
+@dataclass(frozen=True)
+class KernelFlags:
+    """The kernel block's bench flags, read (``iters``: ``--calls``)."""
+
+    trace_m: int
+    iters: int
+    trials: int
+
+
+@dataclass(frozen=True)
+class LayerFlags:
+    """The layer block's bench flags, read (``iters``: ``--calls``)."""
+
+    trace_m: int
+    layer_index: int
+    iters: int
+    trials: int
+    compile: str
+
+
 def serve_flags(args: Sequence[str]) -> ServeFlags:
     """A point's bench_args read (raises ValueError, the message starting with the flag)."""
     return ServeFlags(**SERVE.read(args))
@@ -219,3 +321,13 @@ def serve_flags(args: Sequence[str]) -> ServeFlags:
 def latency_flags(args: Sequence[str]) -> LatencyFlags:
     """A latency row's bench_args read (raises ValueError, the message starting with the flag)."""
     return LatencyFlags(**LATENCY.read(args))
+
+
+def kernel_flags(args: Sequence[str]) -> KernelFlags:
+    """The kernel block's bench_args read (raises ValueError, the message starting with the flag)."""
+    return KernelFlags(**KERNEL.read(args))
+
+
+def layer_flags(args: Sequence[str]) -> LayerFlags:
+    """The layer block's bench_args read (raises ValueError, the message starting with the flag)."""
+    return LayerFlags(**LAYER.read(args))
