@@ -39,8 +39,8 @@ MAX_PROMPTS = 1_000_000
 MAX_TOKENS = 10_000_000  # isl, osl, input_len, output_len, generated tokens
 MAX_REPEATS = 1_000
 MAX_BATCH = 65_536  # latency batch_size
-MAX_ITERS = 100_000  # latency iterations
-MAX_KERNEL_M = 1_048_576  # kernel m and trace_m, layer tokens and trace_m
+MAX_ITERS = 100_000  # latency iterations; the kernel and layer benches' --calls and --trials
+MAX_KERNEL_M = 1_048_576  # kernel m, layer tokens and both benches' --trace-m
 MAX_RESTARTS = 100
 
 # `${NAME}` or `${NAME:-default}` in model.id, a --tokenizer in serve_args and an arm's vllm (a release, or

@@ -14,11 +14,23 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from suite.bench_flags import LATENCY, SERVE, LatencyFlags, ServeFlags, latency_flags, serve_flags
+from suite.bench_flags import (
+    KERNEL,
+    LATENCY,
+    LAYER,
+    SERVE,
+    KernelFlags,
+    LatencyFlags,
+    LayerFlags,
+    ServeFlags,
+    kernel_flags,
+    latency_flags,
+    layer_flags,
+    serve_flags,
+)
 from suite.matrix_blocks import (
     MAX_BATCH,
     MAX_CONCURRENCY,
-    MAX_ITERS,
     MAX_KERNEL_M,
     MAX_PROMPTS,
     MAX_TOKENS,
@@ -199,27 +211,49 @@ class AccuracySpec(Strict):
 class KernelSpec(Strict):
     """The router-gate microbenchmark: each arm's model's gate, at its config's hidden_size x routed experts.
 
-    The shape is read where the job runs, as the server reads the model (suite.model_config.gate_shape)."""
+    The shape is read where the job runs, as the server reads the model (suite.model_config.gate_shape). The job's
+    resolved params are `suite.stages.kernel.spec.KernelParams`."""
 
     m: list[Annotated[int, Field(gt=0, le=MAX_KERNEL_M)]] = Field([1, 2, 4, 8, 16, 32], description="tokens per call to time (a row each)")
-    trace_m: int = Field(2048, gt=0, le=MAX_KERNEL_M, description="M of the first (frozen) torch.compile trace")
-    iters: int = Field(50, gt=0, le=MAX_ITERS, description="calls per timing")
-    trials: int = Field(31, gt=0, le=MAX_ITERS, description="timings per M (their median is the row's value)")
+    bench_args: list[str] = Field([], description=(
+        "the kernel bench's own flags (`python -m suite.stages.kernel.bench`), as on its command line, e.g. "
+        "[--trials, \"51\"] (the last copy wins): " + KERNEL.describe() + ". No other: the flags the stage sets "
+        "(--model, --m, ...) are refused, with where they come from"))
+
+    @field_validator("bench_args")
+    @classmethod
+    def _bench_args(cls, value: list[str]) -> list[str]:
+        kernel_flags(value)
+        return value
+
+    @property
+    def flags(self) -> KernelFlags:
+        """What bench_args say, or the defaults."""
+        return kernel_flags(self.bench_args)
 
 
 class LayerSpec(Strict):
     """The decoder-layer subgraph benchmark (suite.stages.layer): µs per layer of the model's own decoder layer,
-    attention taken out, compiled guard-free and traced at a large T, timed per T (CUDA-graph replay on GPU)."""
+    attention taken out, compiled guard-free and traced at a large T, timed per T (CUDA-graph replay on GPU). The
+    job's resolved params are `suite.stages.layer.spec.LayerParams`."""
 
     tokens: list[Annotated[int, Field(gt=0, le=MAX_KERNEL_M)]] = Field(
         [1, 2, 4, 8], description="T: tokens per call (the decode batch sizes of the ll-bf16 change's PR table)")
-    trace_m: int = Field(2048, gt=0, le=MAX_KERNEL_M, description="T of the first (frozen) torch.compile trace")
-    compile: Literal["vllm", "inductor"] = Field("vllm", description=(
-        "vllm: the layer compiled by vLLM's own support_torch_compile in the engine's config, as the server "
-        "compiles it; inductor: plain guard-free torch.compile (the token dimension dynamic)"))
-    layer_index: int = Field(0, ge=0, description="which decoder layer of the model is built (its config)")
-    iters: int = Field(20, gt=0, le=MAX_ITERS, description="layer calls per timed sample (one CUDA graph)")
-    trials: int = Field(51, gt=0, le=MAX_ITERS, description="timings per T (their median is the row's value)")
+    bench_args: list[str] = Field([], description=(
+        "the layer bench's own flags (`python -m suite.stages.layer.bench`), as on its command line, e.g. "
+        "[--compile, inductor] (the last copy wins): " + LAYER.describe() + ". No other: the flags the stage "
+        "sets (--model, --tokens, the model's --load-format, ...) are refused, with where they come from"))
+
+    @field_validator("bench_args")
+    @classmethod
+    def _bench_args(cls, value: list[str]) -> list[str]:
+        layer_flags(value)
+        return value
+
+    @property
+    def flags(self) -> LayerFlags:
+        """What bench_args say, or the defaults."""
+        return layer_flags(self.bench_args)
 
 
 DEFAULT_PROFILE_POINT = "128/64 c4"  # the point a profile block without one profiles

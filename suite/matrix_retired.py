@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from suite.bench_flags import LATENCY, SERVE, BenchFlag
+from suite.bench_flags import KERNEL, LATENCY, LAYER, SERVE, BenchFlag, BenchTool
 from suite.matrix_jobs import DEFAULT_PROFILE_POINT, PROFILE_SEED, PointLabel
 from suite.sbatch import DEFAULT_TIME
 from suite.served_model import MODEL_FLAGS
@@ -50,9 +50,9 @@ def _model_flag(flag: str) -> Callable[[Any], str]:
     return says
 
 
-def _bench_flag(flag: BenchFlag, where: str) -> Callable[[Any], str]:
+def _bench_flag(tool: BenchTool, flag: BenchFlag, where: str) -> Callable[[Any], str]:
     def says(value: Any) -> str:
-        return (f"retired: give vLLM's own flag in the {where}'s bench_args: "
+        return (f"retired: give {tool.owner} own flag in {where}: "
                 f"[{flag.flag}, {json.dumps(flag.written(value))}]")
     return says
 
@@ -204,9 +204,13 @@ RETIRED: tuple[Retired, ...] = (
     # the model block's copies of vLLM's own flags: given in serve_args, as on a `vllm serve` command line
     *(Retired((*where, field), _model_flag(flag)) for where in (("model",), ("arms", "*", "model"))
       for flag, field in MODEL_FLAGS.items()),
-    # a serving point's and a latency row's copies of the bench tools' flags: given in their bench_args
-    *(Retired(("serve", "*", flag.field), _bench_flag(flag, "point")) for flag in SERVE.flags),
-    *(Retired(("latency", "*", flag.field), _bench_flag(flag, "row")) for flag in LATENCY.flags),
+    # a serving point's, a latency row's and the kernel and layer blocks' copies of their bench tools' flags:
+    # given in their bench_args
+    *(Retired(("serve", "*", flag.field), _bench_flag(SERVE, flag, "the point's bench_args")) for flag in SERVE.flags),
+    *(Retired(("latency", "*", flag.field), _bench_flag(LATENCY, flag, "the row's bench_args"))
+      for flag in LATENCY.flags),
+    *(Retired((block, flag.field), _bench_flag(tool, flag, f"{block}.bench_args"))
+      for block, tool in (("kernel", KERNEL), ("layer", LAYER)) for flag in tool.flags),
 )
 
 

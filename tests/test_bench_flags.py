@@ -1,6 +1,7 @@
-"""A serving point's and a latency row's bench_args: vLLM's own flags of `vllm bench serve` / `vllm bench latency`,
-read as vLLM reads them (suite.bench_flags); the point's old copies of them retired with the flag to write; the
-shipped matrices, migrated, plan the very jobs they planned before."""
+"""A block's bench_args, the bench tool's own flags read as its parser reads them (suite.bench_flags): a serving
+point's and a latency row's, vLLM's own flags of `vllm bench serve` / `vllm bench latency`; the kernel and layer
+blocks', the suite's own benches'. The blocks' old copies of them retired with the flag to write; the shipped
+matrices, migrated, plan the very jobs they planned before."""
 
 from __future__ import annotations
 
@@ -10,13 +11,32 @@ from pathlib import Path
 
 import pytest
 
-from suite.bench_flags import LATENCY, SERVE, LatencyFlags, ServeFlags, latency_flags, serve_flags
+from suite.bench_flags import (
+    KERNEL,
+    LATENCY,
+    LAYER,
+    SERVE,
+    KernelFlags,
+    LatencyFlags,
+    LayerFlags,
+    ServeFlags,
+    kernel_flags,
+    latency_flags,
+    layer_flags,
+    serve_flags,
+)
 from suite.errors import MatrixError
 from suite.matrix_load import load_matrix, parse_matrix
 from suite.plan import build_plan
+from suite.stages.kernel.bench import build_parser as kernel_parser
+from suite.stages.kernel.run import kernel_command
+from suite.stages.kernel.spec import KernelParams
 from suite.stages.latency.spec import LatencyParams
+from suite.stages.layer.bench import build_parser as layer_parser
+from suite.stages.layer.run import layer_command
+from suite.stages.layer.spec import LayerParams
 from suite.stages.serve.spec import ServeParams
-from tests.conftest import REPO
+from tests.conftest import REPO, load_script
 
 DEFAULTS = ServeFlags(random_range_ratio=0.0, request_rate=None, num_warmups=1, seed=0)
 
@@ -133,6 +153,11 @@ def test_each_tool_reads_into_its_typed_flags_field_for_field():
     assert [f.field for f in LATENCY.flags] == list(LatencyFlags.__dataclass_fields__)
     assert set(ServeFlags.__dataclass_fields__) <= set(ServeParams.model_fields)
     assert set(LatencyFlags.__dataclass_fields__) <= set(LatencyParams.model_fields)
+    # the benches' --calls fills iters, the name their params (and records) keep
+    assert [f.field for f in KERNEL.flags] == list(KernelFlags.__dataclass_fields__) == ["trace_m", "iters", "trials"]
+    assert [f.field for f in LAYER.flags] == list(LayerFlags.__dataclass_fields__)
+    assert set(KernelFlags.__dataclass_fields__) <= set(KernelParams.model_fields)
+    assert set(LayerFlags.__dataclass_fields__) <= set(LayerParams.model_fields)
 
 
 # ---------------------------------------------------------------- in a matrix
@@ -245,3 +270,189 @@ def test_a_migrated_shipped_matrix_plans_the_jobs_it_planned_before(name):
             assert p.num_warmups == (8 if name == "smoke-cpu.yaml" else 2)
         if j.kind == "latency":
             assert (j.params.num_iters_warmup, j.params.num_iters) == (3, 10)
+
+
+# ---------------------------------------------------------------- the kernel and layer benches' flags
+
+OFFLINE = """\
+name: t
+model: {id: some/model}
+arms:
+  baseline: {vllm: "0.33.0"}
+  patched: {vllm: "0.33.0", patches: [ll-bf16-router-gemm-dispatch]}
+"""
+
+
+def test_no_flags_are_the_suites_defaults_for_the_benches():
+    """The defaults the blocks had: the kernel's 31 trials, not the bench's own 101."""
+    assert kernel_flags([]) == KernelFlags(trace_m=2048, iters=50, trials=31)
+    assert layer_flags([]) == LayerFlags(trace_m=2048, layer_index=0, iters=20, trials=51, compile="vllm")
+
+
+def test_the_benches_flags_are_read_as_their_parser_reads_them():
+    assert kernel_flags(["--trace-m", "64", "--calls=5", "--trials", "3", "--trials=7"]) == KernelFlags(64, 5, 7)
+    assert layer_flags(["--compile", "inductor", "--layer-index=3", "--calls", "2"]) == LayerFlags(
+        trace_m=2048, layer_index=3, iters=2, trials=51, compile="inductor")
+    # each flag is the bench's own: its parser takes the same words and gives the same values
+    args = ["--trace-m", "64", "--calls", "5", "--trials", "7"]
+    parsed = kernel_parser().parse_args(["--json", "x", *args])
+    assert (parsed.trace_m, parsed.calls, parsed.trials) == tuple(kernel_flags(args).__dict__.values())
+    args = ["--trace-m", "64", "--layer-index", "3", "--calls", "5", "--trials", "7", "--compile", "inductor"]
+    parsed = layer_parser().parse_args(["--json", "x", "--model", "m", *args])
+    assert (parsed.trace_m, parsed.layer_index, parsed.calls, parsed.trials, parsed.compile) == tuple(
+        layer_flags(args).__dict__.values())
+
+
+@pytest.mark.parametrize("read, args, msg", [
+    (kernel_flags, ["--calls", "0"], "--calls 0: must be > 0"),
+    (kernel_flags, ["--trials", "100001"], "--trials 100001: 100,001 is beyond the limit 100,000"),
+    (kernel_flags, ["--trace-m", "x"], "--trace-m 'x': not an integer"),
+    (kernel_flags, ["--trace-m"], "--trace-m needs a value after it"),
+    (kernel_flags, ["--trace-m", "1048577"], "--trace-m 1048577: 1,048,577 is beyond the limit 1,048,576"),
+    (layer_flags, ["--layer-index", "-1"], "--layer-index -1: must be >= 0"),
+    (layer_flags, ["--compile", "eager"], "--compile 'eager': not vllm or inductor"),
+    (layer_flags, ["--compile", "eager", "--compile", "vllm"], "--compile 'eager': not vllm or inductor"),
+    # plain argparse: the dashes only, no abbreviation
+    (kernel_flags, ["--trace_m", "8"], "--trace_m: `python -m suite.stages.kernel.bench` spells its flags with "
+     "dashes (--trace-m)"),
+    (layer_flags, ["--layer_index=1"], "--layer_index: `python -m suite.stages.layer.bench` spells its flags"),
+    (kernel_flags, ["--trace", "8"], "--trace: bench_args take"),
+    # the flags the stage sets itself, with where they come from
+    (kernel_flags, ["--model", "x"], "--model is set by the suite: the arm's model (model.id), whose config "
+     "gives the gate's shape"),
+    (kernel_flags, ["--m", "1,2"], "--m is set by the suite: from kernel.m (a row per value)"),
+    (kernel_flags, ["--hidden", "16"], "--hidden is set by the suite: the gate's shape comes from the arm's model's"),
+    (kernel_flags, ["--json", "x"], "--json is set by the suite: the result goes into the run directory"),
+    (kernel_flags, ["--arm", "x"], "--arm is set by the suite: the job's arm"),
+    (kernel_flags, ["--device", "cpu"], "--device is set by the suite: auto: the GPU where the arm's job runs"),
+    (layer_flags, ["--tokens", "1"], "--tokens is set by the suite: from layer.tokens (a row per value)"),
+    (layer_flags, ["--load-format", "dummy"], "--load-format is set by the suite: from serve_args (--load-format)"),
+    (layer_flags, ["--hf-overrides", "{}"], "--hf-overrides is set by the suite: the arm's model's"),
+    # any other flag of the bench: not passed through, the ones taken listed
+    (kernel_flags, ["--warmup", "3"], "--warmup: bench_args take --trace-m, --calls, --trials here (the kernel "
+     "bench's own flags of `python -m suite.stages.kernel.bench`)"),
+    (layer_flags, ["--backend", "eager"], "--backend: bench_args take --trace-m, --layer-index, --calls, --trials, "
+     "--compile here (the layer bench's own flags of `python -m suite.stages.layer.bench`)"),
+    (layer_flags, ["--iters", "5"], "--iters: bench_args take"),  # the field's old name is no flag of the bench
+    (layer_flags, ["inductor"], "'inductor' follows no flag"),
+])
+def test_flags_the_benches_or_the_suite_would_refuse_are_refused(read, args, msg):
+    with pytest.raises(ValueError) as exc:
+        read(args)
+    assert str(exc.value).startswith(msg), str(exc.value)
+
+
+def test_the_blocks_bench_args_reach_the_jobs_params_and_command():
+    m = parse_matrix(OFFLINE + 'kernel: {m: [1, 4], bench_args: [--trace-m, "64", --calls, "5", --trials, "7"]}\n'
+                     'layer: {tokens: [1, 2], bench_args: [--compile, inductor, --layer-index, "3", --calls, "4"]}\n')
+    jobs = {j.kind: j for j in build_plan(m).jobs if j.arm == "baseline"}
+    kernel, layer = jobs["kernel"], jobs["layer"]
+    assert kernel.params == KernelParams(m=[1, 4], trace_m=64, iters=5, trials=7)
+    assert layer.params == LayerParams(tokens=[1, 2], trace_m=2048, compile="inductor", layer_index=3, iters=4,
+                                       trials=51)
+    assert layer.point == "layer3"
+    model = m.model_of()
+    cmd = kernel_command(kernel.params, model, "o.json", "baseline")
+    assert [cmd[cmd.index(f) + 1] for f in ("--m", "--trace-m", "--calls", "--trials")] == ["1,4", "64", "5", "7"]
+    cmd = layer_command(layer.params, model, "o.json", "baseline")
+    assert [cmd[cmd.index(f) + 1] for f in ("--tokens", "--trace-m", "--layer-index", "--calls", "--trials",
+                                            "--compile")] == ["1,2", "2048", "3", "4", "51", "inductor"]
+
+
+def test_bench_flags_that_say_the_defaults_plan_the_same_jobs_as_none():
+    none = build_plan(parse_matrix(OFFLINE + "kernel: {m: [1]}\nlayer: {tokens: [1]}\n"))
+    said = build_plan(parse_matrix(
+        OFFLINE + 'kernel: {m: [1], bench_args: [--trace-m, "2048", --calls, "50", --trials, "31"]}\n'
+        'layer: {tokens: [1], bench_args: [--trace-m, "2048", --layer-index, "0", --calls, "20", --trials, "51", '
+        '--compile, vllm]}\n'))
+    assert [(j.key, j.hash) for j in said.jobs] == [(j.key, j.hash) for j in none.jobs]
+
+
+def test_a_bad_bench_flag_is_named_at_its_blocks_line(tmp_path):
+    text = OFFLINE + "kernel: {m: [1]}\nlayer: {tokens: [1], bench_args: [--model, x]}\n"
+    assert error_of(tmp_path, text) == "m.yaml:7: layer.bench_args: --model is set by the suite: the arm's model " \
+                                       "(model.id)"
+    text = OFFLINE + 'kernel: {m: [1], bench_args: [--trials, "0"]}\n'
+    assert error_of(tmp_path, text) == "m.yaml:6: kernel.bench_args: --trials 0: must be > 0"
+
+
+OLD_OFFLINE = OFFLINE + """\
+kernel: {m: [1, 4], trace_m: 64, iters: 5, trials: 7}
+layer: {tokens: [1, 2], trace_m: 2048, compile: inductor, layer_index: 3, iters: 4, trials: 51}
+"""
+
+
+def test_the_blocks_copies_of_the_benches_flags_are_retired_with_the_flag_to_write(tmp_path):
+    """An old kernel or layer block gets each field's line and the bench's own flag to give in its bench_args (the
+    calls per sample: the benches' --calls); written so, it plans the very jobs the old block planned."""
+    kernel = "retired: give the kernel bench's own flag in kernel.bench_args: "
+    layer = "retired: give the layer bench's own flag in layer.bench_args: "
+    assert error_of(tmp_path, OLD_OFFLINE).splitlines() == [
+        f'm.yaml:6: kernel.trace_m: {kernel}[--trace-m, "64"]',
+        f'm.yaml:6: kernel.iters: {kernel}[--calls, "5"]',
+        f'm.yaml:6: kernel.trials: {kernel}[--trials, "7"]',
+        f'm.yaml:7: layer.trace_m: {layer}[--trace-m, "2048"]',
+        f'm.yaml:7: layer.compile: {layer}[--compile, "inductor"]',
+        f'm.yaml:7: layer.layer_index: {layer}[--layer-index, "3"]',
+        f'm.yaml:7: layer.iters: {layer}[--calls, "4"]',
+        f'm.yaml:7: layer.trials: {layer}[--trials, "51"]',
+    ]
+    new = (OLD_OFFLINE.replace("trace_m: 64, iters: 5, trials: 7", 'bench_args: [--trace-m, "64", --calls, "5", '
+                                                                    '--trials, "7"]')
+           .replace("trace_m: 2048, compile: inductor, layer_index: 3, iters: 4, trials: 51",
+                    'bench_args: [--trace-m, "2048", --compile, "inductor", --layer-index, "3", --calls, "4", '
+                    '--trials, "51"]'))
+    params = {j.kind: j.params.model_dump() for j in build_plan(parse_matrix(new)).jobs}
+    assert params == {"kernel": {"m": [1, 4], "trace_m": 64, "iters": 5, "trials": 7, "hidden": None,
+                                 "experts": None},
+                      "layer": {"tokens": [1, 2], "trace_m": 2048, "compile": "inductor", "layer_index": 3,
+                                "iters": 4, "trials": 51}}
+
+
+# What the plan hashed of each kernel and layer job of the shipped matrices before their blocks' flags became
+# bench_args: the old blocks' fields, dumped (the kernel's without the gate's shape, which it no longer had). A job's
+# hash is made from these, its arm and the model, none of which the change touched, so the same content is the same
+# hash: runs of these matrices resume across the change.
+OLD_KERNEL = {"m": [1, 2, 4, 8, 16, 32], "trace_m": 2048, "iters": 50, "trials": 31}
+OLD_LAYER = {"tokens": [1, 2, 4, 8], "trace_m": 2048, "compile": "vllm", "layer_index": 0, "iters": 20, "trials": 51}
+OFFLINE_BEFORE = {
+    "gemma4-below-serving.yaml": {"kernel/gate": OLD_KERNEL, "layer/layer0": OLD_LAYER},
+    "gemma4-h200-layer.yaml": {"kernel/gate": OLD_KERNEL, "layer/layer0": OLD_LAYER},
+    "gemma4-h200-layer-decide.yaml": {"layer/layer0": OLD_LAYER},
+    "gemma4-h200-stages.yaml": {"kernel/gate": OLD_KERNEL},
+}
+
+
+@pytest.mark.parametrize("name", sorted(OFFLINE_BEFORE))
+def test_a_migrated_shipped_matrix_hashes_its_kernel_and_layer_jobs_as_before(name):
+    jobs = [j for j in build_plan(load_matrix(REPO / "matrices" / name)).jobs if j.kind in ("kernel", "layer")]
+    assert jobs
+    for j in jobs:
+        hashed = j.params.hashed() if hasattr(j.params, "hashed") else j.params.model_dump(mode="json")
+        assert hashed == OFFLINE_BEFORE[name][j.key.rsplit("/", 1)[0]], j.key
+
+
+STORED = REPO / "docs" / "evidence"
+
+
+@pytest.mark.parametrize("run, fields, unwritten", [
+    ("h200-layer-vllm-20261202", {"kernel": {"hidden": 2816, "experts": 128, **OLD_KERNEL}, "layer": OLD_LAYER}, set()),
+    ("h200-layer-20261202", {"layer": OLD_LAYER}, {"compile"}),  # recorded before the layer bench took --compile
+    ("h100-layer-decide-20261205", {"layer": OLD_LAYER}, set()),
+])
+def test_stored_kernel_and_layer_records_load_as_they_were_written(tmp_path, run, fields, unwritten):
+    """The job records of stored runs load into the params types with the fields they were written with (a field
+    a record lacks at the default it was read with before), and their hashes are what the records say."""
+    unpack = load_script(REPO / "scripts" / "evidence_reports.py", "evidence_reports").unpack
+    from suite.analysis import load_run
+
+    run_dir = unpack(STORED / run, tmp_path / run)
+    records = [r for r in load_run(run_dir).store.records() if r.job.kind in ("kernel", "layer")]
+    assert {r.job.kind for r in records} == set(fields)
+    for r in records:
+        assert isinstance(r.job.params, KernelParams if r.job.kind == "kernel" else LayerParams)
+        written = json.loads(next(run_dir.glob(f"{r.job.arm}/{r.job.key}.job.json")).read_text())["job"]
+        loaded = r.job.params.model_dump(exclude_none=True)
+        assert loaded == fields[r.job.kind]
+        assert written["params"] == {k: v for k, v in loaded.items() if k not in unwritten}
+        assert r.job.hash == written["hash"]

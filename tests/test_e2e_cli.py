@@ -29,8 +29,8 @@ arms:
   patched: {vllm: "0.32.0", patches: [synthetic-gate-delay], env: {SUITE_GATE_DELAY_US: "20"}}
 serve:
   - {isl: 64, osl: 16, concurrency: [1, 4], num_prompts: 2x}
-kernel: {m: [1, 4, 16], trace_m: 64, iters: 5, trials: 5}
-layer: {tokens: [1, 4], trace_m: 64, iters: 5, trials: 5}
+kernel: {m: [1, 4, 16], bench_args: [--trace-m, "64", --calls, "5", --trials, "5"]}
+layer: {tokens: [1, 4], bench_args: [--trace-m, "64", --calls, "5", --trials, "5"]}
 repeats: 2
 """
 

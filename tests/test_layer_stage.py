@@ -17,6 +17,7 @@ from suite.plan import build_plan
 from suite.stages.layer.bench import GATE_BEGIN, GATE_END, gate_calls
 from suite.stages.layer.read import LayerRun
 from suite.stages.layer.run import layer_command
+from suite.stages.layer.spec import layer_points
 from suite.stages.layer.summary import layer_section, layer_table
 from tests.conftest import REPO
 
@@ -27,7 +28,7 @@ serve_args: [--max-model-len, "4096", --load-format, dummy]
 arms:
   baseline: {vllm: "0.26.0"}
   ll-bf16: {vllm: "0.26.0", patches: [ll-bf16-router-gemm-dispatch]}
-layer: {tokens: [1, 2, 4, 8], trace_m: 2048}
+layer: {tokens: [1, 2, 4, 8]}
 repeats: 3
 """
 
@@ -44,12 +45,13 @@ def test_a_layer_only_matrix_plans_one_process_per_arm_and_round():
 
 def test_nothing_to_measure_names_the_layer_block():
     with pytest.raises(MatrixError, match="give serve, latency, accuracy, kernel, layer or profile"):
-        parse_matrix(MATRIX.replace("layer: {tokens: [1, 2, 4, 8], trace_m: 2048}\n", ""), source="m.yaml")
+        parse_matrix(MATRIX.replace("layer: {tokens: [1, 2, 4, 8]}\n", ""), source="m.yaml")
 
 
 def test_each_arm_runs_the_bench_with_the_models_own_engine_flags():
     matrix = parse_matrix(MATRIX, source="m.yaml")
-    cmd = layer_command(matrix.layer, matrix.model_of(matrix.arms["ll-bf16"]), "/out/rep-0.json", "ll-bf16")
+    (_, params), = layer_points(matrix)
+    cmd = layer_command(params, matrix.model_of(matrix.arms["ll-bf16"]), "/out/rep-0.json", "ll-bf16")
     assert cmd[:3] == ["python", "-m", "suite.stages.layer.bench"]
     assert cmd[cmd.index("--tokens") + 1] == "1,2,4,8" and cmd[cmd.index("--trace-m") + 1] == "2048"
     assert cmd[cmd.index("--model") + 1] == "/models/g4" and cmd[cmd.index("--compile") + 1] == "vllm"

@@ -206,7 +206,7 @@ def test_repeats_run_every_offline_job_once_per_arm_per_round_in_a_random_order(
     serving rounds'); under repeats: auto, as many rounds as the first look."""
     extra = ("latency:\n  - {input_len: 8, output_len: 4, batch_size: [1, 4],\n"
              "     bench_args: [--num-iters-warmup, '1', --num-iters, '2']}\n"
-             "kernel: {m: [1], trace_m: 8}\n")
+             "kernel: {m: [1], bench_args: [--trace-m, '8']}\n")
     once = plan_of(extra)
     offline = [s for s in once.sessions if not s.needs_server]
     assert [(s.arm, s.index) for s in offline] == [("A", 1), ("B", 1)]  # as before: one session per arm

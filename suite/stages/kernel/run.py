@@ -9,14 +9,14 @@ takes it), there, where the arm's server loads the same model.
 from __future__ import annotations
 
 from suite.errors import SuiteError
-from suite.matrix_jobs import KernelSpec
 from suite.proc import run_tool
 from suite.records import CommandNotes
 from suite.served_model import ServedModel
 from suite.stages.base import JobEnv
+from suite.stages.kernel.spec import KernelParams
 
 
-def kernel_command(params: KernelSpec, model: ServedModel, out: str, arm: str) -> list[str]:
+def kernel_command(params: KernelParams, model: ServedModel, out: str, arm: str) -> list[str]:
     return [
         "python", "-m", "suite.stages.kernel.bench", "--json", out, "--arm", arm, "--model", model.id,
         "--m", ",".join(str(m) for m in params.m), "--trace-m", str(params.trace_m),
@@ -28,7 +28,7 @@ def execute(env: JobEnv) -> CommandNotes:
     """The microbenchmark in the arm's environment (offline: no server)."""
     out = env.result
     out.parent.mkdir(parents=True, exist_ok=True)
-    assert isinstance(env.job.params, KernelSpec), env.job.kind
+    assert isinstance(env.job.params, KernelParams), env.job.kind
     cmd = env.tool(kernel_command(env.job.params, env.model, str(out), env.job.arm))
     run_tool(cmd.argv, env=cmd.env, log_path=env.log, timeout_s=3600, what="kernel benchmark")
     if not out.is_file():

@@ -9,14 +9,14 @@ to `vllm serve`.
 from __future__ import annotations
 
 from suite.errors import SuiteError
-from suite.matrix_jobs import LayerSpec
 from suite.proc import run_tool
 from suite.records import CommandNotes
 from suite.served_model import ServedModel
 from suite.stages.base import JobEnv
+from suite.stages.layer.spec import LayerParams
 
 
-def layer_command(params: LayerSpec, model: ServedModel, out: str, arm: str) -> list[str]:
+def layer_command(params: LayerParams, model: ServedModel, out: str, arm: str) -> list[str]:
     return [
         "python", "-m", "suite.stages.layer.bench", "--json", out, "--arm", arm, "--model", model.id,
         "--tokens", ",".join(str(t) for t in params.tokens), "--trace-m", str(params.trace_m),
@@ -30,7 +30,7 @@ def execute(env: JobEnv) -> CommandNotes:
     """The layer benchmark in the arm's environment (offline: no server)."""
     out = env.result
     out.parent.mkdir(parents=True, exist_ok=True)
-    assert isinstance(env.job.params, LayerSpec), env.job.kind
+    assert isinstance(env.job.params, LayerParams), env.job.kind
     cmd = env.tool(layer_command(env.job.params, env.model, str(out), env.job.arm))
     run_tool(cmd.argv, env=cmd.env, log_path=env.log, timeout_s=3600, what="layer benchmark")
     if not out.is_file():
