@@ -14,6 +14,10 @@ persistent client keeps one process for every point (one event loop, a cached to
 suite's warm-ups replay each point's flags and its sizing and checks read the point's count and rate, so a flag
 is taken only where both clients (``client: persistent`` and ``client: cli``) and those readers honour it as the
 CLI alone would.
+
+The reader (`BenchTool`) is the suite's one reader of a tool's own flags: another tool's spelling (``spell``),
+flags of many values and how its parser gathers their copies (`BenchFlag`'s ``many`` and ``gather``) are its
+parameters; :mod:`suite.lm_eval_flags` reads lm-eval's with it.
 """
 
 from __future__ import annotations
@@ -29,16 +33,21 @@ from suite.served_model import flag_name, is_option, occurrences
 
 @dataclass(frozen=True)
 class BenchFlag:
-    """One flag a matrix may give a bench tool: vLLM's name, how vLLM's parser converts its value (``kind``: what
-    the text must be), why the suite refuses a converted value (None: it takes it), the suite's default and what
-    the flag does (the matrix reference's words)."""
+    """One flag a matrix may give a bench tool: the tool's name for it, how the tool's parser converts its value
+    (``kind``: what the text must be), why the suite refuses a converted value (None: it takes it), the suite's
+    default and what the flag does (the matrix reference's words). ``many``: the flag takes every value up to the
+    next option (argparse's nargs='+'; ``convert`` is given the list); ``gather``: how the parser's action makes
+    one value of every copy's (a list that grows, a mapping merged in order); without it the last copy wins."""
 
     flag: str
-    convert: Callable[[str], Any]
+    convert: Callable[[Any], Any]
     kind: str
     check: Callable[[Any], str | None]
     default: Any
     says: str
+    many: bool = False
+    gather: Callable[[list[Any]], Any] | None = None
+    write: Callable[[Any], str] = lambda value: "inf" if value is None else str(value)
 
     @property
     def field(self) -> str:
@@ -46,18 +55,22 @@ class BenchFlag:
         return self.flag[2:].replace("-", "_")
 
     def written(self, value: Any) -> str:
-        """A value as the tool's command line writes it (a request rate of None: ``inf``)."""
-        return "inf" if value is None else str(value)
+        """A value as the tool's command line writes it (by default: a request rate of None is ``inf``)."""
+        return self.write(value)
 
-    def convert_text(self, text: str) -> Any:
+    def convert_text(self, given: list[str]) -> Any:
+        """One copy's values converted (its one value; a flag of many values: the list)."""
         try:
-            return self.convert(text)
+            return self.convert(given if self.many else given[0])
         except ValueError:
-            raise ValueError(f"{self.flag} {text!r}: not {self.kind}") from None
+            raise ValueError(f"{self.flag} {' '.join(given)!r}: not {self.kind}") from None
 
-    def read(self, text: str) -> Any:
-        value = self.convert_text(text)
+    def read(self, copies: list[list[str]]) -> Any:
+        """The value the tool's parser keeps of every copy's values (each converted), held to the suite's range."""
+        values = [self.convert_text(given) for given in copies]
+        value = self.gather(values) if self.gather else values[-1]
         if why := self.check(value):
+            text = " ".join(t for given in (copies if self.gather else copies[-1:]) for t in given)
             raise ValueError(f"{self.flag} {text}: {why}")
         return value
 
@@ -65,42 +78,46 @@ class BenchFlag:
 @dataclass(frozen=True)
 class BenchTool:
     """A bench tool's flags as a matrix gives them: those it takes, and those the suite sets itself (flag -> where
-    the value comes from)."""
+    the value comes from). ``spell``: the option a token names, as the tool's parser spells it (vLLM's by
+    default); ``field`` and ``owner``: the matrix field that holds them and whose flags they are, for messages."""
 
     command: str
     flags: tuple[BenchFlag, ...]
     own: Mapping[str, str]
     elsewhere: str = ""  # where other kinds of flags go, for the message of an unknown one
+    spell: Callable[[str], str | None] = flag_name
+    field: str = "bench_args"
+    owner: str = "vLLM"
 
     @property
     def names(self) -> str:
         return ", ".join(f.flag for f in self.flags)
 
     def read(self, args: Sequence[str]) -> dict[str, Any]:
-        """Every flag's value (its field -> the last copy's value, else its default). Every copy is converted, as
-        vLLM's parser converts it; the last is held to the suite's range. Raises ValueError on a flag the tool does
-        not take here, a flag without its value, a value no flag owns, a value vLLM or the suite refuses."""
+        """Every flag's value (its field -> the last copy's value, or what the flag gathers of every copy; else its
+        default). Every copy is converted, as the tool's parser converts it; the value kept is held to the suite's
+        range. Raises ValueError on a flag the tool does not take here, a flag without its value, a value no flag
+        owns, a value the tool or the suite refuses."""
         used: set[int] = set()
         values: dict[str, Any] = {}
         for flag in self.flags:
-            found = occurrences(args, flag.flag)
+            found = occurrences(args, flag.flag, many=flag.many, spell=self.spell)
             for start, end, given in found:
                 used.update(range(start, end))
-                if len(given) != 1:
+                if not given:
                     raise ValueError(f"{flag.flag} needs a value after it")
-                flag.convert_text(given[0])
-            values[flag.field] = flag.read(found[-1][2][0]) if found else flag.default
+            values[flag.field] = flag.read([given for _, _, given in found]) if found else flag.default
         for k, token in enumerate(args):
             if k in used:
                 continue
             if not is_option(token):
-                raise ValueError(f"{token!r} follows no flag (bench_args are [--flag, value, ...] of "
+                raise ValueError(f"{token!r} follows no flag ({self.field} are [--flag, value, ...] of "
                                  f"{self.names})")
-            name = flag_name(token) or token
+            name = self.spell(token) or token
             if name in self.own:
                 raise ValueError(f"{name} is set by the suite: {self.own[name]}")
-            raise ValueError(f"{name}: bench_args take {self.names} here (vLLM's own flags of `{self.command}`)"
-                             + (f"; {self.elsewhere}" if self.elsewhere else ""))
+            raise ValueError(f"{name}: {self.field} take {self.names} here ({self.owner}'s own flags of "
+                             f"`{self.command}`)" + (f"; {self.elsewhere}" if self.elsewhere else ""))
         return values
 
     def describe(self) -> str:
@@ -108,7 +125,7 @@ class BenchTool:
         return "; ".join(f"{f.flag} ({f.says}; default {f.written(f.default)})" for f in self.flags)
 
 
-def _count(low: int, high: int) -> Callable[[int], str | None]:
+def in_range(low: int, high: int) -> Callable[[int], str | None]:
     """An int from low to high."""
     def check(value: int) -> str | None:
         if value < low:
@@ -142,7 +159,7 @@ SERVE = BenchTool(
                   "spread of the random lengths around isl / osl, below 1; 0: exact"),
         BenchFlag("--request-rate", _rate, "a number (or inf)", _positive_rate, None,
                   "requests per second; inf: every request at once"),
-        BenchFlag("--num-warmups", int, "an integer", _count(0, MAX_PROMPTS), 1,
+        BenchFlag("--num-warmups", int, "an integer", in_range(0, MAX_PROMPTS), 1,
                   "vLLM's own warm-up requests before each point, where vLLM's default is 0"),
         BenchFlag("--seed", int, "an integer", _any, 0,
                   "the prompts' seed: every arm and round gets the same requests"),
@@ -173,9 +190,9 @@ SERVE = BenchTool(
 LATENCY = BenchTool(
     "vllm bench latency",
     (
-        BenchFlag("--num-iters-warmup", int, "an integer", _count(0, MAX_ITERS), 3,
+        BenchFlag("--num-iters-warmup", int, "an integer", in_range(0, MAX_ITERS), 3,
                   "unmeasured iterations first, where vLLM's default is 10"),
-        BenchFlag("--num-iters", int, "an integer", _count(1, MAX_ITERS), 10,
+        BenchFlag("--num-iters", int, "an integer", in_range(1, MAX_ITERS), 10,
                   "measured iterations, where vLLM's default is 30"),
     ),
     {
