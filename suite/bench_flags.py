@@ -19,6 +19,10 @@ and its sizing and checks read the point's count and rate, so a flag is taken on
 persistent`` and ``client: cli``) and those readers honour it as the CLI alone would. The benches' flags taken are
 their timing's (the trace size, calls, trials; the layer and its compile); the rest of theirs are the stage's or
 aids for running them by hand.
+
+The reader (`BenchTool`) is the suite's one reader of a tool's own flags: another tool's spelling (``spell``),
+flags of many values and how its parser gathers their copies (`BenchFlag`'s ``many`` and ``gather``) are its
+parameters; :mod:`suite.lm_eval_flags` reads lm-eval's with it.
 """
 
 from __future__ import annotations
@@ -37,14 +41,19 @@ class BenchFlag:
     """One flag a matrix may give a bench tool: the tool's name for it, how the tool's parser converts its value
     (``kind``: what the text must be), why the suite refuses a converted value (None: it takes it), the suite's
     default and what the flag does (the matrix reference's words); ``param``: the job params' field where it is
-    not the flag's own destination (the benches' ``--calls``: ``iters``, the name their records keep)."""
+    not the flag's own destination (the benches' ``--calls``: ``iters``, the name their records keep). ``many``: the flag takes every value up to the
+    next option (argparse's nargs='+'; ``convert`` is given the list); ``gather``: how the parser's action makes
+    one value of every copy's (a list that grows, a mapping merged in order); without it the last copy wins."""
 
     flag: str
-    convert: Callable[[str], Any]
+    convert: Callable[[Any], Any]
     kind: str
     check: Callable[[Any], str | None]
     default: Any
     says: str
+    many: bool = False
+    gather: Callable[[list[Any]], Any] | None = None
+    write: Callable[[Any], str] = lambda value: "inf" if value is None else str(value)
     param: str = ""
 
     @property
@@ -54,18 +63,22 @@ class BenchFlag:
         return self.param or self.flag[2:].replace("-", "_")
 
     def written(self, value: Any) -> str:
-        """A value as the tool's command line writes it (a request rate of None: ``inf``)."""
-        return "inf" if value is None else str(value)
+        """A value as the tool's command line writes it (by default: a request rate of None is ``inf``)."""
+        return self.write(value)
 
-    def convert_text(self, text: str) -> Any:
+    def convert_text(self, given: list[str]) -> Any:
+        """One copy's values converted (its one value; a flag of many values: the list)."""
         try:
-            return self.convert(text)
+            return self.convert(given if self.many else given[0])
         except ValueError:
-            raise ValueError(f"{self.flag} {text!r}: not {self.kind}") from None
+            raise ValueError(f"{self.flag} {' '.join(given)!r}: not {self.kind}") from None
 
-    def read(self, text: str) -> Any:
-        value = self.convert_text(text)
+    def read(self, copies: list[list[str]]) -> Any:
+        """The value the tool's parser keeps of every copy's values (each converted), held to the suite's range."""
+        values = [self.convert_text(given) for given in copies]
+        value = self.gather(values) if self.gather else values[-1]
         if why := self.check(value):
+            text = " ".join(t for given in (copies if self.gather else copies[-1:]) for t in given)
             raise ValueError(f"{self.flag} {text}: {why}")
         return value
 
@@ -73,13 +86,16 @@ class BenchFlag:
 @dataclass(frozen=True)
 class BenchTool:
     """A bench tool's flags as a matrix gives them: those it takes, and those the suite sets itself (flag -> where
-    the value comes from)."""
+    the value comes from). ``spell``: the option a token names, as the tool's parser spells it (vLLM's by
+    default); ``field`` and ``owner``: the matrix field that holds them and whose flags they are, for messages."""
 
     command: str
     flags: tuple[BenchFlag, ...]
     own: Mapping[str, str]
     elsewhere: str = ""  # where other kinds of flags go, for the message of an unknown one
-    owner: str = "vLLM's"  # whose flags they are: "vLLM's own flags of `vllm bench serve`"
+    spell: Callable[[str], str | None] = flag_name
+    field: str = "bench_args"
+    owner: str = "vLLM"
     underscores: bool = True  # the tool's parser reads --num_warmups as --num-warmups (vLLM's); plain argparse not
 
     @property
@@ -87,10 +103,10 @@ class BenchTool:
         return ", ".join(f.flag for f in self.flags)
 
     def read(self, args: Sequence[str]) -> dict[str, Any]:
-        """Every flag's value (its field -> the last copy's value, else its default). Every copy is converted, as
-        the tool's parser converts it; the last is held to the suite's range. Raises ValueError on a flag the tool
-        does not take here (or spells otherwise), a flag without its value, a value no flag owns, a value the tool
-        or the suite refuses."""
+        """Every flag's value (its field -> the last copy's value, or what the flag gathers of every copy; else its
+        default). Every copy is converted, as the tool's parser converts it; the value kept is held to the suite's
+        range. Raises ValueError on a flag the tool does not take here, a flag without its value, a value no flag
+        owns, a value the tool or the suite refuses."""
         if not self.underscores:
             for token in args:
                 if is_option(token) and "_" in token.split("=", 1)[0]:
@@ -99,25 +115,23 @@ class BenchTool:
         used: set[int] = set()
         values: dict[str, Any] = {}
         for flag in self.flags:
-            found = occurrences(args, flag.flag)
+            found = occurrences(args, flag.flag, many=flag.many, spell=self.spell)
             for start, end, given in found:
                 used.update(range(start, end))
-                if len(given) != 1:
+                if not given:
                     raise ValueError(f"{flag.flag} needs a value after it")
-                flag.convert_text(given[0])
-            values[flag.field] = flag.read(found[-1][2][0]) if found else flag.default
+            values[flag.field] = flag.read([given for _, _, given in found]) if found else flag.default
         for k, token in enumerate(args):
             if k in used:
                 continue
             if not is_option(token):
-                raise ValueError(f"{token!r} follows no flag (bench_args are [--flag, value, ...] of "
+                raise ValueError(f"{token!r} follows no flag ({self.field} are [--flag, value, ...] of "
                                  f"{self.names})")
-            name = flag_name(token) or token
+            name = self.spell(token) or token
             if name in self.own:
                 raise ValueError(f"{name} is set by the suite: {self.own[name]}")
-            raise ValueError(f"{name}: bench_args take {self.names} here ({self.owner} own flags of "
-                             f"`{self.command}`)"
-                             + (f"; {self.elsewhere}" if self.elsewhere else ""))
+            raise ValueError(f"{name}: {self.field} take {self.names} here ({self.owner}'s own flags of "
+                             f"`{self.command}`)" + (f"; {self.elsewhere}" if self.elsewhere else ""))
         return values
 
     def describe(self) -> str:
@@ -125,7 +139,7 @@ class BenchTool:
         return "; ".join(f"{f.flag} ({f.says}; default {f.written(f.default)})" for f in self.flags)
 
 
-def _count(low: int, high: int | None = None) -> Callable[[int], str | None]:
+def in_range(low: int, high: int | None = None) -> Callable[[int], str | None]:
     """An int from low to high (None: no upper limit)."""
     def check(value: int) -> str | None:
         if value < low:
@@ -168,7 +182,7 @@ SERVE = BenchTool(
                   "spread of the random lengths around isl / osl, below 1; 0: exact"),
         BenchFlag("--request-rate", _rate, "a number (or inf)", _positive_rate, None,
                   "requests per second; inf: every request at once"),
-        BenchFlag("--num-warmups", int, "an integer", _count(0, MAX_PROMPTS), 1,
+        BenchFlag("--num-warmups", int, "an integer", in_range(0, MAX_PROMPTS), 1,
                   "vLLM's own warm-up requests before each point, where vLLM's default is 0"),
         BenchFlag("--seed", int, "an integer", _any, 0,
                   "the prompts' seed: every arm and round gets the same requests"),
@@ -199,9 +213,9 @@ SERVE = BenchTool(
 LATENCY = BenchTool(
     "vllm bench latency",
     (
-        BenchFlag("--num-iters-warmup", int, "an integer", _count(0, MAX_ITERS), 3,
+        BenchFlag("--num-iters-warmup", int, "an integer", in_range(0, MAX_ITERS), 3,
                   "unmeasured iterations first, where vLLM's default is 10"),
-        BenchFlag("--num-iters", int, "an integer", _count(1, MAX_ITERS), 10,
+        BenchFlag("--num-iters", int, "an integer", in_range(1, MAX_ITERS), 10,
                   "measured iterations, where vLLM's default is 30"),
     ),
     {
@@ -230,11 +244,11 @@ _BENCH_SETS = {
 KERNEL = BenchTool(
     "python -m suite.stages.kernel.bench",
     (
-        BenchFlag("--trace-m", int, "an integer", _count(1, MAX_KERNEL_M), 2048,
+        BenchFlag("--trace-m", int, "an integer", in_range(1, MAX_KERNEL_M), 2048,
                   "M of the first, frozen torch.compile trace"),
-        BenchFlag("--calls", int, "an integer", _count(1, MAX_ITERS), 50,
+        BenchFlag("--calls", int, "an integer", in_range(1, MAX_ITERS), 50,
                   "gate calls per timed sample, one CUDA graph", param="iters"),
-        BenchFlag("--trials", int, "an integer", _count(1, MAX_ITERS), 31,
+        BenchFlag("--trials", int, "an integer", in_range(1, MAX_ITERS), 31,
                   "timed samples per M, their median the row's value, where the bench's own default is 101"),
     ),
     {
@@ -244,20 +258,20 @@ KERNEL = BenchTool(
         "--experts": "the gate's shape comes from the arm's model's config",
         "--m": "from kernel.m (a row per value)",
     },
-    owner="the kernel bench's",
+    owner="the kernel bench",
     underscores=False,
 )
 
 LAYER = BenchTool(
     "python -m suite.stages.layer.bench",
     (
-        BenchFlag("--trace-m", int, "an integer", _count(1, MAX_KERNEL_M), 2048,
+        BenchFlag("--trace-m", int, "an integer", in_range(1, MAX_KERNEL_M), 2048,
                   "T of the first, frozen torch.compile trace"),
-        BenchFlag("--layer-index", int, "an integer", _count(0), 0,
+        BenchFlag("--layer-index", int, "an integer", in_range(0), 0,
                   "which decoder layer of the model is built, from its config"),
-        BenchFlag("--calls", int, "an integer", _count(1, MAX_ITERS), 20,
+        BenchFlag("--calls", int, "an integer", in_range(1, MAX_ITERS), 20,
                   "layer calls per timed sample, one CUDA graph", param="iters"),
-        BenchFlag("--trials", int, "an integer", _count(1, MAX_ITERS), 51,
+        BenchFlag("--trials", int, "an integer", in_range(1, MAX_ITERS), 51,
                   "timed samples per T, their median the row's value"),
         BenchFlag("--compile", _choice("vllm", "inductor"), "vllm or inductor", _any, "vllm",
                   "vllm: the layer compiled by vLLM's own support_torch_compile in the engine's config, as the "
@@ -270,7 +284,7 @@ LAYER = BenchTool(
         "--load-format": "from serve_args (--load-format), as the server loads the model",
         "--hf-overrides": "the arm's model's, from serve_args or its generator, as the server gets them",
     },
-    owner="the layer bench's",
+    owner="the layer bench",
     underscores=False,
 )
 

@@ -28,6 +28,7 @@ from suite.bench_flags import (
     layer_flags,
     serve_flags,
 )
+from suite.lm_eval_flags import LM_EVAL, LmEvalFlags, lm_eval_flags
 from suite.matrix_blocks import (
     MAX_BATCH,
     MAX_CONCURRENCY,
@@ -190,13 +191,17 @@ class LatencyPoint(Strict):
 
 
 class AccuracySpec(Strict):
-    task: str = Field("gsm8k", description="the lm-eval task")
-    num_fewshot: int = Field(5, ge=0, le=1_000, description="few-shot examples per question")
-    limit: int | None = Field(None, gt=0, le=MAX_PROMPTS, description="None = the whole test set (1,319 for GSM8K)")
-    endpoint: Literal["completions", "chat"] = Field("completions", description="completions or chat-completions")
-    max_gen_toks: int = Field(256, gt=0, le=MAX_TOKENS, description="tokens generated per answer at most")
-    concurrency: int = Field(8, gt=0, le=MAX_CONCURRENCY, description="questions in flight")
-    seed: int = Field(1234, description="lm-eval's seed")
+    """lm-eval's task against each arm's live server (lm-eval's own flags in lm_eval_args), and greedy equivalence.
+
+    The suite's own part: the data set lm-eval reads, the gates and the greedy-equivalence prompts. The job's
+    resolved params are `suite.stages.accuracy.spec.AccuracyParams`."""
+
+    lm_eval_args: list[str] = Field([], description=(
+        "`lm-eval run` flags, as on its command line and spelt as lm-eval spells them, e.g. [--num_fewshot, \"8\", "
+        "--model_args, \"num_concurrent=16\"] (short names too: -t, -f, -L, -M, -a; the last copy wins, --model_args "
+        "and --gen_kwargs merge their keys, as in lm-eval): " + LM_EVAL.describe() + ". No other: the flags and "
+        "model_args keys the suite sets (--output_path, --log_samples, base_url, tokenizer, ...) are refused, with "
+        "where they come from"))
     dataset: str = Field(
         "openai/gsm8k",
         description="hub id, a directory with train.jsonl and test.jsonl, or 'synthetic' (GSM8K-format problems "
@@ -206,6 +211,17 @@ class AccuracySpec(Strict):
     max_drop: float | None = Field(None, ge=0, le=1, description="gate: largest allowed drop vs baseline")
     equivalence_prompts: int = Field(16, ge=0, le=MAX_PROMPTS, description="greedy-equivalence prompts (0 = off)")
     equivalence_max_tokens: int = Field(64, gt=0, le=MAX_TOKENS, description="tokens each greedy-equivalence prompt generates")
+
+    @field_validator("lm_eval_args")
+    @classmethod
+    def _lm_eval_args(cls, value: list[str]) -> list[str]:
+        lm_eval_flags(value)
+        return value
+
+    @property
+    def flags(self) -> LmEvalFlags:
+        """What lm_eval_args say, or the defaults."""
+        return lm_eval_flags(self.lm_eval_args)
 
 
 class KernelSpec(Strict):

@@ -10,14 +10,18 @@ concurrency: its ``point``), from the block that held them.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from suite.bench_flags import KERNEL, LATENCY, LAYER, SERVE, BenchFlag, BenchTool
+from suite.lm_eval_flags import OLD_FIELDS
 from suite.matrix_jobs import DEFAULT_PROFILE_POINT, PROFILE_SEED, PointLabel
 from suite.sbatch import DEFAULT_TIME
 from suite.served_model import MODEL_FLAGS
+
+YAML_WORDS = {"true", "false", "yes", "no", "on", "off", "null", "y", "n"}  # plain words YAML reads as no text
 
 
 @dataclass(frozen=True)
@@ -52,9 +56,26 @@ def _model_flag(flag: str) -> Callable[[Any], str]:
 
 def _bench_flag(tool: BenchTool, flag: BenchFlag, where: str) -> Callable[[Any], str]:
     def says(value: Any) -> str:
-        return (f"retired: give {tool.owner} own flag in {where}: "
+        return (f"retired: give {tool.owner}'s own flag in {where}: "
                 f"[{flag.flag}, {json.dumps(flag.written(value))}]")
     return says
+
+
+def _lm_eval_flag(field: str) -> Callable[[Any], str]:
+    def says(value: Any) -> str:
+        if field == "limit" and value is None:
+            return ("retired: lm-eval's own flags go in accuracy.lm_eval_args, and without a --limit the whole test "
+                    "set is asked: delete it")
+        flags = ", ".join(map(_yaml_word, OLD_FIELDS[field](value)))
+        return f"retired: give lm-eval's own flag in accuracy.lm_eval_args: [{flags}]"
+    return says
+
+
+def _yaml_word(text: str) -> str:
+    """A flag or value as a YAML list writes it: a plain word bare, anything YAML might read as other than that
+    text (a number, true, a key=value pair) quoted."""
+    plain = re.fullmatch(r"-{0,2}[A-Za-z][A-Za-z0-9_.-]*", text) and text.lower() not in YAML_WORDS
+    return text if plain else json.dumps(text)
 
 
 def _quoted(value: Any) -> str:
@@ -211,6 +232,8 @@ RETIRED: tuple[Retired, ...] = (
       for flag in LATENCY.flags),
     *(Retired((block, flag.field), _bench_flag(tool, flag, f"{block}.bench_args"))
       for block, tool in (("kernel", KERNEL), ("layer", LAYER)) for flag in tool.flags),
+    # the accuracy block's copies of lm-eval's settings: its own flags, given in lm_eval_args
+    *(Retired(("accuracy", field), _lm_eval_flag(field)) for field in OLD_FIELDS),
 )
 
 

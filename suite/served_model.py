@@ -56,17 +56,20 @@ def is_option(token: str) -> bool:
     return token.startswith("-") and not NEGATIVE_NUMBER.match(token)
 
 
-def occurrences(args: Sequence[str], flag: str) -> list[tuple[int, int, list[str]]]:
+def occurrences(args: Sequence[str], flag: str, *, many: bool | None = None,
+                spell: Callable[[str], str | None] = flag_name) -> list[tuple[int, int, list[str]]]:
     """Every place ``flag`` stands in args: (its index, the index after its values, its values). ``--flag=v`` holds
-    one value; ``--flag v`` the next token, and ``--served-model-name`` (vLLM: nargs='+') every token up to the
-    next option. A flag with no value after it has an empty list."""
-    many = flag == SERVED
+    one value; ``--flag v`` the next token, and a flag of many values (``many``, argparse's nargs='+'; by default
+    only ``--served-model-name``, as vLLM has it) every token up to the next option. A flag with no value after it
+    has an empty list. ``spell``: the option a token names, as the tool's parser spells it (default vLLM's,
+    :func:`flag_name`)."""
+    many = flag == SERVED if many is None else many
     out = []
     i = 0
     while i < len(args):
         token = args[i]
         start, i = i, i + 1
-        if flag_name(token) != flag:
+        if spell(token) != flag:
             continue
         if "=" in token:
             out.append((start, i, [token.split("=", 1)[1]]))

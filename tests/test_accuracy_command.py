@@ -15,9 +15,9 @@ import yaml
 
 from suite.errors import SuiteError
 from suite.fixtures.gsm8k import write_synthetic_gsm8k
-from suite.matrix_jobs import AccuracySpec
 from suite.stages.accuracy.equivalence import equivalence_prompts, prompt_set_sha256, run_equivalence
 from suite.stages.accuracy.run import lm_eval_command, lm_eval_task_yaml, run_accuracy, write_local_task
+from suite.stages.accuracy.spec import AccuracyParams
 
 
 def _flag(cmd: list[str], name: str) -> str:
@@ -35,7 +35,7 @@ def _closed_port() -> int:
 
 
 def test_completions_command_local_dataset(tmp_path: Path) -> None:
-    spec = AccuracySpec(
+    spec = AccuracyParams(
         dataset=str(tmp_path), limit=20, max_gen_toks=32, concurrency=4, seed=7, num_fewshot=3
     )
     cmd = lm_eval_command(
@@ -65,7 +65,7 @@ def test_completions_command_local_dataset(tmp_path: Path) -> None:
 
 
 def test_chat_command_hub_dataset(tmp_path: Path) -> None:
-    spec = AccuracySpec(endpoint="chat")  # hub dataset, no limit
+    spec = AccuracyParams(endpoint="chat")  # hub dataset, no limit
     cmd = lm_eval_command(
         base_url="http://h:1",
         served_name="m",
@@ -92,7 +92,7 @@ def test_chat_command_hub_dataset(tmp_path: Path) -> None:
 
 def test_local_task_includes_lm_eval_gsm8k(tmp_path: Path) -> None:
     data = write_synthetic_gsm8k(tmp_path / "data", n_test=5, n_train=5)
-    name = write_local_task(AccuracySpec(dataset=str(data)), tmp_path / "task")
+    name = write_local_task(AccuracyParams(dataset=str(data)), tmp_path / "task")
     conf = yaml.safe_load((tmp_path / "task" / f"{name}.yaml").read_text())
     assert name == "suite_local_gsm8k" and conf["task"] == name
     assert Path(conf["include"]) == lm_eval_task_yaml("gsm8k") and Path(conf["include"]).is_file()
@@ -102,7 +102,7 @@ def test_local_task_includes_lm_eval_gsm8k(tmp_path: Path) -> None:
         "test": str((data / "test.jsonl").resolve()),
     }
     with pytest.raises(SuiteError, match="missing"):
-        write_local_task(AccuracySpec(dataset=str(tmp_path / "task")), tmp_path / "t2")
+        write_local_task(AccuracyParams(dataset=str(tmp_path / "task")), tmp_path / "t2")
 
 
 def test_the_runtime_maps_lm_evals_interpreter_for_the_task_search_and_the_run(tmp_path: Path) -> None:
@@ -122,7 +122,7 @@ def test_the_runtime_maps_lm_evals_interpreter_for_the_task_search_and_the_run(t
     data = write_synthetic_gsm8k(tmp_path / "data", n_test=5, n_train=5)
     with pytest.raises(SuiteError, match="lm-eval"):  # no server: lm-eval fails, after starting as mapped
         run_accuracy(base_url=f"http://127.0.0.1:{_closed_port()}", served_name="m", tokenizer="t",
-                     spec=AccuracySpec(dataset=str(data), limit=1), out_dir=tmp_path / "o",
+                     spec=AccuracyParams(dataset=str(data), limit=1), out_dir=tmp_path / "o",
                      log_path=tmp_path / "l.log", timeout_s=1.5, argv=argv)  # fmt: skip
     # the search above, the run's own search for its local task, lm-eval itself
     assert [cmd[0] for cmd in seen] == [LM_EVAL_PYTHON] * 3
@@ -131,7 +131,7 @@ def test_the_runtime_maps_lm_evals_interpreter_for_the_task_search_and_the_run(t
 
 
 def test_unknown_dataset_is_an_error(tmp_path: Path) -> None:
-    spec = AccuracySpec(dataset="someone/else")
+    spec = AccuracyParams(dataset="someone/else")
     with pytest.raises(SuiteError, match="neither an existing local directory"):
         run_accuracy(base_url="http://127.0.0.1:1", served_name="m", tokenizer="t", spec=spec,
                      out_dir=tmp_path / "o", log_path=tmp_path / "l.log")  # fmt: skip
@@ -139,7 +139,7 @@ def test_unknown_dataset_is_an_error(tmp_path: Path) -> None:
 
 def test_timeout_kills_lm_eval_and_reports_the_command(tmp_path: Path) -> None:
     data = write_synthetic_gsm8k(tmp_path / "data", n_test=5, n_train=5)
-    spec = AccuracySpec(dataset=str(data), limit=2)
+    spec = AccuracyParams(dataset=str(data), limit=2)
     with pytest.raises(SuiteError) as err:
         run_accuracy(base_url=f"http://127.0.0.1:{_closed_port()}", served_name="m", tokenizer="t", spec=spec,
                      out_dir=tmp_path / "o", log_path=tmp_path / "l.log", timeout_s=1.5)  # fmt: skip
@@ -176,7 +176,7 @@ def test_equivalence_unreachable_server_is_an_error(tmp_path: Path) -> None:
 
 def test_a_server_that_trusts_remote_code_has_clients_that_do(tmp_path: Path) -> None:
     """`--trust-remote-code` in the serve args: lm-eval loads the tokenizer with trust_remote_code=True."""
-    spec = AccuracySpec(dataset=str(tmp_path))
+    spec = AccuracyParams(dataset=str(tmp_path))
     cmd = lm_eval_command(base_url="http://h:1", served_name="m", tokenizer="org/tok", spec=spec,
                           out_dir=tmp_path / "out", include_dir=None, trust_remote_code=True)
     assert _model_args(cmd)["trust_remote_code"] == "True"

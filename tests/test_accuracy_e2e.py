@@ -33,10 +33,10 @@ import pytest
 from scipy.special import ndtr
 
 from suite.fixtures.gsm8k import write_synthetic_gsm8k
-from suite.matrix_jobs import AccuracySpec
 from suite.stages.accuracy.equivalence import run_equivalence
 from suite.stages.accuracy.read import summarize_accuracy, summarize_equivalence
 from suite.stages.accuracy.run import SIDECAR, run_accuracy
+from suite.stages.accuracy.spec import AccuracyParams
 from suite.stages.accuracy.summary import render_accuracy_md
 
 pytestmark = pytest.mark.e2e
@@ -191,7 +191,7 @@ def arms(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> SimpleNa
     root = tmp_path_factory.mktemp("accuracy-e2e")
     data = write_synthetic_gsm8k(root / "gsm8k-synthetic", n_test=N_QUESTIONS + 10, n_train=10, seed=0)
     perturbed = _perturbed_copy(tiny_model, root / "tiny-moe-perturbed")
-    spec = AccuracySpec(
+    spec = AccuracyParams(
         dataset=str(data), limit=N_QUESTIONS, max_gen_toks=MAX_GEN_TOKS, concurrency=8, num_fewshot=5,
         min_accuracy=0.0, max_drop=0.05,
     )  # fmt: skip

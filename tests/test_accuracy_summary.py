@@ -10,13 +10,13 @@ import pytest
 from scipy.special import ndtr
 
 from suite.errors import SuiteError
-from suite.matrix_jobs import AccuracySpec
 from suite.stages.accuracy.read import (
     first_divergence,
     mean_stderr,
     summarize_accuracy,
     summarize_equivalence,
 )
+from suite.stages.accuracy.spec import AccuracyParams
 from suite.stages.accuracy.summary import render_accuracy_md, section
 
 STAMP = "2026-11-29T10-00-00.000000"
@@ -93,7 +93,7 @@ def test_stderr_matches_lm_eval_formula() -> None:
 
 
 def test_paired_numbers(pair: tuple[Path, Path]) -> None:
-    s = summarize_accuracy(*pair, AccuracySpec(min_accuracy=0.45, max_drop=0.1))
+    s = summarize_accuracy(*pair, AccuracyParams(min_accuracy=0.45, max_drop=0.1))
     flex = s.by_filter("flexible-extract")
     assert (flex.n_paired, flex.both_correct, flex.both_wrong, flex.lost, flex.gained) == (20, 8, 6, 4, 2)
     assert flex.lost_doc_ids == (8, 9, 10, 11) and flex.gained_doc_ids == (12, 13)
@@ -138,7 +138,7 @@ WORSE_200 = [1] * 60 + [0] * 140  # 30 %: lost 60, gained 0
 )
 def test_gates_judge_intervals(tmp_path: Path, cand, min_accuracy, max_drop, verdict: str, outcomes) -> None:
     s = summarize_accuracy(write_arm(tmp_path / "b", BASE_200), write_arm(tmp_path / "c", cand),
-                           AccuracySpec(min_accuracy=min_accuracy, max_drop=max_drop))
+                           AccuracyParams(min_accuracy=min_accuracy, max_drop=max_drop))
     assert s.verdict == verdict
     assert {g.name: g.status for g in s.gates} == outcomes
     assert all(g.reason for g in s.gates)
@@ -147,7 +147,7 @@ def test_gates_judge_intervals(tmp_path: Path, cand, min_accuracy, max_drop, ver
 def test_no_arm_right_is_uninformative(tmp_path: Path) -> None:
     """0 % everywhere must not read as "+0.0 pp, p = 1" (accuracy unchanged)."""
     s = summarize_accuracy(write_arm(tmp_path / "b", [0] * 20), write_arm(tmp_path / "c", [0] * 20),
-                           AccuracySpec(max_drop=0.01))
+                           AccuracyParams(max_drop=0.01))
     flex = s.by_filter("flexible-extract")
     assert flex.uninformative and s.verdict == "UNINFORMATIVE"
     md = render_accuracy_md(s)
@@ -172,7 +172,7 @@ def test_changed_responses_show_a_changed_model_even_when_no_arm_scores(tmp_path
 
 def test_gain_never_fails_max_drop(tmp_path: Path) -> None:
     s = summarize_accuracy(
-        write_arm(tmp_path / "b", CAND_FLEX), write_arm(tmp_path / "c", BASE_FLEX), AccuracySpec(max_drop=0.0)
+        write_arm(tmp_path / "b", CAND_FLEX), write_arm(tmp_path / "c", BASE_FLEX), AccuracyParams(max_drop=0.0)
     )
     assert s.verdict != "FAIL" and s.by_filter("flexible-extract").delta == pytest.approx(0.1)
 
@@ -286,7 +286,7 @@ Accuracy ± standard error, recomputed from lm-eval's per-question samples; pair
 
 
 def test_render_golden(pair: tuple[Path, Path], tmp_path: Path) -> None:
-    s = summarize_accuracy(*pair, AccuracySpec(min_accuracy=0.45, max_drop=0.05))
+    s = summarize_accuracy(*pair, AccuracyParams(min_accuracy=0.45, max_drop=0.05))
     base = write_eq(tmp_path / "a.json", [[1, 2, 3, 4], [1, 2, 3, 4], [7, 7], [1, 2, 3, 4], [9]])
     cand = write_eq(tmp_path / "b.json", [[1, 2, 3, 4], [1, 2, 0, 4], [7, 7, 7], [0, 2, 3, 4], [9]])
     assert render_accuracy_md(s, summarize_equivalence(base, cand)) == GOLDEN
@@ -304,7 +304,7 @@ def test_report_section_from_run_records(tmp_path: Path) -> None:
     store = RunStore(tmp_path)
     store.write_manifest(Manifest.model_validate({"schema_version": SCHEMA_VERSION,
                           "plan": {"arms": ["baseline", "patched"], "baseline": "baseline"}}))
-    params = AccuracySpec(max_drop=0.2).model_dump(mode="json")
+    params = AccuracyParams(max_drop=0.2).model_dump(mode="json")
     jobs = {(arm, kind): Job(kind=kind, arm=arm, session=0, point=point, params=params, hash="h")
             for arm in ("baseline", "patched") for kind, point in (("accuracy", "gsm8k"), ("equivalence", "greedy"))}
     write_arm(store.result_path(jobs[("baseline", "accuracy")]), BASE_FLEX)

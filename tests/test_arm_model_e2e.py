@@ -30,8 +30,8 @@ arms:
     serve_args: [--served-model-name, tiny-moe-copy]
 serve:
   - {{isl: 32, osl: 8, concurrency: [1], num_prompts: 2}}
-accuracy: {{task: gsm8k, dataset: synthetic, limit: 6, num_fewshot: 1, max_gen_toks: 16, concurrency: 2,
-           equivalence_prompts: 4, equivalence_max_tokens: 16}}
+accuracy: {{dataset: synthetic, lm_eval_args: [--tasks, gsm8k, --limit, "6", --num_fewshot, "1", --gen_kwargs,
+           "max_gen_toks=16", --model_args, "num_concurrent=2"], equivalence_prompts: 4, equivalence_max_tokens: 16}}
 """
 
 

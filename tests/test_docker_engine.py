@@ -488,7 +488,7 @@ arms:
   again: {{vllm: "0.32.0", image: "{image}"}}
 serve:
   - {{isl: 128, osl: 32, concurrency: [1]}}
-accuracy: {{task: gsm8k, limit: 4}}
+accuracy: {{lm_eval_args: [--tasks, gsm8k, --limit, "4"]}}
 """
 
 

@@ -82,8 +82,8 @@ def test_dummy_and_generate_are_accepted_and_resolved(tmp_path):
     (text(generate="gemma5"), "generate:", "unknown generator 'gemma5'"),
     (text(serve_args=", --hf-overrides, '{}'"), "serve_args:", "--hf-overrides is set by the generator"),
     (text(arm=", serve_args: [--hf_overrides.x, '1']"), "patched:", "arms.patched.serve_args: --hf-overrides is set"),
-    (text(tail="accuracy: {task: gsm8k, limit: 8}\n"), "accuracy:", "random weights"),
-    (text(generate=None, id="org/model", tail="accuracy: {limit: 8}\n"), "accuracy:", "random weights"),
+    (text(tail="accuracy: {lm_eval_args: [--tasks, gsm8k, --limit, \"8\"]}\n"), "accuracy:", "random weights"),
+    (text(generate=None, id="org/model", tail="accuracy: {lm_eval_args: [--limit, \"8\"]}\n"), "accuracy:", "random weights"),
 ])
 def test_refusals_name_the_file_and_line(tmp_path, body, needle, msg):
     path = write(tmp_path, body)
@@ -94,7 +94,7 @@ def test_refusals_name_the_file_and_line(tmp_path, body, needle, msg):
 
 def test_real_weights_with_accuracy_and_own_hf_overrides_stay_allowed(tmp_path):
     body = text(id="org/model", load_format=None, generate=None, serve_args=", --hf-overrides, '{}'",
-                tail="accuracy: {limit: 8}\n")
+                tail="accuracy: {lm_eval_args: [--limit, \"8\"]}\n")
     assert load_matrix(write(tmp_path, body)).accuracy is not None
 
 

@@ -43,8 +43,8 @@ serve:
   - {{isl: 32, osl: 8, concurrency: [2], num_prompts: 4, bench_args: [--num-warmups, "1", --seed, "0"]}}
 latency:
   - {{input_len: 16, output_len: 4, batch_size: [1], bench_args: [--num-iters-warmup, "1", --num-iters, "2"]}}
-accuracy: {{task: gsm8k, dataset: synthetic, limit: 4, num_fewshot: 1, max_gen_toks: 16, concurrency: 2,
-           equivalence_prompts: 0}}
+accuracy: {{dataset: synthetic, lm_eval_args: [--tasks, gsm8k, --limit, "4", --num_fewshot, "1", --gen_kwargs,
+           "max_gen_toks=16", --model_args, "num_concurrent=2"], equivalence_prompts: 0}}
 repeats: 1
 """
 

@@ -124,7 +124,8 @@ def test_validate_and_dry_run_refuse_bad_matrices(tmp_path):
     ("serve:", "repeats: 1001\nserve:", 8, "repeats", "1,000"),
     ("serve:", "latency:\n  - {input_len: 8, output_len: 8, batch_size: [1, 100000]}\nserve:", 9,
      "latency[0].batch_size[1]", "65,536"),
-    ("serve:", "accuracy: {concurrency: 70000}\nserve:", 8, "accuracy.concurrency", "65,536"),
+    ("serve:", 'accuracy: {lm_eval_args: [--model_args, "num_concurrent=70000"]}\nserve:', 8, "accuracy.lm_eval_args",
+     "65,536"),
 ])
 def test_absurd_sizes_are_refused_at_their_line(old, new, line, where, limit):
     with pytest.raises(MatrixError) as exc:

@@ -61,7 +61,7 @@ def test_abba_orders_are_fresh_permutations_per_round_from_the_order_seed():
 
 def test_a_correctness_only_arm_runs_once_first_and_the_serving_arms_in_random_order():
     matrix = BASE.replace("  B: {", "  W: {vllm: \"0.32.0\", patches: [y], serving: false}\n  C: {vllm: \"0.32.0\"}\n  B: {")
-    plan = build_plan(parse_matrix(matrix + "order: abba\nrepeats: 4\naccuracy: {limit: 10}\n"))
+    plan = build_plan(parse_matrix(matrix + "order: abba\nrepeats: 4\naccuracy: {lm_eval_args: [--limit, \"10\"]}\n"))
     assert (plan.sessions[0].arm, len([s for s in plan.sessions if s.arm == "W"])) == ("W", 1)
     rounds = [[s.arm for s in plan.sessions[1:] if s.jobs[0].repeat == r] for r in range(4)]
     assert all(sorted(order) == ["A", "B", "C"] for order in rounds)
@@ -105,7 +105,7 @@ def test_job_hash_is_stable_and_follows_the_arm():
 
 
 def test_accuracy_jobs_follow_serving_in_the_first_session():
-    plan = plan_of("repeats: 2\norder: abba\naccuracy: {limit: 10}\n")
+    plan = plan_of("repeats: 2\norder: abba\naccuracy: {lm_eval_args: [--limit, \"10\"]}\n")
     kinds = [j.kind for j in plan.sessions[0].jobs]
     assert kinds == ["serve", "serve", "equivalence", "accuracy"]
     assert all(j.kind == "serve" for j in plan.sessions[2].jobs)

@@ -485,7 +485,7 @@ def test_the_declared_test_and_the_look_a_sequential_run_stopped_at(tmp_path):
 
 CORRECTNESS_ONLY = MATRIX.replace('  patched: {vllm: "0.32.0"}\n', '''  patched: {vllm: "0.32.0"}
   wrong: {vllm: "0.32.0", serving: false}
-''') + "accuracy: {task: gsm8k, dataset: synthetic, limit: 4, equivalence_prompts: 3}\n"
+''') + "accuracy: {dataset: synthetic, lm_eval_args: [--tasks, gsm8k, --limit, \"4\"], equivalence_prompts: 3}\n"
 
 
 def test_a_correctness_only_arm_reads_output_changed_and_has_no_serving_rows(tmp_path):
@@ -674,7 +674,7 @@ def test_a_correctness_only_arms_server_start_is_paid_once_not_a_round(tmp_path)
     from suite.run_facts import one_time_seconds
 
     matrix = MATRIX.replace("  patched:", "  wrong: {vllm: \"0.32.0\", serving: false}\n  patched:") + \
-        "accuracy: {limit: 4}\n"
+        "accuracy: {lm_eval_args: [--limit, \"4\"]}\n"
     root = make_run(tmp_path, scaled([100] * 3, [110] * 3), matrix_text=matrix)
     store = RunStore.open(root)
     run = load_run(root)

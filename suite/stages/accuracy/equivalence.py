@@ -20,8 +20,8 @@ from pathlib import Path
 
 from suite.errors import SuiteError
 from suite.fixtures.gsm8k import synthetic_problems
-from suite.matrix_jobs import AccuracySpec
 from suite.records import JobNotes
+from suite.stages.accuracy.spec import AccuracyParams
 from suite.stages.base import JobEnv
 from suite.store import atomic_write_json
 
@@ -144,7 +144,7 @@ def run_equivalence(
 def execute(env: JobEnv) -> JobNotes:
     """Greedy completions of a fixed prompt set from the session's server (compared across arms)."""
     assert env.server is not None
-    spec = AccuracySpec.model_validate(env.job.params)
+    spec = AccuracyParams.model_validate(env.job.params)
     run_equivalence(base_url=env.server.base_url, served_name=env.model.served_name, n_prompts=spec.equivalence_prompts,
                     max_tokens=spec.equivalence_max_tokens, out_path=env.result, seed=spec.seed)
     return JobNotes()

@@ -31,9 +31,9 @@ from suite.accuracy_stats import (
     paired_accuracy,
 )
 from suite.errors import SuiteError
-from suite.matrix_jobs import AccuracySpec
 from suite.plan import Job
 from suite.records import JobRecord
+from suite.stages.accuracy.spec import AccuracyParams
 from suite.store import RunStore
 
 FILTERS = ("strict-match", "flexible-extract")
@@ -327,7 +327,7 @@ def summarize_accuracy(
 ) -> AccuracyComparison:
     """Pair two arms' lm-eval samples on (doc_id, filter) and compute the paired numbers and gates.
 
-    ``spec`` is the matrix's ``AccuracySpec`` (only ``min_accuracy`` and ``max_drop`` are read; ``None`` =
+    ``spec`` is the job's ``AccuracyParams`` (only ``min_accuracy`` and ``max_drop`` are read; ``None`` =
     no gates). Raises ``SuiteError`` when the arms did not evaluate the same questions with the same prompts.
     """
     base_dir, cand_dir = Path(base_dir), Path(cand_dir)
@@ -493,7 +493,7 @@ def compare_arms(store: RunStore, records: Sequence[JobRecord], base: str, cand:
         try:
             if kind == "accuracy":
                 params = b[2].params
-                assert isinstance(params, AccuracySpec), b[2].kind
+                assert isinstance(params, AccuracyParams), b[2].kind
                 gates = _Gates(params.min_accuracy, params.max_drop)
                 acc = summarize_accuracy(b[0], c[0], gates, base_label=base, cand_label=cand)
             else:

@@ -25,9 +25,10 @@ from pathlib import Path
 
 from suite.errors import SuiteError
 from suite.fixtures.gsm8k import is_synthetic_dataset, write_synthetic_gsm8k
-from suite.matrix_jobs import AccuracySpec
+from suite.lm_eval_flags import MODEL_OF
 from suite.proc import LM_EVAL_PYTHON, ask, failure, run_tool
 from suite.records import JobNotes
+from suite.stages.accuracy.spec import AccuracyParams
 from suite.stages.base import JobEnv
 from suite.store import atomic_write_json
 
@@ -96,7 +97,7 @@ def lm_eval_task_yaml(task: str) -> Path:
     raise SuiteError(f"lm-eval has no task {task!r} under {tasks_root}")
 
 
-def write_local_task(spec: AccuracySpec, include_dir: Path, task_yaml: str | None = None) -> str:
+def write_local_task(spec: AccuracyParams, include_dir: Path, task_yaml: str | None = None) -> str:
     """Write a task YAML reading ``spec.dataset``'s local JSON files; returns the task name. ``task_yaml``:
     lm-eval's own YAML of the task as lm-eval's interpreter sees it (default: this interpreter's lm-eval)."""
     data = Path(spec.dataset).resolve()
@@ -130,7 +131,7 @@ def _endpoint_url(base_url: str, endpoint: str) -> str:
     return f"{root}/v1/chat/completions" if endpoint == "chat" else f"{root}/v1/completions"
 
 
-def _model_args(base_url: str, served_name: str, tokenizer: str, spec: AccuracySpec,
+def _model_args(base_url: str, served_name: str, tokenizer: str, spec: AccuracyParams,
                 trust_remote_code: bool = False) -> str:
     for label, value in (("served name", served_name), ("tokenizer", tokenizer), ("base_url", base_url)):
         if "," in value:
@@ -156,7 +157,7 @@ def lm_eval_command(
     base_url: str,
     served_name: str,
     tokenizer: str,
-    spec: AccuracySpec,
+    spec: AccuracyParams,
     out_dir: Path,
     include_dir: Path | None,
     trust_remote_code: bool = False,
@@ -169,7 +170,7 @@ def lm_eval_command(
     task = local_task_name(spec.task) if include_dir is not None else spec.task
     cmd = [
         sys.executable, "-m", "lm_eval", "run",
-        "--model", "local-chat-completions" if spec.endpoint == "chat" else "local-completions",
+        "--model", MODEL_OF[spec.endpoint],
         "--model_args", _model_args(base_url, served_name, tokenizer, spec, trust_remote_code),
         "--tasks", task,
         "--num_fewshot", str(spec.num_fewshot),
@@ -196,7 +197,7 @@ def run_accuracy(
     base_url: str,
     served_name: str,
     tokenizer: str,
-    spec: AccuracySpec,
+    spec: AccuracyParams,
     out_dir: Path,
     log_path: Path,
     env: dict | None = None,
@@ -278,7 +279,7 @@ def run_accuracy(
     return out_dir
 
 
-def resolve_spec(spec: AccuracySpec, run_root: Path) -> AccuracySpec:
+def resolve_spec(spec: AccuracyParams, run_root: Path) -> AccuracyParams:
     """`dataset: synthetic` becomes a GSM8K-format set generated once per run under ``run_root/data``."""
     if spec.dataset != "synthetic":
         return spec
@@ -292,7 +293,7 @@ def execute(env: JobEnv) -> JobNotes:
     """lm-eval against the session's server; raw outputs kept in the job's result directory."""
     assert env.server is not None
     run_accuracy(base_url=env.server.base_url, served_name=env.model.served_name, tokenizer=env.tokenizer,
-                 spec=resolve_spec(AccuracySpec.model_validate(env.job.params), env.run_root), out_dir=env.result,
+                 spec=resolve_spec(AccuracyParams.model_validate(env.job.params), env.run_root), out_dir=env.result,
                  log_path=env.log, env=env.client_env, cpus=env.client_cpus, argv=env.client_argv,
                  trust_remote_code=env.trust_remote_code)
     return JobNotes()
