@@ -29,8 +29,14 @@ def test_minimal_matrix_defaults_and_patch_refs():
     assert m.runtime.kind == "local"
 
 
-@pytest.mark.parametrize("path", sorted((REPO / "matrices").glob("*.yaml")), ids=lambda p: p.name)
+SHIPPED = [*sorted((REPO / "matrices").glob("*.yaml")), *sorted((REPO / "benchmarks").glob("*/matrix.yaml")),
+           REPO / "tests" / "data" / "report_run" / "matrix.yaml"]
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: str(p.relative_to(REPO)))
 def test_shipped_matrices_validate(path: Path):
+    """Every matrix the repository ships (matrices/, the benchmarks', the stored test run's) loads: a retired field
+    is migrated everywhere it is written."""
     m = load_matrix(path)
     assert m.arms
 
