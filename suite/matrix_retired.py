@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from suite.bench_flags import LATENCY, SERVE, BenchFlag
-from suite.matrix_jobs import DEFAULT_PROFILE_POINT, PROFILE_SEED, PointLabel
+from suite.matrix_jobs import DEFAULT_NUM_PROMPTS, DEFAULT_PROFILE_POINT, PROFILE_SEED, PointLabel
 from suite.sbatch import DEFAULT_TIME
 from suite.served_model import MODEL_FLAGS
 
@@ -145,6 +145,26 @@ def _gate_shape(field: str, key: str) -> Callable[[Any], str]:
     return says
 
 
+def _seconds(value: Any) -> str:
+    try:
+        return f"{float(value):g}s"
+    except (TypeError, ValueError):
+        return f"{_flag(value)}s"
+
+
+def _point_size(block: Mapping[str, Any]) -> str:
+    """A serving point's size by time, as num_prompts writes it; the count the point also gave, which it ran only
+    in a first round with no measured rate."""
+    seconds = block.get("duration_s")
+    said = ("retired: a point's size is one field, num_prompts, and seconds size it by time: write num_prompts: "
+            f'"{_seconds(seconds)}"')
+    if "num_prompts" not in block:
+        return said + f" in place of duration_s: {_flag(seconds)}"
+    return (said + f" in place of duration_s: {_flag(seconds)} and num_prompts: {_flag(block['num_prompts'])} "
+            f"(duration_s sized the point: the count was only what a first round with no measured request rate ran, "
+            f"which now runs {DEFAULT_NUM_PROMPTS})")
+
+
 RETIRED: tuple[Retired, ...] = (
     Retired(("settle_s",), lambda _: (
         "retired: load at the first point's shape until a deadline did not end the slow state after a start in "
@@ -204,6 +224,8 @@ RETIRED: tuple[Retired, ...] = (
     # the model block's copies of vLLM's own flags: given in serve_args, as on a `vllm serve` command line
     *(Retired((*where, field), _model_flag(flag)) for where in (("model",), ("arms", "*", "model"))
       for flag, field in MODEL_FLAGS.items()),
+    # a serving point's size by time: num_prompts in seconds
+    Retired(("serve", "*", "duration_s"), _point_size, in_block=True),
     # a serving point's and a latency row's copies of the bench tools' flags: given in their bench_args
     *(Retired(("serve", "*", flag.field), _bench_flag(flag, "point")) for flag in SERVE.flags),
     *(Retired(("latency", "*", flag.field), _bench_flag(flag, "row")) for flag in LATENCY.flags),
