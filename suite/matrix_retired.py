@@ -18,6 +18,7 @@ from suite.bench_flags import LATENCY, SERVE, BenchFlag
 from suite.matrix_jobs import DEFAULT_NUM_PROMPTS, DEFAULT_PROFILE_POINT, PROFILE_SEED, PointLabel
 from suite.sbatch import DEFAULT_TIME
 from suite.served_model import MODEL_FLAGS
+from suite.server_address import DEFAULT_HOST, FREE_PORT, HOST, PORT
 
 
 @dataclass(frozen=True)
@@ -145,6 +146,14 @@ def _gate_shape(field: str, key: str) -> Callable[[Any], str]:
     return says
 
 
+def _address(flag: str, default: Any, said: str) -> Callable[[Any], str]:
+    def says(value: Any) -> str:
+        text = ("retired: where the servers listen is vLLM's own flag in serve_args (the matrix's, or an arm's): "
+                f"write serve_args: [{flag}, {json.dumps(_flag(value))}]")
+        return text + (f"; or delete it: {said} is the default" if _flag(value) == str(default) else "")
+    return says
+
+
 def _seconds(value: Any) -> str:
     try:
         return f"{float(value):g}s"
@@ -186,6 +195,9 @@ RETIRED: tuple[Retired, ...] = (
     # the hosts' GPU vendor: one field, runtime.vendor
     Retired(("runtime", "docker", "vendor"), _vendor("docker", "cpu", "of the docker runtime")),
     Retired(("runtime", "slurm", "gpu_vendor"), _vendor("slurm", "cuda", "of a slurm job that asks for GPUs")),
+    # where the servers listen: vLLM's own --host and --port in serve_args
+    Retired(("runtime", "host"), _address(HOST, DEFAULT_HOST, DEFAULT_HOST)),
+    Retired(("runtime", "port"), _address(PORT, FREE_PORT, f"{FREE_PORT}, a free port the suite picks for each server,")),
     Retired(("runtime", "slurm", "poll_interval_s"), lambda _: (
         "retired: the Slurm driver polls squeue at a fixed interval of a few seconds (a session's job runs for "
         "minutes); delete it")),
