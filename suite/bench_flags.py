@@ -198,7 +198,7 @@ SERVE = BenchTool(
         "--random-output-len": "from the point's osl",
         "--ignore-eos": "every request decodes the point's osl",
         "--temperature": "0, greedy",
-        "--num-prompts": "from the point's num_prompts (or duration_s)",
+        "--num-prompts": "from the point's num_prompts (a count, a multiple of concurrency, or seconds)",
         "--max-concurrency": "from the point's concurrency (a point per value)",
         "--percentile-metrics": "every latency of the suite's metrics",
         "--metric-percentiles": "the percentiles of the suite's metrics",

@@ -234,8 +234,8 @@ def check_port(host: str, port: int) -> Check:
         try:
             s.bind((host, port))
         except OSError as exc:
-            hint = (f"port {port} is taken: stop what holds it (`ss -ltnp 'sport = :{port}'`) or set "
-                    "runtime.port: 0 to pick a free one") if port else "check the network configuration"
+            hint = (f"port {port} is taken: stop what holds it (`ss -ltnp 'sport = :{port}'`) or leave --port "
+                    "out of serve_args to pick a free one") if port else "check the network configuration"
             return Check("port", "fail", f"cannot bind {host}:{port}: {exc.strerror}", hint)
         got = s.getsockname()[1]
     return Check("port", "ok", f"{host}:{port} can be bound" if port else f"{host}: a free port ({got}) can be bound")

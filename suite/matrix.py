@@ -33,6 +33,7 @@ from suite.served_model import (
     flag_name,
     flag_values,
 )
+from suite.server_address import PORT, ServerAddress
 from suite.verdict import EXPECT_OTHERS, VerdictSpec
 
 ARM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -52,7 +53,9 @@ class Matrix(DesignFields):
         "--no-enable-prefix-caching]. The suite reads the model's from them (the last copy wins, as in vLLM): "
         "--served-model-name (the clients ask for it; default the model id), --tokenizer (the bench client's too; "
         f"default the model's), --max-model-len (every point's isl + osl must fit; without one the server gets "
-        f"--max-model-len {DEFAULT_MAX_MODEL_LEN}), --load-format (dummy: random weights, no accuracy)"))
+        f"--max-model-len {DEFAULT_MAX_MODEL_LEN}), --load-format (dummy: random weights, no accuracy); and where "
+        "the servers listen: --host (default 127.0.0.1; the clients call it) and --port (default: a free port the "
+        "suite picks for each server; a fixed one only where one server is alive at a time)"))
     env: dict[str, str] = Field({}, description="environment for every arm's server (secrets redacted in every record)")
     arms: dict[str, ArmSpec] = Field(min_length=1, description="the arms by name: the baseline and each candidate, each a vLLM release and its patch sets")
     baseline: str | None = Field(None, description="the reference arm; default: the first arm")
@@ -157,9 +160,6 @@ class Matrix(DesignFields):
             if self.runtime.kind == "slurm":
                 raise ValueError(f"together: {self.together}: the slurm runtime runs one session per batch job; "
                                  "use the local or docker runtime")
-            if self.runtime.port != 0 and self.serving_arms > 1:
-                raise ValueError(f"together: {self.together}: the servers alive at once cannot share "
-                                 f"runtime.port {self.runtime.port}: set runtime.port: 0 (a free port each)")
         if self.all_together:
             self._check_gpu_groups()
         elif self.runtime.gpu_groups is not None:
@@ -169,6 +169,30 @@ class Matrix(DesignFields):
         if self.runtime.cross_groups and self.runtime.gpu_groups is None:
             raise ValueError("runtime.cross_groups: crosses the serving arms over GPU groups: give runtime.gpus as a "
                              "list of one group per serving arm, e.g. gpus: [\"0\", \"1\"]")
+        self._check_fixed_ports()
+
+    def _check_fixed_ports(self) -> None:
+        """A fixed --port only where one server is alive at a time: servers alive together (together, the rounds
+        of GPU groups at once) cannot share it."""
+        alive = self.servers_at_once
+        if alive < 2:
+            return
+        why = (f"together: {self.together}" if self.sets_at_once == 1 else
+               f"together: {self.together}, {self.sets_at_once} rounds at once on runtime.gpus' groups")
+        for name, arm in self.arms.items():
+            address = self.address_of(arm)
+            if address.fixed:
+                raise ValueError(f"{self.flag_place(name, PORT)}: {PORT} {address.port}: up to {alive} servers are "
+                                 f"alive at once ({why}) and cannot share one port: leave {PORT} out (the suite "
+                                 "picks a free port for each server)")
+
+    @property
+    def servers_at_once(self) -> int:
+        """The most servers alive at one time: a window's (together: k; together: all: every serving arm's, the A/A
+        arm's too) in each of the rounds run at once (GPU groups)."""
+        window = 1 if self.together == 1 else self.serving_arms if self.all_together else min(
+            int(self.together), self.serving_arms)
+        return window * self.sets_at_once
 
     @property
     def serving_arms(self) -> int:
@@ -277,12 +301,17 @@ class Matrix(DesignFields):
         return ServedModel.resolve(spec.id, [*self.serve_args, *(arm.serve_args if arm is not None else [])],
                                    generate=spec.generate)
 
+    def address_of(self, arm: ArmSpec | None = None) -> ServerAddress:
+        """Where an arm's server listens and its clients call it: the --host and --port of the matrix's serve_args,
+        then the arm's (suite.server_address), or the defaults. Without an arm: the matrix's serve_args."""
+        return ServerAddress.resolve([*self.serve_args, *(arm.serve_args if arm is not None else [])])
+
     def models_by_arm(self) -> dict[str, ServedModel]:
         """The model each arm of the matrix serves, by arm (the A/A arm serves the baseline's)."""
         return {name: self.model_of(arm) for name, arm in self.arms.items()}
 
     def flag_place(self, arm: str, flag: str) -> str | None:
-        """Where the value of a model flag that an arm's server gets comes from: ``arms.NAME.serve_args``,
+        """Where the value of a flag the suite reads (a model flag, the address) that an arm's server gets comes from: ``arms.NAME.serve_args``,
         ``serve_args`` (the matrix's), or None (the suite's default)."""
         if flag_values(self.arms[arm].serve_args, flag) is not None:
             return f"arms.{arm}.serve_args"

@@ -30,6 +30,7 @@ from pydantic import (
 
 from suite.sbatch import DEFAULT_TIME, SET_BY_SUITE, check_options, gpu_request
 from suite.served_model import TOKENIZER, check_model_flags, map_flag_values
+from suite.server_address import check_address_flags
 
 # Sizes beyond these are refused as typos (10**12 concurrency would plan 3 * 10**12 prompts). They sit far
 # above any real serving benchmark: 65,536 concurrent requests, a million prompts per point, ten million
@@ -71,10 +72,12 @@ def expand_env(value: Any) -> Any:
 
 
 def model_flags(args: list[str]) -> list[str]:
-    """A serve_args list with its model flags checked (:func:`suite.served_model.check_model_flags`) and the
+    """A serve_args list with its model flags and the server's address checked
+    (:func:`suite.served_model.check_model_flags`, :func:`suite.server_address.check_address_flags`) and the
     ``${NAME}`` of a --tokenizer expanded, as model.id's is."""
     args = map_flag_values(args, TOKENIZER, expand_env)
     check_model_flags(args)
+    check_address_flags(args)
     return args
 
 
@@ -166,8 +169,6 @@ GPU_LIST = re.compile(r"^\d+(,\d+)*$")
 class RuntimeSpec(Strict):
     kind: Literal["local", "docker", "slurm"] = Field("local", description="local: the installed vLLM (an overlay per patched arm); docker: an image per arm; slurm: a batch job per session")
     startup_timeout_s: float = Field(600, gt=0, le=7 * 86_400, description="seconds a server may take to answer /health")
-    host: str = Field("127.0.0.1", description="the address servers bind and clients call")
-    port: int = Field(0, ge=0, le=65535, description="0 = pick a free port")
     max_restarts: int = Field(1, ge=0, le=MAX_RESTARTS, description=(
         "how often an arm session's lost server starts again: after a crash, and under slurm a session whose batch "
         "job ended before its jobs were done (cancelled, preempted, node lost) is submitted again as often"))

@@ -39,6 +39,9 @@ from suite.matrix_blocks import (
 )
 
 NUM_PROMPTS = re.compile(r"^(\d+(?:\.\d+)?)x$")
+SECONDS = re.compile(r"^(\d+(?:\.\d+)?)s$")
+DEFAULT_NUM_PROMPTS = "3x"  # a point's size when none is given; a point sized by time runs it without a rate
+MAX_POINT_S = 3600  # a point sized by time lasts at most an hour
 POINT_LABEL = re.compile(r"^(\d+)/(\d+) c(\d+)$")
 
 
@@ -48,16 +51,16 @@ class ServePoint(Strict):
     isl: int = Field(gt=0, le=MAX_TOKENS, description="input length in tokens (random prompts)")
     osl: int = Field(gt=0, le=MAX_TOKENS, description="output length in tokens (--ignore-eos: every request decodes all of them)")
     concurrency: list[int] = Field(min_length=1, description="requests in flight: one number or a list (a point each)")
-    num_prompts: int | str = Field("3x", description="absolute count or a multiple of concurrency ('3x')")
+    num_prompts: int | str = Field(DEFAULT_NUM_PROMPTS, description=(
+        "how big each point is: a count (24), a multiple of its concurrency ('3x'), or seconds ('60s': sized by "
+        "time, one count per round for every arm: the seconds at a measured request rate, the arms' median in the "
+        "previous round, in the first the first arm's warm-up at the point's shape; with no rate measured yet, "
+        f"{DEFAULT_NUM_PROMPTS})"))
     bench_args: list[str] = Field([], description=(
         "`vllm bench serve` flags of this point, as on its command line, e.g. [--request-rate, \"8\", --num-warmups, "
         "\"2\"] (the last copy wins, as in vLLM): " + SERVE.describe() + ". No other: the flags the suite sets "
         "from the point (--max-concurrency from concurrency, --num-prompts, ...) are refused, with where they come "
         "from"))
-    duration_s: float | None = Field(None, gt=0, le=3600, description="size each point by time: num_prompts "
-                                     "= this many seconds at a measured request rate (the arms' median in the "
-                                     "previous round; in the first, the first arm's warm-up), one count per "
-                                     "round for every arm")
     warmup: bool = Field(True, description="warm the server at this shape before the session's first point")
     client: Literal["persistent", "cli"] = Field("persistent", description="one long-lived `vllm bench serve` "
                                                  "process per session, or a fresh CLI process per point")
@@ -98,12 +101,20 @@ class ServePoint(Strict):
             if value > MAX_PROMPTS:
                 raise ValueError(f"num_prompts {value:,} is beyond the limit {MAX_PROMPTS:,}")
             return value
-        m = NUM_PROMPTS.match(value.strip())
+        text = value.strip()
+        if m := SECONDS.match(text):
+            seconds = float(m.group(1))
+            if not 0 < seconds <= MAX_POINT_S:
+                raise ValueError(f"num_prompts {text}: a point sized by time lasts more than 0 s and at most "
+                                 f"{MAX_POINT_S:,} s")
+            return text
+        m = NUM_PROMPTS.match(text)
         if not m:
-            raise ValueError("num_prompts must be a positive integer or a multiple like '3x'")
+            raise ValueError("num_prompts must be a positive integer, a multiple of the concurrency like '3x', or "
+                             "seconds like '60s' (the point sized by time)")
         if float(m.group(1)) > MAX_PROMPTS:
-            raise ValueError(f"num_prompts {value.strip()} is beyond the limit {MAX_PROMPTS:,} prompts")
-        return value.strip()
+            raise ValueError(f"num_prompts {text} is beyond the limit {MAX_PROMPTS:,} prompts")
+        return text
 
     @model_validator(mode="after")
     def _prompt_total(self) -> ServePoint:
@@ -113,10 +124,19 @@ class ServePoint(Strict):
                              f"{worst:,} prompts, beyond the limit {MAX_PROMPTS:,}")
         return self
 
+    @property
+    def duration_s(self) -> float | None:
+        """The seconds each point lasts when sized by time (num_prompts '60s'); None: sized by its count."""
+        m = SECONDS.match(self.num_prompts) if isinstance(self.num_prompts, str) else None
+        return float(m.group(1)) if m else None
+
     def prompts_for(self, concurrency: int) -> int:
-        if isinstance(self.num_prompts, int):
-            return self.num_prompts
-        factor = float(NUM_PROMPTS.match(self.num_prompts).group(1))  # type: ignore[union-attr]
+        """The point's prompt count at ``concurrency``; sized by time, the count a round runs when no request rate
+        was measured (the default multiple)."""
+        size = DEFAULT_NUM_PROMPTS if self.duration_s is not None else self.num_prompts
+        if isinstance(size, int):
+            return size
+        factor = float(NUM_PROMPTS.match(size).group(1))  # type: ignore[union-attr]
         return max(1, round(factor * concurrency))
 
 

@@ -17,9 +17,10 @@ from typing import Any
 
 from suite.bench_flags import KERNEL, LATENCY, LAYER, SERVE, BenchFlag, BenchTool
 from suite.lm_eval_flags import OLD_FIELDS
-from suite.matrix_jobs import DEFAULT_PROFILE_POINT, PROFILE_SEED, PointLabel
+from suite.matrix_jobs import DEFAULT_NUM_PROMPTS, DEFAULT_PROFILE_POINT, PROFILE_SEED, PointLabel
 from suite.sbatch import DEFAULT_TIME
 from suite.served_model import MODEL_FLAGS
+from suite.server_address import DEFAULT_HOST, FREE_PORT, HOST, PORT
 
 YAML_WORDS = {"true", "false", "yes", "no", "on", "off", "null", "y", "n"}  # plain words YAML reads as no text
 
@@ -166,6 +167,34 @@ def _gate_shape(field: str, key: str) -> Callable[[Any], str]:
     return says
 
 
+def _address(flag: str, default: Any, said: str) -> Callable[[Any], str]:
+    def says(value: Any) -> str:
+        text = ("retired: where the servers listen is vLLM's own flag in serve_args (the matrix's, or an arm's): "
+                f"write serve_args: [{flag}, {json.dumps(_flag(value))}]")
+        return text + (f"; or delete it: {said} is the default" if _flag(value) == str(default) else "")
+    return says
+
+
+def _seconds(value: Any) -> str:
+    try:
+        return f"{float(value):g}s"
+    except (TypeError, ValueError):
+        return f"{_flag(value)}s"
+
+
+def _point_size(block: Mapping[str, Any]) -> str:
+    """A serving point's size by time, as num_prompts writes it; the count the point also gave, which it ran only
+    in a first round with no measured rate."""
+    seconds = block.get("duration_s")
+    said = ("retired: a point's size is one field, num_prompts, and seconds size it by time: write num_prompts: "
+            f'"{_seconds(seconds)}"')
+    if "num_prompts" not in block:
+        return said + f" in place of duration_s: {_flag(seconds)}"
+    return (said + f" in place of duration_s: {_flag(seconds)} and num_prompts: {_flag(block['num_prompts'])} "
+            f"(duration_s sized the point: the count was only what a first round with no measured request rate ran, "
+            f"which now runs {DEFAULT_NUM_PROMPTS})")
+
+
 RETIRED: tuple[Retired, ...] = (
     Retired(("settle_s",), lambda _: (
         "retired: load at the first point's shape until a deadline did not end the slow state after a start in "
@@ -187,6 +216,9 @@ RETIRED: tuple[Retired, ...] = (
     # the hosts' GPU vendor: one field, runtime.vendor
     Retired(("runtime", "docker", "vendor"), _vendor("docker", "cpu", "of the docker runtime")),
     Retired(("runtime", "slurm", "gpu_vendor"), _vendor("slurm", "cuda", "of a slurm job that asks for GPUs")),
+    # where the servers listen: vLLM's own --host and --port in serve_args
+    Retired(("runtime", "host"), _address(HOST, DEFAULT_HOST, DEFAULT_HOST)),
+    Retired(("runtime", "port"), _address(PORT, FREE_PORT, f"{FREE_PORT}, a free port the suite picks for each server,")),
     Retired(("runtime", "slurm", "poll_interval_s"), lambda _: (
         "retired: the Slurm driver polls squeue at a fixed interval of a few seconds (a session's job runs for "
         "minutes); delete it")),
@@ -225,6 +257,8 @@ RETIRED: tuple[Retired, ...] = (
     # the model block's copies of vLLM's own flags: given in serve_args, as on a `vllm serve` command line
     *(Retired((*where, field), _model_flag(flag)) for where in (("model",), ("arms", "*", "model"))
       for flag, field in MODEL_FLAGS.items()),
+    # a serving point's size by time: num_prompts in seconds
+    Retired(("serve", "*", "duration_s"), _point_size, in_block=True),
     # a serving point's, a latency row's and the kernel and layer blocks' copies of their bench tools' flags:
     # given in their bench_args
     *(Retired(("serve", "*", flag.field), _bench_flag(SERVE, flag, "the point's bench_args")) for flag in SERVE.flags),

@@ -36,6 +36,7 @@ from suite.design import Design, round_order
 from suite.matrix import Matrix
 from suite.matrix_blocks import ArmSpec
 from suite.served_model import MODEL_FLAGS, SERVED, TOKENIZER, ServedModel, without_flags
+from suite.server_address import without_address
 from suite.stages.kinds import KINDS
 from suite.stages.spec import SERVER_PLACEMENTS, Placement
 
@@ -173,13 +174,15 @@ def _model_block(model: ServedModel) -> dict[str, Any]:
 def _hash(matrix: Matrix, arm: ArmSpec, kind: str, params: JobParams) -> str:
     flags = list(MODEL_FLAGS)
     dumped = arm.model_dump(mode="json")
+    # where the servers listen is no part of what a job measures (it was runtime.host and runtime.port, unhashed)
+    dumped["serve_args"] = without_address(arm.serve_args)
     if arm.aiter is not None:  # AITER's build variables hash as they did while they were fields of their own
         dumped["aiter"] = arm.aiter.hashed()
     if arm.model is not None:  # its model flags hash with its model, as they were its model block's
-        dumped.update(model=_model_block(matrix.model_of(arm)), serve_args=without_flags(arm.serve_args, flags))
+        dumped.update(model=_model_block(matrix.model_of(arm)), serve_args=without_flags(dumped["serve_args"], flags))
     content = {
         "model": _model_block(matrix.model_of()),
-        "serve_args": without_flags(matrix.serve_args, flags),
+        "serve_args": without_flags(without_address(matrix.serve_args), flags),
         "env": matrix.env,
         "arm": dumped,
         "kind": kind,

@@ -44,6 +44,7 @@ from suite.runtime.slurm.driver import SlurmScheduler
 from suite.runtime.slurm.runtime import SlurmRuntime
 from suite.runtime.software import collect_software
 from suite.sequential import SequentialRun, aa_arm, session_round
+from suite.server_address import PORT
 from suite.sessions import HereScheduler, RunContext, precompile, server_argv_tail
 from suite.stages.base import trusts_remote_code
 from suite.stages.serve.run import serve_command
@@ -339,7 +340,7 @@ def dry_run(matrix_path: Path, runs_dir: Path = Path("runs")) -> str:
         offline = any(j.arm == arm and KINDS[j.kind].placement == "offline" for j in plan.jobs)
         place = runtime.placement(arm, spec, offline)
         tail = server_argv_tail(matrix, arm, plan, 0)
-        tail[tail.index("--port") + 1] = "PORT"
+        tail[tail.index(PORT) + 1] = "PORT"
         words = [w for w in (env, place.server, "vllm serve", shlex.join(tail)) if w]
         lines.append(f"  [{arm}] server: {' '.join(words)}")
         lines.extend(f"  [{arm}] {label}: {text}" for label, text in place.lines)
@@ -350,7 +351,8 @@ def dry_run(matrix_path: Path, runs_dir: Path = Path("runs")) -> str:
         if job.kind != "serve" or (job.point, model.id) in seen:
             continue
         seen.add((job.point, model.id))
-        cmd = serve_command(vllm="vllm", base_url=f"http://{matrix.runtime.host}:PORT", served_name=model.served_name,
+        cmd = serve_command(vllm="vllm", base_url=f"http://{matrix.address_of(spec).host}:PORT",
+                            served_name=model.served_name,
                             tokenizer=model.tokenizer, params=job.params,
                             result_dir=Path("<run>/<arm>/serve") / job.point, result_filename="rep-<r>.json",
                             trust_remote_code=trusts_remote_code([*matrix.serve_args, *spec.serve_args]))

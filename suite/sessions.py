@@ -27,7 +27,7 @@ from rich.console import Console
 from suite.design import round_order
 from suite.errors import ServerError, SuiteError
 from suite.matrix import Matrix
-from suite.plan import Job, Plan, Session, session_round
+from suite.plan import AA_SUFFIX, Job, Plan, Session, session_round
 from suite.records import DeviceStates, utc_now
 from suite.runtime.base import (
     ArmEnv,
@@ -41,6 +41,7 @@ from suite.runtime.base import (
 )
 from suite.runtime.identity import host_identity, this_machine
 from suite.runtime.scheduler import Batch, RunProgress
+from suite.server_address import PORT, without_address
 from suite.stages.base import JobEnv, SessionEnv, SessionScope
 from suite.stages.registry import STAGES
 from suite.stages.serve.read import PrecompileStart
@@ -106,12 +107,13 @@ class RunContext:
 
 def server_argv_tail(matrix: Matrix, arm: str, plan: Plan, port: int, extra: list[str] | None = None) -> list[str]:
     """`vllm serve`'s arguments after the command: the model, the suite's defaults of the model flags serve_args
-    do not give (ServedModel.server_defaults), where the server listens, then the matrix's and the arm's
-    serve_args."""
-    m = matrix.model_of(plan.arms[arm])
+    do not give (ServedModel.server_defaults), where the server listens (the host of serve_args, ``port``: theirs or
+    the one picked; their own copies taken out), then the matrix's and the arm's serve_args."""
+    spec = plan.arms[arm]
+    m = matrix.model_of(spec)
     name, defaults = m.server_defaults()
-    return [m.id, *name, "--host", matrix.runtime.host, "--port", str(port), *defaults, *matrix.serve_args,
-            *plan.arms[arm].serve_args, *(extra or [])]
+    return [m.id, *name, *matrix.address_of(spec).server_args(port), *defaults, *without_address(matrix.serve_args),
+            *without_address(spec.serve_args), *(extra or [])]
 
 
 # ---------------------------------------------------------------------------------------- jobs
@@ -146,7 +148,8 @@ def job_env(ctx: RunContext, job: Job, server: Server | None, scope: SessionScop
     dirs = ctx.store.arm_dirs(job.arm, ctx.plan.group_of(job))  # the compile cache of its server's GPU group
     lane = ctx.plan.lane_of(job)  # the bench client of its round's lane (sets at once)
     return JobEnv(
-        job=job, model=ctx.matrix.model_of(arm_spec), serve_args=[*ctx.matrix.serve_args, *arm_spec.serve_args],
+        job=job, model=ctx.matrix.model_of(arm_spec),
+        serve_args=without_address([*ctx.matrix.serve_args, *arm_spec.serve_args]),  # the server's address: its own
         result=ctx.store.result_path(job), log=ctx.store.log_path(job), run_root=ctx.store.root,
         tool=lambda argv: ctx.here.tool(arm_env, argv, dirs), vllm_root=arm_env.vllm_root,
         client_env=ctx.client_env(), vllm="vllm",
@@ -190,17 +193,20 @@ def _run_job(ctx: RunContext, job: Job, server: Server | None, scope: SessionSco
 # ---------------------------------------------------------------------------------------- sessions
 
 
-def _pick_port(ctx: RunContext) -> int:
-    port = ctx.matrix.runtime.port
-    if port == 0:
+def _pick_port(ctx: RunContext, arm: str) -> int:
+    """The port of an arm's server: the --port of its serve_args, else a free one of its host's."""
+    address = ctx.matrix.address_of(ctx.plan.arms[arm])
+    host, port = address.host, address.port
+    if not address.fixed:
         with ctx.lock:  # servers started together bind theirs later: never hand one port out twice in a run
-            while (port := free_port(ctx.matrix.runtime.host)) in ctx.ports:
+            while (port := free_port(host)) in ctx.ports:
                 pass
             ctx.ports.add(port)
         return port
-    if port_in_use(ctx.matrix.runtime.host, port):
-        raise ServerError(f"port {port} on {ctx.matrix.runtime.host} is already in use (set runtime.port: 0 "
-                          "to pick a free one)")
+    if port_in_use(host, port):
+        raise ServerError(f"port {port} on {host} is already in use ({PORT} {port} in "
+                          f"{ctx.matrix.flag_place(arm.removesuffix(AA_SUFFIX), PORT)}: leave it out to pick a free "
+                          "one)")
     return port
 
 
@@ -230,7 +236,7 @@ class Launch:
 def _launch_server(ctx: RunContext, session: Session, attempt: int, log_path: Path | None = None) -> Launch:
     """Start the session's server process (the stages shape its flags and env) on its round's GPUs
     (GPU groups: runtime.gpus); /health is not awaited. ``log_path``: another log than the session's (precompile)."""
-    port = _pick_port(ctx)
+    port = _pick_port(ctx, session.arm)
     arm_spec = ctx.plan.arms[session.arm]
     extra_env = {**ctx.matrix.env, **arm_spec.env}
     dirs = ctx.store.arm_dirs(session.arm, ctx.plan.group_of_session(session))

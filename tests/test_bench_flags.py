@@ -111,7 +111,7 @@ def test_latency_flags_are_read_as_vllm_reads_them():
     # the flags the suite sets itself, with where they come from
     (["--max-concurrency", "8"], "--max-concurrency is set by the suite: from the point's concurrency"),
     (["--max_concurrency=8"], "--max-concurrency is set by the suite: from the point's concurrency"),
-    (["--num-prompts", "10"], "--num-prompts is set by the suite: from the point's num_prompts (or duration_s)"),
+    (["--num-prompts", "10"], "--num-prompts is set by the suite: from the point's num_prompts (a count, a multiple of concurrency, or seconds)"),
     (["--random-input-len", "10"], "--random-input-len is set by the suite: from the point's isl"),
     (["--random-output-len", "10"], "--random-output-len is set by the suite: from the point's osl"),
     (["--model", "x"], "--model is set by the suite: the arm's served name"),
@@ -253,7 +253,11 @@ def test_the_points_copies_of_the_bench_flags_are_retired_with_the_flag_to_write
 BEFORE = {
     "gemma4-h200.yaml": ("6a9868936224b1a7", 84),  # serve: [--num-warmups, "2", --seed, "0"]
     "gemma4-below-serving.yaml": ("5421c4a8aa8a6899", 74),  # serve and latency rows
-    "smoke-cpu.yaml": ("8ea53896eaef2c67", 82),  # [--num-warmups, "8", --seed, "0"], duration_s
+    # [--num-warmups, "8", --seed, "0"]; sized by time, num_prompts "3s" (was duration_s: 3 beside num_prompts 4x and
+    # 16, the counts a first round with no measured request rate ran: that count is now the default 3x, so these
+    # serving jobs' num_prompts went from 4, 16, 16 to 3, 12, 24 and their hashes with them; their keys, seconds and
+    # every other param are the same; the digest before: 8ea53896eaef2c67)
+    "smoke-cpu.yaml": ("289b365c2f29107a", 82),
 }
 
 
@@ -268,6 +272,8 @@ def test_a_migrated_shipped_matrix_plans_the_jobs_it_planned_before(name):
             p = j.params
             assert (p.random_range_ratio, p.request_rate, p.seed) == (0.0, None, 0)
             assert p.num_warmups == (8 if name == "smoke-cpu.yaml" else 2)
+            if name == "smoke-cpu.yaml":
+                assert (p.duration_s, p.num_prompts, j.point.endswith("-t3s")) == (3.0, 3 * p.concurrency, True)
         if j.kind == "latency":
             assert (j.params.num_iters_warmup, j.params.num_iters) == (3, 10)
 

@@ -113,7 +113,7 @@ def test_doctor_port_in_use_fails_with_what_to_do():
     assert proc.returncode == 1
     check = checks_of(proc)["port"]
     assert check["status"] == "fail" and f"127.0.0.1:{port}" in check["detail"]
-    assert "runtime.port: 0" in check["hint"]
+    assert "leave --port out of serve_args" in check["hint"]
 
 
 def test_doctor_full_disk_fails(tmp_path):

@@ -47,8 +47,8 @@ POINTS = ["isl32-osl8-c1-n2", "isl32-osl8-c2-n2", "isl32-osl8-c3-n2"]
 MATRIX = """\
 name: faults-chaos
 model: {{id: {model}}}
-runtime: {{kind: local, startup_timeout_s: {timeout}, port: {port}, max_restarts: 1}}
-serve_args: [--served-model-name, tiny-moe, --max-model-len, "256", --dtype, bfloat16, --max-num-seqs, "4", --enforce-eager]
+runtime: {{kind: local, startup_timeout_s: {timeout}, max_restarts: 1}}
+serve_args: [--port, "{port}", --served-model-name, tiny-moe, --max-model-len, "256", --dtype, bfloat16, --max-num-seqs, "4", --enforce-eager]
 env: {{VLLM_CPU_KVCACHE_SPACE: "1"}}
 arms:
   broken: {{vllm: "0.32.0", serve_args: [--no-such-flag]}}

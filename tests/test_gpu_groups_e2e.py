@@ -32,7 +32,7 @@ arms:
   baseline: {vllm: "0.32.0"}
   slowed: {vllm: "0.32.0", patches: [synthetic-gate-delay], env: {SUITE_GATE_DELAY_US: "3000"}}
 serve:
-  - {isl: 64, osl: 16, concurrency: [1, 2], num_prompts: 2x, duration_s: 1, bench_args: [--num-warmups, "1"]}
+  - {isl: 64, osl: 16, concurrency: [1, 2], num_prompts: 1s, bench_args: [--num-warmups, "1"]}
 repeats: auto
 order: abba
 together: all

@@ -22,7 +22,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("suite", "suite.errors", "suite.proc"),
     ("suite.stats", "suite.accuracy_stats", "suite.scores", "suite.verdict", "suite.verdict_family"),
     ("suite.matrix_blocks", "suite.design", "suite.matrix_jobs", "suite.matrix", "suite.matrix_load",
-     "suite.served_model", "suite.bench_flags", "suite.lm_eval_flags", "suite.model_config", "suite.matrix_retired",
+     "suite.served_model", "suite.server_address", "suite.bench_flags", "suite.lm_eval_flags", "suite.model_config",
+     "suite.matrix_retired",
      "suite.sbatch",
      "suite.unified_diff", "suite.patches", "suite.patch_track", "suite.fixtures"),
     # what the plan knows of each kind, declared by its stage (spec.py) and gathered in job order (kinds)

@@ -376,8 +376,9 @@ def test_together_and_its_blocks_are_checked_where_they_are_given(tmp_path):
     m = load_matrix(write(tmp_path, BASE + "order: abba\ntogether: all\nblocks: 3\nrepeats: auto\n"))
     assert (m.order, m.together, m.all_together, m.blocks, m.rounds) == ("abba", "all", True, 3, m.verdict.max_rounds)
     assert "blocks: 3 goes with together: all" in error_of(write(tmp_path, BASE + "order: abba\nblocks: 3\n"))
-    msg = error_of(write(tmp_path, BASE + "order: abba\ntogether: all\nruntime: {kind: local, port: 8000}\n"))
-    assert "cannot share runtime.port 8000" in msg
+    fixed = BASE.replace('serve_args: [--max-model-len, "4096"]', 'serve_args: [--max-model-len, "4096", --port, "8000"]')
+    msg = error_of(write(tmp_path, fixed + "order: abba\ntogether: all\n"))
+    assert "serve_args: --port 8000: up to 2 servers are alive at once (together: all) and cannot share one port" in msg
     assert "together: all needs order: abba" in error_of(write(tmp_path, BASE + "together: all\n"))
     assert "repeats: auto needs order: abba" in error_of(write(tmp_path, BASE + "repeats: auto\n"))
     assert "m.yaml" in error_of(write(tmp_path, BASE + "order: abba\ntogether: all\nblocks: 0\n"))

@@ -139,7 +139,7 @@ def test_each_repeats_measured_duration_is_shown_and_a_timed_point_says_its_time
         f.write_text(json.dumps(json.loads(f.read_text()) | {"duration": d}))
     row = next(line for line in build_report(root).read_text().splitlines() if line.startswith("| 64 | 16 | 2 | 8 |"))
     assert row.endswith("| 0.8–1.3 / 1.0 | 24/24 | 0/0 |"), row
-    timed = MATRIX.replace("num_prompts: 8}", "num_prompts: 8, duration_s: 2.5}")
+    timed = MATRIX.replace("num_prompts: 8}", "num_prompts: 2.5s}")
     root = make_run(tmp_path / "timed", scaled([100, 101, 99], [100, 100, 100]), matrix_text=timed)
     text = build_report(root).read_text()
     assert any(line.startswith("| 64 | 16 | 2 | 2.5 s |") for line in text.splitlines()), text

@@ -96,7 +96,6 @@ def dry_run_text(matrix, plans, client, cache_root: Path) -> str:
     from suite.store import ArmDirs
 
     plan_all = build_plan(matrix)
-    port = matrix.runtime.port or DRY_RUN_PORT
     run_dir = Path("runs").resolve() / f"RUN-ID-{matrix.name}"
     runtime = DockerRuntime(matrix, cache_root)
     lines = [f"build plan for {matrix.name}: vendor {image_vendor(matrix)}, {len(matrix.arms)} arms, "
@@ -123,12 +122,13 @@ def dry_run_text(matrix, plans, client, cache_root: Path) -> str:
             lines.append(f"  build:   {shlex.join(plan.build_command(context))}")
             lines.append("           (context: assembled by `suite build`; --keep-context keeps it)")
         env = ArmEnv(arm=arm, vllm_version=spec.vllm, image=image)
+        port = matrix.address_of(spec).port or DRY_RUN_PORT
         cfg = container_config(matrix, env, argv_tail=server_argv_tail(matrix, arm, plan_all, port),
                                extra_env={**matrix.env, **spec.env}, dirs=ArmDirs.in_run(run_dir, arm), port=port)
         lines.append(f"  run:     {cfg.cli()}")
         lines.append(f"  clients: {runtime.describe_client(arm, run_dir=run_dir)}")
         lines.append(f"  tools:   {runtime.describe_tool(arm, image or '', run_dir=run_dir)}")
-    if not matrix.runtime.port:
+    if not all(matrix.address_of(spec).fixed for spec in matrix.arms.values()):
         lines.append("")
         lines.append(f"(port {DRY_RUN_PORT} shown: `suite run` picks a free one; RUN-ID is the run directory)")
     return "\n".join(lines)

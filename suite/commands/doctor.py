@@ -20,8 +20,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, default=Path("runs"), help="runs directory whose free disk to check")
     p.add_argument("--cache", type=Path, action="append", default=None, metavar="DIR",
                    help="cache directory to check (repeatable; default: .cache and the Hugging Face cache)")
-    p.add_argument("--port", type=int, default=0, help="a fixed runtime.port to check (default: any free port)")
-    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=0,
+                   help="a fixed port to check, the --port of serve_args (default: any free port)")
+    p.add_argument("--host", default="127.0.0.1", help="the host to bind, the --host of serve_args (default: "
+                   "127.0.0.1)")
     p.add_argument("--docker", action="store_true", help="the Docker engine is required (runtime: docker)")
     p.add_argument("--gpu", action="store_true", help="a GPU is required")
     p.add_argument("--only", default="", metavar="GROUPS",

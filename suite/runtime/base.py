@@ -25,6 +25,7 @@ from suite.plan import effective_arms
 from suite.proc import ToolCommand
 from suite.records import ArmRuntimeInfo, GpuState
 from suite.served_model import ServedModel
+from suite.server_address import ServerAddress
 from suite.store import ArmDirs
 
 
@@ -255,6 +256,11 @@ class Runtime(ArmPreparer, Protocol):
 def arm_model(matrix: Matrix, arm: str) -> ServedModel:
     """The model an arm serves (its own `model:`, else the matrix's), its flags resolved."""
     return matrix.model_of(effective_arms(matrix).get(arm))
+
+
+def arm_address(matrix: Matrix, arm: str) -> ServerAddress:
+    """Where an arm's server listens and its clients call it (--host and --port of its serve_args)."""
+    return matrix.address_of(effective_arms(matrix).get(arm))
 
 
 class RuntimeBase:

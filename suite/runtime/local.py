@@ -33,7 +33,7 @@ from suite.proc import (
     stop_group,
 )
 from suite.records import ArmRuntimeInfo, CpuSplit, GpuState
-from suite.runtime.base import ArmEnv, ArmPlacement, RuntimeBase, Server, ServerBase, ServerSpec
+from suite.runtime.base import ArmEnv, ArmPlacement, RuntimeBase, Server, ServerBase, ServerSpec, arm_address
 from suite.runtime.gpu import HostKind, gpu_state, host_kind, process_tree, release_gpu
 from suite.store import SERVER_START_MARK, ArmDirs
 
@@ -359,8 +359,8 @@ class LocalRuntime(RuntimeBase):
         if gpus is not None and self.host != "cpu":
             full_env[self.device_var] = gpus
         argv = [*vllm_command(), "serve", *argv_tail]
-        return ServerSpec(arm=env.arm, argv=argv, env=full_env, log_path=log_path, host=self.matrix.runtime.host,
-                          port=port, startup_timeout_s=self.matrix.runtime.startup_timeout_s, cwd=dirs.cache.resolve(),
+        return ServerSpec(arm=env.arm, argv=argv, env=full_env, log_path=log_path,
+                          host=arm_address(self.matrix, env.arm).host, port=port, startup_timeout_s=self.matrix.runtime.startup_timeout_s, cwd=dirs.cache.resolve(),
                           redact=redact, cpus=self.split[0] if self.split else None)
 
     def tool(self, env: ArmEnv, argv: list[str], dirs: ArmDirs) -> ToolCommand:

@@ -36,8 +36,9 @@ from suite import REPO_ROOT
 from suite.errors import SuiteError
 from suite.matrix import GPU_LIST, DockerSpec, Matrix
 from suite.proc import LM_EVAL_PYTHON
-from suite.runtime.base import ArmEnv, arm_model
+from suite.runtime.base import ArmEnv, arm_address, arm_model
 from suite.runtime.docker import image_vendor
+from suite.server_address import HOST
 from suite.store import SECRET_NAME, ArmDirs
 
 PASS_THROUGH = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")  # by name only, from the host environment
@@ -361,16 +362,18 @@ def _arm_settings(matrix: Matrix, env: ArmEnv, *, dirs: ArmDirs, extra_env: dict
 
 def container_config(matrix: Matrix, env: ArmEnv, *, argv_tail: list[str], extra_env: dict[str, str],
                      dirs: ArmDirs, port: int, name_suffix: str = "") -> ContainerConfig:
-    """The server container of one arm: `vllm serve ARGV_TAIL` with the port published on runtime.host."""
+    """The server container of one arm: `vllm serve ARGV_TAIL` with the port published on the arm's host (the
+    --host of its serve_args)."""
     command = list(argv_tail)
     for i, arg in enumerate(command[:-1]):
-        if arg == "--host":
-            command[i + 1] = "0.0.0.0"  # inside the container; the port is published on runtime.host only
+        if arg == HOST:
+            command[i + 1] = "0.0.0.0"  # inside the container; the port is published on the arm's host only
     settings = _arm_settings(matrix, env, dirs=dirs,
                              extra_env={"VLLM_SERVER_DEV_MODE": "1", **extra_env},  # mounts /reset_prefix_cache
                              role="server")
     name = safe_container_name(f"suite-{dirs.run.name}-{env.arm}{name_suffix}")[:120]
-    return ContainerConfig(name=name, command=command, publish=(matrix.runtime.host, port, port), **settings)
+    return ContainerConfig(name=name, command=command, publish=(arm_address(matrix, env.arm).host, port, port),
+                           **settings)
 
 
 def tool_config(matrix: Matrix, env: ArmEnv, argv: list[str], *, extra_env: dict[str, str], dirs: ArmDirs,

@@ -4,7 +4,7 @@ suite and the Docker SDK, nothing of vLLM.
 
 Where each tool runs (each container as suite.runtime.docker.containers describes it):
 
-- the server: a container of the arm's image (`vllm serve`), its port published on ``runtime.host``;
+- the server: a container of the arm's image (`vllm serve`), its port published on the arm's ``--host``;
 - client tools (the `vllm bench serve` client, lm-eval, the profile stage's bursts): ``docker exec -i`` into
   that running server container, so they use the arm's own vLLM and lm-eval, reach the server on the
   container's own 127.0.0.1 (the same URL the host uses: the port is published 1:1) and share its mounts and
@@ -34,7 +34,7 @@ from typing import Any
 from suite.errors import ServerError, SuiteError
 from suite.matrix import ArmSpec, Matrix
 from suite.proc import ToolCommand, on_stop, read_tail, run_tool
-from suite.runtime.base import ArmEnv, ArmPlacement, RuntimeBase, Server, ServerBase, ServerSpec
+from suite.runtime.base import ArmEnv, ArmPlacement, RuntimeBase, Server, ServerBase, ServerSpec, arm_address
 from suite.runtime.docker import image_vendor
 from suite.runtime.docker.bases import engine_is_here
 from suite.runtime.docker.containers import (
@@ -328,7 +328,7 @@ class DockerRuntime(RuntimeBase):
                             dirs=dirs, name_suffix=f"-aiter-seed-{secrets.token_hex(3)}")
                 if vendor == "rocm" and aiter_home_jit(cfg) is not None else None)
         return DockerServerSpec(arm=env.arm, argv=cfg.cli_argv(), env=dict(cfg.environment), log_path=log_path,
-                                host=self.matrix.runtime.host, port=port,
+                                host=arm_address(self.matrix, env.arm).host, port=port,
                                 startup_timeout_s=self.matrix.runtime.startup_timeout_s, redact=redact,
                                 container=cfg, prestart=seed)
 

@@ -129,9 +129,10 @@ def warm(env: JobEnv, client: PersistentClient) -> WarmupRecord | None:
 
 
 def sized_argv(env: JobEnv, argv: list[str]) -> tuple[list[str], PointSize | None]:
-    """A point sized by time (`duration_s`) gets one prompt count per round, the same for every arm
-    (``suite.stages.serve.sizing``): the round's, else from the latest earlier round's runs, else from the
-    session's warm-up at the same shape; with none of these it keeps the matrix's num_prompts."""
+    """A point sized by time (num_prompts in seconds: its params' `duration_s`) gets one prompt count per round,
+    the same for every arm (``suite.stages.serve.sizing``): the round's, else from the latest earlier round's runs,
+    else from the session's warm-up at the same shape; with none of these it keeps its params' num_prompts (the
+    default multiple of its concurrency)."""
     params = serve_params(env.job)
     if not params.duration_s:
         return argv, None
@@ -148,7 +149,7 @@ def sized_argv(env: JobEnv, argv: list[str]) -> tuple[list[str], PointSize | Non
 class ServeNotes(JobNotes):
     """A serving point's notes: the bench command line, whether the prefix cache was reset before it, how its
     client ran, the session's warm-ups (on the session's first point), and the prompt count of a point sized by
-    time (`duration_s`) with where it came from."""
+    time (num_prompts in seconds) with where it came from."""
 
     command: list[str]
     prefix_cache_reset: bool

@@ -1,4 +1,4 @@
-"""One prompt count per round for a point sized by time (``duration_s``).
+"""One prompt count per round for a point sized by time (``num_prompts: "60s"``; its params' ``duration_s``).
 
 A point sized by time gets its prompt count from a request rate. Each arm used to take it from its own session's
 warm-up, so the arms of one round measured different work: in one demo round the arms served 15 and 28
@@ -97,7 +97,7 @@ def point_size(store: RunStore, job: Job, rnd: int, duration_s: float, concurren
                warm_rate: float | None) -> PointSize | None:
     """The count of ``job``'s point in round ``rnd``: the one an arm of this round already used, else one from the
     latest earlier round's measured rate, else from ``warm_rate`` (the session's warm-up at the point's shape).
-    None: no usable rate; the point keeps the matrix's num_prompts."""
+    None: no usable rate; the point keeps its params' num_prompts."""
     records = store.point_records(job)
     if (kept := stored_size(records, rnd)) is not None:
         return kept

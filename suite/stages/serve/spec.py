@@ -24,7 +24,8 @@ class ServeParams(BaseModel):
     request_rate: float | None  # None: every request at once (inf)
     num_warmups: int
     seed: int
-    duration_s: float | None = None  # size the point by time (one count per round: suite.stages.serve.sizing)
+    duration_s: float | None = None  # sized by time, num_prompts "60s" (one count per round: suite.stages.serve.sizing);
+    # num_prompts then holds what a round runs with no measured request rate
     warmup: bool = True  # warm the server at this shape before the session's first point
     client: Literal["persistent", "cli"] = "persistent"
 
