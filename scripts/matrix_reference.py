@@ -8,6 +8,7 @@ validator cannot drift apart. tests/test_matrix.py fails when the file differs f
 
 from __future__ import annotations
 
+import inspect
 import sys
 import typing
 from pathlib import Path
@@ -79,7 +80,7 @@ def reference() -> str:
         parts = [(model, [n for n in model.model_fields if not any(n in b.model_fields for b in _blocks(model))])]
         parts += [(base, list(base.model_fields)) for base in _blocks(model)]
         for part, names in parts:
-            doc = (part.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
+            doc = " ".join(inspect.cleandoc(part.__doc__ or "").split("\n\n")[0].split())
             out += [f"## {part.__name__}", "", *([doc, ""] if doc else []),
                     "| Field | Type | Default | What it is |", "|---|---|---|---|"]
             for name in names:
