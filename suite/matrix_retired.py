@@ -51,7 +51,7 @@ def _sbatch(option: str, form: Callable[[Any], str] | None = None,
 def _model_flag(flag: str) -> Callable[[Any], str]:
     def says(value: Any) -> str:
         return (f"retired: give vLLM's own flag in serve_args (the matrix's, or an arm's for its own model): "
-                f"[{flag}, {_flag(value)}]")
+                f"[{flag}, {_yaml_word(_flag(value))}]")
     return says
 
 

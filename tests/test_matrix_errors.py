@@ -547,11 +547,11 @@ def test_the_model_blocks_copies_of_vllm_flags_are_retired_with_the_flag_to_writ
     said = "retired: give vLLM's own flag in serve_args (the matrix's, or an arm's for its own model): "
     assert error_of(f).splitlines() == [
         f"{f}:4: model.served_name: {said}[--served-model-name, served]",
-        f"{f}:5: model.tokenizer: {said}[--tokenizer, org/tok]",
-        f"{f}:6: model.max_model_len: {said}[--max-model-len, 4096]",
+        f"{f}:5: model.tokenizer: {said}[--tokenizer, \"org/tok\"]",
+        f"{f}:6: model.max_model_len: {said}[--max-model-len, \"4096\"]",
         f"{f}:7: model.load_format: {said}[--load-format, dummy]",
         f"{f}:12: arms.own.model.served_name: {said}[--served-model-name, other]",
-        f"{f}:12: arms.own.model.max_model_len: {said}[--max-model-len, 1024]",
+        f"{f}:12: arms.own.model.max_model_len: {said}[--max-model-len, \"1024\"]",
     ]
     # written as the messages say, it validates, and means what it meant
     new = write(tmp_path, """\
