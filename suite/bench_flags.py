@@ -30,7 +30,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import AfterValidator
 
 from suite.matrix_blocks import MAX_ITERS, MAX_KERNEL_M, MAX_PROMPTS
 from suite.served_model import flag_name, is_option, occurrences
@@ -345,3 +347,18 @@ def kernel_flags(args: Sequence[str]) -> KernelFlags:
 def layer_flags(args: Sequence[str]) -> LayerFlags:
     """The layer block's bench_args read (raises ValueError, the message starting with the flag)."""
     return LayerFlags(**LAYER.read(args))
+
+
+def tool_args(read: Callable[[Sequence[str]], Any]) -> Any:
+    """A matrix field of a tool's own flags: a list of strings that ``read`` takes, checked as the matrix is (its
+    error at the field's line)."""
+    def check(value: list[str]) -> list[str]:
+        read(value)
+        return value
+    return Annotated[list[str], AfterValidator(check)]
+
+
+ServeArgs = tool_args(serve_flags)
+LatencyArgs = tool_args(latency_flags)
+KernelArgs = tool_args(kernel_flags)
+LayerArgs = tool_args(layer_flags)

@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from suite.bench_flags import BenchFlag, BenchTool, in_range
+from suite.bench_flags import BenchFlag, BenchTool, in_range, tool_args
 from suite.matrix_blocks import MAX_CONCURRENCY, MAX_PROMPTS, MAX_TOKENS
 from suite.served_model import is_option
 
@@ -262,3 +262,6 @@ OLD_FIELDS: dict[str, Callable[[Any], list[str]]] = {
     "concurrency": lambda v: ["--model_args", f"num_concurrent={v}"],
     "seed": lambda v: ["--seed", str(v)],
 }
+
+
+LmEvalArgs = tool_args(lm_eval_flags)

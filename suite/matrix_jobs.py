@@ -19,16 +19,20 @@ from suite.bench_flags import (
     LATENCY,
     LAYER,
     SERVE,
+    KernelArgs,
     KernelFlags,
+    LatencyArgs,
     LatencyFlags,
+    LayerArgs,
     LayerFlags,
+    ServeArgs,
     ServeFlags,
     kernel_flags,
     latency_flags,
     layer_flags,
     serve_flags,
 )
-from suite.lm_eval_flags import LM_EVAL, LmEvalFlags, lm_eval_flags
+from suite.lm_eval_flags import LM_EVAL, LmEvalArgs, LmEvalFlags, lm_eval_flags
 from suite.matrix_blocks import (
     MAX_BATCH,
     MAX_CONCURRENCY,
@@ -56,7 +60,7 @@ class ServePoint(Strict):
         "time, one count per round for every arm: the seconds at a measured request rate, the arms' median in the "
         "previous round, in the first the first arm's warm-up at the point's shape; with no rate measured yet, "
         f"{DEFAULT_NUM_PROMPTS})"))
-    bench_args: list[str] = Field([], description=(
+    bench_args: ServeArgs = Field([], description=(
         "`vllm bench serve` flags of this point, as on its command line, e.g. [--request-rate, \"8\", --num-warmups, "
         "\"2\"] (the last copy wins, as in vLLM): " + SERVE.describe() + ". No other: the flags the suite sets "
         "from the point (--max-concurrency from concurrency, --num-prompts, ...) are refused, with where they come "
@@ -69,12 +73,6 @@ class ServePoint(Strict):
     @classmethod
     def _one_or_many(cls, value: Any) -> Any:
         return one_or_many(value, "concurrency")
-
-    @field_validator("bench_args")
-    @classmethod
-    def _bench_args(cls, value: list[str]) -> list[str]:
-        serve_flags(value)
-        return value
 
     @property
     def flags(self) -> ServeFlags:
@@ -189,7 +187,7 @@ class LatencyPoint(Strict):
     input_len: int = Field(gt=0, le=MAX_TOKENS, description="prompt tokens per request")
     output_len: int = Field(gt=0, le=MAX_TOKENS, description="generated tokens per request")
     batch_size: list[Annotated[int, Field(gt=0, le=MAX_BATCH)]] = Field(min_length=1, description="one batch size or a list (a row each)")
-    bench_args: list[str] = Field([], description=(
+    bench_args: LatencyArgs = Field([], description=(
         "`vllm bench latency` flags of this row, as on its command line, e.g. [--num-iters, \"20\"] (the last copy "
         "wins): " + LATENCY.describe() + ". No other: vLLM's engine flags go in serve_args"))
 
@@ -197,12 +195,6 @@ class LatencyPoint(Strict):
     @classmethod
     def _one_or_many(cls, value: Any) -> Any:
         return one_or_many(value, "batch_size")
-
-    @field_validator("bench_args")
-    @classmethod
-    def _bench_args(cls, value: list[str]) -> list[str]:
-        latency_flags(value)
-        return value
 
     @property
     def flags(self) -> LatencyFlags:
@@ -216,7 +208,7 @@ class AccuracySpec(Strict):
     The suite's own part: the data set lm-eval reads, the gates and the greedy-equivalence prompts. The job's
     resolved params are `suite.stages.accuracy.spec.AccuracyParams`."""
 
-    lm_eval_args: list[str] = Field([], description=(
+    lm_eval_args: LmEvalArgs = Field([], description=(
         "`lm-eval run` flags, as on its command line and spelt as lm-eval spells them, e.g. [--num_fewshot, \"8\", "
         "--model_args, \"num_concurrent=16\"] (short names too: -t, -f, -L, -M, -a; the last copy wins, --model_args "
         "and --gen_kwargs merge their keys, as in lm-eval): " + LM_EVAL.describe() + ". No other: the flags and "
@@ -232,12 +224,6 @@ class AccuracySpec(Strict):
     equivalence_prompts: int = Field(16, ge=0, le=MAX_PROMPTS, description="greedy-equivalence prompts (0 = off)")
     equivalence_max_tokens: int = Field(64, gt=0, le=MAX_TOKENS, description="tokens each greedy-equivalence prompt generates")
 
-    @field_validator("lm_eval_args")
-    @classmethod
-    def _lm_eval_args(cls, value: list[str]) -> list[str]:
-        lm_eval_flags(value)
-        return value
-
     @property
     def flags(self) -> LmEvalFlags:
         """What lm_eval_args say, or the defaults."""
@@ -251,16 +237,10 @@ class KernelSpec(Strict):
     resolved params are `suite.stages.kernel.spec.KernelParams`."""
 
     m: list[Annotated[int, Field(gt=0, le=MAX_KERNEL_M)]] = Field([1, 2, 4, 8, 16, 32], description="tokens per call to time (a row each)")
-    bench_args: list[str] = Field([], description=(
+    bench_args: KernelArgs = Field([], description=(
         "the kernel bench's own flags (`python -m suite.stages.kernel.bench`), as on its command line, e.g. "
         "[--trials, \"51\"] (the last copy wins): " + KERNEL.describe() + ". No other: the flags the stage sets "
         "(--model, --m, ...) are refused, with where they come from"))
-
-    @field_validator("bench_args")
-    @classmethod
-    def _bench_args(cls, value: list[str]) -> list[str]:
-        kernel_flags(value)
-        return value
 
     @property
     def flags(self) -> KernelFlags:
@@ -275,16 +255,10 @@ class LayerSpec(Strict):
 
     tokens: list[Annotated[int, Field(gt=0, le=MAX_KERNEL_M)]] = Field(
         [1, 2, 4, 8], description="T: tokens per call (the decode batch sizes of the ll-bf16 change's PR table)")
-    bench_args: list[str] = Field([], description=(
+    bench_args: LayerArgs = Field([], description=(
         "the layer bench's own flags (`python -m suite.stages.layer.bench`), as on its command line, e.g. "
         "[--compile, inductor] (the last copy wins): " + LAYER.describe() + ". No other: the flags the stage "
         "sets (--model, --tokens, the model's --load-format, ...) are refused, with where they come from"))
-
-    @field_validator("bench_args")
-    @classmethod
-    def _bench_args(cls, value: list[str]) -> list[str]:
-        layer_flags(value)
-        return value
 
     @property
     def flags(self) -> LayerFlags:

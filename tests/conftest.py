@@ -30,6 +30,18 @@ def load_script(path: Path, name: str) -> ModuleType:
     return module
 
 
+def matrix_error_of(tmp_path: Path, text: str) -> str:
+    """The error loading a matrix of this text gives, its file named m.yaml."""
+    from suite.errors import MatrixError
+    from suite.matrix_load import load_matrix
+
+    f = tmp_path / "m.yaml"
+    f.write_text(text)
+    with pytest.raises(MatrixError) as exc:
+        load_matrix(f)
+    return str(exc.value).replace(f"{f}:", "m.yaml:")
+
+
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return REPO

@@ -25,7 +25,6 @@ from suite.bench_flags import (
     layer_flags,
     serve_flags,
 )
-from suite.errors import MatrixError
 from suite.matrix_load import load_matrix, parse_matrix
 from suite.plan import build_plan
 from suite.stages.kernel.bench import build_parser as kernel_parser
@@ -37,6 +36,7 @@ from suite.stages.layer.run import layer_command
 from suite.stages.layer.spec import LayerParams
 from suite.stages.serve.spec import ServeParams
 from tests.conftest import REPO, load_script
+from tests.conftest import matrix_error_of as error_of
 
 DEFAULTS = ServeFlags(random_range_ratio=0.0, request_rate=None, num_warmups=1, seed=0)
 
@@ -49,14 +49,6 @@ arms:
 serve:
   - {isl: 128, osl: 32, concurrency: [1, 4], num_prompts: 3x, bench_args: ARGS}
 """
-
-
-def error_of(tmp_path: Path, text: str) -> str:
-    f = tmp_path / "m.yaml"
-    f.write_text(text)
-    with pytest.raises(MatrixError) as exc:
-        load_matrix(f)
-    return str(exc.value).replace(f"{f}:", "m.yaml:")
 
 
 # ---------------------------------------------------------------- the reading

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from suite.errors import MatrixError
 from suite.lm_eval_flags import LM_EVAL, OLD_FIELDS, LmEvalFlags, lm_eval_flags
 from suite.matrix_load import load_matrix, parse_matrix
 from suite.plan import Job, build_plan
 from suite.stages.accuracy.run import lm_eval_command
 from suite.stages.accuracy.spec import AccuracyParams
 from tests.conftest import REPO
+from tests.conftest import matrix_error_of as error_of
 
 DEFAULTS = LmEvalFlags(task="gsm8k", num_fewshot=5, limit=None, endpoint="completions", max_gen_toks=256,
                        concurrency=8, seed=1234)
@@ -31,14 +31,6 @@ serve:
   - {isl: 128, osl: 32, concurrency: 1}
 accuracy: {lm_eval_args: ARGS, max_drop: 0.01}
 """
-
-
-def error_of(tmp_path: Path, text: str) -> str:
-    f = tmp_path / "m.yaml"
-    f.write_text(text)
-    with pytest.raises(MatrixError) as exc:
-        load_matrix(f)
-    return str(exc.value).replace(f"{f}:", "m.yaml:")
 
 
 # ---------------------------------------------------------------- the reading
