@@ -70,7 +70,7 @@ def reference() -> str:
            "Generated from the schema (`python3 scripts/matrix_reference.py`); `suite validate` checks a matrix against "
            "the same models, with `file:line` in every error. How the fields work together, with an annotated "
            "example: `docs/guide.md`; a starter for your change: `suite init`.", ""]
-    todo, seen = [Matrix], []
+    todo, seen, settable = [Matrix], [], 0
     while todo:
         model = todo.pop(0)
         if model in seen:
@@ -88,8 +88,12 @@ def reference() -> str:
                 key = info.alias or name
                 desc = (info.description or "—").replace("|", "\\|").replace("\n", " ")
                 out.append(f"| `{key}` | {_type(info.annotation)} | {_default(info)} | {desc} |")
-                todo += [m for m in _models(info.annotation) if m not in seen]
+                blocks = _models(info.annotation)
+                settable += not blocks
+                todo += [m for m in blocks if m not in seen]
             out.append("")
+    out[4:4] = [f"{settable} fields a matrix can set, in the blocks below (each block once: every arm has the fields of "
+                  "ArmSpec, every serving point those of ServePoint).", ""]
     return "\n".join(out)
 
 
