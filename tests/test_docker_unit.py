@@ -357,6 +357,23 @@ def test_image_argv_maps_the_suite_tools_and_refuses_the_rest():
     assert exec_argv("c1", ["vllm"], forward=()) == ["docker", "exec", "-i", "c1", "vllm"]
 
 
+def test_an_images_tools_import_without_the_suite_package(tmp_path):
+    """In an arm's image the tools stand alone under /opt/suite/tools (the client worker, the kernel and layer
+    benches and what they import): laid out as the image has them, each imports with the suite package absent."""
+    from suite.runtime.docker.build_context import IMAGE_TOOL_FILES
+
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    for rel, src in IMAGE_TOOL_FILES:
+        shutil.copy(REPO / src, tools / Path(rel).name)
+    names = [Path(rel).stem for rel, _ in IMAGE_TOOL_FILES]
+    code = ("import sys; sys.modules['suite'] = None; sys.path.insert(0, sys.argv[1])\n"
+            f"for name in {names!r}: __import__(name)\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(tools)], cwd=tools, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
 def test_images_carry_the_client_worker_and_the_benches(tmp_path):
     for vendor, patches in (("cuda", ["ll-bf16-router-gemm-dispatch"]), ("rocm", []), ("cpu", [])):
         files = dict(context_files(vendor, "0.33.0" if vendor != "cpu" else "0.32.0", patches))

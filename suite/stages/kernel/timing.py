@@ -11,11 +11,11 @@ standard library at module level, torch where it is used, nothing of the suite. 
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from suite.proc import query
 
 WARM_S = 1.0  # seconds of graph replays before the timed ones (see time_cuda_graph)
 
@@ -41,10 +41,11 @@ def sm_clock_mhz() -> int | None:
     cmd = ["nvidia-smi", "--query-gpu=clocks.sm", "--format=csv,noheader,nounits"]
     if visible.isdigit():
         cmd += ["-i", visible]
-    out = (query(cmd, timeout_s=10) or "").split()
-    try:
+    try:  # not suite.proc.query: in an arm's image this module stands alone, without the suite package
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=10, check=True,
+                             stdin=subprocess.DEVNULL).stdout.split()
         return int(out[0])
-    except (ValueError, IndexError):
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
         return None
 
 
