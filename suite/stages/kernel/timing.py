@@ -16,7 +16,6 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-
 WARM_S = 1.0  # seconds of graph replays before the timed ones (see time_cuda_graph)
 
 
