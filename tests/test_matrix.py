@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -39,6 +40,23 @@ def test_shipped_matrices_validate(path: Path):
     is migrated everywhere it is written."""
     m = load_matrix(path)
     assert m.arms
+
+
+def doc_matrices() -> list[tuple[str, str]]:
+    """The whole matrices the user docs show (a ```yaml block with name:, model: and arms:; not a fragment), as
+    (where, text)."""
+    found = []
+    for doc in (REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))):
+        for k, block in enumerate(re.findall(r"^```yaml\n(.*?)^```", doc.read_text(), re.S | re.M)):
+            if all(re.search(rf"^{key}:", block, re.M) for key in ("name", "model", "arms")):
+                found.append((f"{doc.relative_to(REPO)}#{k}", block))
+    return found
+
+
+@pytest.mark.parametrize(("where", "text"), doc_matrices(), ids=[w for w, _ in doc_matrices()])
+def test_the_docs_matrices_validate(where, text):
+    """A matrix a page shows is one a user can copy: it validates (a retired field is migrated in the docs too)."""
+    assert parse_matrix(text, source=where).arms
 
 
 def test_unknown_field_names_file_line_and_field(tmp_path):
