@@ -139,17 +139,31 @@ def parse_max_model_len(value: str) -> int:
     return n
 
 
-def check_model_flags(args: Sequence[str]) -> None:
-    """Refuse model flags vLLM would refuse or the suite cannot read: a flag without its value, an empty
-    tokenizer, a --max-model-len that is no length. The message starts with the flag."""
-    for flag in MODEL_FLAGS:
+def not_empty(flag: str) -> Callable[[str], object]:
+    """A flag's value rule: any text but an empty one."""
+    def check(value: str) -> object:
+        if not value.strip():
+            raise ValueError(f"{flag} must not be empty")
+        return value
+    return check
+
+
+def check_flag_values(args: Sequence[str], rules: Mapping[str, Callable[[str], object] | None]) -> None:
+    """Refuse what vLLM would refuse or the suite cannot read of the flags in ``rules``: a flag without its
+    value, a value its rule (None: any) raises ValueError on. The message starts with the flag."""
+    for flag, rule in rules.items():
         for _start, _end, values in occurrences(args, flag):
             if not values:
                 raise ValueError(f"{flag} needs a value after it")
-            if flag == TOKENIZER and not values[0].strip():
-                raise ValueError(f"{flag} must not be empty")
-            if flag == MAX_LEN:
-                parse_max_model_len(values[0])
+            if rule is not None:
+                rule(values[0])
+
+
+def check_model_flags(args: Sequence[str]) -> None:
+    """Refuse model flags vLLM would refuse or the suite cannot read: a flag without its value, an empty
+    tokenizer, a --max-model-len that is no length. The message starts with the flag."""
+    check_flag_values(args, {SERVED: None, TOKENIZER: not_empty(TOKENIZER), MAX_LEN: parse_max_model_len,
+                             LOAD_FORMAT: None})
 
 
 @dataclass(frozen=True)

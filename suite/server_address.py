@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from suite.served_model import flag_values, occurrences, without_flags
+from suite.served_model import check_flag_values, flag_values, not_empty, without_flags
 
 HOST = "--host"
 PORT = "--port"
@@ -37,14 +37,7 @@ def parse_port(value: str) -> int:
 def check_address_flags(args: Sequence[str]) -> None:
     """Refuse an address vLLM would refuse or the suite cannot use: a flag without its value, an empty host, a
     port that is no port. The message starts with the flag."""
-    for flag in ADDRESS_FLAGS:
-        for _start, _end, values in occurrences(args, flag):
-            if not values:
-                raise ValueError(f"{flag} needs a value after it")
-            if flag == HOST and not values[0].strip():
-                raise ValueError(f"{flag} must not be empty")
-            if flag == PORT:
-                parse_port(values[0])
+    check_flag_values(args, {HOST: not_empty(HOST), PORT: parse_port})
 
 
 @dataclass(frozen=True)
