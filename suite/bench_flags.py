@@ -98,7 +98,6 @@ class BenchTool:
     spell: Callable[[str], str | None] = flag_name
     field: str = "bench_args"
     owner: str = "vLLM"
-    underscores: bool = True  # the tool's parser reads --num_warmups as --num-warmups (vLLM's); plain argparse not
 
     @property
     def names(self) -> str:
@@ -109,11 +108,6 @@ class BenchTool:
         default). Every copy is converted, as the tool's parser converts it; the value kept is held to the suite's
         range. Raises ValueError on a flag the tool does not take here, a flag without its value, a value no flag
         owns, a value the tool or the suite refuses."""
-        if not self.underscores:
-            for token in args:
-                if is_option(token) and "_" in token.split("=", 1)[0]:
-                    raise ValueError(f"{token.split('=', 1)[0]}: `{self.command}` spells its flags with dashes "
-                                     f"({flag_name(token)})")
         used: set[int] = set()
         values: dict[str, Any] = {}
         for flag in self.flags:
@@ -235,6 +229,17 @@ LATENCY = BenchTool(
 )
 
 
+def dashes_only(command: str) -> Callable[[str], str | None]:
+    """The spelling of a plain argparse tool: ``--trace-m`` only; ``--trace_m`` is refused with the dashed name
+    (vLLM's parser would take it, so a matrix might say it)."""
+    def spell(token: str) -> str | None:
+        key = token.split("=", 1)[0]
+        if is_option(token) and "_" in key:
+            raise ValueError(f"{key}: `{command}` spells its flags with dashes ({flag_name(token)})")
+        return flag_name(token)
+    return spell
+
+
 # the suite's own benches: the stage sets the result's place, the arm, the model and the rows; the timing's flags are
 # the matrix's
 _BENCH_SETS = {
@@ -260,8 +265,8 @@ KERNEL = BenchTool(
         "--experts": "the gate's shape comes from the arm's model's config",
         "--m": "from kernel.m (a row per value)",
     },
+    spell=dashes_only("python -m suite.stages.kernel.bench"),
     owner="the kernel bench",
-    underscores=False,
 )
 
 LAYER = BenchTool(
@@ -286,8 +291,8 @@ LAYER = BenchTool(
         "--load-format": "from serve_args (--load-format), as the server loads the model",
         "--hf-overrides": "the arm's model's, from serve_args or its generator, as the server gets them",
     },
+    spell=dashes_only("python -m suite.stages.layer.bench"),
     owner="the layer bench",
-    underscores=False,
 )
 
 
